@@ -1,0 +1,87 @@
+"""Verification policies: which draft tokens the target verifies each step.
+
+Built-in policies register under a name; a researcher's policy is any ``Policy`` subclass, named in a scenario or
+on the command line as ``module:Class`` (see docs/adding-a-policy.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+from simulator.errors import PolicyError
+from simulator.policies.base import Policy, PolicyView, checked_lengths
+from simulator.policies.greedy import (
+    algorithm1_reference,
+    greedy_prefix_lengths,
+    top_k_prefix_lengths,
+)
+
+REGISTRY: dict[str, type[Policy]] = {}
+
+
+def register(cls: type[Policy]) -> type[Policy]:
+    if not cls.name:
+        raise ValueError(f"{cls.__qualname__} has no name")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def resolve(spec: str) -> tuple[type[Policy], dict]:
+    """A policy class and the parameters its name implies: 'dspark', 'static-3' (k=3), 'threshold-0.7'
+    (value=0.7) or 'package.module:Class'."""
+    if ":" in spec:
+        module, _, attr = spec.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise PolicyError(f"policy {spec!r}: cannot import ({exc})") from None
+        if not (isinstance(obj, type) and hasattr(obj, "choose")):
+            raise PolicyError(f"policy {spec!r}: {attr} is not a policy class (it needs a choose(view) method)")
+        return obj, {}
+    if spec in REGISTRY:
+        return REGISTRY[spec], {}
+    m = re.fullmatch(r"([a-z][a-z0-9_-]*?)-([0-9]+(?:\.[0-9]+)?)", spec)
+    if m and m.group(1) in REGISTRY and REGISTRY[m.group(1)].positional:
+        cls = REGISTRY[m.group(1)]
+        value = float(m.group(2))
+        return cls, {cls.positional: int(value) if value.is_integer() and "." not in m.group(2) else value}
+    raise PolicyError(f"unknown policy {spec!r}; known: {', '.join(describe_names())}, or module:Class")
+
+
+def make_policy(spec: str, params: dict | None = None) -> Policy:
+    cls, implied = resolve(spec)
+    kwargs = {**implied, **(params or {})}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise PolicyError(f"policy {spec!r}: bad parameters {kwargs} ({exc})") from None
+
+
+def describe_names() -> list[str]:
+    out = []
+    for name, cls in sorted(REGISTRY.items()):
+        out.append(f"{name}-<{cls.positional}>" if cls.positional else name)
+    return out
+
+
+# Registration of the built-ins (imported for their side effect, after REGISTRY exists).
+from simulator.policies import (  # noqa: E402,F401
+    adaptive,
+    dspark,
+    oracle,
+    static,
+)
+
+__all__ = [
+    "REGISTRY",
+    "Policy",
+    "PolicyView",
+    "algorithm1_reference",
+    "checked_lengths",
+    "greedy_prefix_lengths",
+    "make_policy",
+    "register",
+    "resolve",
+    "top_k_prefix_lengths",
+]

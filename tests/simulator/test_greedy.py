@@ -1,0 +1,121 @@
+"""The prefix scheduler against brute force, the paper's Appendix A numbers and its plain transcription."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.policies import algorithm1_reference, greedy_prefix_lengths, top_k_prefix_lengths
+
+
+def theta(conf: np.ndarray, lengths: tuple[int, ...], sps) -> float:
+    a = np.cumprod(conf, axis=1)
+    tau = sum(1.0 + a[r, :l].sum() for r, l in enumerate(lengths))
+    batch = sum(1 + l for l in lengths)
+    return tau * float(sps(np.array([batch]))[0])
+
+
+def brute_force_best(conf: np.ndarray, sps) -> float:
+    rows, gamma = conf.shape
+    return max(theta(conf, ls, sps) for ls in itertools.product(range(gamma + 1), repeat=rows))
+
+
+def linear_step_sps(t0: float, t1: float):
+    """SPS of a step time t0 + t1 * B: Theta = concave tau over an affine time is unimodal along the path."""
+    return lambda b: 1.0 / (t0 + t1 * np.asarray(b, dtype=float))
+
+
+def roofline_sps(t_mem: float, t_tok: float, launch: float):
+    return lambda b: 1.0 / (launch + np.maximum(t_mem, t_tok * np.asarray(b, dtype=float)))
+
+
+instances = st.tuples(
+    st.integers(1, 3),  # R
+    st.integers(1, 3),  # gamma
+    st.integers(0, 2**32 - 1),  # seed
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances, st.floats(0.05, 5.0), st.floats(0.001, 1.0))
+def test_early_stop_reaches_exhaustive_optimum_when_theta_unimodal(inst, t0, t1):
+    rows, gamma, seed = inst
+    conf = np.random.default_rng(seed).uniform(0, 1, (rows, gamma))
+    sps = linear_step_sps(t0, t1)
+    got = greedy_prefix_lengths(conf, sps, early_stop=True)
+    assert theta(conf, tuple(got), sps) == pytest.approx(brute_force_best(conf, sps), rel=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances, st.floats(0.1, 2.0), st.floats(0.01, 1.0), st.floats(0.0, 0.5))
+def test_early_stop_optimal_on_roofline_curves(inst, t_mem, t_tok, launch):
+    rows, gamma, seed = inst
+    conf = np.random.default_rng(seed).uniform(0, 1, (rows, gamma))
+    sps = roofline_sps(t_mem, t_tok, launch)
+    got = greedy_prefix_lengths(conf, sps, early_stop=True)
+    assert theta(conf, tuple(got), sps) == pytest.approx(brute_force_best(conf, sps), rel=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances, st.integers(0, 2**32 - 1))
+def test_global_search_is_optimal_for_any_sps_curve(inst, curve_seed):
+    rows, gamma, seed = inst
+    conf = np.random.default_rng(seed).uniform(0, 1, (rows, gamma))
+    jagged = np.random.default_rng(curve_seed).uniform(0.1, 2.0, rows * (gamma + 1) + 1)
+    sps = lambda b: jagged[np.asarray(b)]  # noqa: E731 - arbitrary, non-monotone curve
+    got = greedy_prefix_lengths(conf, sps, early_stop=False)
+    assert theta(conf, tuple(got), sps) == pytest.approx(brute_force_best(conf, sps), rel=1e-12)
+
+
+def appendix_a_sps(b):
+    return np.array([np.nan, 1.0, 0.5, 0.45])[np.asarray(b)]
+
+
+def test_appendix_a_early_stop_takes_first_non_rise():
+    # Theta0 = 1.0, Theta1 = 1.8 * 0.5 = 0.9 (a fall), Theta2 = 2.52 * 0.45 = 1.134 (higher, but never seen)
+    conf = np.array([[0.8, 0.9]])
+    assert greedy_prefix_lengths(conf, appendix_a_sps, early_stop=True).tolist() == [0]
+    assert greedy_prefix_lengths(conf, appendix_a_sps, early_stop=False).tolist() == [2]
+    # with c2 = 0 after token B the global search also declines: Theta2 = 1.8 * 0.45 = 0.81 < 1.0
+    assert greedy_prefix_lengths(np.array([[0.8, 0.0]]), appendix_a_sps, early_stop=False).tolist() == [0]
+
+
+def test_tie_break_is_row_then_position():
+    conf = np.array([[1.0, 1.0], [1.0, 1.0]])  # every a = 1: order (0,1), (0,2), (1,1), (1,2)
+    flat = lambda b: np.ones_like(np.asarray(b), dtype=float)  # noqa: E731
+    # a capacity of 3 takes both of request 0 and the first of request 1
+    assert top_k_prefix_lengths(conf, 3).tolist() == [2, 1]
+    # Theta = tau * 1 rises with every admitted token
+    assert greedy_prefix_lengths(conf, flat).tolist() == [2, 2]
+
+
+def test_zero_confidence_positions_are_never_verified():
+    conf = np.array([[0.9, 0.0, 0.9], [0.5, 0.5, 0.5]])
+    flat = lambda b: np.ones_like(np.asarray(b), dtype=float)  # noqa: E731
+    assert greedy_prefix_lengths(conf, flat, early_stop=False).tolist() == [1, 3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 8), st.integers(0, 2**32 - 1), st.booleans())
+def test_matches_plain_transcription_of_algorithm_1(rows, gamma, seed, early_stop):
+    rng = np.random.default_rng(seed)
+    conf = rng.uniform(0, 1, (rows, gamma)) ** rng.uniform(0.1, 2)
+    conf[rng.random((rows, gamma)) < 0.1] = 1.0  # exact ties in a
+    curve = rng.uniform(0.2, 1.0, rows * (gamma + 1) + 1).cumsum()  # rising step time: falling SPS, with kinks
+    sps = lambda b: 1.0 / curve[np.asarray(b)]  # noqa: E731
+    got = greedy_prefix_lengths(conf, sps, early_stop=early_stop)
+    want = algorithm1_reference(conf.tolist(), lambda b: float(sps(b)), early_stop=early_stop)
+    assert got.tolist() == want
+
+
+def test_rejects_malformed_confidence():
+    flat = lambda b: np.ones_like(np.asarray(b), dtype=float)  # noqa: E731
+    with pytest.raises(ValueError, match=r"\(R, gamma\)"):
+        greedy_prefix_lengths(np.ones(3), flat)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        greedy_prefix_lengths(np.array([[0.5, np.nan]]), flat)
+    assert greedy_prefix_lengths(np.zeros((0, 4)), flat).shape == (0,)
