@@ -1,0 +1,20 @@
+"""The `dspark` command: build, train, evaluate and audit real DSpark drafters (torch).
+
+Each subcommand lives in the module that does its work and is registered here."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Real DSpark drafting and verification: the tiny world, training, calibration, evaluation, audits."""
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()
