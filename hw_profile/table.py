@@ -189,6 +189,37 @@ class StepTimeGrid:
     def step_ms(self, batch_tokens: float, kv_tokens: float) -> float:
         return float(self.curve(kv_tokens)(np.asarray(batch_tokens, dtype=float)))
 
+    def values(self, batch_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray:
+        """Elementwise lookups over arrays of (B, K), with exactly the semantics of ``step_ms``."""
+        b = np.asarray(batch_tokens, dtype=float)
+        k = np.asarray(kv_tokens, dtype=float)
+        b, k = np.broadcast_arrays(b, k)
+        rows_lo, rows_hi, w = self._k_weights(k)
+        lo = self._along_b(rows_lo, b)
+        if rows_hi is None:
+            return lo
+        hi = self._along_b(rows_hi, b)
+        return np.where(w > 1.0, hi + np.maximum(hi - lo, 0.0) * (w - 1.0), lo + (hi - lo) * w)
+
+    def _k_weights(self, k: np.ndarray):
+        ka = self.k_axis
+        if len(ka) == 1:
+            return np.zeros(k.shape, dtype=np.int64), None, None
+        j = np.clip(np.searchsorted(ka, k), 1, len(ka) - 1)
+        w = (k - ka[j - 1]) / (ka[j] - ka[j - 1])
+        w = np.where(k <= ka[0], 0.0, w)
+        return j - 1, j, w
+
+    def _along_b(self, row: np.ndarray, b: np.ndarray) -> np.ndarray:
+        ba, ms = self.b_axis, self.ms
+        if len(ba) == 1:
+            return ms[row, 0]
+        i = np.clip(np.searchsorted(ba, b), 1, len(ba) - 1)
+        frac = np.clip((b - ba[i - 1]) / (ba[i] - ba[i - 1]), 0.0, 1.0)
+        out = ms[row, i - 1] + (ms[row, i] - ms[row, i - 1]) * frac
+        slope = np.maximum((ms[row, -1] - ms[row, -2]) / (ba[-1] - ba[-2]), 0.0)
+        return np.where(b > ba[-1], ms[row, -1] + slope * (b - ba[-1]), out)
+
 
 @dataclass(frozen=True)
 class StepCurve:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from typing import ClassVar
 
 import numpy as np
 
@@ -41,7 +42,7 @@ class BatchTable(Policy):
     ``draft_len_schedule``): the entry with the largest batch size not above R."""
 
     name = "batch-table"
-    DEFAULT = {1: 7, 16: 5, 64: 3, 128: 2, 192: 1}
+    DEFAULT: ClassVar[dict[int, int]] = {1: 7, 16: 5, 64: 3, 128: 2, 192: 1}
 
     def __init__(self, table: dict | list | None = None):
         items = dict(table if table is not None else self.DEFAULT)

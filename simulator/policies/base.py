@@ -65,7 +65,7 @@ class Policy:
     def choose(self, view: PolicyView) -> np.ndarray:
         raise NotImplementedError
 
-    def observe(self, lengths: np.ndarray, accepted: np.ndarray) -> None:  # noqa: B027 - optional hook
+    def observe(self, lengths: np.ndarray, accepted: np.ndarray) -> None:
         """Called after verification with the lengths chosen and the draft tokens accepted (both (R,))."""
 
 

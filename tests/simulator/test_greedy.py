@@ -14,8 +14,8 @@ from simulator.policies import algorithm1_reference, greedy_prefix_lengths, top_
 
 def theta(conf: np.ndarray, lengths: tuple[int, ...], sps) -> float:
     a = np.cumprod(conf, axis=1)
-    tau = sum(1.0 + a[r, :l].sum() for r, l in enumerate(lengths))
-    batch = sum(1 + l for l in lengths)
+    tau = sum(1.0 + a[r, :k].sum() for r, k in enumerate(lengths))
+    batch = sum(1 + k for k in lengths)
     return tau * float(sps(np.array([batch]))[0])
 
 

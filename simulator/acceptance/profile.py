@@ -1,0 +1,168 @@
+"""Statistical acceptance profiles: files in scenarios/profiles/, and the source that samples from them.
+
+A profile holds, per drafter, the latent model of ``latent.py`` fitted per benchmark (``mu``), the confidence
+head's quality and its STS temperatures. See ``fitting.py`` for how the built-in ``paper-*`` profiles are made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from simulator.acceptance.base import GrowingArrays, Proposal
+from simulator.acceptance.latent import HeadModel, Variation
+from simulator.errors import UserError
+
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "profiles"
+
+
+@dataclass
+class DrafterProfile:
+    gamma: int
+    head_kind: str
+    head: HeadModel
+    sts_temperatures: np.ndarray | None
+    benchmarks: list[str]
+    mu: np.ndarray  # (benchmarks, gamma)
+    tau: np.ndarray  # (benchmarks,) full-block tau the profile reproduces
+    conditional: np.ndarray  # (benchmarks, gamma)
+    quality: dict
+
+
+@dataclass
+class Profile:
+    name: str
+    path: Path
+    target: str
+    description: str
+    variation: Variation
+    domains: dict[str, str]  # benchmark -> domain
+    drafters: dict[str, DrafterProfile]
+
+    def benchmarks_for(self, key: str) -> list[str]:
+        """The benchmarks a workload mix entry stands for: a domain (all its benchmarks) or one benchmark."""
+        if key in self.domains:
+            return [key]
+        return [b for b, d in self.domains.items() if d == key]
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def resolve_profile_path(name_or_path: str, base: Path | None = None) -> Path:
+    candidates = []
+    p = Path(name_or_path)
+    if base is not None and not p.is_absolute():
+        candidates.append(base / p)
+    candidates += [p, PROFILE_DIR / f"{name_or_path}.yaml"]
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise UserError(f"acceptance profile {name_or_path!r} not found; built-in profiles: {', '.join(available_profiles())}")
+
+
+def load_profile(name_or_path: str, base: Path | None = None) -> Profile:
+    path = resolve_profile_path(name_or_path, base)
+    try:
+        raw = yaml.safe_load(path.read_text())
+        var = Variation(**raw["variation"])
+        domains = {str(k): str(v) for k, v in raw["domains"].items()}
+        drafters = {}
+        for name, d in raw["drafters"].items():
+            benches = list(d["benchmarks"])
+            unknown = [b for b in benches if b not in domains]
+            if unknown:
+                raise UserError(f"{path}: drafters.{name}.benchmarks: {unknown[0]!r} has no domain in 'domains'")
+            temps = d.get("sts_temperatures")
+            drafters[name] = DrafterProfile(
+                gamma=int(d["gamma"]),
+                head_kind=str(d["head"]["kind"]),
+                head=HeadModel(noise_sd=float(d["head"]["noise_sd"]), sharpness=float(d["head"]["sharpness"])),
+                sts_temperatures=None if temps is None else np.asarray(temps, dtype=float),
+                benchmarks=benches,
+                mu=np.array([d["benchmarks"][b]["mu"] for b in benches], dtype=float),
+                tau=np.array([d["benchmarks"][b]["tau"] for b in benches], dtype=float),
+                conditional=np.array([d["benchmarks"][b]["conditional"] for b in benches], dtype=float),
+                quality=dict(d.get("quality", {})),
+            )
+    except UserError:
+        raise
+    except (KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
+        raise UserError(f"{path}: not a valid acceptance profile ({type(exc).__name__}: {exc})") from None
+    return Profile(name=str(raw.get("name", path.stem)), path=path, target=str(raw.get("target", "")),
+                   description=str(raw.get("description", "")), variation=var, domains=domains, drafters=drafters)
+
+
+class ProfileSource:
+    """Samples acceptance and confidences per request-step from a profile's latent model (vectorised).
+
+    A system's gamma may differ from the profile's block: shorter blocks use the first gamma positions (prefix
+    acceptance is unaffected by what is not drafted); longer ones repeat the last position's parameters.
+    """
+
+    def __init__(self, profile: Profile, drafter: str, gamma: int, mix: list[str], calibrated: bool,
+                 rng: np.random.Generator):
+        if drafter not in profile.drafters:
+            raise UserError(f"profile {profile.name!r} has no drafter {drafter!r}; it has {', '.join(profile.drafters)}")
+        d = profile.drafters[drafter]
+        self.gamma = int(gamma)
+        self.profile = profile
+        self.drafter = drafter
+        cols = np.minimum(np.arange(self.gamma), d.gamma - 1)
+        self.mu = np.ascontiguousarray(d.mu[:, cols])
+        a, self.b_obs = d.head.raw_logit_coefficients(self.mu, profile.variation)
+        temps = d.sts_temperatures[cols] if (calibrated and d.sts_temperatures is not None) else np.ones(self.gamma)
+        # the policy's logit is (A + Bo * o) / T: fold the temperatures in once
+        self.a_over_t = np.ascontiguousarray(a / temps[None, :])
+        self.b_over_t = self.b_obs / temps
+        self.var = profile.variation
+        self.noise_sd = d.head.noise_sd
+        self.rng = rng
+        self.state = GrowingArrays(bench=np.int64, effect=np.float64)
+        self._choices = []
+        for key in mix:
+            benches = profile.benchmarks_for(key)
+            if not benches:
+                raise UserError(
+                    f"workload mix entry {key!r} is neither a domain nor a benchmark of profile {profile.name!r} "
+                    f"(domains: {', '.join(sorted(set(profile.domains.values())))}; benchmarks: {', '.join(profile.domains)})"
+                )
+            self._choices.append(np.array([d.benchmarks.index(b) for b in benches]))
+
+    def attach(self, ids: np.ndarray, mix_index: np.ndarray) -> None:
+        if len(ids) == 0:
+            return
+        self.state.ensure(int(ids.max()))
+        bench = np.empty(len(ids), dtype=np.int64)
+        for k, choices in enumerate(self._choices):
+            sel = mix_index == k
+            if sel.any():
+                bench[sel] = choices[self.rng.integers(0, len(choices), int(sel.sum()))]
+        self.state.bench[ids] = bench
+        self.state.effect[ids] = self.rng.normal(0.0, self.var.request_sd, len(ids))
+
+    def propose(self, ids: np.ndarray) -> Proposal:
+        rows, gamma, rng = len(ids), self.gamma, self.rng
+        bench = self.state.bench[ids]
+        shared = self.state.effect[ids] + self.var.step_sd * rng.standard_normal(rows)
+        x = self.mu[bench] + shared[:, None]
+        x += self.var.token_sd * rng.standard_normal((rows, gamma))
+        truth = 0.5 * (1.0 + np.tanh(0.5 * x))
+        accept = rng.random((rows, gamma)) < truth
+        outcome = np.logical_and.accumulate(accept, axis=1).sum(axis=1)
+        obs = x + self.noise_sd * rng.standard_normal((rows, gamma))
+        z = self.a_over_t[bench] + self.b_over_t[None, :] * obs
+        confidence = 0.5 * (1.0 + np.tanh(0.5 * z))
+        return Proposal(confidence=confidence, outcome=outcome, truth=truth)
+
+    def verify(self, proposal: Proposal, lengths: np.ndarray) -> np.ndarray:
+        # acceptance of token j depends on the token, not on how many follow it: verifying l tokens accepts
+        # the first min(l, outcome) of them
+        return np.minimum(lengths, proposal.outcome)
+
+    def detach(self, ids: np.ndarray) -> None:
+        pass

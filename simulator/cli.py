@@ -1,0 +1,180 @@
+"""The `simulate` command.
+
+    simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2]
+    simulate check SCENARIO.yaml [--set path=value]...
+    simulate list
+
+User mistakes (a bad scenario, a missing file, an unknown policy) print one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import pandas as pd
+
+from simulator.errors import UserError
+
+SUBCOMMANDS = ("check", "list")
+
+
+class ScenarioFirst(click.Group):
+    """`simulate FILE ...` means `simulate run FILE ...`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=ScenarioFirst, context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Simulate speculative decoding under load: `simulate SCENARIO.yaml` runs every system at every load point
+    of the scenario and writes results/<scenario>/runs.csv."""
+
+
+overrides = click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+                         help="override a scenario field (value parsed as YAML), e.g. --set run.duration_s=60")
+
+
+@cli.command("run")
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), help="output directory [default: results/<scenario stem>]")
+@click.option("--quick", is_flag=True, help="short runs for a smoke test (run.quick_duration_s)")
+@click.option("--seed", type=int, help="seed of the first replicate [default: the scenario's]")
+@click.option("--replicates", type=click.IntRange(min=1), help="seeds per load point [default: run.replicates]")
+@click.option("--jobs", type=click.IntRange(min=1), help="parallel runs [default: all cores]")
+@click.option("--records", type=click.Path(path_type=Path), help="also write per-request and per-step Parquet records here")
+@overrides
+def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, replicates: int | None,
+            jobs: int | None, records: Path | None, sets: tuple[str, ...]) -> None:
+    """Run a scenario (also: `simulate SCENARIO`)."""
+    from tqdm import tqdm
+
+    from simulator.config import load_scenario
+    from simulator.sweep import Sweep, default_jobs
+
+    scn = load_scenario(scenario, sets)
+    out = out or Path("results") / scenario.stem
+    sweep = Sweep.plan(scn, out, quick, seed, replicates, records)
+    done_before = len(sweep.specs) - len(sweep.pending())
+    if done_before:
+        click.echo(f"resuming: {done_before} of {len(sweep.specs)} runs already in {out}", err=True)
+
+    def progress(todo: int, total: int):
+        return tqdm(total=todo, desc=f"{scn.name}: runs", unit="run", file=sys.stderr, dynamic_ncols=True,
+                    disable=None)
+
+    try:
+        sweep.execute(jobs or default_jobs(), progress)
+    except KeyboardInterrupt:
+        kept = len(sweep.specs) - len(sweep.pending())
+        click.echo(f"\ninterrupted: {kept} of {len(sweep.specs)} runs are stored in {out}; run the same command to resume",
+                   err=True)
+        sys.exit(130)
+    path = sweep.write_runs_csv()
+    click.echo(summary_table(sweep.results()))
+    click.echo(f"\nruns: {path}")
+
+
+def summary_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "(no runs)"
+    cols = {
+        "policy": "system", "load_point": "load", "throughput_per_gpu": "tok/s/GPU", "tps_per_user": "TPS/user",
+        "tps_per_user_p10": "TPS p10", "ttft_p99": "TTFT p99 s", "sla_attainment": "SLA", "tau": "tau",
+        "mean_verify_budget": "budget", "saturated": "saturated",
+    }
+    view = df.groupby(["policy", "load_point"], sort=False)[[c for c in cols if c not in ("policy", "load_point")]].mean(numeric_only=False)
+    view = view.reset_index().rename(columns=cols)
+    return view.to_string(index=False, float_format=lambda v: f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}")
+
+
+@cli.command("check")
+@click.argument("scenario", type=click.Path(path_type=Path))
+@overrides
+def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
+    """Validate a scenario (and the files it names) without running it."""
+    import numpy as np
+
+    from simulator.config import load_scenario
+    from simulator.hardware import load_hardware
+    from simulator.run import check_engine_limits, load_points, make_source
+    from simulator.systems import resolve_systems
+
+    scn = load_scenario(scenario, sets)
+    systems = resolve_systems(scn)
+    hw = load_hardware(scn, {s.drafter for s in systems})
+    for s in systems:
+        check_engine_limits(scn, s)
+        make_source(scn, s, np.random.default_rng(0))  # loads the profile or trace and checks the mix
+    points = load_points(scn)
+    m = scn.model
+    click.echo(f"{scenario}: ok")
+    click.echo(f"  systems ({len(systems)}): " + ", ".join(f"{s.name} [{s.drafter}, gamma {s.gamma}, {s.policy}]" for s in systems))
+    click.echo(f"  load points ({len(points)}): " + ", ".join(p.label for p in points))
+    click.echo(f"  runs: {len(systems) * len(points) * m.run.replicates} (x{m.run.replicates} seeds), "
+               f"{m.run.duration_s:g} s simulated each ({m.run.quick_duration_s:g} s with --quick)")
+    click.echo(f"  hardware: {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s), table "
+               f"{m.hardware.table}, KV capacity {hw.kv_capacity:,} tokens per replica")
+    click.echo(f"  acceptance: {m.acceptance.source} {m.acceptance.profile if m.acceptance.source == 'profile' else m.acceptance.trace or ''}"
+               f" ({m.acceptance.confidence} confidences); SLA targets {', '.join(f'{t:g}' for t in m.sla.tps_targets)} tok/s/user")
+
+
+@cli.command("list")
+def list_cmd() -> None:
+    """Show the built-in policies, drafters, acceptance profiles and hardware tables."""
+    from simulator.acceptance.profile import available_profiles, load_profile
+    from simulator.drafters import DRAFTER_KINDS
+    from simulator.policies import REGISTRY
+
+    click.echo("policies:")
+    for name, cls in sorted(REGISTRY.items()):
+        label = f"{name}-<{cls.positional}>" if cls.positional else name
+        click.echo(f"  {label:18s} {one_line(cls.__doc__ or '')}")
+    click.echo("  module:Class       a researcher's policy (docs/adding-a-policy.md)")
+    click.echo("drafters:")
+    for name, kind in DRAFTER_KINDS.items():
+        click.echo(f"  {name:18s} {kind.description}")
+    click.echo("acceptance profiles:")
+    for name in available_profiles():
+        try:
+            p = load_profile(name)
+            click.echo(f"  {name:18s} target {p.target}; drafters {', '.join(p.drafters)}; {len(p.domains)} benchmarks")
+        except UserError as exc:
+            click.echo(f"  {name:18s} (unreadable: {exc})")
+    click.echo("hardware tables (scenarios/hardware):")
+    hw_dir = Path(__file__).resolve().parents[1] / "scenarios" / "hardware"
+    for csv in sorted(hw_dir.glob("*.csv")):
+        click.echo(f"  {csv.name}")
+
+
+def one_line(doc: str) -> str:
+    """A docstring's first sentence without its leading ``name``: tag."""
+    text = " ".join(doc.split())
+    if text.startswith("``") and ": " in text:
+        text = text.split(": ", 1)[1]
+    first = text.split(". ")[0].rstrip(".")
+    return first[:100] + ("..." if len(first) > 100 else "")
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=False)
+    except UserError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if exc.exit_code == 2 else exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

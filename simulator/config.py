@@ -1,0 +1,334 @@
+"""Scenario files: the schema, validation with one-line errors, and command-line overrides.
+
+A scenario is YAML. Every field is validated on load; unknown keys are errors; a wrong or missing field stops with
+one line that names the file, the field path and what was expected. ``--set dotted.path=value`` (value parsed as
+YAML; list items by index, e.g. ``systems.0.gamma=5``) overrides fields before validation. Paths inside a scenario
+(tables, traces, profiles) are relative to the scenario file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from simulator.errors import UserError
+
+DRAFTERS = ("none", "mtp", "dspark", "dflash", "eagle3")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- lengths -----------------------------------------------------------------------------------------------------
+
+class FixedLength(Strict):
+    dist: Literal["fixed"] = "fixed"
+    value: PositiveInt = Field(description="every request has this many tokens")
+
+
+class UniformLength(Strict):
+    dist: Literal["uniform"]
+    low: PositiveInt
+    high: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.high < self.low:
+            raise ValueError("high must be >= low")
+        return self
+
+
+class LognormalLength(Strict):
+    dist: Literal["lognormal"]
+    median: PositiveFloat
+    sigma: PositiveFloat = Field(description="standard deviation of log length")
+    max: PositiveInt | None = Field(None, description="lengths above are clipped")
+
+
+class EmpiricalLength(Strict):
+    dist: Literal["empirical"]
+    trace: str = Field(description="Azure-format CSV (TIMESTAMP,ContextTokens,GeneratedTokens) to sample from")
+    column: Literal["ContextTokens", "GeneratedTokens"]
+    max: PositiveInt | None = None
+
+
+Length = Annotated[FixedLength | UniformLength | LognormalLength | EmpiricalLength, Field(discriminator="dist")]
+
+
+def _length_shorthand(v: Any) -> Any:
+    return {"dist": "fixed", "value": v} if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+# --- blocks ------------------------------------------------------------------------------------------------------
+
+class Hardware(Strict):
+    table: str = Field(description="step-time table T(B, K) of the target, CSV (see hw_profile)")
+    policy_table: str | None = Field(None, description="a (smoothed) copy the policy sees; the clock uses `table`")
+    drafter_tables: dict[str, str] = Field(default_factory=dict, description="drafter -> cost table; defaults from the table's sidecar")
+    replicas: PositiveInt = 1
+    gpus_per_replica: PositiveInt = Field(1, description="GPUs of one replica (its TP/EP size)")
+    router: Literal["round-robin", "least-loaded"] = "least-loaded"
+
+    @field_validator("drafter_tables")
+    @classmethod
+    def _known(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if k not in DRAFTERS or k == "none":
+                raise ValueError(f"unknown drafter {k!r}; expected one of {', '.join(DRAFTERS[1:])}")
+        return v
+
+
+class Engine(Strict):
+    max_running: PositiveInt = Field(256, description="max requests in the running batch of one replica")
+    max_batch_tokens: PositiveInt = Field(8192, description="max tokens in one forward (decode + prefill)")
+    kv_capacity_tokens: PositiveInt | None = Field(None, description="KV cache per replica, tokens; default: from the table's GPU memory and model")
+    prefill_chunk: PositiveInt = Field(2048, description="max prompt tokens of one request per step (chunked prefill)")
+    sched_stall_ms: NonNegativeFloat = Field(0.3, description="stall of policies that need this step's confidences before verify")
+
+
+class Acceptance(Strict):
+    source: str = Field("profile", description="'profile', 'trace', or package.module:Class")
+    profile: str = "paper-qwen3-8b"
+    trace: str | None = None
+    confidence: Literal["calibrated", "raw"] = "calibrated"
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of a plug-in source")
+
+    @model_validator(mode="after")
+    def _source(self) -> Acceptance:
+        if self.source == "trace" and not self.trace:
+            raise ValueError("source 'trace' needs a 'trace' path")
+        if self.source not in ("profile", "trace") and ":" not in self.source:
+            raise ValueError(f"source must be 'profile', 'trace' or module:Class, got {self.source!r}")
+        return self
+
+
+class DrafterDefault(Strict):
+    name: Literal["none", "mtp", "dspark", "dflash", "eagle3"] = "dspark"
+    gamma: PositiveInt = 7
+
+
+class System(Strict):
+    name: str | None = None
+    drafter: Literal["none", "mtp", "dspark", "dflash", "eagle3"] | None = None
+    gamma: PositiveInt | None = None
+    policy: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Workload(Strict):
+    mix: dict[str, PositiveFloat] = Field(default_factory=lambda: {"math": 1.0, "code": 1.0, "chat": 1.0},
+                                          description="domain or benchmark -> weight")
+    prompt: Length = Field(default_factory=lambda: FixedLength(value=512))
+    output: Length = Field(default_factory=lambda: FixedLength(value=256))
+
+    @field_validator("prompt", "output", mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return _length_shorthand(v)
+
+    @field_validator("mix")
+    @classmethod
+    def _nonempty(cls, v: dict[str, float]) -> dict[str, float]:
+        if not v:
+            raise ValueError("mix needs at least one entry")
+        return v
+
+
+class Frontier(Strict):
+    concurrency: list[PositiveInt] = Field(min_length=1, description="closed-loop users (whole deployment), one run each")
+
+
+class Segment(Strict):
+    duration_s: PositiveFloat
+    rate: NonNegativeFloat = Field(description="mean arrivals per second")
+
+
+class Traffic(Strict):
+    kind: Literal["poisson", "trace"]
+    rate: NonNegativeFloat | None = Field(None, description="poisson: constant arrivals per second")
+    segments: list[Segment] | None = Field(None, description="poisson: piecewise-constant rate (a tide), repeated to fill the run")
+    time_scale: PositiveFloat = Field(1.0, description="segments run this many times faster (a 24 h tide in minutes)")
+    trace: str | None = Field(None, description="trace: Azure-format CSV to replay")
+    rate_scale: PositiveFloat = Field(1.0, description="trace: replay at this multiple of the recorded arrival rate")
+    start_s: NonNegativeFloat = Field(0.0, description="trace: skip this much of the recording")
+    lengths_from_trace: bool = Field(True, description="trace: prompt and output lengths from the trace")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Traffic:
+        if self.kind == "poisson" and (self.rate is None) == (self.segments is None):
+            raise ValueError("poisson traffic needs exactly one of 'rate' or 'segments'")
+        if self.kind == "trace" and not self.trace:
+            raise ValueError("trace traffic needs a 'trace' path")
+        return self
+
+
+class Run(Strict):
+    duration_s: PositiveFloat = Field(300.0, description="simulated seconds per run")
+    warmup_s: NonNegativeFloat = Field(30.0, description="excluded from the metrics")
+    quick_duration_s: PositiveFloat = Field(20.0, description="--quick: simulated seconds per run")
+    quick_warmup_s: NonNegativeFloat = 4.0
+    replicates: PositiveInt = Field(1, description="seeds per load point")
+
+    @model_validator(mode="after")
+    def _warm(self) -> Run:
+        if self.warmup_s >= self.duration_s:
+            raise ValueError("warmup_s must be shorter than duration_s")
+        if self.quick_warmup_s >= self.quick_duration_s:
+            raise ValueError("quick_warmup_s must be shorter than quick_duration_s")
+        return self
+
+
+class SLA(Strict):
+    tps_targets: list[PositiveFloat] = Field(min_length=1, description="tokens/s/user; the first is the one sla_attainment uses")
+    baseline: str | None = Field(None, description="system the gains are measured against (default: mtp-1 if present)")
+
+
+class Scenario(Strict):
+    name: str | None = None
+    description: str = ""
+    seed: int = 0
+    hardware: Hardware
+    engine: Engine = Field(default_factory=Engine)
+    acceptance: Acceptance = Field(default_factory=Acceptance)
+    drafter: DrafterDefault = Field(default_factory=DrafterDefault, description="default drafter of systems that name none")
+    systems: list[str | System] = Field(min_length=1)
+    workload: Workload = Field(default_factory=Workload)
+    frontier: Frontier | None = None
+    traffic: Traffic | None = None
+    run: Run = Field(default_factory=Run)
+    sla: SLA = Field(default_factory=lambda: SLA(tps_targets=[80.0]))
+
+    @model_validator(mode="after")
+    def _load_points(self) -> Scenario:
+        if self.frontier is None and self.traffic is None:
+            raise ValueError("a scenario needs a 'frontier' (closed loop), a 'traffic' (open loop) or both")
+        return self
+
+
+# --- loading -----------------------------------------------------------------------------------------------------
+
+class LoadedScenario:
+    """A validated scenario and where it came from (for resolving relative paths)."""
+
+    def __init__(self, model: Scenario, path: Path, overrides: list[str]):
+        self.model = model
+        self.path = path
+        self.overrides = overrides
+
+    @property
+    def base(self) -> Path:
+        return self.path.parent
+
+    @property
+    def name(self) -> str:
+        return self.model.name or self.path.stem
+
+    def resolve(self, rel: str) -> Path:
+        p = Path(rel)
+        return p if p.is_absolute() else (self.base / p)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise UserError(f"--set {text!r}: expected dotted.path=value")
+    key, _, raw = text.partition("=")
+    if not key.strip():
+        raise UserError(f"--set {text!r}: empty field path")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise UserError(f"--set {key}: value is not valid YAML ({exc})") from None
+    return key.strip().split("."), value
+
+
+def apply_override(doc: dict, path: list[str], value: Any, text: str) -> None:
+    node: Any = doc
+    for i, part in enumerate(path):
+        last = i == len(path) - 1
+        if isinstance(node, list):
+            try:
+                idx = int(part)
+                node[idx]
+            except (ValueError, IndexError):
+                raise UserError(f"--set {text}: {'.'.join(path[:i + 1])}: expected a list index 0..{len(node) - 1}") from None
+            if last:
+                node[idx] = value
+            else:
+                if isinstance(node[idx], str):  # a shorthand system name becomes a mapping to edit
+                    node[idx] = {"policy": node[idx]}
+                node = node[idx]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, {})
+        else:
+            raise UserError(f"--set {text}: {'.'.join(path[:i])} is a value, not a mapping")
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("fixed", "uniform", "lognormal", "empirical", "str", "System"):
+            continue  # union-member tags pydantic adds
+        elif part.startswith("function-"):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def format_validation_error(path: Path, exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False)
+    # a system given as a mapping fails both the str and the System branch; report the System one
+    errors.sort(key=lambda e: 1 if (len(e["loc"]) > 2 and e["loc"][0] == "systems" and e["loc"][2] == "str") else 0)
+    err = errors[0]
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    got = err.get("input")
+    extra = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, dict | list) else f" (got {got!r})"
+    more = f" [+{len(errors) - 1} more]" if len(errors) > 1 else ""
+    return f"{path}: {_loc(err['loc'])}: {msg}{extra}{more}"
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedScenario:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: scenario file not found")
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        raise UserError(f"{path}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{path}: expected a mapping of scenario fields at the top level")
+    for text in overrides:
+        keys, value = parse_override(text)
+        apply_override(doc, keys, value, text)
+    try:
+        model = Scenario.model_validate(doc)
+    except ValidationError as exc:
+        raise UserError(format_validation_error(path, exc)) from None
+    return LoadedScenario(model, path, list(overrides))

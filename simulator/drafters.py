@@ -1,0 +1,58 @@
+"""Drafters: what each proposes per step and what the proposal costs.
+
+The drafter fixes the proposal length gamma and the draft cost; its acceptance comes from the acceptance source
+(a profile's entry of the same name). Costs are looked up in a drafter cost table T_d(B, K) (a generic
+transformer of the drafter's shape, see hw_profile/embedded.py):
+
+- parallel drafters (``dspark``, ``dflash``) run one pass over the block for every request: B = R x block tokens.
+  DSpark feeds gamma tokens (anchor + gamma-1 masks, paper 3.1); DFlash the anchor plus gamma masks. DSpark then
+  runs its sequential Markov head once per position, a small cost recorded with its table.
+- autoregressive drafters (``eagle3``, ``mtp``) run gamma passes of one token per request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hw_profile.table import StepTimeGrid
+
+
+@dataclass(frozen=True)
+class DrafterKind:
+    name: str
+    description: str
+    fixed_gamma: int | None  # none: 0, mtp: 1; others take the scenario's gamma
+    parallel: bool
+    extra_block_tokens: int = 0
+    confidence_head: bool = False
+
+
+DRAFTER_KINDS: dict[str, DrafterKind] = {
+    "none": DrafterKind("none", "no drafter: plain autoregressive decoding", 0, parallel=False),
+    "mtp": DrafterKind("mtp", "one-layer MTP module (DeepSeek-V3), one token", 1, parallel=False),
+    "dspark": DrafterKind("dspark", "DSpark: parallel backbone + Markov head + confidence head", None,
+                          parallel=True, confidence_head=True),
+    "dflash": DrafterKind("dflash", "DFlash: parallel backbone, no sequential or confidence head", None,
+                          parallel=True, extra_block_tokens=1),
+    "eagle3": DrafterKind("eagle3", "Eagle3-style one-layer autoregressive drafter", None, parallel=False),
+}
+
+
+@dataclass(frozen=True)
+class DraftCost:
+    kind: DrafterKind
+    grid: StepTimeGrid | None
+    seq_per_position_ms: float = 0.0
+    seq_per_row_position_ms: float = 0.0
+
+    def ms(self, rows: int, gamma: int, kv_tokens: float) -> float:
+        """Milliseconds to draft gamma tokens for each of ``rows`` requests holding ``kv_tokens`` in total."""
+        if self.grid is None or rows == 0 or gamma == 0:
+            return 0.0
+        curve = self.grid.curve(kv_tokens)
+        if self.kind.parallel:
+            t = float(curve(np.float64(rows * (gamma + self.kind.extra_block_tokens))))
+            return t + gamma * max(self.seq_per_position_ms, self.seq_per_row_position_ms * rows)
+        return gamma * float(curve(np.float64(rows)))

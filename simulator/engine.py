@@ -1,0 +1,373 @@
+"""The SimPy engine: a router over replicas, each a step-level continuous-batching loop with speculative decoding.
+
+One replica step (one SimPy timeout):
+
+1. admission: waiting requests join the running batch, oldest first, while the batch is under ``max_running`` and
+   the KV cache can reserve the request's context plus gamma + 1 lookahead slots;
+2. chunked prefill: requests still prefilling get up to ``prefill_chunk`` prompt tokens each, within what the
+   batch-token cap leaves after every decoding request's worst case (1 + gamma tokens);
+3. draft -> policy -> verify for the decoding requests: the acceptance source proposes confidences, the policy
+   picks prefix lengths l (R,), the source says how many are accepted;
+4. the clock advances by draft + scheduling stall (policies that need this step's confidences) + T(B, K), with
+   B = sum(1 + l) + prefill tokens and K = KV tokens read;
+5. each decoding request emits its accepted prefix plus one target token; a request whose prefill completes emits
+   its first token; finished requests leave; if the KV cache overflows, the most recently admitted request is
+   preempted and later recomputed (vLLM's default).
+
+Everything across the batch is numpy; there is no per-token Python loop.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+
+from hw_profile.table import StepTimeGrid
+from simulator.acceptance.base import AcceptanceSource
+from simulator.drafters import DraftCost
+from simulator.policies.base import Policy, PolicyView, checked_lengths
+
+
+class Growable:
+    """Columns of a log, appended one row (or many) at a time, grown geometrically."""
+
+    def __init__(self, columns: dict[str, type], capacity: int = 4096):
+        self.columns = columns
+        self.n = 0
+        self.capacity = capacity
+        self.data = {k: np.zeros(capacity, dtype=t) for k, t in columns.items()}
+
+    def _grow(self, need: int) -> None:
+        if need <= self.capacity:
+            return
+        self.capacity = max(need, 2 * self.capacity)
+        for k, v in self.data.items():
+            new = np.zeros(self.capacity, dtype=v.dtype)
+            new[: self.n] = v[: self.n]
+            self.data[k] = new
+
+    def append(self, **row) -> int:
+        i = self.n
+        if i >= self.capacity:
+            self._grow(i + 1)
+        d = self.data
+        for k, v in row.items():
+            d[k][i] = v
+        self.n = i + 1
+        return i
+
+    def extend(self, count: int, **cols) -> np.ndarray:
+        start = self.n
+        self._grow(start + count)
+        for k, v in cols.items():
+            self.data[k][start : start + count] = v
+        self.n = start + count
+        return np.arange(start, start + count)
+
+    def frame(self) -> dict[str, np.ndarray]:
+        return {k: v[: self.n].copy() for k, v in self.data.items()}
+
+
+REQUEST_COLUMNS = {
+    "arrival": np.float64, "prompt": np.int64, "output": np.int64, "mix": np.int64, "replica": np.int64,
+    "admitted": np.float64, "first_token": np.float64, "finish": np.float64, "generated": np.int64,
+    "preemptions": np.int64, "rejected": np.bool_,
+}
+STEP_COLUMNS = {
+    "replica": np.int64, "start": np.float64, "end": np.float64, "running": np.int64, "decoding": np.int64,
+    "prefill_tokens": np.int64, "prefill_done": np.int64, "batch_tokens": np.int64, "kv_tokens": np.int64,
+    "verified": np.int64, "accepted": np.int64, "emitted": np.int64, "draft_ms": np.float64,
+    "step_ms": np.float64, "queued": np.int64, "kv_used": np.int64,
+}
+
+
+class Requests(Growable):
+    def __init__(self):
+        super().__init__(REQUEST_COLUMNS)
+
+    def add(self, now: float, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> np.ndarray:
+        n = len(prompt)
+        return self.extend(n, arrival=now, prompt=prompt, output=output, mix=mix, replica=-1, admitted=np.nan,
+                           first_token=np.nan, finish=np.nan, generated=0, preemptions=0, rejected=False)
+
+
+class StepRate:
+    """SPS(B) for one step: the whole engine step rate with this step's draft, stall, prefill and K fixed."""
+
+    __slots__ = ("b_axis", "fixed_ms", "last_slope", "ms", "prefill")
+
+    def __init__(self, grid: StepTimeGrid, kv: float, prefill: int, fixed_ms: float):
+        curve = grid.curve(kv)
+        self.b_axis = curve.b_axis
+        self.ms = curve.ms
+        self.prefill = prefill
+        self.fixed_ms = fixed_ms
+        self.last_slope = max((self.ms[-1] - self.ms[-2]) / (self.b_axis[-1] - self.b_axis[-2]), 0.0) if len(self.ms) > 1 else 0.0
+
+    def step_ms(self, batch: np.ndarray | float) -> np.ndarray:
+        b = np.asarray(batch, dtype=float) + self.prefill
+        t = np.interp(b, self.b_axis, self.ms)
+        over = b > self.b_axis[-1]
+        if np.any(over):
+            t = np.where(over, self.ms[-1] + self.last_slope * (b - self.b_axis[-1]), t)
+        return t + self.fixed_ms
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        return 1000.0 / self.step_ms(batch)
+
+
+class Replica:
+    """One serving replica: its running batch (arrays of capacity max_running, oldest admitted first) and queue."""
+
+    def __init__(self, index: int, sim: Simulation, policy: Policy, policy_label: str):
+        self.index = index
+        self.sim = sim
+        self.env = sim.env
+        self.policy = policy
+        self.label = policy_label
+        cap = sim.max_running
+        self.ids = np.zeros(cap, dtype=np.int64)
+        self.prompt = np.zeros(cap, dtype=np.int64)
+        self.output = np.zeros(cap, dtype=np.int64)
+        self.generated = np.zeros(cap, dtype=np.int64)
+        self.to_prefill = np.zeros(cap, dtype=np.int64)  # tokens still to prefill (0 once decoding)
+        self.n = 0
+        self.queue: deque[int] = deque()
+        self.wake: simpy.Event | None = None
+        self.step_no = 0
+        self.idle_checks: list[tuple[float, int, int]] = []
+        self.process = self.env.process(self.loop())
+
+    # --- queue and admission --------------------------------------------------------------------------------
+    def enqueue(self, rid: int, front: bool = False) -> None:
+        (self.queue.appendleft if front else self.queue.append)(rid)
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+
+    @property
+    def load(self) -> int:
+        return self.n + len(self.queue)
+
+    def kv_used(self) -> int:
+        n = self.n
+        return int(self.prompt[:n].sum() + self.generated[:n].sum()) + n * self.sim.lookahead
+
+    def admit(self) -> None:
+        sim, req = self.sim, self.sim.requests.data
+        used = self.kv_used()
+        while self.queue and self.n < sim.max_running:
+            rid = self.queue[0]
+            need = int(req["prompt"][rid] + req["generated"][rid]) + sim.lookahead
+            if used + need > sim.kv_capacity:
+                break
+            self.queue.popleft()
+            i = self.n
+            self.ids[i] = rid
+            self.prompt[i] = req["prompt"][rid]
+            self.output[i] = req["output"][rid]
+            self.generated[i] = req["generated"][rid]
+            self.to_prefill[i] = need - sim.lookahead  # prompt, plus generated tokens when recomputing
+            if np.isnan(req["admitted"][rid]):
+                req["admitted"][rid] = self.env.now
+            self.n = i + 1
+            used += need
+
+    def preempt_overflow(self) -> None:
+        """Recompute preemption: while the cache overflows, evict the most recently admitted request."""
+        sim, req = self.sim, self.sim.requests.data
+        used = self.kv_used()
+        while used > sim.kv_capacity and self.n > 1:
+            i = self.n - 1
+            rid = int(self.ids[i])
+            used -= int(self.prompt[i] + self.generated[i]) + sim.lookahead
+            req["generated"][rid] = self.generated[i]
+            req["preemptions"][rid] += 1
+            sim.preemptions += 1
+            self.n = i
+            self.enqueue(rid, front=True)
+
+    # --- the loop -------------------------------------------------------------------------------------------
+    def loop(self):
+        env = self.env
+        while True:
+            self.admit()
+            if self.n == 0:
+                # idle: by construction nothing in the queue could run (the invariant checker verifies it)
+                self.idle_checks.append((env.now, len(self.queue), self.n))
+                self.wake = env.event()
+                yield self.wake
+                self.wake = None
+                continue
+            yield from self.step()
+
+    def step(self):
+        env, sim = self.env, self.sim
+        n, gamma = self.n, sim.gamma
+        start = env.now
+        kv_used = self.kv_used()
+        prefilling = self.to_prefill[:n] > 0
+        any_prefill = bool(prefilling.any())
+        decode = ~prefilling if any_prefill else None
+        dec_idx = np.flatnonzero(decode) if any_prefill else None
+        rows = n - int(prefilling.sum()) if any_prefill else n
+
+        remaining = (self.output[:n] - self.generated[:n]) if not any_prefill else (self.output[dec_idx] - self.generated[dec_idx])
+        maxl = np.minimum(gamma, remaining - 1)
+        # chunked prefill in admission order, after reserving every decoding request's worst case
+        chunks = None
+        prefill_tokens = 0
+        if any_prefill:
+            budget = sim.max_batch_tokens - int((1 + maxl).sum())
+            want = np.minimum(self.to_prefill[:n], sim.prefill_chunk) * prefilling
+            chunks = np.clip(budget - (np.cumsum(want) - want), 0, want)
+            prefill_tokens = int(chunks.sum())
+        context = self.prompt[:n] + self.generated[:n]
+        kv = int(context.sum()) if not any_prefill else int(context[decode].sum() + (context - self.to_prefill[:n])[prefilling].sum())
+
+        draft_ms = sim.draft.ms(rows, gamma, kv)
+        stall = sim.stall_ms if (self.policy.sync_stall and rows) else 0.0
+        if rows and gamma:
+            ids = self.ids[:n] if not any_prefill else self.ids[dec_idx]
+            proposal = sim.source.propose(ids)
+            conf = proposal.confidence
+            if maxl.min() < gamma:
+                conf = conf * (np.arange(gamma)[None, :] < maxl[:, None])
+            sps = StepRate(sim.policy_grid, kv, prefill_tokens, draft_ms + stall)
+            view = PolicyView(conf, remaining, context if not any_prefill else context[dec_idx], sps, gamma,
+                              self.step_no, proposal.outcome if self.policy.needs_outcome else None)
+            lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
+            accepted = sim.source.verify(proposal, lengths)
+            verified = int(lengths.sum())
+        else:
+            verified = 0
+        batch = rows + verified + prefill_tokens
+        step_ms = draft_ms + stall + float(sim.clock_curve_ms(kv, batch))
+        yield env.timeout(step_ms * 1e-3)
+        now = env.now
+
+        # apply the step's outcome
+        req = sim.requests.data
+        emitted = 0
+        acc_sum = 0
+        if rows:
+            if gamma:
+                acc_sum = int(accepted.sum())
+                self.policy.observe(lengths, accepted)
+            else:
+                accepted = 0
+            emitted = acc_sum + rows
+            if any_prefill:
+                self.generated[dec_idx] += accepted + 1
+            else:
+                self.generated[:n] += accepted + 1
+        done_prefill = 0
+        if any_prefill:
+            self.to_prefill[:n] -= chunks
+            completed = prefilling & (self.to_prefill[:n] == 0)
+            done_prefill = int(completed.sum())
+            if done_prefill:
+                self.generated[:n] += completed  # the prefill's last position yields one token
+                first = self.ids[:n][completed]
+                fresh = first[np.isnan(req["first_token"][first])]
+                req["first_token"][fresh] = now
+        sim.steps.append(replica=self.index, start=start, end=now, running=n, decoding=rows,
+                         prefill_tokens=prefill_tokens, prefill_done=done_prefill, batch_tokens=batch,
+                         kv_tokens=kv, verified=verified, accepted=acc_sum, emitted=emitted + done_prefill,
+                         draft_ms=draft_ms, step_ms=step_ms, queued=len(self.queue), kv_used=kv_used)
+        self.step_no += 1
+
+        finished = self.generated[:n] >= self.output[:n]
+        if finished.any():
+            gone = self.ids[:n][finished]
+            req["finish"][gone] = now
+            req["generated"][gone] = self.generated[:n][finished]
+            keep = ~finished
+            m = int(keep.sum())
+            for arr in (self.ids, self.prompt, self.output, self.generated, self.to_prefill):
+                arr[:m] = arr[:n][keep]
+            self.n = m
+            sim.source.detach(gone)
+            sim.on_finish(len(gone))
+        self.preempt_overflow()
+
+
+class Router:
+    def __init__(self, replicas: list[Replica], kind: str):
+        self.replicas = replicas
+        self.kind = kind
+        self._next = 0
+
+    def pick(self) -> Replica:
+        if self.kind == "round-robin":
+            r = self.replicas[self._next % len(self.replicas)]
+            self._next += 1
+            return r
+        return min(self.replicas, key=lambda r: r.load)  # ties: lowest index
+
+
+class Simulation:
+    """One run: an environment, replicas, a router, the request and step logs."""
+
+    def __init__(self, *, gamma: int, source: AcceptanceSource, draft: DraftCost, clock: StepTimeGrid,
+                 policy_grid: StepTimeGrid, make_policy: Callable[[], Policy], policy_label: str, replicas: int,
+                 router: str, max_running: int, max_batch_tokens: int, kv_capacity: int, prefill_chunk: int,
+                 stall_ms: float):
+        self.env = simpy.Environment()
+        self.gamma = gamma
+        self.lookahead = gamma + 1
+        self.source = source
+        self.draft = draft
+        self.clock = clock
+        self.policy_grid = policy_grid
+        self.max_running = max_running
+        self.max_batch_tokens = max_batch_tokens
+        self.kv_capacity = kv_capacity
+        self.prefill_chunk = prefill_chunk
+        self.stall_ms = stall_ms
+        self.requests = Requests()
+        self.steps = Growable(STEP_COLUMNS)
+        self.preemptions = 0
+        self.rejected = 0
+        self.replicas = [Replica(i, self, make_policy(), policy_label) for i in range(replicas)]
+        self.router = Router(self.replicas, router)
+        self.on_finish: Callable[[int], None] = lambda count: None
+
+    def clock_curve_ms(self, kv: float, batch: int) -> float:
+        return float(self.clock.curve(kv)(np.float64(batch)))
+
+    def submit(self, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> None:
+        """New requests arrive now: log them, tell the source, route them."""
+        ids = self.requests.add(self.env.now, prompt, output, mix)
+        self.source.attach(ids, mix)
+        req = self.requests.data
+        for rid in ids:
+            if req["prompt"][rid] + req["output"][rid] + self.lookahead > self.kv_capacity:
+                req["rejected"][rid] = True  # could never fit, even alone
+                self.rejected += 1
+                continue
+            rep = self.router.pick()
+            req["replica"][rid] = rep.index
+            rep.enqueue(int(rid))
+
+    def closed_loop(self, users: int, draw: Callable[[int], tuple]) -> None:
+        self.on_finish = lambda count: self.submit(*draw(count))
+        self.submit(*draw(users))
+
+    def open_loop(self, times: np.ndarray, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> None:
+        def arrivals():
+            i, n = 0, len(times)
+            while i < n:
+                t = times[i]
+                if t > self.env.now:
+                    yield self.env.timeout(t - self.env.now)
+                j = int(np.searchsorted(times, self.env.now, side="right"))  # everything due by now, at once
+                self.submit(prompt[i:j], output[i:j], mix[i:j])
+                i = j
+
+        self.env.process(arrivals())
+
+    def run(self, until: float) -> None:
+        self.env.run(until=until)

@@ -1,0 +1,83 @@
+"""The hardware a scenario runs on: the target's step-time table (and the policy's copy), drafter costs and the
+KV capacity of one replica."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hw_profile.shapes import ModelShape
+from hw_profile.table import StepTable, StepTimeGrid, TableError
+from simulator.config import LoadedScenario
+from simulator.drafters import DRAFTER_KINDS, DraftCost
+from simulator.errors import UserError
+
+GPU_MEMORY_UTILISATION = 0.90  # share of GPU memory the serving engine may take (vLLM's default)
+
+
+@dataclass
+class Hardware:
+    table: StepTable
+    clock: StepTimeGrid
+    policy: StepTimeGrid
+    draft: dict[str, DraftCost]
+    kv_capacity: int
+    gpus_per_replica: int
+    replicas: int
+    energy: StepTimeGrid | None
+
+
+def _read(path: Path, field: str) -> StepTable:
+    try:
+        return StepTable.read(path)
+    except TableError as exc:
+        raise UserError(f"{field}: {exc}") from None
+
+
+def default_kv_capacity(table: StepTable, gpus: int) -> int | None:
+    """KV tokens that fit beside the weights, from the table's metadata (GPU memory and model shape)."""
+    meta = table.meta
+    try:
+        mem = float(meta["gpu"]["memory_gb"]) * 1e9 * gpus
+        shape = ModelShape(**meta["model_shape"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    weights = shape.matmul_params + (0 if shape.tie_embeddings else shape.vocab * shape.hidden)  # + embedding
+    free = mem * GPU_MEMORY_UTILISATION - weights * 2.0
+    return int(free / shape.kv_bytes_per_token) if free > 0 else None
+
+
+def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
+    hw = scn.model.hardware
+    table = _read(scn.resolve(hw.table), "hardware.table")
+    policy = _read(scn.resolve(hw.policy_table), "hardware.policy_table").grid if hw.policy_table else table.grid
+    sidecar = table.meta.get("drafter_tables", {}) if isinstance(table.meta.get("drafter_tables"), dict) else {}
+    draft: dict[str, DraftCost] = {}
+    for name in sorted(drafters):
+        kind = DRAFTER_KINDS[name]
+        if name == "none":
+            draft[name] = DraftCost(kind, None)
+            continue
+        if name in hw.drafter_tables:
+            path, field, head = scn.resolve(hw.drafter_tables[name]), f"hardware.drafter_tables.{name}", {}
+        elif name in sidecar:
+            entry = sidecar[name]
+            path = scn.resolve(hw.table).parent / entry["table"]
+            field, head = f"hardware.table (sidecar drafter_tables.{name})", entry.get("sequential_head", {})
+        else:
+            raise UserError(
+                f"{scn.path}: hardware.drafter_tables.{name}: no cost table for drafter {name!r} "
+                f"(give one, or use a table whose sidecar lists drafter_tables)"
+            )
+        dt = _read(path, field)
+        head = head or dt.meta.get("sequential_head", {})
+        draft[name] = DraftCost(kind, dt.grid, float(head.get("per_position_ms", 0.0)),
+                                float(head.get("per_row_position_ms", 0.0)))
+    kv = scn.model.engine.kv_capacity_tokens or default_kv_capacity(table, hw.gpus_per_replica)
+    if kv is None:
+        raise UserError(
+            f"{scn.path}: engine.kv_capacity_tokens: required, since table {hw.table} does not record its GPU "
+            "memory and model shape"
+        )
+    return Hardware(table=table, clock=table.grid, policy=policy, draft=draft, kv_capacity=int(kv),
+                    gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=table.energy_grid)

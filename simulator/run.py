@@ -1,0 +1,177 @@
+"""One run: a system at one load point with one seed, from scenario to a row of runs.csv."""
+
+from __future__ import annotations
+
+import importlib
+import time
+import zlib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.acceptance.base import AcceptanceSource, NoDrafts
+from simulator.acceptance.profile import ProfileSource, load_profile
+from simulator.acceptance.trace import TraceSource
+from simulator.config import LoadedScenario
+from simulator.engine import Simulation
+from simulator.errors import UserError
+from simulator.hardware import Hardware, load_hardware
+from simulator.metrics import request_metrics, saturated, step_metrics
+from simulator.policies import make_policy
+from simulator.systems import SystemSpec
+from simulator.workload import RequestMaker, open_loop_arrivals
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """Closed loop with ``concurrency`` users, or the scenario's open-loop traffic (concurrency None)."""
+
+    concurrency: int | None
+
+    @property
+    def label(self) -> str:
+        return f"closed-{self.concurrency}" if self.concurrency is not None else "open"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    system: SystemSpec
+    point: LoadPoint
+    seed: int
+    quick: bool
+
+
+def load_points(scn: LoadedScenario) -> list[LoadPoint]:
+    pts = [LoadPoint(c) for c in (scn.model.frontier.concurrency if scn.model.frontier else [])]
+    if scn.model.traffic is not None:
+        pts.append(LoadPoint(None))
+    return pts
+
+
+def _stream(seed: int, *words: str) -> np.random.Generator:
+    """An independent generator per (seed, words): systems at one load point share the workload's stream
+    (common random numbers) and differ only in their own acceptance stream."""
+    return np.random.default_rng(np.random.SeedSequence([seed & 0xFFFFFFFF, *(zlib.crc32(w.encode()) for w in words)]))
+
+
+@lru_cache(maxsize=4)
+def _hardware(scn: LoadedScenario, drafters: frozenset[str]) -> Hardware:
+    return load_hardware(scn, set(drafters))
+
+
+def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generator) -> AcceptanceSource:
+    acc = scn.model.acceptance
+    mix = list(scn.model.workload.mix)
+    calibrated = acc.confidence == "calibrated"
+    drafter = system.drafter
+    if drafter == "none":
+        return NoDrafts()
+    if acc.source == "profile":
+        return ProfileSource(load_profile(acc.profile, scn.base), drafter, system.gamma, mix, calibrated, rng)
+    if acc.source == "trace":
+        return TraceSource(scn.resolve(acc.trace), drafter, system.gamma, mix, calibrated, rng)
+    module, _, attr = acc.source.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"{scn.path}: acceptance.source: cannot import {acc.source!r} ({exc})") from None
+    return cls(scenario=scn, drafter=drafter, gamma=system.gamma, mix=mix, calibrated=calibrated, rng=rng, **acc.options)
+
+
+def check_engine_limits(scn: LoadedScenario, system: SystemSpec) -> None:
+    eng = scn.model.engine
+    worst = eng.max_running * (1 + system.gamma)
+    if worst > eng.max_batch_tokens:
+        raise UserError(
+            f"{scn.path}: engine.max_batch_tokens: {eng.max_batch_tokens} cannot hold a full batch of system "
+            f"{system.name!r}: max_running x (1 + gamma) = {eng.max_running} x {1 + system.gamma} = {worst}"
+        )
+
+
+def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, float, float]:
+    m = scn.model
+    check_engine_limits(scn, spec.system)
+    hw = _hardware(scn, frozenset({spec.system.drafter}))
+    duration = m.run.quick_duration_s if spec.quick else m.run.duration_s
+    warmup = m.run.quick_warmup_s if spec.quick else m.run.warmup_s
+    source = make_source(scn, spec.system, _stream(spec.seed, spec.point.label, "acceptance", spec.system.name))
+    sim = Simulation(
+        gamma=0 if spec.system.drafter == "none" else spec.system.gamma,
+        source=source,
+        draft=hw.draft[spec.system.drafter],
+        clock=hw.clock,
+        policy_grid=hw.policy,
+        make_policy=lambda: make_policy(spec.system.policy, spec.system.params),
+        policy_label=spec.system.name,
+        replicas=hw.replicas,
+        router=m.hardware.router,
+        max_running=m.engine.max_running,
+        max_batch_tokens=m.engine.max_batch_tokens,
+        kv_capacity=hw.kv_capacity,
+        prefill_chunk=m.engine.prefill_chunk,
+        stall_ms=m.engine.sched_stall_ms,
+    )
+    maker = RequestMaker(m.workload, scn.resolve, _stream(spec.seed, spec.point.label, "workload"))
+    if spec.point.concurrency is not None:
+        sim.closed_loop(spec.point.concurrency, maker.draw)
+    else:
+        arr = open_loop_arrivals(m.traffic, maker, duration, scn.resolve, _stream(spec.seed, "arrivals"))
+        sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix)
+    return sim, hw, duration, warmup
+
+
+def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None) -> tuple[dict, Simulation]:
+    """Run and summarise. Returns the runs.csv row and the simulation (its logs)."""
+    t0 = time.perf_counter()
+    sim, hw, duration, warmup = build(scn, spec)
+    sim.run(until=duration)
+    wall = time.perf_counter() - t0
+    m = scn.model
+    req, steps = sim.requests.frame(), sim.steps.frame()
+    gpus = hw.replicas * hw.gpus_per_replica
+    row = {
+        "policy": spec.system.name,
+        "policy_impl": spec.system.policy,
+        "drafter": spec.system.drafter,
+        "gamma": spec.system.gamma,
+        "seed": spec.seed,
+        "load_point": spec.point.label,
+        "concurrency": spec.point.concurrency,
+        "arrival_rate": (len(req["arrival"]) / duration) if spec.point.concurrency is None else None,
+        "replicas": hw.replicas,
+        "gpus": gpus,
+        "quick": spec.quick,
+    }
+    row.update(step_metrics(steps, warmup, duration, gpus, hw.energy, hw.clock))
+    row.update(request_metrics(req, warmup, duration, m.sla.tps_targets[0]))
+    row.update({
+        "preemptions": sim.preemptions,
+        "rejected": sim.rejected,
+        "saturated": spec.point.concurrency is None and saturated(steps, duration, hw.replicas, m.engine.max_running),
+        "steps": len(steps["end"]),
+        "sim_seconds": duration,
+        "wall_seconds": wall,
+    })
+    if records_dir is not None:
+        write_records(records_dir, spec, req, steps, m.workload.mix)
+    return row, sim
+
+
+def records_stem(spec: RunSpec) -> str:
+    quick = "-quick" if spec.quick else ""
+    return f"{spec.system.name}__{spec.point.label}__seed{spec.seed}{quick}"
+
+
+def write_records(out: Path, spec: RunSpec, req: dict, steps: dict, mix: dict) -> None:
+    from hw_profile.files import atomic_write
+
+    stem = records_stem(spec)
+    rdf = pd.DataFrame(req)
+    rdf.insert(0, "request", np.arange(len(rdf)))
+    rdf["mix"] = np.array(list(mix))[rdf["mix"].to_numpy()]
+    atomic_write(out / f"{stem}.requests.parquet", lambda p: rdf.to_parquet(p, index=False))
+    sdf = pd.DataFrame(steps)
+    atomic_write(out / f"{stem}.steps.parquet", lambda p: sdf.to_parquet(p, index=False))

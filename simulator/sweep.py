@@ -1,0 +1,181 @@
+"""All runs of a scenario: (system x load point x seed), on a local process pool, resumable.
+
+Each finished run is stored at once as ``DIR/.runs/<key>.json``, where the key hashes everything that determines
+its numbers: the scenario's settings (not its list of systems or load points, so adding one keeps the others), the
+run's system, load point, seed and quick flag, the content of every file it reads (tables, profile, traces) and
+the simulator's own source. Re-running the same command skips what is stored; an interrupted sweep loses nothing.
+``runs.csv`` is then assembled from the store in scenario order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+import hw_profile
+import simulator
+from hw_profile.files import atomic_write, atomic_write_text
+from simulator.acceptance.profile import resolve_profile_path
+from simulator.config import LoadedScenario
+from simulator.run import RunSpec, load_points, run_one
+from simulator.systems import resolve_systems
+
+RUN_COLUMNS = [
+    "policy", "policy_impl", "drafter", "gamma", "seed", "load_point", "concurrency", "arrival_rate", "replicas",
+    "gpus", "quick", "throughput_per_gpu", "tps_per_user", "tps_per_user_p50", "tps_per_user_p10", "ttft_p50",
+    "ttft_p99", "tpot_p50", "sla_attainment", "mean_verify_budget", "tau", "mean_running", "joules_per_token",
+    "requests", "preemptions", "rejected", "saturated", "steps", "sim_seconds", "wall_seconds",
+]
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else "missing"
+
+
+def _code_digest() -> str:
+    h = hashlib.sha256()
+    for pkg in (simulator, hw_profile):
+        root = Path(pkg.__file__).parent
+        for f in sorted(root.rglob("*.py")):
+            h.update(f.relative_to(root).as_posix().encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def input_files(scn: LoadedScenario) -> list[Path]:
+    m = scn.model
+    files = [scn.resolve(m.hardware.table)]
+    table_dir = files[0].parent
+    files += sorted(table_dir.glob(files[0].stem + ".*")) if files[0].is_file() else []  # sidecar, drafter tables
+    files += [scn.resolve(p) for p in [m.hardware.policy_table, *m.hardware.drafter_tables.values()] if p]
+    if m.acceptance.source == "profile":
+        try:
+            files.append(resolve_profile_path(m.acceptance.profile, scn.base))
+        except Exception:  # reported properly when the run starts
+            pass
+    if m.acceptance.trace:
+        files.append(scn.resolve(m.acceptance.trace))
+    if m.traffic is not None and m.traffic.trace:
+        files.append(scn.resolve(m.traffic.trace))
+    for length in (m.workload.prompt, m.workload.output):
+        if getattr(length, "trace", None):
+            files.append(scn.resolve(length.trace))
+    return files
+
+
+@dataclass
+class Sweep:
+    scn: LoadedScenario
+    specs: list[RunSpec]
+    out: Path
+    records: Path | None = None
+
+    @classmethod
+    def plan(cls, scn: LoadedScenario, out: Path, quick: bool, seed: int | None, replicates: int | None,
+             records: Path | None = None) -> Sweep:
+        systems = resolve_systems(scn)
+        base_seed = scn.model.seed if seed is None else seed
+        reps = replicates or scn.model.run.replicates
+        specs = [RunSpec(system, point, base_seed + r, quick)
+                 for r in range(reps) for system in systems for point in load_points(scn)]
+        return cls(scn, specs, out, records)
+
+    @property
+    def store(self) -> Path:
+        return self.out / ".runs"
+
+    def _base_key(self) -> dict:
+        m = self.scn.model.model_dump(mode="json")
+        for k in ("systems", "frontier", "traffic", "name", "description", "seed"):
+            m.pop(k, None)
+        m["run"].pop("replicates", None)
+        return {"scenario": m, "files": {p.name: _file_digest(p) for p in input_files(self.scn)},
+                "code": _code_digest()}
+
+    def keys(self) -> list[str]:
+        base = self._base_key()
+        traffic = self.scn.model.traffic.model_dump(mode="json") if self.scn.model.traffic else None
+        out = []
+        for s in self.specs:
+            doc = {**base, "system": s.system.key(), "seed": s.seed, "quick": s.quick,
+                   "point": s.point.concurrency if s.point.concurrency is not None else traffic}
+            out.append(hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20])
+        return out
+
+    def pending(self) -> list[tuple[RunSpec, str]]:
+        return [(s, k) for s, k in zip(self.specs, self.keys(), strict=True) if not (self.store / f"{k}.json").is_file()]
+
+    def execute(self, jobs: int, progress: Callable[[int, int], object] | None = None) -> int:
+        """Run what is not stored yet. Returns how many runs were executed."""
+        todo = self.pending()
+        self.store.mkdir(parents=True, exist_ok=True)
+        if not todo:
+            return 0
+        bar = progress(len(todo), len(self.specs)) if progress else None
+        if jobs <= 1 or len(todo) == 1:
+            for spec, key in todo:
+                _store(self.store / f"{key}.json", _run(self.scn, spec, self.records))
+                if bar:
+                    bar.update(1)
+        else:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+                futures = {pool.submit(_run, self.scn, spec, self.records): key for spec, key in todo}
+                try:
+                    pending = set(futures)
+                    while pending:
+                        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                        for f in done:
+                            _store(self.store / f"{futures[f]}.json", f.result())
+                            if bar:
+                                bar.update(1)
+                except BaseException:
+                    for f in futures:
+                        f.cancel()
+                    raise
+        if bar:
+            bar.close()
+        return len(todo)
+
+    def results(self) -> pd.DataFrame:
+        rows = []
+        for key in self.keys():
+            path = self.store / f"{key}.json"
+            if path.is_file():
+                rows.append(json.loads(path.read_text()))
+        df = pd.DataFrame(rows)
+        if df.empty:
+            return pd.DataFrame(columns=RUN_COLUMNS)
+        return df[[c for c in RUN_COLUMNS if c in df.columns] + [c for c in df.columns if c not in RUN_COLUMNS]]
+
+    def write_runs_csv(self) -> Path:
+        df = self.results()
+        path = self.out / "runs.csv"
+        atomic_write(path, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
+        return path
+
+
+def _run(scn: LoadedScenario, spec: RunSpec, records: Path | None) -> dict:
+    row, _ = run_one(scn, spec, records)
+    return row
+
+
+def _store(path: Path, row: dict) -> None:
+    atomic_write_text(path, json.dumps(row, default=_json_default) + "\n")
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"cannot store {type(o).__name__}")
+
+
+def default_jobs() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+

@@ -1,0 +1,178 @@
+"""Requests: when they arrive, how long their prompts and outputs are, and which domain they belong to.
+
+Open loop: all arrivals are drawn up front (Poisson at a constant or piecewise-constant rate, or replayed from an
+Azure-format trace). Closed loop: N users each keep one request in flight; ``RequestMaker`` draws the next request
+whenever one finishes. Everything is vectorised and driven by the run's seeded generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.config import (
+    EmpiricalLength,
+    FixedLength,
+    LognormalLength,
+    Traffic,
+    UniformLength,
+    Workload,
+)
+from simulator.errors import UserError
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+@lru_cache(maxsize=8)
+def read_azure_trace(path: Path) -> pd.DataFrame:
+    """An Azure LLM inference trace: seconds since its first request, prompt and output tokens."""
+    if not path.is_file():
+        raise UserError(f"{path}: trace not found")
+    try:
+        df = pd.read_csv(path)
+    except Exception as exc:  # pandas raises many kinds for unreadable files
+        raise UserError(f"{path}: not a readable CSV ({type(exc).__name__}: {exc})") from None
+    missing = [c for c in AZURE_COLUMNS if c not in df.columns]
+    if missing:
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)}; expected {','.join(AZURE_COLUMNS)}")
+    ts = pd.to_datetime(df["TIMESTAMP"], errors="coerce")
+    if ts.isna().any():
+        line = int(np.flatnonzero(ts.isna().to_numpy())[0]) + 2
+        raise UserError(f"{path}: line {line}: TIMESTAMP is not a date-time")
+    out = pd.DataFrame({
+        "t": (ts - ts.min()).dt.total_seconds().to_numpy(),
+        "prompt": pd.to_numeric(df["ContextTokens"], errors="coerce"),
+        "output": pd.to_numeric(df["GeneratedTokens"], errors="coerce"),
+    })
+    bad = out[["prompt", "output"]].isna().any(axis=1) | (out["prompt"] < 0) | (out["output"] < 0)
+    if bad.any():
+        line = int(np.flatnonzero(bad.to_numpy())[0]) + 2
+        raise UserError(f"{path}: line {line}: ContextTokens and GeneratedTokens must be non-negative integers")
+    out = out.sort_values("t", kind="stable").reset_index(drop=True)
+    out["prompt"] = out["prompt"].clip(lower=1).astype(np.int64)
+    out["output"] = out["output"].clip(lower=1).astype(np.int64)
+    return out
+
+
+class LengthSampler:
+    def __init__(self, spec, resolve):
+        self.spec = spec
+        if isinstance(spec, EmpiricalLength):
+            col = "prompt" if spec.column == "ContextTokens" else "output"
+            self.values = read_azure_trace(resolve(spec.trace))[col].to_numpy()
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        s = self.spec
+        if isinstance(s, FixedLength):
+            out = np.full(n, s.value, dtype=np.int64)
+        elif isinstance(s, UniformLength):
+            out = rng.integers(s.low, s.high + 1, n)
+        elif isinstance(s, LognormalLength):
+            out = np.maximum(1, np.round(s.median * np.exp(s.sigma * rng.standard_normal(n)))).astype(np.int64)
+        else:
+            out = self.values[rng.integers(0, len(self.values), n)]
+        cap = getattr(s, "max", None)
+        return np.minimum(out, cap) if cap else out
+
+    def mean(self) -> float:
+        s = self.spec
+        if isinstance(s, FixedLength):
+            return float(s.value)
+        if isinstance(s, UniformLength):
+            return (s.low + s.high) / 2
+        if isinstance(s, LognormalLength):
+            return float(s.median * np.exp(s.sigma**2 / 2))
+        return float(self.values.mean())
+
+
+@dataclass
+class Arrivals:
+    """Requests drawn up front, sorted by arrival time (seconds)."""
+
+    time: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    mix: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.time)
+
+
+class RequestMaker:
+    """Draws prompt/output lengths and mix entries for new requests."""
+
+    def __init__(self, workload: Workload, resolve, rng: np.random.Generator):
+        self.keys = list(workload.mix)
+        w = np.array(list(workload.mix.values()), dtype=float)
+        self.weights = w / w.sum()
+        self.prompt = LengthSampler(workload.prompt, resolve)
+        self.output = LengthSampler(workload.output, resolve)
+        self.rng = rng
+
+    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        mix = self.rng.choice(len(self.keys), size=n, p=self.weights)
+        return self.prompt.sample(n, self.rng), self.output.sample(n, self.rng), mix
+
+
+def poisson_times(rate_segments: list[tuple[float, float]], duration: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times of a Poisson process whose rate is piecewise constant: [(segment seconds, rate)], cycled until
+    ``duration``."""
+    times = []
+    t0 = 0.0
+    period = sum(d for d, _ in rate_segments)
+    if period <= 0:
+        return np.zeros(0)
+    while t0 < duration:
+        for seg, rate in rate_segments:
+            end = min(t0 + seg, duration)
+            if end > t0 and rate > 0:
+                n = rng.poisson(rate * (end - t0))
+                times.append(np.sort(rng.uniform(t0, end, n)))
+            t0 += seg
+            if t0 >= duration:
+                break
+    return np.concatenate(times) if times else np.zeros(0)
+
+
+def open_loop_arrivals(traffic: Traffic, maker: RequestMaker, duration: float, resolve,
+                       rng: np.random.Generator) -> Arrivals:
+    if traffic.kind == "poisson":
+        segments = [(duration, traffic.rate)] if traffic.rate is not None else [
+            (s.duration_s / traffic.time_scale, s.rate) for s in traffic.segments
+        ]
+        t = poisson_times(segments, duration, rng)
+        prompt, output, mix = maker.draw(len(t))
+        return Arrivals(t, prompt, output, mix)
+    trace = read_azure_trace(resolve(traffic.trace))
+    t = (trace["t"].to_numpy() - traffic.start_s) / traffic.rate_scale
+    keep = (t >= 0) & (t < duration)
+    t = t[keep]
+    prompt, output, mix = maker.draw(len(t))
+    if traffic.lengths_from_trace:
+        prompt = trace["prompt"].to_numpy()[keep]
+        output = trace["output"].to_numpy()[keep]
+    return Arrivals(t, prompt, output, mix)
+
+
+def traffic_rate_curve(traffic: Traffic, duration: float, resolve, bins: int = 60) -> tuple[np.ndarray, np.ndarray]:
+    """Expected arrivals per second over time (bin centres, rate), for reports."""
+    edges = np.linspace(0.0, duration, bins + 1)
+    if traffic.kind == "poisson":
+        if traffic.rate is not None:
+            return (edges[:-1] + edges[1:]) / 2, np.full(bins, traffic.rate)
+        starts, rates, t0 = [], [], 0.0
+        while t0 < duration:
+            for s in traffic.segments:
+                starts.append(t0)
+                rates.append(s.rate)
+                t0 += s.duration_s / traffic.time_scale
+        idx = np.searchsorted(np.array(starts), (edges[:-1] + edges[1:]) / 2, side="right") - 1
+        return (edges[:-1] + edges[1:]) / 2, np.array(rates)[idx]
+    trace = read_azure_trace(resolve(traffic.trace))
+    t = (trace["t"].to_numpy() - traffic.start_s) / traffic.rate_scale
+    counts, _ = np.histogram(t, bins=edges)
+    return (edges[:-1] + edges[1:]) / 2, counts / np.diff(edges)
