@@ -94,7 +94,7 @@ class StepTable:
             if col not in df.columns:
                 df[col] = np.nan
         df["status"] = df["status"].fillna("ok").astype(str)
-        df["throttle_reasons"] = df["throttle_reasons"].fillna("").astype(str)
+        df["throttle_reasons"] = df["throttle_reasons"].map(lambda v: "" if pd.isna(v) else str(v))
         ok = df["status"] == "ok"
         for col in ("batch_tokens", "kv_tokens", "step_ms"):
             vals = pd.to_numeric(df.loc[ok, col], errors="coerce")
@@ -248,20 +248,45 @@ def _fill_missing(b_axis: np.ndarray, ms: np.ndarray) -> np.ndarray:
         if len(cols) >= 2:
             inside = np.arange(cols[0], cols[-1] + 1)
             ms[j, inside] = np.interp(b_axis[inside], b_axis[cols], ms[j, cols])
-    # 2. row ends: continue along f(B) of the additive fit T ~ f(B) + g(K)
+    # 2. row ends: continue along f(B) of the additive fit T ~ f(B) + g(K). f(B) - f(B') is only determined when
+    #    columns B and B' are linked through measured cells; otherwise continue the row's own last segment.
     kj, bi = np.nonzero(known)
-    nb, nk = ms.shape[1], ms.shape[0]
+    nk, nb = ms.shape
     design = np.zeros((len(kj), nb + nk))
     design[np.arange(len(kj)), bi] = 1.0
     design[np.arange(len(kj)), nb + kj] = 1.0
     coef, *_ = np.linalg.lstsq(design, ms[kj, bi], rcond=None)
     f = coef[:nb]
+    component = _column_components(known)
     for j in range(nk):
         have = np.flatnonzero(~np.isnan(ms[j]))
         first, last = have[0], have[-1]
-        ms[j, last + 1 :] = ms[j, last] + np.maximum(f[last + 1 :] - f[last], 0.0)
-        ms[j, :first] = np.maximum(ms[j, first] + np.minimum(f[:first] - f[first], 0.0), 1e-6)
+        row_slope = (ms[j, last] - ms[j, have[-2]]) / (b_axis[last] - b_axis[have[-2]]) if len(have) > 1 else 0.0
+        for i in range(last + 1, nb):
+            step = f[i] - f[last] if component[i] == component[last] else row_slope * (b_axis[i] - b_axis[last])
+            ms[j, i] = ms[j, last] + max(step, 0.0)
+        for i in range(first):
+            step = f[i] - f[first] if component[i] == component[first] else 0.0
+            ms[j, i] = max(ms[j, first] + min(step, 0.0), 1e-6)
     return ms
+
+
+def _column_components(known: np.ndarray) -> np.ndarray:
+    """Connected components of B columns, two columns linked when some K row measured both."""
+    nb = known.shape[1]
+    parent = list(range(nb))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for row in known:
+        cols = np.flatnonzero(row)
+        for c in cols[1:]:
+            parent[find(int(c))] = find(int(cols[0]))
+    return np.array([find(i) for i in range(nb)])
 
 
 def table_meta(**fields) -> dict:

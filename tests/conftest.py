@@ -1,0 +1,43 @@
+"""Shared fixtures: the smallest scenarios that show a behaviour, built in a temporary directory."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+H200_TABLE = ROOT / "scenarios" / "hardware" / "h200-qwen3-8b-bf16.csv"
+
+BASE = {
+    "hardware": {"table": str(H200_TABLE)},
+    "engine": {"max_running": 64, "max_batch_tokens": 4096},
+    "systems": ["dspark"],
+    "workload": {"prompt": 128, "output": 64},
+    "frontier": {"concurrency": [8]},
+    "run": {"duration_s": 8.0, "warmup_s": 1.0, "quick_duration_s": 2.0, "quick_warmup_s": 0.5},
+}
+
+
+def merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+@pytest.fixture
+def scenario_file(tmp_path):
+    """scenario_file(**fields) -> path of a scenario YAML: BASE merged with the given fields."""
+
+    def make(name: str = "scn", **fields) -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(merge(BASE, fields)))
+        return path
+
+    return make

@@ -1,0 +1,92 @@
+"""Malformed scenarios stop with one line naming the file, the field and what was expected (exit code 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from simulator.config import load_scenario
+from simulator.errors import UserError
+from tests.conftest import ROOT
+
+
+@pytest.mark.parametrize(("fields", "expect"), [
+    ({"engine": {"max_running": "many"}}, r"engine\.max_running: Input should be a valid integer.*'many'"),
+    ({"engine": {"max_runing": 8}}, r"engine\.max_runing: unknown field"),
+    ({"workload": {"prompt": {"dist": "lognormal", "median": 100}}}, r"workload\.prompt\.sigma: required field is missing"),
+    ({"workload": {"prompt": {"dist": "zipf"}}}, r"workload\.prompt: Input tag 'zipf' .* expected tags: 'fixed', 'uniform', 'lognormal', 'empirical'"),
+    ({"run": {"duration_s": 5, "warmup_s": 10}}, r"run: .*warmup_s must be shorter than duration_s"),
+    ({"sla": {"tps_targets": []}}, r"sla\.tps_targets: List should have at least 1 item"),
+    ({"traffic": {"kind": "poisson"}}, r"traffic: .*exactly one of 'rate' or 'segments'"),
+    ({"systems": [{"policy": "dspark", "drafter": "medusa"}]}, r"systems\[0\]\.drafter: Input should be 'none', 'mtp'"),
+    ({"hardware": {"replicas": 0}}, r"hardware\.replicas: Input should be greater than 0"),
+])
+def test_malformed_fields(scenario_file, fields, expect):
+    path = scenario_file(**fields)
+    with pytest.raises(UserError, match=expect) as err:
+        load_scenario(path)
+    assert str(err.value).startswith(str(path)) and "\n" not in str(err.value)
+
+
+def test_missing_required_top_level_field(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"systems": ["dspark"], "frontier": {"concurrency": [1]}}))
+    with pytest.raises(UserError, match=r"s\.yaml: hardware: required field is missing"):
+        load_scenario(path)
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("systems: [dspark\nhardware: {")
+    with pytest.raises(UserError, match=r"bad\.yaml: line \d+: not valid YAML"):
+        load_scenario(bad)
+    with pytest.raises(UserError, match="scenario file not found"):
+        load_scenario(tmp_path / "nope.yaml")
+
+
+def test_set_overrides(scenario_file):
+    path = scenario_file(systems=["mtp-1", "dspark"])
+    scn = load_scenario(path, ["engine.max_running=32", "systems.1.gamma=5", "workload.mix={math: 2}"])
+    assert scn.model.engine.max_running == 32
+    assert scn.model.systems[1].gamma == 5 and scn.model.systems[1].policy == "dspark"
+    assert scn.model.workload.mix == {"math": 2}
+    with pytest.raises(UserError, match=r"--set systems\.7\.gamma=5: systems\.7: expected a list index 0\.\.1"):
+        load_scenario(path, ["systems.7.gamma=5"])
+    with pytest.raises(UserError, match=r"expected dotted\.path=value"):
+        load_scenario(path, ["engine.max_running"])
+    with pytest.raises(UserError, match=r"engine\.max_running: Input should be greater than 0 \(got -1\)"):
+        load_scenario(path, ["engine.max_running=-1"])
+
+
+def run_cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "simulator.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def test_cli_errors_are_one_line_exit_2(scenario_file, tmp_path):
+    path = scenario_file(systems=["dspark", "nonsense-policy"])
+    res = run_cli("check", str(path))
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "Traceback" not in res.stderr
+    assert "systems[1].policy: unknown policy 'nonsense-policy'" in res.stderr
+    missing_table = scenario_file(name="t", hardware={"table": str(tmp_path / "none.csv")})
+    res = run_cli("check", str(missing_table))
+    assert res.returncode == 2 and "hardware.table:" in res.stderr and "not found" in res.stderr
+    res = run_cli(str(tmp_path / "absent.yaml"))
+    assert res.returncode == 2 and "scenario file not found" in res.stderr
+
+
+def test_cli_check_reports_what_would_run(scenario_file):
+    path = scenario_file(systems=["mtp-1", "dspark"], frontier={"concurrency": [1, 8]})
+    res = run_cli("check", str(path), "--set", "run.replicates=3")
+    assert res.returncode == 0, res.stderr
+    assert "runs: 12 (x3 seeds)" in res.stdout and "mtp-1 [mtp, gamma 1, static-1]" in res.stdout
+
+
+def test_mix_entry_unknown_to_profile(scenario_file):
+    path = scenario_file(workload={"mix": {"poetry": 1}})
+    res = run_cli("check", str(path))
+    assert res.returncode == 2 and "workload mix entry 'poetry'" in res.stderr

@@ -1,0 +1,162 @@
+"""The engine on many run shapes: closed forms, invariants (checked on every run), determinism, preemption."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from simulator.errors import PolicyError
+from tests.conftest import ROOT
+from tests.simulator.engine_helpers import simulate
+
+
+def constant_profile(tmp_path, alpha: float, gamma: int = 7):
+    """A profile in which every draft token survives with probability alpha, independently of everything."""
+    mu = [math.log(alpha / (1 - alpha))] * gamma
+    doc = {
+        "name": "constant",
+        "variation": {"request_sd": 0.0, "step_sd": 0.0, "token_sd": 0.0},
+        "domains": {"bench": "chat"},
+        "drafters": {
+            name: {"gamma": g, "head": {"kind": "confidence-head", "noise_sd": 0.5, "sharpness": 1.0},
+                   "benchmarks": {"bench": {"tau": 0, "conditional": [alpha] * g, "mu": mu[:g]}}}
+            for name, g in (("dspark", gamma), ("dflash", gamma), ("eagle3", gamma), ("mtp", 1))
+        },
+    }
+    path = tmp_path / "constant.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize(("alpha", "k"), [(0.6, 1), (0.8, 3), (0.9, 5), (0.7, 7)])
+def test_static_k_tau_matches_closed_form(tmp_path, scenario_file, alpha, k):
+    path = scenario_file(
+        acceptance={"profile": constant_profile(tmp_path, alpha)},
+        systems=[f"static-{k}"],
+        workload={"prompt": 64, "output": 4096, "mix": {"chat": 1}},
+        frontier={"concurrency": [32]},
+        run={"duration_s": 20.0, "warmup_s": 2.0},
+    )
+    row, sim = simulate(path)
+    expect = (1 - alpha ** (k + 1)) / (1 - alpha)
+    steps = sim.steps.frame()
+    n = steps["decoding"].sum()
+    sd = math.sqrt(np.var(np.minimum(np.random.default_rng(0).geometric(1 - alpha, 100_000) - 1, k) + 1) / n)
+    # request-steps near a request's end verify fewer than k; with 4096-token outputs that is < 0.2% of steps
+    assert abs(row["tau"] - expect) < 4 * sd + 0.002 * expect
+    assert row["mean_verify_budget"] == pytest.approx(1 + k, abs=0.01)
+
+
+def test_ar_and_mtp_budgets(scenario_file):
+    path = scenario_file(systems=["ar", "mtp-1"], workload={"output": 512})
+    ar, _ = simulate(path, "ar")
+    mtp, _ = simulate(path, "mtp-1")
+    assert ar["tau"] == 1.0 and ar["mean_verify_budget"] == 1.0
+    assert mtp["mean_verify_budget"] == pytest.approx(2.0, abs=0.01)
+    assert 1.8 < mtp["tau"] < 1.95  # MTP second-token acceptance 0.85-0.90
+
+
+ALL_SYSTEMS = ["ar", "mtp-1", "static-3", "static-7", "threshold-0.7", "batch-table", "goodput-k", "dspark",
+               "dspark-async", "oracle",
+               {"name": "dflash-thr", "drafter": "dflash", "policy": "threshold", "params": {"value": 0.5, "on": "a"}},
+               {"name": "eagle3-dspark", "drafter": "eagle3", "gamma": 4, "policy": "dspark"}]
+SHAPES = {
+    "closed-small": {},
+    "closed-large": {"frontier": {"concurrency": [200]}, "engine": {"max_running": 128, "max_batch_tokens": 8192}},
+    "open-poisson-tide": {"frontier": None, "traffic": {"kind": "poisson", "segments": [
+        {"duration_s": 2, "rate": 5}, {"duration_s": 2, "rate": 40}]}},
+    "open-trace-2-replicas-rr": {"frontier": None, "hardware": {"replicas": 2, "router": "round-robin"},
+                                 "traffic": {"kind": "trace", "rate_scale": 0.5,
+                                             "trace": str(ROOT / "scenarios/traces/AzureLLMInferenceTrace_conv.csv")}},
+    "tight-kv-preemption": {"engine": {"kv_capacity_tokens": 3000}, "frontier": {"concurrency": [24]},
+                            "workload": {"prompt": 200, "output": {"dist": "uniform", "low": 50, "high": 600}}},
+    "chunked-prefill": {"engine": {"max_batch_tokens": 600, "prefill_chunk": 128, "max_running": 32},
+                        "workload": {"prompt": {"dist": "lognormal", "median": 900, "sigma": 0.8, "max": 3000}}},
+    "3-replicas-least-loaded": {"hardware": {"replicas": 3}, "frontier": {"concurrency": [40]}},
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_invariants_hold_for_every_policy_and_shape(scenario_file, shape):
+    path = scenario_file(systems=ALL_SYSTEMS, **SHAPES[shape])
+    for i in range(len(ALL_SYSTEMS)):
+        row, _ = simulate(path, i, quick=True)  # simulate() runs check_invariants
+        assert row["steps"] > 0
+        if shape == "tight-kv-preemption" and ALL_SYSTEMS[i] == "dspark":
+            assert row["preemptions"] > 0, "the tight cache must force recompute preemptions"
+
+
+def test_same_seed_same_numbers_and_different_seed_differs(scenario_file):
+    path = scenario_file(systems=["dspark", "goodput-k"], frontier={"concurrency": [16]})
+    a, sim_a = simulate(path, 0, seed=3)
+    b, sim_b = simulate(path, 0, seed=3)
+    c, _ = simulate(path, 0, seed=4)
+    for key in a:
+        if key != "wall_seconds":
+            assert a[key] == b[key] or (a[key] != a[key] and b[key] != b[key]), key
+    for col, vals in sim_a.steps.frame().items():
+        assert np.array_equal(vals, sim_b.steps.frame()[col]), col
+    assert a["throughput_per_gpu"] != c["throughput_per_gpu"]
+
+
+def test_systems_at_one_load_point_share_the_workload(scenario_file):
+    path = scenario_file(systems=["mtp-1", "dspark"], frontier=None,
+                         traffic={"kind": "poisson", "rate": 20.0})
+    _, a = simulate(path, 0, concurrency=None)
+    _, b = simulate(path, 1, concurrency=None)
+    ra, rb = a.requests.frame(), b.requests.frame()
+    assert np.array_equal(ra["arrival"], rb["arrival"]) and np.array_equal(ra["prompt"], rb["prompt"])
+
+
+def test_oracle_bounds_dspark_and_dspark_beats_static7_under_load(scenario_file):
+    path = scenario_file(systems=["oracle", "dspark", "static-7"], frontier={"concurrency": [120]},
+                         engine={"max_running": 128, "max_batch_tokens": 8192},
+                         workload={"prompt": 256, "output": 512}, run={"duration_s": 12.0, "warmup_s": 2.0})
+    oracle, _ = simulate(path, "oracle")
+    dspark, _ = simulate(path, "dspark")
+    static7, _ = simulate(path, "static-7")
+    assert oracle["throughput_per_gpu"] > dspark["throughput_per_gpu"]
+    assert dspark["throughput_per_gpu"] > static7["throughput_per_gpu"]
+    assert dspark["mean_verify_budget"] < static7["mean_verify_budget"]
+
+
+def test_dspark_budget_falls_with_load(scenario_file):
+    path = scenario_file(systems=["dspark"], frontier={"concurrency": [4, 120]},
+                         engine={"max_running": 128, "max_batch_tokens": 8192}, workload={"output": 512})
+    low, _ = simulate(path, concurrency=4)
+    high, _ = simulate(path, concurrency=120)
+    assert low["mean_verify_budget"] > high["mean_verify_budget"] + 0.5
+
+
+class ReturnsTooLong:
+    """A researcher's policy with a bug: it ignores view.max_lengths."""
+
+    sync_stall = False
+    needs_outcome = False
+
+    def choose(self, view):
+        return np.full(view.remaining.shape[0], view.gamma + 1)
+
+    def observe(self, lengths, accepted):
+        pass
+
+
+class ReturnsFloats(ReturnsTooLong):
+    def choose(self, view):
+        return np.full(view.remaining.shape[0], 0.5)
+
+
+@pytest.mark.parametrize(("cls", "match"), [("ReturnsTooLong", r"outside 0\.\.\d"), ("ReturnsFloats", "integer")])
+def test_custom_policy_with_invalid_lengths_gets_a_clear_error(scenario_file, cls, match):
+    path = scenario_file(systems=[{"name": "mine", "policy": f"tests.simulator.test_engine:{cls}"}])
+    with pytest.raises(PolicyError, match=rf"policy 'mine'.*{match}"):
+        simulate(path)
+
+
+def test_custom_policy_from_module_path_runs(scenario_file):
+    path = scenario_file(systems=[{"name": "half", "policy": "tests.simulator.custom_policy:HalfBlock"}])
+    row, _ = simulate(path)
+    assert 1.0 < row["mean_verify_budget"] <= 1 + 4
