@@ -228,13 +228,18 @@ class StepCurve:
     b_axis: np.ndarray
     ms: np.ndarray
 
+    @property
+    def last_slope(self) -> float:
+        if len(self.b_axis) < 2:
+            return 0.0
+        return max((self.ms[-1] - self.ms[-2]) / (self.b_axis[-1] - self.b_axis[-2]), 0.0)
+
     def __call__(self, batch_tokens: np.ndarray | float) -> np.ndarray:
         b = np.asarray(batch_tokens, dtype=float)
         out = np.interp(b, self.b_axis, self.ms)
-        if len(self.b_axis) > 1:
-            b_last = self.b_axis[-1]
-            slope = max((self.ms[-1] - self.ms[-2]) / (b_last - self.b_axis[-2]), 0.0)
-            out = np.where(b > b_last, self.ms[-1] + slope * (b - b_last), out)
+        b_last = self.b_axis[-1]
+        if np.any(b > b_last):
+            out = np.where(b > b_last, self.ms[-1] + self.last_slope * (b - b_last), out)
         return out
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from hw_profile.table import StepTimeGrid
+from hw_profile.table import StepCurve, StepTimeGrid
 from simulator.acceptance.base import AcceptanceSource
 from simulator.drafters import DraftCost
 from simulator.policies.base import Policy, PolicyView, checked_lengths
@@ -99,20 +99,18 @@ class StepRate:
 
     __slots__ = ("b_axis", "fixed_ms", "last_slope", "ms", "prefill")
 
-    def __init__(self, grid: StepTimeGrid, kv: float, prefill: int, fixed_ms: float):
-        curve = grid.curve(kv)
+    def __init__(self, curve: StepCurve, prefill: int, fixed_ms: float):
         self.b_axis = curve.b_axis
         self.ms = curve.ms
         self.prefill = prefill
         self.fixed_ms = fixed_ms
-        self.last_slope = max((self.ms[-1] - self.ms[-2]) / (self.b_axis[-1] - self.b_axis[-2]), 0.0) if len(self.ms) > 1 else 0.0
+        self.last_slope = curve.last_slope
 
     def step_ms(self, batch: np.ndarray | float) -> np.ndarray:
         b = np.asarray(batch, dtype=float) + self.prefill
         t = np.interp(b, self.b_axis, self.ms)
-        over = b > self.b_axis[-1]
-        if np.any(over):
-            t = np.where(over, self.ms[-1] + self.last_slope * (b - self.b_axis[-1]), t)
+        if b.size and b.max() > self.b_axis[-1]:
+            t = np.where(b > self.b_axis[-1], self.ms[-1] + self.last_slope * (b - self.b_axis[-1]), t)
         return t + self.fixed_ms
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
@@ -120,7 +118,11 @@ class StepRate:
 
 
 class Replica:
-    """One serving replica: its running batch (arrays of capacity max_running, oldest admitted first) and queue."""
+    """One serving replica: its running batch (arrays of capacity max_running, oldest admitted first) and queue.
+
+    ``tokens`` (sum of prompt + generated over the running batch) and ``prefilling`` (how many still prefill) are
+    kept incrementally so that a plain decode step does no bookkeeping reductions.
+    """
 
     def __init__(self, index: int, sim: Simulation, policy: Policy, policy_label: str):
         self.index = index
@@ -135,6 +137,8 @@ class Replica:
         self.generated = np.zeros(cap, dtype=np.int64)
         self.to_prefill = np.zeros(cap, dtype=np.int64)  # tokens still to prefill (0 once decoding)
         self.n = 0
+        self.tokens = 0
+        self.prefilling = 0
         self.queue: deque[int] = deque()
         self.wake: simpy.Event | None = None
         self.step_no = 0
@@ -152,16 +156,19 @@ class Replica:
         return self.n + len(self.queue)
 
     def kv_used(self) -> int:
-        n = self.n
-        return int(self.prompt[:n].sum() + self.generated[:n].sum()) + n * self.sim.lookahead
+        """KV slots held: every running request's context plus gamma + 1 lookahead slots."""
+        return self.tokens + self.n * self.sim.lookahead
 
     def admit(self) -> None:
-        sim, req = self.sim, self.sim.requests.data
+        sim = self.sim
+        if not self.queue or self.n >= sim.max_running:
+            return
+        req = sim.requests.data
         used = self.kv_used()
         while self.queue and self.n < sim.max_running:
             rid = self.queue[0]
-            need = int(req["prompt"][rid] + req["generated"][rid]) + sim.lookahead
-            if used + need > sim.kv_capacity:
+            context = int(req["prompt"][rid] + req["generated"][rid])
+            if used + context + sim.lookahead > sim.kv_capacity:
                 break
             self.queue.popleft()
             i = self.n
@@ -169,20 +176,25 @@ class Replica:
             self.prompt[i] = req["prompt"][rid]
             self.output[i] = req["output"][rid]
             self.generated[i] = req["generated"][rid]
-            self.to_prefill[i] = need - sim.lookahead  # prompt, plus generated tokens when recomputing
+            self.to_prefill[i] = context  # the prompt, plus generated tokens when recomputing
             if np.isnan(req["admitted"][rid]):
                 req["admitted"][rid] = self.env.now
             self.n = i + 1
-            used += need
+            self.tokens += context
+            self.prefilling += 1
+            used += context + sim.lookahead
 
     def preempt_overflow(self) -> None:
         """Recompute preemption: while the cache overflows, evict the most recently admitted request."""
-        sim, req = self.sim, self.sim.requests.data
-        used = self.kv_used()
-        while used > sim.kv_capacity and self.n > 1:
+        sim = self.sim
+        if self.kv_used() <= sim.kv_capacity:
+            return
+        req = sim.requests.data
+        while self.kv_used() > sim.kv_capacity and self.n > 1:
             i = self.n - 1
             rid = int(self.ids[i])
-            used -= int(self.prompt[i] + self.generated[i]) + sim.lookahead
+            self.tokens -= int(self.prompt[i] + self.generated[i])
+            self.prefilling -= int(self.to_prefill[i] > 0)
             req["generated"][rid] = self.generated[i]
             req["preemptions"][rid] += 1
             sim.preemptions += 1
@@ -208,74 +220,79 @@ class Replica:
         n, gamma = self.n, sim.gamma
         start = env.now
         kv_used = self.kv_used()
-        prefilling = self.to_prefill[:n] > 0
-        any_prefill = bool(prefilling.any())
-        decode = ~prefilling if any_prefill else None
-        dec_idx = np.flatnonzero(decode) if any_prefill else None
-        rows = n - int(prefilling.sum()) if any_prefill else n
-
-        remaining = (self.output[:n] - self.generated[:n]) if not any_prefill else (self.output[dec_idx] - self.generated[dec_idx])
-        maxl = np.minimum(gamma, remaining - 1)
-        # chunked prefill in admission order, after reserving every decoding request's worst case
-        chunks = None
-        prefill_tokens = 0
-        if any_prefill:
-            budget = sim.max_batch_tokens - int((1 + maxl).sum())
-            want = np.minimum(self.to_prefill[:n], sim.prefill_chunk) * prefilling
+        if self.prefilling:
+            prefill_mask = self.to_prefill[:n] > 0
+            dec = np.flatnonzero(~prefill_mask)
+            rows = len(dec)
+            remaining = self.output[dec] - self.generated[dec]
+            context = self.prompt[dec] + self.generated[dec]
+            # chunked prefill in admission order, after reserving every decoding request's worst case
+            budget = sim.max_batch_tokens - rows - int(np.minimum(gamma, remaining - 1).sum())
+            want = np.minimum(self.to_prefill[:n], sim.prefill_chunk)
             chunks = np.clip(budget - (np.cumsum(want) - want), 0, want)
             prefill_tokens = int(chunks.sum())
-        context = self.prompt[:n] + self.generated[:n]
-        kv = int(context.sum()) if not any_prefill else int(context[decode].sum() + (context - self.to_prefill[:n])[prefilling].sum())
+            kv = self.tokens - int(self.to_prefill[:n].sum())  # prefilling requests read what is prefilled
+            ids = self.ids[dec]
+        else:
+            rows = n
+            remaining = self.output[:n] - self.generated[:n]
+            context = self.prompt[:n] + self.generated[:n]
+            prefill_tokens = 0
+            kv = self.tokens
+            ids = self.ids[:n]
 
+        clock = sim.clock.curve(kv)
         draft_ms = sim.draft.ms(rows, gamma, kv)
         stall = sim.stall_ms if (self.policy.sync_stall and rows) else 0.0
+        verified = 0
         if rows and gamma:
-            ids = self.ids[:n] if not any_prefill else self.ids[dec_idx]
+            maxl = np.minimum(gamma, remaining - 1)
             proposal = sim.source.propose(ids)
             conf = proposal.confidence
             if maxl.min() < gamma:
-                conf = conf * (np.arange(gamma)[None, :] < maxl[:, None])
-            sps = StepRate(sim.policy_grid, kv, prefill_tokens, draft_ms + stall)
-            view = PolicyView(conf, remaining, context if not any_prefill else context[dec_idx], sps, gamma,
-                              self.step_no, proposal.outcome if self.policy.needs_outcome else None)
+                conf = conf * (sim.positions < maxl[:, None])
+            policy_curve = clock if sim.policy_grid is sim.clock else sim.policy_grid.curve(kv)
+            sps = StepRate(policy_curve, prefill_tokens, draft_ms + stall)
+            view = PolicyView(conf, remaining, context, sps, gamma, self.step_no,
+                              proposal.outcome if self.policy.needs_outcome else None)
             lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
             accepted = sim.source.verify(proposal, lengths)
             verified = int(lengths.sum())
-        else:
-            verified = 0
         batch = rows + verified + prefill_tokens
-        step_ms = draft_ms + stall + float(sim.clock_curve_ms(kv, batch))
+        step_ms = draft_ms + stall + float(clock(np.float64(batch)))
         yield env.timeout(step_ms * 1e-3)
         now = env.now
 
         # apply the step's outcome
         req = sim.requests.data
-        emitted = 0
         acc_sum = 0
         if rows:
             if gamma:
                 acc_sum = int(accepted.sum())
                 self.policy.observe(lengths, accepted)
+                gained = accepted + 1
             else:
-                accepted = 0
-            emitted = acc_sum + rows
-            if any_prefill:
-                self.generated[dec_idx] += accepted + 1
+                gained = 1
+            if self.prefilling:
+                self.generated[dec] += gained
             else:
-                self.generated[:n] += accepted + 1
+                self.generated[:n] += gained
         done_prefill = 0
-        if any_prefill:
+        if self.prefilling:
             self.to_prefill[:n] -= chunks
-            completed = prefilling & (self.to_prefill[:n] == 0)
+            completed = prefill_mask & (self.to_prefill[:n] == 0)
             done_prefill = int(completed.sum())
             if done_prefill:
                 self.generated[:n] += completed  # the prefill's last position yields one token
                 first = self.ids[:n][completed]
                 fresh = first[np.isnan(req["first_token"][first])]
                 req["first_token"][fresh] = now
+                self.prefilling -= done_prefill
+        emitted = acc_sum + rows + done_prefill
+        self.tokens += emitted
         sim.steps.append(replica=self.index, start=start, end=now, running=n, decoding=rows,
                          prefill_tokens=prefill_tokens, prefill_done=done_prefill, batch_tokens=batch,
-                         kv_tokens=kv, verified=verified, accepted=acc_sum, emitted=emitted + done_prefill,
+                         kv_tokens=kv, verified=verified, accepted=acc_sum, emitted=emitted,
                          draft_ms=draft_ms, step_ms=step_ms, queued=len(self.queue), kv_used=kv_used)
         self.step_no += 1
 
@@ -284,6 +301,7 @@ class Replica:
             gone = self.ids[:n][finished]
             req["finish"][gone] = now
             req["generated"][gone] = self.generated[:n][finished]
+            self.tokens -= int((self.prompt[:n][finished] + self.output[:n][finished]).sum())
             keep = ~finished
             m = int(keep.sum())
             for arr in (self.ids, self.prompt, self.output, self.generated, self.to_prefill):
@@ -317,6 +335,7 @@ class Simulation:
                  stall_ms: float):
         self.env = simpy.Environment()
         self.gamma = gamma
+        self.positions = np.arange(gamma)[None, :]
         self.lookahead = gamma + 1
         self.source = source
         self.draft = draft
@@ -334,9 +353,6 @@ class Simulation:
         self.replicas = [Replica(i, self, make_policy(), policy_label) for i in range(replicas)]
         self.router = Router(self.replicas, router)
         self.on_finish: Callable[[int], None] = lambda count: None
-
-    def clock_curve_ms(self, kv: float, batch: int) -> float:
-        return float(self.clock.curve(kv)(np.float64(batch)))
 
     def submit(self, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> None:
         """New requests arrive now: log them, tell the source, route them."""

@@ -148,15 +148,25 @@ class ProfileSource:
     def propose(self, ids: np.ndarray) -> Proposal:
         rows, gamma, rng = len(ids), self.gamma, self.rng
         bench = self.state.bench[ids]
-        shared = self.state.effect[ids] + self.var.step_sd * rng.standard_normal(rows)
-        x = self.mu[bench] + shared[:, None]
-        x += self.var.token_sd * rng.standard_normal((rows, gamma))
-        truth = 0.5 * (1.0 + np.tanh(0.5 * x))
+        shared = self.state.effect[ids]
+        shared += self.var.step_sd * rng.standard_normal(rows)
+        x = rng.standard_normal((rows, gamma))
+        x *= self.var.token_sd
+        x += self.mu[bench]
+        x += shared[:, None]
+        truth = np.tanh(0.5 * x)
+        truth += 1.0
+        truth *= 0.5
         accept = rng.random((rows, gamma)) < truth
-        outcome = np.logical_and.accumulate(accept, axis=1).sum(axis=1)
-        obs = x + self.noise_sd * rng.standard_normal((rows, gamma))
-        z = self.a_over_t[bench] + self.b_over_t[None, :] * obs
-        confidence = 0.5 * (1.0 + np.tanh(0.5 * z))
+        outcome = np.where(accept.all(axis=1), gamma, accept.argmin(axis=1))  # leading accepted tokens
+        z = rng.standard_normal((rows, gamma))
+        z *= self.noise_sd
+        z += x
+        z *= self.b_over_t
+        z += self.a_over_t[bench]
+        confidence = np.tanh(0.5 * z)
+        confidence += 1.0
+        confidence *= 0.5
         return Proposal(confidence=confidence, outcome=outcome, truth=truth)
 
     def verify(self, proposal: Proposal, lengths: np.ndarray) -> np.ndarray:
