@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import click
-import pandas as pd
 
 from simulator.errors import UserError
 
@@ -54,6 +53,9 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     from tqdm import tqdm
 
     from simulator.config import load_scenario
+    from simulator.hardware import load_target_table
+    from simulator.report import write_report
+    from simulator.summary import format_headline, headline_table, write_outputs
     from simulator.sweep import Sweep, default_jobs
 
     scn = load_scenario(scenario, sets)
@@ -75,21 +77,13 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
                    err=True)
         sys.exit(130)
     path = sweep.write_runs_csv()
-    click.echo(summary_table(sweep.results()))
-    click.echo(f"\nruns: {path}")
-
-
-def summary_table(df: pd.DataFrame) -> str:
-    if df.empty:
-        return "(no runs)"
-    cols = {
-        "policy": "system", "load_point": "load", "throughput_per_gpu": "tok/s/GPU", "tps_per_user": "TPS/user",
-        "tps_per_user_p10": "TPS p10", "ttft_p99": "TTFT p99 s", "sla_attainment": "SLA", "tau": "tau",
-        "mean_verify_budget": "budget", "saturated": "saturated",
-    }
-    view = df.groupby(["policy", "load_point"], sort=False)[[c for c in cols if c not in ("policy", "load_point")]].mean(numeric_only=False)
-    view = view.reset_index().rename(columns=cols)
-    return view.to_string(index=False, float_format=lambda v: f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}")
+    runs = sweep.results()
+    summary, frontier = write_outputs(out, scn, runs)
+    report = write_report(out / "report.html", scn, runs, frontier, summary, load_target_table(scn))
+    click.echo(format_headline(headline_table(summary)).to_string(index=False))
+    if summary["quick"]:
+        click.echo("(--quick: short smoke runs; do not plan on these numbers)")
+    click.echo(f"\nruns: {path}\nfrontier: {out / 'frontier.csv'}\nsummary: {out / 'summary.json'}\nreport: {report}")
 
 
 @cli.command("check")

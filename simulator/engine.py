@@ -74,7 +74,7 @@ class Growable:
 REQUEST_COLUMNS = {
     "arrival": np.float64, "prompt": np.int64, "output": np.int64, "mix": np.int64, "replica": np.int64,
     "admitted": np.float64, "first_token": np.float64, "finish": np.float64, "generated": np.int64,
-    "preemptions": np.int64, "rejected": np.bool_,
+    "preemptions": np.int64, "rejected": np.bool_, "decode_steps": np.int64, "accepted": np.int64,
 }
 STEP_COLUMNS = {
     "replica": np.int64, "start": np.float64, "end": np.float64, "running": np.int64, "decoding": np.int64,
@@ -91,7 +91,8 @@ class Requests(Growable):
     def add(self, now: float, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> np.ndarray:
         n = len(prompt)
         return self.extend(n, arrival=now, prompt=prompt, output=output, mix=mix, replica=-1, admitted=np.nan,
-                           first_token=np.nan, finish=np.nan, generated=0, preemptions=0, rejected=False)
+                           first_token=np.nan, finish=np.nan, generated=0, preemptions=0, rejected=False,
+                           decode_steps=0, accepted=0)
 
 
 class StepRate:
@@ -136,6 +137,8 @@ class Replica:
         self.output = np.zeros(cap, dtype=np.int64)
         self.generated = np.zeros(cap, dtype=np.int64)
         self.to_prefill = np.zeros(cap, dtype=np.int64)  # tokens still to prefill (0 once decoding)
+        self.decode_steps = np.zeros(cap, dtype=np.int64)
+        self.accepted = np.zeros(cap, dtype=np.int64)
         self.n = 0
         self.tokens = 0
         self.prefilling = 0
@@ -176,6 +179,8 @@ class Replica:
             self.prompt[i] = req["prompt"][rid]
             self.output[i] = req["output"][rid]
             self.generated[i] = req["generated"][rid]
+            self.decode_steps[i] = req["decode_steps"][rid]
+            self.accepted[i] = req["accepted"][rid]
             self.to_prefill[i] = context  # the prompt, plus generated tokens when recomputing
             if np.isnan(req["admitted"][rid]):
                 req["admitted"][rid] = self.env.now
@@ -195,11 +200,18 @@ class Replica:
             rid = int(self.ids[i])
             self.tokens -= int(self.prompt[i] + self.generated[i])
             self.prefilling -= int(self.to_prefill[i] > 0)
-            req["generated"][rid] = self.generated[i]
+            self.save(slice(i, i + 1))
             req["preemptions"][rid] += 1
             sim.preemptions += 1
             self.n = i
             self.enqueue(rid, front=True)
+
+    def save(self, rows: slice | np.ndarray) -> None:
+        """Write the live per-request counters of these rows back to the request log."""
+        req, ids = self.sim.requests.data, self.ids[rows]
+        req["generated"][ids] = self.generated[rows]
+        req["decode_steps"][ids] = self.decode_steps[rows]
+        req["accepted"][ids] = self.accepted[rows]
 
     # --- the loop -------------------------------------------------------------------------------------------
     def loop(self):
@@ -272,11 +284,11 @@ class Replica:
                 self.policy.observe(lengths, accepted)
                 gained = accepted + 1
             else:
-                gained = 1
-            if self.prefilling:
-                self.generated[dec] += gained
-            else:
-                self.generated[:n] += gained
+                accepted, gained = 0, 1
+            rows_of = dec if self.prefilling else slice(0, n)
+            self.generated[rows_of] += gained
+            self.decode_steps[rows_of] += 1
+            self.accepted[rows_of] += accepted
         done_prefill = 0
         if self.prefilling:
             self.to_prefill[:n] -= chunks
@@ -300,11 +312,12 @@ class Replica:
         if finished.any():
             gone = self.ids[:n][finished]
             req["finish"][gone] = now
-            req["generated"][gone] = self.generated[:n][finished]
+            self.save(np.flatnonzero(finished))
             self.tokens -= int((self.prompt[:n][finished] + self.output[:n][finished]).sum())
             keep = ~finished
             m = int(keep.sum())
-            for arr in (self.ids, self.prompt, self.output, self.generated, self.to_prefill):
+            for arr in (self.ids, self.prompt, self.output, self.generated, self.to_prefill, self.decode_steps,
+                        self.accepted):
                 arr[:m] = arr[:n][keep]
             self.n = m
             sim.source.detach(gone)
@@ -387,3 +400,5 @@ class Simulation:
 
     def run(self, until: float) -> None:
         self.env.run(until=until)
+        for rep in self.replicas:  # requests still running keep their counts in the log too
+            rep.save(slice(0, rep.n))

@@ -47,9 +47,13 @@ def default_kv_capacity(table: StepTable, gpus: int) -> int | None:
     return int(free / shape.kv_bytes_per_token) if free > 0 else None
 
 
+def load_target_table(scn: LoadedScenario) -> StepTable:
+    return _read(scn.resolve(scn.model.hardware.table), "hardware.table")
+
+
 def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
     hw = scn.model.hardware
-    table = _read(scn.resolve(hw.table), "hardware.table")
+    table = load_target_table(scn)
     policy = _read(scn.resolve(hw.policy_table), "hardware.policy_table").grid if hw.policy_table else table.grid
     sidecar = table.meta.get("drafter_tables", {}) if isinstance(table.meta.get("drafter_tables"), dict) else {}
     draft: dict[str, DraftCost] = {}

@@ -19,7 +19,7 @@ from simulator.config import LoadedScenario
 from simulator.engine import Simulation
 from simulator.errors import UserError
 from simulator.hardware import Hardware, load_hardware
-from simulator.metrics import request_metrics, saturated, step_metrics
+from simulator.metrics import request_metrics, saturated, step_metrics, tau_by_mix, time_series
 from simulator.policies import make_policy
 from simulator.systems import SystemSpec
 from simulator.workload import RequestMaker, open_loop_arrivals
@@ -155,6 +155,9 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
         "sim_seconds": duration,
         "wall_seconds": wall,
     })
+    row["tau_by_mix"] = tau_by_mix(req, warmup, list(m.workload.mix))
+    if spec.point.concurrency is None:
+        row["series"] = time_series(steps, req, duration, hw.replicas, gpus, m.sla.tps_targets[0])
     if records_dir is not None:
         write_records(records_dir, spec, req, steps, m.workload.mix)
     return row, sim

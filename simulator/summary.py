@@ -1,0 +1,112 @@
+"""What a planner reads first: per system, the open-loop operating point and the frontier at the SLA anchors.
+
+Written as ``DIR/frontier.csv`` (closed-loop points averaged over seeds, frontier marked) and ``DIR/summary.json``;
+the terminal and the report show the same headline table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hw_profile.files import atomic_write, atomic_write_text
+from simulator.config import LoadedScenario
+from simulator.frontier import anchors_summary, default_baseline, frontier_table, mean_ci
+
+OPEN_LOOP_FIELDS = ("throughput_per_gpu", "tps_per_user", "tps_per_user_p50", "tps_per_user_p10", "ttft_p99",
+                    "sla_attainment", "tau", "mean_verify_budget", "joules_per_token", "arrival_rate")
+
+
+def build_summary(scn: LoadedScenario, runs: pd.DataFrame) -> dict:
+    m = scn.model
+    systems = list(dict.fromkeys(runs["policy"]))
+    anchors = list(m.sla.tps_targets)
+    baseline = default_baseline(systems, m.sla.baseline)
+    frontier = anchors_summary(runs, anchors, baseline) if runs["concurrency"].notna().any() else {}
+    out_systems = {}
+    for system in systems:
+        mine = runs[runs["policy"] == system]
+        entry: dict = {"drafter": mine["drafter"].iloc[0], "gamma": int(mine["gamma"].iloc[0]),
+                       "policy": mine["policy_impl"].iloc[0]}
+        opened = mine[mine["concurrency"].isna()]
+        if len(opened):
+            entry["open_loop"] = {}
+            for f in OPEN_LOOP_FIELDS:
+                mean, ci = mean_ci(opened[f].to_numpy(dtype=float))
+                entry["open_loop"][f] = mean
+                entry["open_loop"][f"{f}_ci95"] = ci
+            entry["open_loop"]["saturated"] = bool(opened["saturated"].any())
+        entry.update(frontier.get(system, {}))
+        out_systems[system] = entry
+    return {
+        "scenario": scn.name,
+        "description": m.description,
+        "sla_anchors": anchors,
+        "baseline": baseline,
+        "seeds": sorted(int(s) for s in runs["seed"].unique()),
+        "quick": bool(runs["quick"].any()),
+        "systems": out_systems,
+    }
+
+
+def headline_table(summary: dict) -> pd.DataFrame:
+    """One row per system: the open-loop operating point, then throughput and gain at each SLA anchor."""
+    rows = []
+    for system, e in summary["systems"].items():
+        row = {"system": system}
+        ol = e.get("open_loop")
+        if ol:
+            row.update({"tok/s/GPU": ol["throughput_per_gpu"], "TPS p10": ol["tps_per_user_p10"],
+                        "TPS p50": ol["tps_per_user_p50"], "TTFT p99 (s)": ol["ttft_p99"],
+                        "SLA": ol["sla_attainment"]})
+        for a, v in e.get("anchors", {}).items():
+            row[f"@{a} tok/s/GPU"] = v["throughput_per_gpu"]
+            if "gain_vs_baseline" in v:
+                row[f"@{a} gain"] = v["gain_vs_baseline"]
+        g = e.get("tps_gain_at_matched_throughput")
+        if g and not math.isnan(g["min"]):
+            row["TPS gain @matched thr."] = f"{g['min']:+.0%}..{g['max']:+.0%}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def format_headline(df: pd.DataFrame) -> pd.DataFrame:
+    def fmt(col: str, v):
+        if isinstance(v, str):
+            return v
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        if col.endswith("gain"):
+            return f"{v:+.0%}"
+        if col == "SLA":
+            return f"{v:.0%}"
+        if "TTFT" in col:
+            return f"{v:.3f}"
+        return f"{v:,.0f}"
+
+    return pd.DataFrame({c: [fmt(c, v) for v in df[c]] if c != "system" else df[c] for c in df.columns})
+
+
+def write_outputs(out: Path, scn: LoadedScenario, runs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    table = frontier_table(runs)
+    atomic_write(out / "frontier.csv", lambda p: table.to_csv(p, index=False, float_format="%.6g"))
+    summary = build_summary(scn, runs)
+    atomic_write_text(out / "summary.json", json.dumps(plain(summary), indent=2, allow_nan=False) + "\n")
+    return summary, table
+
+
+def plain(o):
+    """JSON-ready: numpy scalars to Python, NaN to null (undefined, e.g. an anchor a system never reaches)."""
+    if isinstance(o, dict):
+        return {k: plain(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [plain(v) for v in o]
+    if isinstance(o, np.generic):
+        o = o.item()
+    if isinstance(o, float) and math.isnan(o):
+        return None
+    return o

@@ -1,0 +1,82 @@
+"""Frontier maths: the non-dominated set against brute force, interpolation at anchors, no extrapolation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.frontier import (
+    anchors_summary,
+    interpolate_at,
+    matched_throughput_gain,
+    mean_ci,
+    pareto_front,
+    throughput_at_anchor,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), min_size=1, max_size=25))
+def test_pareto_front_is_exactly_the_non_dominated_set(points):
+    x = np.array([p[0] for p in points], dtype=float)
+    y = np.array([p[1] for p in points], dtype=float)
+    got = set(pareto_front(x, y).tolist())
+    dominated = {i for i in range(len(x)) for j in range(len(x))
+                 if x[j] >= x[i] and y[j] >= y[i] and (x[j] > x[i] or y[j] > y[i])}
+    non_dominated = set(range(len(x))) - dominated
+    # among exact duplicates one representative is kept
+    assert {(x[i], y[i]) for i in got} == {(x[i], y[i]) for i in non_dominated}
+    assert len(got) == len({(x[i], y[i]) for i in got})
+    front = pareto_front(x, y)
+    assert np.all(np.diff(x[front]) > 0) and np.all(np.diff(y[front]) < 0)  # TPS up, throughput down
+
+
+def test_throughput_at_anchor_interpolates_along_the_frontier():
+    # concurrency sweep: TPS falls, throughput rises; (70, 900) is dominated by (80, 1000)
+    tps = np.array([200.0, 120.0, 80.0, 70.0, 40.0])
+    thr = np.array([400.0, 800.0, 1000.0, 900.0, 1600.0])
+    assert throughput_at_anchor(tps, thr, 100.0) == pytest.approx(900.0)  # halfway between 120 and 80
+    assert throughput_at_anchor(tps, thr, 60.0) == pytest.approx(1000 + (80 - 60) / (80 - 40) * 600)
+    assert throughput_at_anchor(tps, thr, 200.0) == pytest.approx(400.0)
+
+
+def test_no_extrapolation_beyond_the_frontier():
+    tps = np.array([90.0, 60.0, 30.0])
+    thr = np.array([100.0, 200.0, 300.0])
+    assert math.isnan(throughput_at_anchor(tps, thr, 120.0))  # never that fast
+    assert math.isnan(throughput_at_anchor(tps, thr, 20.0))  # not swept that far
+    assert math.isnan(interpolate_at(np.array([]), np.array([]), 1.0))
+
+
+def test_matched_throughput_gain():
+    base_tps, base_thr = np.array([100.0, 50.0]), np.array([1000.0, 2000.0])
+    sys_tps, sys_thr = np.array([180.0, 80.0]), np.array([1000.0, 2000.0])
+    lo, hi = matched_throughput_gain(sys_tps, sys_thr, base_tps, base_thr)
+    assert lo == pytest.approx(0.6) and hi == pytest.approx(0.8)
+
+
+def test_mean_ci_student_t():
+    m, h = mean_ci(np.array([1.0, 2.0, 3.0]))
+    assert m == 2.0 and h == pytest.approx(4.303 * 1.0 / math.sqrt(3))
+    assert math.isnan(mean_ci(np.array([5.0]))[1])
+
+
+def test_anchors_summary_gain_and_missing_anchor():
+    rows = []
+    for seed in (0, 1):
+        for c, (tb, yb), (ts, ys) in [(1, (150, 100), (300, 180)), (8, (90, 600), (200, 1000)),
+                                     (32, (40, 1200), (90, 2000))]:
+            rows.append({"policy": "mtp-1", "seed": seed, "concurrency": c, "tps_per_user": tb + seed, "throughput_per_gpu": yb})
+            rows.append({"policy": "dspark", "seed": seed, "concurrency": c, "tps_per_user": ts + seed, "throughput_per_gpu": ys})
+    out = anchors_summary(pd.DataFrame(rows), [80.0, 120.0, 250.0], "mtp-1")
+    base80 = out["mtp-1"]["anchors"]["80"]["throughput_per_gpu"]
+    assert base80 == pytest.approx(np.mean([600 + (90 - 80) / 50 * 600, 600 + (91 - 80) / 50 * 600]))
+    assert math.isnan(out["dspark"]["anchors"]["80"]["throughput_per_gpu"])  # below its swept range
+    assert math.isnan(out["mtp-1"]["anchors"]["250"]["throughput_per_gpu"])  # mtp-1 never reaches 250
+    assert out["dspark"]["anchors"]["120"]["gain_vs_baseline"] > 1.0
+    assert out["dspark"]["tps_gain_at_matched_throughput"]["min"] > 0.5
