@@ -97,6 +97,8 @@ class Engine(Strict):
     max_batch_tokens: PositiveInt = Field(8192, description="max tokens in one forward (decode + prefill)")
     kv_capacity_tokens: PositiveInt | None = Field(None, description="KV cache per replica, tokens; default: from the table's GPU memory and model")
     prefill_chunk: PositiveInt = Field(2048, description="max prompt tokens of one request per step (chunked prefill)")
+    prefill: Literal["colocated", "disaggregated"] = Field(
+        "colocated", description="disaggregated: a separate prefill pool (not counted) sends the KV and first token")
     sched_stall_ms: NonNegativeFloat = Field(0.3, description="stall of policies that need this step's confidences before verify")
 
 

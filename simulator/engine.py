@@ -75,6 +75,7 @@ REQUEST_COLUMNS = {
     "arrival": np.float64, "prompt": np.int64, "output": np.int64, "mix": np.int64, "replica": np.int64,
     "admitted": np.float64, "first_token": np.float64, "finish": np.float64, "generated": np.int64,
     "preemptions": np.int64, "rejected": np.bool_, "decode_steps": np.int64, "accepted": np.int64,
+    "kv_ready": np.bool_,
 }
 STEP_COLUMNS = {
     "replica": np.int64, "start": np.float64, "end": np.float64, "running": np.int64, "decoding": np.int64,
@@ -92,7 +93,7 @@ class Requests(Growable):
         n = len(prompt)
         return self.extend(n, arrival=now, prompt=prompt, output=output, mix=mix, replica=-1, admitted=np.nan,
                            first_token=np.nan, finish=np.nan, generated=0, preemptions=0, rejected=False,
-                           decode_steps=0, accepted=0)
+                           decode_steps=0, accepted=0, kv_ready=False)
 
 
 class StepRate:
@@ -181,12 +182,13 @@ class Replica:
             self.generated[i] = req["generated"][rid]
             self.decode_steps[i] = req["decode_steps"][rid]
             self.accepted[i] = req["accepted"][rid]
-            self.to_prefill[i] = context  # the prompt, plus generated tokens when recomputing
+            # the prompt, plus generated tokens when recomputing; nothing when a prefill pool sent the KV
+            self.to_prefill[i] = 0 if req["kv_ready"][rid] else context
             if np.isnan(req["admitted"][rid]):
                 req["admitted"][rid] = self.env.now
             self.n = i + 1
             self.tokens += context
-            self.prefilling += 1
+            self.prefilling += int(self.to_prefill[i] > 0)
             used += context + sim.lookahead
 
     def preempt_overflow(self) -> None:
@@ -201,6 +203,7 @@ class Replica:
             self.tokens -= int(self.prompt[i] + self.generated[i])
             self.prefilling -= int(self.to_prefill[i] > 0)
             self.save(slice(i, i + 1))
+            req["kv_ready"][rid] = False  # its cache is dropped: recomputed here on readmission
             req["preemptions"][rid] += 1
             sim.preemptions += 1
             self.n = i
@@ -345,7 +348,7 @@ class Simulation:
     def __init__(self, *, gamma: int, source: AcceptanceSource, draft: DraftCost, clock: StepTimeGrid,
                  policy_grid: StepTimeGrid, make_policy: Callable[[], Policy], policy_label: str, replicas: int,
                  router: str, max_running: int, max_batch_tokens: int, kv_capacity: int, prefill_chunk: int,
-                 stall_ms: float):
+                 stall_ms: float, remote_prefill_ms: Callable[[int], float] | None = None):
         self.env = simpy.Environment()
         self.gamma = gamma
         self.positions = np.arange(gamma)[None, :]
@@ -361,14 +364,16 @@ class Simulation:
         self.stall_ms = stall_ms
         self.requests = Requests()
         self.steps = Growable(STEP_COLUMNS)
+        self.remote_prefill_ms = remote_prefill_ms
         self.preemptions = 0
         self.rejected = 0
+        self.remote_tokens = 0  # first tokens emitted by a disaggregated prefill pool
         self.replicas = [Replica(i, self, make_policy(), policy_label) for i in range(replicas)]
         self.router = Router(self.replicas, router)
         self.on_finish: Callable[[int], None] = lambda count: None
 
     def submit(self, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> None:
-        """New requests arrive now: log them, tell the source, route them."""
+        """New requests arrive now: log them, tell the source, route them (after a remote prefill, if any)."""
         ids = self.requests.add(self.env.now, prompt, output, mix)
         self.source.attach(ids, mix)
         req = self.requests.data
@@ -377,9 +382,31 @@ class Simulation:
                 req["rejected"][rid] = True  # could never fit, even alone
                 self.rejected += 1
                 continue
-            rep = self.router.pick()
-            req["replica"][rid] = rep.index
-            rep.enqueue(int(rid))
+            if self.remote_prefill_ms is None:
+                self.route(int(rid))
+            else:
+                self.env.process(self.prefilled_elsewhere(int(rid)))
+
+    def route(self, rid: int) -> None:
+        rep = self.router.pick()
+        self.requests.data["replica"][rid] = rep.index
+        rep.enqueue(rid)
+
+    def prefilled_elsewhere(self, rid: int):
+        """Disaggregated prefill: a separate pool (not counted in this deployment's GPUs) computes the prompt's KV
+        in one forward and emits the first token, then the request joins a decode replica's queue."""
+        req = self.requests.data
+        yield self.env.timeout(self.remote_prefill_ms(int(req["prompt"][rid])) * 1e-3)
+        req["first_token"][rid] = self.env.now
+        req["generated"][rid] = 1
+        req["kv_ready"][rid] = True
+        self.remote_tokens += 1
+        if req["output"][rid] <= 1:
+            req["finish"][rid] = self.env.now
+            self.source.detach(np.array([rid]))
+            self.on_finish(1)
+        else:
+            self.route(rid)
 
     def closed_loop(self, users: int, draw: Callable[[int], tuple]) -> None:
         self.on_finish = lambda count: self.submit(*draw(count))

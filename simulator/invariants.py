@@ -4,10 +4,12 @@
 - the clock never goes back: per replica, steps do not overlap and each ends after it starts;
 - work conservation: a replica only waits between steps when it has nothing running and nothing queued;
 - tokens are conserved: emitted = accepted drafts + one target token per request-step + one per completed
-  prefill, and every token a request holds was emitted by some step;
+  prefill, and every token a request holds was emitted by some step (or, with disaggregated prefill, is the
+  first token the prefill pool emitted);
 - no request emits past its length; accepted <= verified <= gamma x decoding requests;
 - B never exceeds the batch-token cap; KV use never exceeds the capacity;
-- request times are ordered: arrival <= admission <= first token <= finish.
+- request times are ordered: arrival <= admission <= first token <= finish (a disaggregated prefill emits the
+  first token before admission).
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ def check_invariants(sim: Simulation) -> None:
     held = rq["generated"].copy()
     for rep in sim.replicas:
         held[rep.ids[: rep.n]] = rep.generated[: rep.n]  # running requests hold their live count
-    if held.sum() != st["emitted"].sum():
-        bad.append(f"tokens held by requests ({held.sum()}) != tokens emitted by steps ({st['emitted'].sum()})")
+    if held.sum() != st["emitted"].sum() + sim.remote_tokens:
+        bad.append(f"tokens held by requests ({held.sum()}) != tokens emitted by steps ({st['emitted'].sum()}) "
+                   f"+ first tokens of remote prefills ({sim.remote_tokens})")
     if np.any(held > rq["output"]):
         bad.append("a request emitted past its output length")
     done = ~np.isnan(rq["finish"])
@@ -71,7 +74,10 @@ def check_invariants(sim: Simulation) -> None:
             bad.append(f"{b} before {a} for some request")
 
     ordered("arrival", "admitted")
-    ordered("admitted", "first_token")
+    ordered("arrival", "first_token")
+    ordered("admitted", "finish")
     ordered("first_token", "finish")
+    if sim.remote_prefill_ms is None:  # co-located: the first token comes from this replica's own prefill
+        ordered("admitted", "first_token")
     if bad:
         raise InvariantViolation("; ".join(bad))

@@ -113,6 +113,7 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         kv_capacity=hw.kv_capacity,
         prefill_chunk=m.engine.prefill_chunk,
         stall_ms=m.engine.sched_stall_ms,
+        remote_prefill_ms=(lambda prompt: hw.clock.step_ms(prompt, 0.0)) if m.engine.prefill == "disaggregated" else None,
     )
     maker = RequestMaker(m.workload, scn.resolve, _stream(spec.seed, spec.point.label, "workload"))
     if spec.point.concurrency is not None:

@@ -76,6 +76,9 @@ SHAPES = {
     "chunked-prefill": {"engine": {"max_batch_tokens": 600, "prefill_chunk": 128, "max_running": 32},
                         "workload": {"prompt": {"dist": "lognormal", "median": 900, "sigma": 0.8, "max": 3000}}},
     "3-replicas-least-loaded": {"hardware": {"replicas": 3}, "frontier": {"concurrency": [40]}},
+    "disaggregated-prefill-tight-kv": {"engine": {"prefill": "disaggregated", "kv_capacity_tokens": 2500},
+                                       "frontier": {"concurrency": [24]},
+                                       "workload": {"output": {"dist": "uniform", "low": 1, "high": 500}}},
 }
 
 
@@ -85,7 +88,7 @@ def test_invariants_hold_for_every_policy_and_shape(scenario_file, shape):
     for i in range(len(ALL_SYSTEMS)):
         row, _ = simulate(path, i, quick=True)  # simulate() runs check_invariants
         assert row["steps"] > 0
-        if shape == "tight-kv-preemption" and ALL_SYSTEMS[i] == "dspark":
+        if shape.endswith(("tight-kv-preemption", "tight-kv")) and ALL_SYSTEMS[i] == "dspark":
             assert row["preemptions"] > 0, "the tight cache must force recompute preemptions"
 
 
@@ -160,3 +163,14 @@ def test_custom_policy_from_module_path_runs(scenario_file):
     path = scenario_file(systems=[{"name": "half", "policy": "tests.simulator.custom_policy:HalfBlock"}])
     row, _ = simulate(path)
     assert 1.0 < row["mean_verify_budget"] <= 1 + 4
+
+
+def test_disaggregated_prefill_moves_prefill_off_the_decode_replica(scenario_file):
+    path = scenario_file(systems=["mtp-1"], workload={"prompt": 2000, "output": 200},
+                         frontier={"concurrency": [32]}, engine={"max_running": 64, "max_batch_tokens": 8192})
+    colo, sim_c = simulate(path)
+    disagg, sim_d = simulate(path, sets=("engine.prefill=disaggregated",))
+    assert sim_c.steps.frame()["prefill_tokens"].sum() > 0
+    assert sim_d.steps.frame()["prefill_tokens"].sum() == 0  # no preemption here: nothing recomputed locally
+    assert disagg["throughput_per_gpu"] > 1.2 * colo["throughput_per_gpu"]
+    assert disagg["tps_per_user"] > colo["tps_per_user"]
