@@ -19,6 +19,7 @@ as work grows) and clamp below the first point.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from dataclasses import dataclass, field
@@ -189,6 +190,24 @@ class StepTimeGrid:
     def step_ms(self, batch_tokens: float, kv_tokens: float) -> float:
         return float(self.curve(kv_tokens)(np.asarray(batch_tokens, dtype=float)))
 
+    @cached_property
+    def _lists(self) -> tuple[list[float], list[float], list[list[float]]]:
+        return self.b_axis.tolist(), self.k_axis.tolist(), self.ms.tolist()
+
+    def lookup(self, batch_tokens: float, kv_tokens: float) -> float:
+        """``step_ms`` for one (B, K) in plain Python (bisect), for the engine's per-step clock: numpy's
+        per-call overhead would dominate a scalar lookup."""
+        ba, ka, ms = self._lists
+        nk = len(ka)
+        if nk == 1 or kv_tokens <= ka[0]:
+            return _along(ba, ms[0], batch_tokens)
+        j = min(max(bisect.bisect_left(ka, kv_tokens), 1), nk - 1)
+        w = (kv_tokens - ka[j - 1]) / (ka[j] - ka[j - 1])
+        lo, hi = _along(ba, ms[j - 1], batch_tokens), _along(ba, ms[j], batch_tokens)
+        if w > 1.0:
+            return hi + max(hi - lo, 0.0) * (w - 1.0)
+        return lo + (hi - lo) * w
+
     def values(self, batch_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray:
         """Elementwise lookups over arrays of (B, K), with exactly the semantics of ``step_ms``."""
         b = np.asarray(batch_tokens, dtype=float)
@@ -219,6 +238,19 @@ class StepTimeGrid:
         out = ms[row, i - 1] + (ms[row, i] - ms[row, i - 1]) * frac
         slope = np.maximum((ms[row, -1] - ms[row, -2]) / (ba[-1] - ba[-2]), 0.0)
         return np.where(b > ba[-1], ms[row, -1] + slope * (b - ba[-1]), out)
+
+
+def _along(ba: list[float], row: list[float], b: float) -> float:
+    """Piecewise linear in B along one row, clamped below, extrapolated (never downwards) above."""
+    n = len(ba)
+    if n == 1 or b <= ba[0]:
+        return row[0]
+    if b >= ba[-1]:
+        slope = max((row[-1] - row[-2]) / (ba[-1] - ba[-2]), 0.0)
+        return row[-1] + slope * (b - ba[-1])
+    i = bisect.bisect_right(ba, b)
+    f = (b - ba[i - 1]) / (ba[i] - ba[i - 1])
+    return row[i - 1] + (row[i] - row[i - 1]) * f
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from hw_profile.table import StepTimeGrid
 
 
@@ -51,8 +49,7 @@ class DraftCost:
         """Milliseconds to draft gamma tokens for each of ``rows`` requests holding ``kv_tokens`` in total."""
         if self.grid is None or rows == 0 or gamma == 0:
             return 0.0
-        curve = self.grid.curve(kv_tokens)
         if self.kind.parallel:
-            t = float(curve(np.float64(rows * (gamma + self.kind.extra_block_tokens))))
+            t = self.grid.lookup(rows * (gamma + self.kind.extra_block_tokens), kv_tokens)
             return t + gamma * max(self.seq_per_position_ms, self.seq_per_row_position_ms * rows)
-        return gamma * float(curve(np.float64(rows)))
+        return gamma * self.grid.lookup(rows, kv_tokens)

@@ -85,6 +85,25 @@ STEP_COLUMNS = {
 }
 
 
+class RowLog:
+    """A log written one whole row at a time into a 2-D float array (one numpy assignment per row); ``frame``
+    returns typed columns."""
+
+    def __init__(self, columns: dict[str, type], capacity: int = 4096):
+        self.columns = columns
+        self.n = 0
+        self.data = np.zeros((capacity, len(columns)))
+
+    def append(self, row: tuple) -> None:
+        if self.n == len(self.data):
+            self.data = np.concatenate([self.data, np.zeros_like(self.data)])
+        self.data[self.n] = row
+        self.n += 1
+
+    def frame(self) -> dict[str, np.ndarray]:
+        return {k: self.data[: self.n, i].astype(t) for i, (k, t) in enumerate(self.columns.items())}
+
+
 class Requests(Growable):
     def __init__(self):
         super().__init__(REQUEST_COLUMNS)
@@ -256,7 +275,6 @@ class Replica:
             kv = self.tokens
             ids = self.ids[:n]
 
-        clock = sim.clock.curve(kv)
         draft_ms = sim.draft.ms(rows, gamma, kv)
         stall = sim.stall_ms if (self.policy.sync_stall and rows) else 0.0
         verified = 0
@@ -266,15 +284,14 @@ class Replica:
             conf = proposal.confidence
             if maxl.min() < gamma:
                 conf = conf * (sim.positions < maxl[:, None])
-            policy_curve = clock if sim.policy_grid is sim.clock else sim.policy_grid.curve(kv)
-            sps = StepRate(policy_curve, prefill_tokens, draft_ms + stall)
+            sps = StepRate(sim.policy_grid.curve(kv), prefill_tokens, draft_ms + stall)
             view = PolicyView(conf, remaining, context, sps, gamma, self.step_no,
-                              proposal.outcome if self.policy.needs_outcome else None)
+                              proposal.outcome if self.policy.needs_outcome else None, maxl)
             lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
             accepted = sim.source.verify(proposal, lengths)
             verified = int(lengths.sum())
         batch = rows + verified + prefill_tokens
-        step_ms = draft_ms + stall + float(clock(np.float64(batch)))
+        step_ms = draft_ms + stall + sim.clock.lookup(batch, kv)
         yield env.timeout(step_ms * 1e-3)
         now = env.now
 
@@ -305,10 +322,8 @@ class Replica:
                 self.prefilling -= done_prefill
         emitted = acc_sum + rows + done_prefill
         self.tokens += emitted
-        sim.steps.append(replica=self.index, start=start, end=now, running=n, decoding=rows,
-                         prefill_tokens=prefill_tokens, prefill_done=done_prefill, batch_tokens=batch,
-                         kv_tokens=kv, verified=verified, accepted=acc_sum, emitted=emitted,
-                         draft_ms=draft_ms, step_ms=step_ms, queued=len(self.queue), kv_used=kv_used)
+        sim.steps.append((self.index, start, now, n, rows, prefill_tokens, done_prefill, batch, kv, verified,
+                          acc_sum, emitted, draft_ms, step_ms, len(self.queue), kv_used))  # STEP_COLUMNS order
         self.step_no += 1
 
         finished = self.generated[:n] >= self.output[:n]
@@ -363,7 +378,7 @@ class Simulation:
         self.prefill_chunk = prefill_chunk
         self.stall_ms = stall_ms
         self.requests = Requests()
-        self.steps = Growable(STEP_COLUMNS)
+        self.steps = RowLog(STEP_COLUMNS)
         self.remote_prefill_ms = remote_prefill_ms
         self.preemptions = 0
         self.rejected = 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from simulator.acceptance.base import GrowingArrays, Proposal
+from simulator.acceptance.base import Proposal
 from simulator.acceptance.latent import HeadModel, Variation
 from simulator.errors import UserError
 
@@ -122,7 +122,8 @@ class ProfileSource:
         self.var = profile.variation
         self.noise_sd = d.head.noise_sd
         self.rng = rng
-        self.state = GrowingArrays(bench=np.int64, effect=np.float64)
+        self._base = np.zeros((0, self.gamma))
+        self._head = np.zeros((0, self.gamma))
         self._choices = []
         for key in mix:
             benches = profile.benchmarks_for(key)
@@ -136,34 +137,45 @@ class ProfileSource:
     def attach(self, ids: np.ndarray, mix_index: np.ndarray) -> None:
         if len(ids) == 0:
             return
-        self.state.ensure(int(ids.max()))
+        self._ensure(int(ids.max()))
         bench = np.empty(len(ids), dtype=np.int64)
         for k, choices in enumerate(self._choices):
             sel = mix_index == k
             if sel.any():
                 bench[sel] = choices[self.rng.integers(0, len(choices), int(sel.sum()))]
-        self.state.bench[ids] = bench
-        self.state.effect[ids] = self.rng.normal(0.0, self.var.request_sd, len(ids))
+        effect = self.rng.normal(0.0, self.var.request_sd, len(ids))
+        # per request once: its latent means (benchmark's mu plus its own difficulty) and head offsets
+        self._base[ids] = self.mu[bench] + effect[:, None]
+        self._head[ids] = self.a_over_t[bench]
+
+    def _ensure(self, max_id: int) -> None:
+        if max_id < len(self._base):
+            return
+        cap = max(1024, 2 * (max_id + 1))
+        for name in ("_base", "_head"):
+            old = getattr(self, name)
+            new = np.zeros((cap, self.gamma))
+            new[: len(old)] = old
+            setattr(self, name, new)
 
     def propose(self, ids: np.ndarray) -> Proposal:
-        rows, gamma, rng = len(ids), self.gamma, self.rng
-        bench = self.state.bench[ids]
-        shared = self.state.effect[ids]
-        shared += self.var.step_sd * rng.standard_normal(rows)
-        x = rng.standard_normal((rows, gamma))
-        x *= self.var.token_sd
-        x += self.mu[bench]
-        x += shared[:, None]
+        rows, gamma, var = len(ids), self.gamma, self.var
+        # one draw per step: the step's shared effect, token noise, the head's observation noise
+        noise = self.rng.standard_normal((rows, 2 * gamma + 1))
+        x = self._base[ids]
+        x += var.step_sd * noise[:, :1]
+        x += var.token_sd * noise[:, 1 : gamma + 1]
         truth = np.tanh(0.5 * x)
         truth += 1.0
         truth *= 0.5
-        accept = rng.random((rows, gamma)) < truth
-        outcome = np.where(accept.all(axis=1), gamma, accept.argmin(axis=1))  # leading accepted tokens
-        z = rng.standard_normal((rows, gamma))
-        z *= self.noise_sd
+        accept = np.empty((rows, gamma + 1), dtype=bool)
+        np.less(self.rng.random((rows, gamma)), truth, out=accept[:, :gamma])
+        accept[:, gamma] = False
+        outcome = accept.argmin(axis=1)  # the first rejection's index = the number of leading accepts
+        z = self.noise_sd * noise[:, gamma + 1 :]
         z += x
         z *= self.b_over_t
-        z += self.a_over_t[bench]
+        z += self._head[ids]
         confidence = np.tanh(0.5 * z)
         confidence += 1.0
         confidence *= 0.5

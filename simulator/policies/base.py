@@ -31,11 +31,14 @@ class PolicyView:
                 ``needs_outcome`` (the oracle), otherwise None.
     """
 
-    __slots__ = ("confidence", "context", "gamma", "outcome", "remaining", "sps", "step")
+    __slots__ = ("confidence", "context", "gamma", "max_lengths", "outcome", "remaining", "sps", "step")
 
     def __init__(self, confidence: np.ndarray, remaining: np.ndarray, context: np.ndarray,
-                 sps: Callable[[np.ndarray], np.ndarray], gamma: int, step: int, outcome: np.ndarray | None = None):
-        for arr in (confidence, remaining, context, outcome):
+                 sps: Callable[[np.ndarray], np.ndarray], gamma: int, step: int, outcome: np.ndarray | None = None,
+                 max_lengths: np.ndarray | None = None):
+        if max_lengths is None:
+            max_lengths = np.minimum(gamma, remaining - 1)
+        for arr in (confidence, remaining, context, outcome, max_lengths):
             if arr is not None:
                 arr.flags.writeable = False
         self.confidence = confidence
@@ -45,10 +48,8 @@ class PolicyView:
         self.gamma = gamma
         self.step = step
         self.outcome = outcome
-
-    @property
-    def max_lengths(self) -> np.ndarray:
-        return np.minimum(self.gamma, self.remaining - 1)
+        #: (R,) min(gamma, remaining - 1): the largest valid length per request
+        self.max_lengths = max_lengths
 
 
 class Policy:
@@ -72,6 +73,11 @@ class Policy:
 def checked_lengths(policy: Policy, label: str, lengths: object, view: PolicyView) -> np.ndarray:
     """The policy's answer as an int64 array, or a PolicyError that names the policy and what is wrong."""
     rows = view.remaining.shape[0]
+    hi = view.max_lengths
+    if type(lengths) is np.ndarray and lengths.dtype == np.int64 and lengths.shape == (rows,):
+        # the common case, one comparison: negative lengths wrap around to huge unsigned values
+        if not np.any(lengths.view(np.uint64) > hi):
+            return lengths
     try:
         arr = np.asarray(lengths)
     except Exception as exc:  # a policy may return anything
@@ -84,7 +90,6 @@ def checked_lengths(policy: Policy, label: str, lengths: object, view: PolicyVie
         else:
             raise PolicyError(f"policy {label!r}: choose() returned dtype {arr.dtype}, expected integer lengths")
     arr = arr.astype(np.int64, copy=False)
-    hi = view.max_lengths
     bad = (arr < 0) | (arr > hi)
     if bad.any():
         r = int(np.flatnonzero(bad)[0])

@@ -64,3 +64,12 @@ def test_skipped_rows_are_ignored_and_round_trip_keeps_metadata(tmp_path):
     assert back.meta == {"device": "test", "model_shape": {"layers": 2}}
     assert len(back.points) == 4 and len(back.ok) == 3
     assert back.grid.step_ms(3, 0) == pytest.approx(3.0)
+
+
+def test_scalar_lookup_matches_vectorised():
+    b_axis, k_axis = np.array([1, 4, 16, 64, 256]), np.array([0, 1000, 5000, 20000])
+    bb, kk = np.meshgrid(b_axis, k_axis)
+    grid = StepTimeGrid.from_points(bb.ravel(), kk.ravel(), additive(bb.ravel(), kk.ravel()))
+    rng = np.random.default_rng(1)
+    for b, k in zip(rng.uniform(0, 600, 200), rng.uniform(-100, 40000, 200), strict=True):
+        assert grid.lookup(b, k) == pytest.approx(grid.step_ms(b, k), rel=1e-12)
