@@ -68,6 +68,19 @@ def throughput_at_anchor(tps: np.ndarray, throughput: np.ndarray, anchor: float)
     return interpolate_at(np.asarray(tps)[front], np.asarray(throughput)[front], anchor)
 
 
+def anchor_status(tps: np.ndarray, throughput: np.ndarray, anchor: float) -> tuple[str, float]:
+    """Where an anchor falls on a frontier: ("crossed", throughput there), ("unreachable", NaN) when even the
+    fastest point is slower than the anchor, or ("above", the largest throughput swept) when every point is
+    faster: the system sustains at least that much at the anchor, but how much more was not measured."""
+    front = pareto_front(tps, throughput)
+    t, y = np.asarray(tps, dtype=float)[front], np.asarray(throughput, dtype=float)[front]
+    if len(t) == 0 or anchor > t[-1]:
+        return "unreachable", float("nan")
+    if anchor < t[0]:
+        return "above", float(y[0])
+    return "crossed", interpolate_at(t, y, anchor)
+
+
 def tps_at_throughput(tps: np.ndarray, throughput: np.ndarray, level: float) -> float:
     """TPS per user a system's frontier gives at a throughput level (frontier throughput falls as TPS rises)."""
     front = pareto_front(tps, throughput)
@@ -118,23 +131,29 @@ def anchors_summary(runs: pd.DataFrame, anchors: list[float], baseline: str | No
     and the TPS gain at matched throughput."""
     closed = runs[runs["concurrency"].notna()]
     systems = list(dict.fromkeys(closed["policy"]))
-    per_seed: dict[str, dict[float, list[float]]] = {s: {a: [] for a in anchors} for s in systems}
+    per_seed: dict[str, dict[float, list[tuple[str, float]]]] = {s: {a: [] for a in anchors} for s in systems}
     curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for system in systems:
         mine = closed[closed["policy"] == system]
         for _, g in mine.groupby("seed"):
             for a in anchors:
-                per_seed[system][a].append(throughput_at_anchor(g["tps_per_user"].to_numpy(), g["throughput_per_gpu"].to_numpy(), a))
+                per_seed[system][a].append(anchor_status(g["tps_per_user"].to_numpy(), g["throughput_per_gpu"].to_numpy(), a))
         means = mine.groupby("concurrency")[["tps_per_user", "throughput_per_gpu"]].mean()
         curves[system] = (means["tps_per_user"].to_numpy(), means["throughput_per_gpu"].to_numpy())
     out: dict = {}
     for system in systems:
         entry: dict = {"anchors": {}}
         for a in anchors:
-            vals = np.array(per_seed[system][a], dtype=float)
-            # a seed that misses the anchor makes the mean undefined rather than optimistic
-            mean, ci = mean_ci(vals) if not np.isnan(vals).any() else (float("nan"), float("nan"))
-            entry["anchors"][_anchor_key(a)] = {"throughput_per_gpu": mean, "ci95": ci}
+            statuses = [st for st, _ in per_seed[system][a]]
+            vals = np.array([v for _, v in per_seed[system][a]], dtype=float)
+            if all(st == "crossed" for st in statuses):
+                mean, ci = mean_ci(vals)
+                entry["anchors"][_anchor_key(a)] = {"status": "crossed", "throughput_per_gpu": mean, "ci95": ci}
+            elif "unreachable" in statuses:
+                entry["anchors"][_anchor_key(a)] = {"status": "unreachable", "throughput_per_gpu": float("nan")}
+            else:  # above the anchor at the largest load swept in some seed: a lower bound, not a value
+                entry["anchors"][_anchor_key(a)] = {"status": "above", "throughput_per_gpu": float("nan"),
+                                                    "at_least": float(np.nanmin(vals))}
         out[system] = entry
     if baseline in out:
         for system in systems:

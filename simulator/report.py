@@ -204,8 +204,9 @@ SLA anchors {', '.join(f'{a:g}' for a in m.sla.tps_targets)} tok/s/user (attainm
 {''.join(notes)}
 <h2>Headline</h2>
 <p class="meta">Left: each system under the scenario's open-loop traffic. Right: throughput each sustains where its
-frontier crosses an SLA anchor (blank where it never reaches it, or the sweep does not reach down to it), the gain
-over {html.escape(str(baseline))}, and the per-user speed-up at matched throughput.</p>
+frontier crosses an SLA anchor ("-" where it never reaches the anchor; "&gt;=X" where even its largest swept load
+stays faster than the anchor, so it sustains at least X), the gain over {html.escape(str(baseline))}, and the
+per-user speed-up at matched throughput.</p>
 {headline_html(summary)}
 {''.join(parts)}
 </body></html>

@@ -64,7 +64,7 @@ def headline_table(summary: dict) -> pd.DataFrame:
                         "TPS p50": ol["tps_per_user_p50"], "TTFT p99 (s)": ol["ttft_p99"],
                         "SLA": ol["sla_attainment"]})
         for a, v in e.get("anchors", {}).items():
-            row[f"@{a} tok/s/GPU"] = v["throughput_per_gpu"]
+            row[f"@{a} tok/s/GPU"] = f">={v['at_least']:,.0f}" if v.get("status") == "above" else v["throughput_per_gpu"]
             if "gain_vs_baseline" in v:
                 row[f"@{a} gain"] = v["gain_vs_baseline"]
         g = e.get("tps_gain_at_matched_throughput")

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.frontier import (
+    anchor_status,
     anchors_summary,
     interpolate_at,
     matched_throughput_gain,
@@ -45,6 +46,13 @@ def test_throughput_at_anchor_interpolates_along_the_frontier():
     assert throughput_at_anchor(tps, thr, 200.0) == pytest.approx(400.0)
 
 
+def test_anchor_status():
+    tps, thr = np.array([90.0, 60.0, 30.0]), np.array([100.0, 200.0, 300.0])
+    assert anchor_status(tps, thr, 120.0) == ("unreachable", pytest.approx(float("nan"), nan_ok=True))
+    assert anchor_status(tps, thr, 20.0) == ("above", 300.0)
+    assert anchor_status(tps, thr, 45.0) == ("crossed", 250.0)
+
+
 def test_no_extrapolation_beyond_the_frontier():
     tps = np.array([90.0, 60.0, 30.0])
     thr = np.array([100.0, 200.0, 300.0])
@@ -77,6 +85,9 @@ def test_anchors_summary_gain_and_missing_anchor():
     base80 = out["mtp-1"]["anchors"]["80"]["throughput_per_gpu"]
     assert base80 == pytest.approx(np.mean([600 + (90 - 80) / 50 * 600, 600 + (91 - 80) / 50 * 600]))
     assert math.isnan(out["dspark"]["anchors"]["80"]["throughput_per_gpu"])  # below its swept range
+    assert out["dspark"]["anchors"]["80"]["status"] == "above"
+    assert out["dspark"]["anchors"]["80"]["at_least"] == 2000  # sustains at least its largest swept throughput
+    assert out["mtp-1"]["anchors"]["250"]["status"] == "unreachable"
     assert math.isnan(out["mtp-1"]["anchors"]["250"]["throughput_per_gpu"])  # mtp-1 never reaches 250
     assert out["dspark"]["anchors"]["120"]["gain_vs_baseline"] > 1.0
     assert out["dspark"]["tps_gain_at_matched_throughput"]["min"] > 0.5

@@ -100,3 +100,25 @@ def test_cli_ctrl_c_keeps_finished_runs_and_rerun_completes(scenario_file, tmp_p
     assert len(runs) == 12
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["systems"]) == {"mtp-1", "dspark", "static-3"}
+
+
+def test_replicates_give_confidence_intervals_and_records_are_written(scenario_file, tmp_path):
+    from click.testing import CliRunner
+
+    from simulator.cli import cli
+
+    path = scenario_file(systems=["mtp-1", "dspark"], frontier={"concurrency": [2, 16]})
+    out, rec = tmp_path / "o", tmp_path / "rec"
+    res = CliRunner().invoke(cli, [str(path), "--quick", "--out", str(out), "--replicates", "3", "--jobs", "1",
+                                   "--records", str(rec)])
+    assert res.exit_code == 0, res.output
+    runs = pd.read_csv(out / "runs.csv")
+    assert sorted(runs["seed"].unique()) == [0, 1, 2] and len(runs) == 12
+    frontier = pd.read_csv(out / "frontier.csv")
+    assert (frontier["seeds"] == 3).all() and frontier["throughput_per_gpu_ci95"].notna().all()
+    steps = pd.read_parquet(rec / "dspark__closed-16__seed1-quick.steps.parquet")
+    reqs = pd.read_parquet(rec / "dspark__closed-16__seed1-quick.requests.parquet")
+    row = runs[(runs.policy == "dspark") & (runs.concurrency == 16) & (runs.seed == 1)].iloc[0]
+    assert len(steps) == row["steps"]
+    assert set(reqs["mix"]) <= {"math", "code", "chat"}
+    assert "report:" in res.output
