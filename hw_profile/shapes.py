@@ -171,6 +171,9 @@ _OPTIONAL = {
 }
 
 SHAPES: dict[str, ModelShape] = {
+    # Qwen/Qwen3-0.6B: small enough to time on a CPU at full depth
+    "qwen3-0.6b": ModelShape("qwen3-0.6b", layers=28, hidden=1024, heads=16, kv_heads=8, head_dim=128,
+                             intermediate=3072, vocab=151936, tie_embeddings=True),
     "qwen3-4b": ModelShape("qwen3-4b", layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128,
                            intermediate=9728, vocab=151936, tie_embeddings=True),
     "qwen3-8b": ModelShape("qwen3-8b", layers=36, hidden=4096, heads=32, kv_heads=8, head_dim=128,
@@ -265,7 +268,8 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
                 sliding = dict(sliding_window=int(cfg["sliding_window"]), sliding_pattern=int(pattern))
         head_dim = cfg.get("qk_nope_head_dim") if mla else cfg.get("head_dim")
         return ModelShape(
-            name=str(cfg.get("_name_or_path") or cfg.get("model_type") or name),
+            name=str(cfg.get("_name_or_path") or (name if name != "custom" else None) or cfg.get("model_type")
+                     or name),
             layers=layers,
             hidden=hidden,
             heads=heads,
