@@ -75,7 +75,9 @@ def cli() -> None:
 @click.option("--drafter-layers", type=int, default=None,
               help="time a drafter instead: N layers of the target's width, plus its LM head")
 @click.option("--warmup", type=int, default=3, show_default=True)
-@click.option("--repeats", type=int, default=10, show_default=True)
+@click.option("--repeats", type=int, default=10, show_default=True, help="timed forwards per point and pass")
+@click.option("--passes", type=int, default=1, show_default=True,
+              help="sweep the grid this many times and pool each point's repeats (shared machines)")
 @click.option("--min-time", "min_time_s", type=float, default=0.0, show_default=True,
               help="seconds: raise the repeats of a point until its timed window lasts this long")
 @click.option("--throttle-retries", type=int, default=2, show_default=True,
@@ -88,7 +90,7 @@ def cli() -> None:
 @click.option("--quiet", is_flag=True, help="no progress bar")
 @click.pass_obj
 def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, layers, drafter_layers, warmup, repeats,
-        min_time_s, throttle_retries, memory_limit_gb, threads, no_cuda_graphs, name, note, quiet) -> None:
+        passes, min_time_s, throttle_retries, memory_limit_gb, threads, no_cuda_graphs, name, note, quiet) -> None:
     from hw_profile.profiler import ProfileConfig, profile
 
     if layers is not None and drafter_layers is not None:
@@ -104,6 +106,7 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
         drafter_layers=drafter_layers,
         warmup=warmup,
         repeats=repeats,
+        passes=passes,
         min_time_s=min_time_s,
         throttle_retries=throttle_retries,
         memory_limit_gb=memory_limit_gb,
@@ -214,8 +217,9 @@ def show(table, other, out) -> None:
 @cli.command(help="Measure the achieved matmul rate and weight-streaming bandwidth; write a device file.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(DTYPES), default="fp32", show_default=True)
+@click.option("--threads", type=int, default=None, help="CPU threads for torch (use the table's)")
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
-def peaks(device, dtype, out) -> None:
+def peaks(device, dtype, threads, out) -> None:
     from hw_profile.files import atomic_write_text
     from hw_profile.peaks import measure_peaks
 
@@ -225,6 +229,8 @@ def peaks(device, dtype, out) -> None:
         raise HwProfileError("hw-profile peaks needs torch: install dspark-sim[profile]") from None
     if device == "cuda" and not torch.cuda.is_available():
         raise HwProfileError(f"--device cuda: torch {torch.__version__} sees no CUDA device")
+    if threads:
+        torch.set_num_threads(threads)
     result = measure_peaks(device, dtype)
     atomic_write_text(out, json.dumps(result, indent=2) + "\n")
     click.echo(f"{out}: {result['bf16_tflops'] * 1e3:.1f} GFLOP/s matmul, {result['hbm_tb_s'] * 1e3:.2f} GB/s "

@@ -53,7 +53,9 @@ class ProfileConfig:
     layers: int | None = None  # time the first N layers only (recorded in the sidecar)
     drafter_layers: int | None = None  # time a drafter of the target's width with N layers instead
     warmup: int = 3
-    repeats: int = 10
+    repeats: int = 10  # timed forwards per point and pass
+    passes: int = 1  # sweeps over the whole grid; a point's repeats from every pass are pooled (spreads the bursts
+    #                  of other jobs on a shared machine over all points instead of a few neighbours)
     min_time_s: float = 0.0  # per point: raise the repeats until the timed window lasts this long
     max_repeats: int = 1000
     throttle_retries: int = 2
@@ -79,6 +81,8 @@ class ProfileConfig:
             raise HwProfileError(f"--device: expected cpu or cuda, got {self.device!r}")
         if self.dtype not in DTYPE_BYTES:
             raise HwProfileError(f"--dtype: expected one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
+        if self.passes < 1:
+            raise HwProfileError(f"--passes: expected a positive integer, got {self.passes}")
         if self.warmup < 0 or self.repeats < 1:
             raise HwProfileError(f"--warmup/--repeats: expected warmup >= 0 and repeats >= 1, got {self.warmup}, "
                                  f"{self.repeats}")
@@ -190,57 +194,62 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
 
     meta = _metadata(cfg, timed, target, model, sampler, torch, build_s)
     timer = _Timer(cfg, torch)
-    rows: list[dict] = []
+    tprs = sorted(set(cfg.tokens_per_request))
+    plan = [(c, r) for c in sorted(set(cfg.contexts)) for r in sorted(set(cfg.requests))]
+    records = {(c, r, t): _Record(requests=r, context=c, tokens=t) for c, r in plan for t in tprs}
     table = StepTable.from_points([], meta)
     interrupted = False
-    plan = [(c, r) for c in sorted(set(cfg.contexts)) for r in sorted(set(cfg.requests))]
-    tprs = sorted(set(cfg.tokens_per_request))
-    bar = _progress(len(plan) * len(tprs), progress, timed.name)
+    bar = _progress(len(records) * cfg.passes, progress, timed.name)
     try:
-        for context, requests in plan:
-            # the cache is sized for the largest t that fits; need grows with t, so what fits is a prefix
-            budget = _budget(cfg)
-            need = {t: point_memory_bytes(timed, cfg.dtype, requests, context, t, t) for t in tprs}
-            fits = [t for t in tprs if need[t] <= budget]
-            for t in tprs:
-                if t not in fits:
-                    rows.append(_skipped(requests, context, t,
-                                         f"skipped: needs ~{need[t] / GIB:.2f} GiB, {budget / GIB:.2f} GiB usable"))
-                    bar.update(1)
-            if not fits:
-                table = _write(rows, meta, out)
-                continue
-            try:
-                cache = mb.prepare_cache(model, requests, context, max(fits), seed=cfg.seed)
-            except Exception as exc:
-                if not _is_oom(torch, exc):
-                    raise
-                _free_cuda(torch, cfg.device)
-                for t in fits:
-                    rows.append(_skipped(requests, context, t, "skipped: out of memory allocating the KV cache"))
-                    bar.update(1)
-                table = _write(rows, meta, out)
-                continue
-            for t in fits:
-                bar.set_postfix_str(f"c={context} R={requests} t={t}")
+        for _ in range(cfg.passes):
+            for context, requests in plan:
+                todo = [t for t in tprs if records[(context, requests, t)].status == "ok"]
+                if not todo:
+                    bar.update(len(tprs))
+                    continue
+                # the cache is sized for the largest t that fits; need grows with t, so what fits is a prefix
+                budget = _budget(cfg)
+                fits = []
+                for t in todo:
+                    need = point_memory_bytes(timed, cfg.dtype, requests, context, t, t)
+                    if need <= budget:
+                        fits.append(t)
+                    elif not records[(context, requests, t)].times:  # a point measured in an earlier pass stays
+                        records[(context, requests, t)].status = (
+                            f"skipped: needs ~{need / GIB:.2f} GiB, {budget / GIB:.2f} GiB usable")
+                bar.update(len(tprs) - len(fits))
+                if not fits:
+                    table = _write(records, meta, out)
+                    continue
                 try:
-                    row, attempts = _measure_point(cfg, timer, sampler, mb, model, cache, requests, context, t)
+                    cache = mb.prepare_cache(model, requests, context, max(fits), seed=cfg.seed)
                 except Exception as exc:
                     if not _is_oom(torch, exc):
                         raise
                     _free_cuda(torch, cfg.device)
-                    row, attempts = _skipped(requests, context, t, "skipped: out of memory in the forward"), 1
-                if attempts > 1:
-                    meta.setdefault("throttle_remeasured", []).append(
-                        {"requests": requests, "context": context, "tokens_per_request": t, "attempts": attempts,
-                         "still_throttled": bool(row.get("throttled"))})
-                rows.append(row)
-                table = _write(rows, meta, out)
-                bar.update(1)
-                if on_point is not None:
-                    on_point(row)
-            del cache
-            _free_cuda(torch, cfg.device)
+                    for t in fits:
+                        if not records[(context, requests, t)].times:
+                            records[(context, requests, t)].status = "skipped: out of memory allocating the KV cache"
+                    bar.update(len(fits))
+                    table = _write(records, meta, out)
+                    continue
+                for t in fits:
+                    bar.set_postfix_str(f"c={context} R={requests} t={t}")
+                    record = records[(context, requests, t)]
+                    try:
+                        _measure_point(cfg, timer, sampler, mb, model, cache, record)
+                    except Exception as exc:
+                        if not _is_oom(torch, exc):
+                            raise
+                        _free_cuda(torch, cfg.device)
+                        if not record.times:
+                            record.status = "skipped: out of memory in the forward"
+                    table = _write(records, meta, out)
+                    bar.update(1)
+                    if on_point is not None:
+                        on_point(record.row())
+                del cache
+                _free_cuda(torch, cfg.device)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -248,27 +257,98 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
         meta["timer"] = timer.describe()
         meta["load_average_end"] = _loadavg()
         meta["elapsed_s"] = round(time.perf_counter() - t0, 1)
+        remeasured = [r.remeasured() for r in records.values() if r.attempts_max > 1]
+        if remeasured:
+            meta["throttle_remeasured"] = remeasured
         if interrupted:
             meta["interrupted"] = True
-            messages.append(f"interrupted: {sum(r['status'] == 'ok' for r in rows)} points kept in {out}")
-        table = _write(rows, meta, out)
+            kept = sum(1 for r in records.values() if r.status == "ok" and r.times)
+            messages.append(f"interrupted: {kept} points kept in {out}")
+        table = _write(records, meta, out)
         sampler.close()
     return ProfileResult(table=table, path=out, interrupted=interrupted, messages=messages)
 
 
 # -- one point ------------------------------------------------------------------------------------------------
-def _measure_point(cfg, timer, sampler, mb, model, cache, requests, context, tokens) -> dict:
-    step = mb.step_inputs(model, cache, requests, context, tokens, seed=cfg.seed)
+@dataclass
+class _Record:
+    """Everything measured for one point, over all passes."""
+
+    requests: int
+    context: int
+    tokens: int
+    status: str = "ok"
+    times: list = field(default_factory=list)
+    telemetry: list = field(default_factory=list)  # (PointTelemetry, steps) per pass
+    attempts_max: int = 0
+    still_throttled: bool = False
+
+    def row(self) -> dict | None:
+        base = {"batch_tokens": self.requests * self.tokens, "kv_tokens": self.requests * self.context,
+                "requests": self.requests, "context": self.context}
+        if self.status != "ok":
+            return {**base, "status": self.status, "step_ms": math.nan, "repeats": 0}
+        if not self.times:
+            return None  # not measured yet
+        times = np.asarray(self.times, dtype=float)
+        row = {**base, "status": "ok", "step_ms": float(np.median(times)),
+               "step_ms_p10": float(np.percentile(times, 10)), "step_ms_p90": float(np.percentile(times, 90)),
+               "repeats": len(times)}
+        row.update(combine_telemetry(self.telemetry))
+        return row
+
+    def remeasured(self) -> dict:
+        return {"requests": self.requests, "context": self.context, "tokens_per_request": self.tokens,
+                "attempts": self.attempts_max, "still_throttled": self.still_throttled}
+
+
+def combine_telemetry(windows: list[tuple[PointTelemetry, int]]) -> dict:
+    """The telemetry columns of a point measured in several windows (passes): clocks as the median of the
+    windows', power and utilisation averaged over time, the hottest temperature, every reason seen, energy summed
+    over the steps that have it."""
+    if not windows:
+        return PointTelemetry().columns(steps=0)
+    if len(windows) == 1:
+        t, steps = windows[0]
+        return t.columns(steps)
+    cols = [t.columns(steps) for t, steps in windows]
+    dur = np.array([t.duration_s for t, _ in windows])
+
+    def timed_mean(key):
+        v = np.array([c[key] for c in cols], dtype=float)
+        ok = np.isfinite(v)
+        return float(np.average(v[ok], weights=dur[ok] if dur[ok].sum() > 0 else None)) if ok.any() else math.nan
+
+    energy = [(t.energy_j, steps) for t, steps in windows if np.isfinite(t.energy_j)]
+    mask = 0
+    for t, _ in windows:
+        mask |= t.reasons_mask
+    merged = PointTelemetry(reasons_mask=mask)
+    temps = np.array([c["temp_c"] for c in cols], dtype=float)
+    return {
+        "throttled": merged.throttled,
+        "throttle_reasons": merged.throttle_reasons,
+        "sm_clock_mhz": float(np.nanmedian([c["sm_clock_mhz"] for c in cols])) if any(
+            np.isfinite(c["sm_clock_mhz"]) for c in cols) else math.nan,
+        "mem_clock_mhz": float(np.nanmedian([c["mem_clock_mhz"] for c in cols])) if any(
+            np.isfinite(c["mem_clock_mhz"]) for c in cols) else math.nan,
+        "power_w": timed_mean("power_w"),
+        "temp_c": float(np.nanmax(temps)) if np.isfinite(temps).any() else math.nan,
+        "util_pct": timed_mean("util_pct"),
+        "energy_j": sum(e for e, _ in energy) / sum(n for _, n in energy) if energy else math.nan,
+    }
+
+
+def _measure_point(cfg, timer, sampler, mb, model, cache, record: _Record) -> None:
+    """One pass over one point: warm up, time, re-measure while throttled (bounded); appends to the record."""
+    step = mb.step_inputs(model, cache, record.requests, record.context, record.tokens, seed=cfg.seed)
     runner = timer.runner(step)
     try:
         estimate_ms = runner.warm(cfg.warmup)
         repeats = cfg.repeats
         if cfg.min_time_s > 0 and estimate_ms > 0:
             repeats = min(max(repeats, math.ceil(cfg.min_time_s * 1000.0 / estimate_ms)), cfg.max_repeats)
-        telemetry = PointTelemetry()
-        attempts = 0
         for attempt in range(cfg.throttle_retries + 1):
-            attempts = attempt + 1
             sampler.start()
             times = runner.time(repeats)
             telemetry = sampler.stop()
@@ -277,20 +357,10 @@ def _measure_point(cfg, timer, sampler, mb, model, cache, requests, context, tok
             time.sleep(cfg.throttle_pause_s)  # let clocks and temperature recover, then measure again
     finally:
         runner.close()
-    times = np.asarray(times, dtype=float)
-    row = {
-        "batch_tokens": requests * tokens,
-        "kv_tokens": requests * context,
-        "requests": requests,
-        "context": context,
-        "status": "ok",
-        "step_ms": float(np.median(times)),
-        "step_ms_p10": float(np.percentile(times, 10)),
-        "step_ms_p90": float(np.percentile(times, 90)),
-        "repeats": len(times),
-    }
-    row.update(telemetry.columns(steps=len(times)))
-    return row, attempts
+    record.times.extend(times)
+    record.telemetry.append((telemetry, len(times)))
+    record.attempts_max = max(record.attempts_max, attempt + 1)
+    record.still_throttled = record.still_throttled or telemetry.throttled
 
 
 def _skipped(requests: int, context: int, tokens: int, why: str) -> dict:
@@ -397,7 +467,8 @@ def _budget(cfg: ProfileConfig) -> float:
     return budget
 
 
-def _write(rows: list[dict], meta: dict, out: Path) -> StepTable:
+def _write(records: dict, meta: dict, out: Path) -> StepTable:
+    rows = [row for row in (r.row() for r in records.values()) if row is not None]
     meta["points_ok"] = sum(r["status"] == "ok" for r in rows)
     meta["points_skipped"] = sum(r["status"] != "ok" for r in rows)
     table = StepTable.from_points(rows, dict(meta))
@@ -435,6 +506,7 @@ def _metadata(cfg: ProfileConfig, timed: ModelShape, target: ModelShape, model, 
               "contexts": sorted(set(cfg.contexts))},
         warmup=cfg.warmup,
         repeats=cfg.repeats,
+        passes=cfg.passes if cfg.passes > 1 else None,
         min_time_s=cfg.min_time_s or None,
         throttle_retries=cfg.throttle_retries if sampler.available else None,
         telemetry=telemetry,

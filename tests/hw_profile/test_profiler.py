@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from hw_profile.errors import HwProfileError
-from hw_profile.profiler import ProfileConfig, point_memory_bytes, profile
+from hw_profile.profiler import ProfileConfig, combine_telemetry, point_memory_bytes, profile
 from hw_profile.shapes import get_shape
 from hw_profile.table import StepTable
+from hw_profile.telemetry import PointTelemetry
 
 pytest.importorskip("torch")  # the profiler module imports without it; measuring needs it
 
@@ -92,6 +93,25 @@ def test_drafter_and_layer_cut_are_recorded(tiny_config, tmp_path):
     cfg = _cfg(tiny_config, requests=[2], tokens_per_request=[1], contexts=[16], repeats=2, layers=1)
     meta = profile(cfg, tmp_path / "l.csv", progress=False, log=lambda s: None).table.meta
     assert meta["kind"] == "measured" and meta["layers_override"] == 1 and meta["model_shape"]["layers"] == 1
+
+
+def test_passes_pool_the_repeats(tiny_config, tmp_path):
+    cfg = _cfg(tiny_config, requests=[1, 2], tokens_per_request=[2], contexts=[16], repeats=3, passes=2)
+    result = profile(cfg, tmp_path / "p.csv", progress=False, log=lambda s: None)
+    assert (result.table.points["repeats"] == 6).all() and result.table.meta["passes"] == 2
+
+
+def test_telemetry_of_several_passes_combines():
+    a = PointTelemetry(sm_clock_mhz=1800, mem_clock_mhz=3200, power_w=400, temp_c=60, util_pct=90, reasons_mask=0,
+                       energy_j=4.0, duration_s=1.0)
+    b = PointTelemetry(sm_clock_mhz=1600, mem_clock_mhz=3200, power_w=700, temp_c=75, util_pct=100,
+                       reasons_mask=0x4, energy_j=14.0, duration_s=2.0)
+    cols = combine_telemetry([(a, 10), (b, 20)])
+    assert cols["sm_clock_mhz"] == 1700 and cols["temp_c"] == 75
+    assert cols["power_w"] == pytest.approx((400 * 1 + 700 * 2) / 3)  # averaged over time
+    assert cols["energy_j"] == pytest.approx(18.0 / 30)  # joules per step over both windows
+    assert cols["throttled"] is True and cols["throttle_reasons"] == "sw_power_cap"
+    assert np.isnan(combine_telemetry([(PointTelemetry(), 5), (PointTelemetry(), 5)])["energy_j"])
 
 
 def test_user_mistakes_name_the_flag(tiny_config, tmp_path):
