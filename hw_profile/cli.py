@@ -5,6 +5,7 @@
     hw-profile analytic --gpu H200 --model qwen3-8b [--gpus N] [--dtype bf16] --out TABLE.csv
     hw-profile fit TABLE.csv                     # writes TABLE.smooth.csv (+ .json) beside it
     hw-profile show TABLE.csv [OTHER.csv] --out view.html
+    hw-profile compare TABLE.csv OTHER.csv       # T(TABLE) / T(OTHER) at TABLE's points, per context and B
     hw-profile peaks --device cpu --dtype fp32 --out cpu.json   # achieved rates, a device file for `analytic`
 
 User mistakes print one line naming the flag or file and exit with code 2; Ctrl-C during ``sps`` keeps the points
@@ -212,6 +213,23 @@ def show(table, other, out) -> None:
     tables = [StepTable.read(table)] + ([StepTable.read(other)] if other else [])
     path = write_view(tables, out)
     click.echo(f"{path}: written")
+
+
+@cli.command(help="Print T(TABLE) / T(OTHER) at TABLE's own points: per context, the median ratio at each B.")
+@click.argument("table", type=click.Path(dir_okay=False))
+@click.argument("other", type=click.Path(dir_okay=False))
+@click.option("--csv", "csv_out", default=None, type=click.Path(dir_okay=False), help="also write every point's ratio")
+def compare(table, other, csv_out) -> None:
+    from hw_profile.compare import ratio_frame, summary_lines
+    from hw_profile.files import atomic_write
+    from hw_profile.table import StepTable
+
+    first, second = StepTable.read(table), StepTable.read(other)
+    frame = ratio_frame(first, second)
+    for line in summary_lines(frame, first.label(), second.label()):
+        click.echo(line)
+    if csv_out:
+        atomic_write(csv_out, lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"))
 
 
 @cli.command(help="Measure the achieved matmul rate and weight-streaming bandwidth; write a device file.")

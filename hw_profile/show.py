@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hw_profile.compare import ratio_frame
 from hw_profile.files import atomic_write_text
 from hw_profile.table import StepTable
 
@@ -82,23 +83,27 @@ def sps_figure(first: StepTable, second: StepTable | None = None):
 def ratio_figure(first: StepTable, second: StepTable):
     import plotly.graph_objects as go
 
+    frame = ratio_frame(first, second)
     fig = go.Figure()
-    ratios = []
-    for i, (label, g) in enumerate(_series(first)):
-        b = g["batch_tokens"].to_numpy(float)
-        k = g["kv_tokens"].to_numpy(float)
-        other = np.array([second.grid.step_ms(bi, ki) for bi, ki in zip(b, k, strict=True)])
-        ratio = g["step_ms"].to_numpy(float) / other
-        ratios.append(ratio)
-        fig.add_trace(go.Scatter(x=b, y=ratio, mode="lines+markers", name=label,
-                                 line=dict(color=_PALETTE[i % len(_PALETTE)]),
-                                 hovertemplate="B=%{x}<br>ratio %{y:.3f}<extra></extra>"))
+    groups = frame.groupby("context", dropna=False) if frame["context"].notna().all() else [(None, frame)]
+    for i, (ctx, g) in enumerate(groups):
+        label = "all points" if ctx is None or pd.isna(ctx) else f"context {int(ctx)}"
+        fig.add_trace(go.Scatter(
+            x=g["batch_tokens"], y=g["ratio"], mode="markers", name=label,
+            marker=dict(color=_PALETTE[i % len(_PALETTE)], symbol=np.where(g["throttled"], "x", "circle")),
+            customdata=np.stack([g["kv_tokens"], g["step_ms"], g["other_ms"]], axis=-1),
+            hovertemplate="B=%{x}<br>K=%{customdata[0]:,}<br>%{customdata[1]:.3f} ms vs %{customdata[2]:.3f} ms"
+                          "<br>ratio %{y:.3f}<extra></extra>",
+        ))
+        med = g.groupby("batch_tokens")["ratio"].median()
+        fig.add_trace(go.Scatter(x=med.index, y=med.to_numpy(), mode="lines", showlegend=False,
+                                 line=dict(color=_PALETTE[i % len(_PALETTE)]), hoverinfo="skip"))
     fig.add_hline(y=1.0, line=dict(color="#444", dash="dot"))
     fig.update_layout(title=f"T({html.escape(first.label())}) / T({html.escape(second.label())}) at the same (B, K)",
                       xaxis_title="batch tokens B", yaxis_title="step-time ratio", template="plotly_white",
                       height=480)
     fig.update_xaxes(type="log")
-    return fig, np.concatenate(ratios) if ratios else np.array([])
+    return fig, frame["ratio"].to_numpy(float)
 
 
 def _summary(table: StepTable) -> str:

@@ -1,6 +1,7 @@
 """The HTML view is self-contained (plotly inlined, nothing fetched) and compares two tables."""
 
 import numpy as np
+import pytest
 
 from hw_profile.roofline import analytic_table
 from hw_profile.show import write_view
@@ -35,3 +36,25 @@ def test_view_of_one_analytic_table(tmp_path):
     t = analytic_table("deepseek-v3", "B200", dtype="fp8", gpus=8, b_axis=[1, 8, 64], k_axis=[0, 4096])
     text = write_view([t], tmp_path / "a.html").read_text()
     assert text.count("Plotly.newPlot") == 1 and "K = 4,096" in text
+
+
+def test_compare_ratios(tmp_path, capsys):
+    from hw_profile.cli import main
+    from hw_profile.compare import ratio_frame
+
+    measured = _measured()
+    analytic = analytic_table("qwen3-8b", "H200", b_axis=np.arange(1, 17), k_axis=[0, 1024, 4096], name="roofline")
+    frame = ratio_frame(measured, analytic)
+    assert len(frame) == 12 and frame["throttled"].sum() == 4
+    expected = measured.ok["step_ms"].to_numpy() / np.array(
+        [analytic.grid.step_ms(b, k) for b, k in zip(measured.ok["batch_tokens"], measured.ok["kv_tokens"],
+                                                      strict=True)])
+    assert sorted(frame["ratio"]) == pytest.approx(sorted(expected))
+    assert np.allclose(ratio_frame(analytic, analytic)["ratio"], 1.0)
+    a, b = measured.write(tmp_path / "m.csv"), analytic.write(tmp_path / "a.csv")
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(a), str(b), "--csv", str(tmp_path / "r.csv")])
+        raise SystemExit(0)
+    out = capsys.readouterr().out
+    assert exc.value.code in (0, None) and "over 12 points: median" in out and "context 1024: B=1:" in out
+    assert (tmp_path / "r.csv").is_file()
