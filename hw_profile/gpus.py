@@ -1,11 +1,37 @@
-"""Datasheet figures of named accelerators (dense 16-bit tensor throughput, memory bandwidth and size, board power).
+"""Datasheet figures of named accelerators (dense tensor throughput per dtype, memory bandwidth and size, board power,
+NVLink bandwidth). Dense figures throughout: where a datasheet quotes 2:4-sparse throughput, it is halved.
 
-Sources: NVIDIA's product datasheets (H100 SXM5, H200 SXM). Dense figures, not the 2:4-sparse ones.
+Sources (NVIDIA product datasheets; SXM variants):
+
+- A100: "NVIDIA A100 Tensor Core GPU" datasheet, A100 80GB SXM column: BF16 312 TFLOPS (624 sparse), TF32 156,
+  no FP8; HBM2e 80 GB at 2,039 GB/s; max TDP 400 W; NVLink 600 GB/s.
+- H100: "NVIDIA H100 Tensor Core GPU" datasheet, H100 SXM column: BF16 1,979 TFLOPS sparse (989.4 dense), FP8
+  3,958 sparse (1,979 dense), TF32 989 sparse (494.7 dense); 80 GB HBM3 at 3.35 TB/s; up to 700 W; NVLink 900 GB/s.
+- H200: "NVIDIA H200 Tensor Core GPU" datasheet, H200 SXM column: tensor figures as H100 SXM; 141 GB HBM3e at
+  4.8 TB/s; up to 700 W; NVLink 900 GB/s.
+- H800: "NVIDIA H800 Tensor Core GPU" datasheet, H800 SXM5 column: tensor figures as H100 SXM (BF16 1,979 sparse,
+  FP8 3,958 sparse); 80 GB HBM3 at 3.35 TB/s; up to 700 W; NVLink 400 GB/s (the export-reduced interconnect).
+- H20: "NVIDIA HGX H20" product brief: BF16 148 TFLOPS, FP8 296, TF32 74 (dense); 96 GB HBM3 at 4.0 TB/s;
+  400 W; NVLink 900 GB/s.
+- B200: "NVIDIA HGX B200" datasheet (8-GPU totals divided by 8, the 1,000 W HGX configuration): BF16 2.25 PFLOPS
+  dense (4.5 sparse), FP8 4.5 dense, TF32 1.1 dense; 180 GB HBM3e (1,440 GB per 8) at 8 TB/s; 1,000 W;
+  NVLink 5 at 1.8 TB/s.
+
+``idle_w`` is not a datasheet figure: 90 W is what an idle H100/H200 SXM board typically reports; the other parts
+use the same fraction of their board power (about 13%). It only shapes the energy estimate at low load.
+
+A device that is not listed (another GPU, or the CPU a table was measured on) can be given as a JSON file with the
+fields of ``GPU`` (see ``gpu_from_file``); ``hw-profile peaks`` writes one for the machine at hand.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from hw_profile.errors import HwProfileError
 
 
 @dataclass(frozen=True)
@@ -14,21 +40,78 @@ class GPU:
     bf16_tflops: float  # dense
     hbm_tb_s: float
     memory_gb: float
-    tdp_w: float
+    tdp_w: float  # NaN where unknown: no energy estimate
     idle_w: float
+    fp8_tflops: float | None = None  # dense; None: no FP8 tensor cores, FP8 weights run at the 16-bit rate
+    tf32_tflops: float | None = None  # dense; what fp32 matmuls reach with TF32 enabled (serving stacks enable it)
+    nvlink_gb_s: float | None = None  # datasheet NVLink bandwidth (bidirectional, per GPU)
+
+    def peak_tflops(self, dtype: str) -> float:
+        """Dense matmul peak for weights and activations in ``dtype``."""
+        if dtype == "fp8" and self.fp8_tflops:
+            return self.fp8_tflops
+        if dtype == "fp32":
+            return self.tf32_tflops if self.tf32_tflops else self.bf16_tflops / 2.0
+        return self.bf16_tflops
+
+    @property
+    def has_power(self) -> bool:
+        return math.isfinite(self.tdp_w) and math.isfinite(self.idle_w)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields, leaving out optional ones that are unset (so older sidecars read the same)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 GPUS: dict[str, GPU] = {
-    "H100": GPU("H100", bf16_tflops=989.4, hbm_tb_s=3.35, memory_gb=80, tdp_w=700, idle_w=90),
-    "H200": GPU("H200", bf16_tflops=989.4, hbm_tb_s=4.8, memory_gb=141, tdp_w=700, idle_w=90),
+    "A100": GPU("A100", bf16_tflops=312.0, hbm_tb_s=2.039, memory_gb=80, tdp_w=400, idle_w=52,
+                fp8_tflops=None, tf32_tflops=156.0, nvlink_gb_s=600),
+    "H100": GPU("H100", bf16_tflops=989.4, hbm_tb_s=3.35, memory_gb=80, tdp_w=700, idle_w=90,
+                fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=900),
+    "H200": GPU("H200", bf16_tflops=989.4, hbm_tb_s=4.8, memory_gb=141, tdp_w=700, idle_w=90,
+                fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=900),
+    "H800": GPU("H800", bf16_tflops=989.4, hbm_tb_s=3.35, memory_gb=80, tdp_w=700, idle_w=90,
+                fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=400),
+    "H20": GPU("H20", bf16_tflops=148.0, hbm_tb_s=4.0, memory_gb=96, tdp_w=400, idle_w=52,
+               fp8_tflops=296.0, tf32_tflops=74.0, nvlink_gb_s=900),
+    "B200": GPU("B200", bf16_tflops=2250.0, hbm_tb_s=8.0, memory_gb=180, tdp_w=1000, idle_w=130,
+                fp8_tflops=4500.0, tf32_tflops=1100.0, nvlink_gb_s=1800),
 }
 
 
 def get_gpu(name: str) -> GPU:
+    """A named GPU, or a device described by a JSON file (a path ending in .json)."""
+    if str(name).endswith(".json"):
+        return gpu_from_file(name)
     key = name.upper()
     if key not in GPUS:
-        raise KeyError(f"unknown GPU {name!r}; known: {', '.join(sorted(GPUS))}")
+        raise KeyError(f"unknown GPU {name!r}; known: {', '.join(sorted(GPUS))}, or a device .json file")
     return GPUS[key]
+
+
+def gpu_from_file(path: str | Path) -> GPU:
+    """A device from a JSON object with GPU's fields (name, bf16_tflops, hbm_tb_s, memory_gb; tdp_w and idle_w
+    optional, absent meaning no energy estimate). A table sidecar with a ``device_peaks`` object also works."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise HwProfileError(f"{path}: not a readable device file ({exc})") from None
+    if isinstance(data, dict) and isinstance(data.get("device_peaks"), dict):
+        data = data["device_peaks"]
+    if not isinstance(data, dict):
+        raise HwProfileError(f"{path}: a device file must hold a JSON object")
+    known = {f.name for f in fields(GPU)}
+    kwargs = {k: v for k, v in data.items() if k in known}
+    kwargs.setdefault("tdp_w", math.nan)
+    kwargs.setdefault("idle_w", math.nan)
+    for key in ("name", "bf16_tflops", "hbm_tb_s", "memory_gb"):
+        if key not in kwargs:
+            raise HwProfileError(f"{path}: field {key!r} missing; a device file needs name, bf16_tflops, hbm_tb_s, memory_gb")
+    for key in ("bf16_tflops", "hbm_tb_s", "memory_gb"):
+        if not isinstance(kwargs[key], int | float) or not kwargs[key] > 0:
+            raise HwProfileError(f"{path}: field {key!r} must be a positive number, got {kwargs[key]!r}")
+    for key in ("tdp_w", "idle_w"):
+        if kwargs[key] is None:
+            kwargs[key] = math.nan
+    return GPU(**kwargs)

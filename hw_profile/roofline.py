@@ -1,21 +1,44 @@
-"""A small analytic (roofline) model of one forward step, and tables generated from it.
+"""An analytic (roofline) model of one forward step, and tables generated from it.
 
 For B new tokens reading K KV tokens on ``gpus`` GPUs (tensor parallel, weights and KV split evenly):
 
-    bytes   = matmul weights x dtype bytes + K x KV bytes per token          (read once per step)
-    flops   = 2 x matmul params x B  +  4 x layers x heads x head_dim x K     (attention at one query per request)
+    bytes   = weights read x dtype bytes + K x KV bytes per token                  (read once per step)
+    flops   = 2 x active matmul params x B  +  attention FLOPs per KV token x K     (one query per request)
     t_mem   = bytes / (gpus x bandwidth x mem_eff)
-    t_comp  = flops / (gpus x peak x comp_eff)
+    t_comp  = flops / (gpus x peak(dtype) x comp_eff)
     t_comm  = 2 all-reduces per layer of B x hidden activations over NVLink (tensor parallel only)
     T(B, K) = launch + max(t_mem, t_comp) + t_comm
 
-Decode reads every weight once whatever B is, so at small B the step is memory-bound and SPS is flat in B; past
-the ridge point (B ~ peak x comp_eff / (bandwidth x mem_eff) tokens) it is compute-bound and SPS falls as 1/B.
-Long contexts move the ridge right (MagicDec), which is why K is an axis. The efficiencies are typical achieved
-fractions of peak for large GEMMs and streaming reads, not measurements of this code.
+Dense models read every weight once whatever B is, so at small B the step is memory-bound and SPS is flat in B;
+past the ridge point (B ~ peak x comp_eff / (bandwidth x mem_eff) x bytes per weight / 2 tokens, about 155 on an
+H200 in bf16) it is compute-bound and SPS falls as 1/B. Long contexts move the ridge right (MagicDec), which is why
+K is an axis. The efficiencies are typical achieved fractions of peak for large GEMMs and streaming reads, not
+measurements of this code.
+
+Mixture of experts (``shape.is_moe``, see ``hw_profile.moe``): the weights read are the dense part (attention,
+dense MLPs, shared experts, router, head) plus, per MoE layer, only the experts the step's B tokens touch,
+E x (1 - (1 - k/E)^B) in expectation; FLOPs use the active parameters (k experts per token). So an MoE step's
+bytes grow with B until every expert is touched, and SPS falls in B well before a dense model's would.
+Parallelism: attention, dense MLPs, shared experts and the head are tensor-parallel over ``gpus``; routed experts
+are expert-parallel over ``ep`` groups (default ``gpus``: one group per GPU) and tensor-parallel inside a group.
+Every GPU holds all B hidden states after the attention all-reduce, so an MoE layer ends in the same all-reduce as
+a dense MLP (no all-to-all: DeepSeek's data-parallel attention with all-to-all dispatch is not modelled), and the
+busiest group's extra load (routing imbalance) is not modelled either.
+
+Attention FLOPs per KV token are the shape's (``ModelShape.attn_flops_per_kv_token``: GQA 4 x layers x heads x
+head_dim; MLA in its weight-absorbed decode form). They are counted at one query per request: B/R queries per
+request would multiply them by B/R, but the table's axes (B, K) do not carry R, and at decode this term is small
+beside the KV bytes it comes with, except for MLA at long context, where it is the point of the design.
+
+Peaks per dtype come from the GPU entry (``GPU.peak_tflops``): bf16/fp16 the dense 16-bit tensor rate, fp8 the FP8
+rate where the part has FP8 tensor cores, fp32 the TF32 tensor rate. Weight bytes follow the dtype; KV bytes too.
+
+Tensor-parallel all-reduces run at ``params.nvlink_gb_s`` achieved bus bandwidth on a 900 GB/s NVLink-4 part,
+scaled by the part's own NVLink figure (an H800's 400 GB/s gets 4/9 of it).
 
 Energy per step: board power rises from idle to TDP with the busier of compute and memory,
-P = idle + (TDP - idle) x max(t_comp, t_mem) / T, so E = P x T.
+P = idle + (TDP - idle) x max(t_comp, t_mem) / T, so E = P x T (times the GPUs). NaN where the device's power is
+unknown (a CPU described by ``hw-profile peaks``).
 """
 
 from __future__ import annotations
@@ -25,10 +48,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hw_profile.gpus import GPU, get_gpu
+from hw_profile.moe import routed_weight_params
 from hw_profile.shapes import ModelShape, get_shape
 from hw_profile.table import StepTable, table_meta
 
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0}
+_REFERENCE_NVLINK_GB_S = 900.0  # the link RooflineParams.nvlink_gb_s was set for (H100/H200 SXM)
 
 
 @dataclass(frozen=True)
@@ -36,8 +61,18 @@ class RooflineParams:
     comp_eff: float = 0.6
     mem_eff: float = 0.8
     launch_ms: float = 0.15  # fixed per-step cost with CUDA graphs: kernel launches, sampling, host sync
-    nvlink_gb_s: float = 450.0  # achieved all-reduce bus bandwidth per GPU
+    nvlink_gb_s: float = 450.0  # achieved all-reduce bus bandwidth per GPU on a 900 GB/s NVLink-4 part
     allreduce_us: float = 8.0  # latency of one small all-reduce
+
+
+def weight_bytes(shape: ModelShape, batch_tokens: np.ndarray | float, dtype: str = "bf16", gpus: int = 1,
+                 ep: int | None = None) -> np.ndarray:
+    """Weight bytes one GPU reads in a step of B tokens (elementwise over B)."""
+    b = np.asarray(batch_tokens, dtype=float)
+    wbytes = DTYPE_BYTES[dtype]
+    if not shape.is_moe:
+        return np.full_like(b, shape.matmul_params * wbytes / gpus)
+    return (shape.dense_params / gpus + routed_weight_params(shape, b, gpus=gpus, ep=ep)) * wbytes
 
 
 def step_time_ms(
@@ -48,18 +83,30 @@ def step_time_ms(
     dtype: str = "bf16",
     gpus: int = 1,
     params: RooflineParams = RooflineParams(),
+    ep: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Step time (ms) and energy (J) of one forward, elementwise over arrays of B and K."""
+    """Step time (ms) and energy (J, all GPUs together) of one forward, elementwise over arrays of B and K.
+
+    ep: expert-parallel groups for an MoE shape (default: one per GPU); ignored for dense shapes."""
     b = np.asarray(batch_tokens, dtype=float)
     k = np.asarray(kv_tokens, dtype=float)
     wbytes = DTYPE_BYTES[dtype]
-    bytes_read = shape.matmul_params * wbytes + k * shape.kv_bytes_per_token * (wbytes / 2.0)
-    flops = 2.0 * shape.matmul_params * b + 4.0 * shape.layers * shape.heads * shape.head_dim * k
+    if shape.is_moe:
+        ep = gpus if ep is None else ep
+        if ep < 1 or gpus % ep:
+            raise ValueError(f"expert-parallel groups ({ep}) must divide the GPUs ({gpus})")
+        # per GPU already; scale back up so the common division by gpus below applies to the KV part only
+        per_gpu_weights = weight_bytes(shape, b, dtype=dtype, gpus=gpus, ep=ep)
+        bytes_read = per_gpu_weights * gpus + k * shape.kv_bytes_per_token * (wbytes / 2.0)
+    else:
+        bytes_read = shape.matmul_params * wbytes + k * shape.kv_bytes_per_token * (wbytes / 2.0)
+    flops = 2.0 * shape.matmul_params * b + shape.attn_flops_per_kv_token * k
     t_mem = bytes_read / (gpus * gpu.hbm_tb_s * 1e12 * params.mem_eff)
-    t_comp = flops / (gpus * gpu.bf16_tflops * 1e12 * params.comp_eff)
+    t_comp = flops / (gpus * gpu.peak_tflops(dtype) * 1e12 * params.comp_eff)
     if gpus > 1:
+        link = params.nvlink_gb_s * (gpu.nvlink_gb_s / _REFERENCE_NVLINK_GB_S if gpu.nvlink_gb_s else 1.0)
         ar_bytes = b * shape.hidden * wbytes * 2.0 * (gpus - 1) / gpus
-        t_comm = 2 * shape.layers * (params.allreduce_us * 1e-6 + ar_bytes / (params.nvlink_gb_s * 1e9))
+        t_comm = 2 * shape.layers * (params.allreduce_us * 1e-6 + ar_bytes / (link * 1e9))
     else:
         t_comm = np.zeros_like(b)
     busy = np.maximum(t_mem, t_comp)
@@ -68,12 +115,18 @@ def step_time_ms(
     return total * 1e3, power * total * gpus
 
 
+def ridge_tokens(shape: ModelShape, gpu: GPU, dtype: str = "bf16", params: RooflineParams = RooflineParams()) -> float:
+    """B at which a dense step at K = 0 turns from memory- to compute-bound (t_mem = t_comp)."""
+    wbytes = DTYPE_BYTES[dtype]
+    return (gpu.peak_tflops(dtype) * params.comp_eff * wbytes) / (2.0 * gpu.hbm_tb_s * params.mem_eff)
+
+
 def markov_head_ms(gpu: GPU, rank: int, vocab: int, rows: int, positions: int, dtype: str = "bf16",
                    params: RooflineParams = RooflineParams()) -> float:
     """DSpark's sequential Markov head: per draft position, rows x rank @ rank x vocab, positions one after another."""
     wbytes = DTYPE_BYTES[dtype]
     t_mem = rank * vocab * wbytes / (gpu.hbm_tb_s * 1e12 * params.mem_eff)
-    t_comp = 2.0 * rows * rank * vocab / (gpu.bf16_tflops * 1e12 * params.comp_eff)
+    t_comp = 2.0 * rows * rank * vocab / (gpu.peak_tflops(dtype) * 1e12 * params.comp_eff)
     return positions * max(t_mem, t_comp) * 1e3
 
 
@@ -97,13 +150,14 @@ def analytic_table(
     k_axis: np.ndarray | None = None,
     params: RooflineParams = RooflineParams(),
     name: str | None = None,
+    ep: int | None = None,
 ) -> StepTable:
     shape = get_shape(model) if isinstance(model, str) else model
     dev = get_gpu(gpu) if isinstance(gpu, str) else gpu
     b_axis = default_b_axis() if b_axis is None else np.asarray(b_axis)
     k_axis = default_k_axis() if k_axis is None else np.asarray(k_axis)
     bb, kk = np.meshgrid(b_axis, k_axis)
-    ms, joules = step_time_ms(shape, dev, bb.ravel(), kk.ravel(), dtype=dtype, gpus=gpus, params=params)
+    ms, joules = step_time_ms(shape, dev, bb.ravel(), kk.ravel(), dtype=dtype, gpus=gpus, params=params, ep=ep)
     rows = {
         "batch_tokens": bb.ravel(),
         "kv_tokens": kk.ravel(),
@@ -116,6 +170,7 @@ def analytic_table(
         "power_w": joules / (ms * 1e-3),
         "energy_j": joules,
     }
+    moe = {"expert_parallel": ep if ep is not None else gpus} if shape.is_moe else {}
     meta = table_meta(
         name=name,
         kind="analytic",
@@ -125,5 +180,6 @@ def analytic_table(
         dtype=dtype,
         model_shape=shape.to_dict(),
         roofline=params.__dict__,
+        **moe,
     )
     return StepTable.from_points(rows, meta)

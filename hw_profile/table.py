@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hw_profile.errors import HwProfileError
 from hw_profile.files import atomic_write, atomic_write_text
 
 COLUMNS = [
@@ -53,7 +54,7 @@ COLUMNS = [
 REQUIRED = ["batch_tokens", "kv_tokens", "status", "step_ms"]
 
 
-class TableError(ValueError):
+class TableError(HwProfileError):
     """A table file that cannot be used; the message names the file and what is wrong."""
 
 
@@ -95,7 +96,8 @@ class StepTable:
             if col not in df.columns:
                 df[col] = np.nan
         df["status"] = df["status"].fillna("ok").astype(str)
-        df["throttle_reasons"] = df["throttle_reasons"].map(lambda v: "" if pd.isna(v) else str(v))
+        reasons = df["throttle_reasons"].astype(object)  # an all-empty column reads as float NaN
+        df["throttle_reasons"] = reasons.where(reasons.notna(), "").astype(str)
         ok = df["status"] == "ok"
         for col in ("batch_tokens", "kv_tokens", "step_ms"):
             vals = pd.to_numeric(df.loc[ok, col], errors="coerce")

@@ -1,0 +1,280 @@
+"""``hw-profile``: measure, compute, smooth and view step-time tables.
+
+    hw-profile sps --model qwen3-8b --device cuda --dtype bf16 --requests 1..1024 --tokens-per-request 1,2,4,8 \\
+                   --context 512,4096 --out h200-qwen3-8b.csv
+    hw-profile analytic --gpu H200 --model qwen3-8b [--gpus N] [--dtype bf16] --out TABLE.csv
+    hw-profile fit TABLE.csv                     # writes TABLE.smooth.csv (+ .json) beside it
+    hw-profile show TABLE.csv [OTHER.csv] --out view.html
+    hw-profile compare TABLE.csv OTHER.csv       # T(TABLE) / T(OTHER) at TABLE's points, per context and B
+    hw-profile peaks --device cpu --dtype fp32 --out cpu.json   # achieved rates, a device file for `analytic`
+
+User mistakes print one line naming the flag or file and exit with code 2; Ctrl-C during ``sps`` keeps the points
+measured so far (exit code 130).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import click
+import numpy as np
+
+from hw_profile.errors import HwProfileError
+
+DTYPES = ["bf16", "fp16", "fp32"]
+
+
+def parse_int_list(text: str, flag: str, minimum: int = 1) -> list[int]:
+    """'1,2,4' or '1..1024' (powers of two from 1 to 1024) or a mix: '1,3,8..64'."""
+    values: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if ".." in part:
+                lo, hi = (int(x) for x in part.split("..", 1))
+                if lo < 1 or hi < lo:
+                    raise ValueError
+                v = lo
+                while v <= hi:
+                    values.append(v)
+                    v *= 2
+            else:
+                values.append(int(part))
+        except ValueError:
+            raise HwProfileError(
+                f"{flag}: expected integers separated by commas, or A..B for the doubling sequence from A to B; "
+                f"got {part!r}"
+            ) from None
+    if not values:
+        raise HwProfileError(f"{flag}: expected at least one integer")
+    low = [v for v in values if v < minimum]
+    if low:
+        raise HwProfileError(f"{flag}: expected integers >= {minimum}, got {low[0]}")
+    return sorted(set(values))
+
+
+@click.group(help="Step-time tables T(B, K): measured (sps), analytic (analytic), smoothed (fit), viewed (show).")
+def cli() -> None:
+    pass
+
+
+@cli.command(help="Measure T(B, K) by timing real verification forwards of a target- or drafter-shaped model.")
+@click.option("--model", required=True, help="built-in shape (qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-14b, "
+              "gemma4-12b, deepseek-v3) or a transformers config.json")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
+@click.option("--requests", "requests_", default="1,2,4,8,16", show_default=True,
+              help="request counts R: a comma list, or A..B for powers of two")
+@click.option("--tokens-per-request", default="1,2,4,8", show_default=True, help="new tokens per request t")
+@click.option("--context", default="512", show_default=True, help="context lengths (KV tokens per request)")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="TABLE.csv (sidecar TABLE.json beside it)")
+@click.option("--layers", type=int, default=None, help="time only the first N layers (recorded in the sidecar)")
+@click.option("--drafter-layers", type=int, default=None,
+              help="time a drafter instead: N layers of the target's width, plus its LM head")
+@click.option("--warmup", type=int, default=3, show_default=True)
+@click.option("--repeats", type=int, default=10, show_default=True, help="timed forwards per point and pass")
+@click.option("--passes", type=int, default=1, show_default=True,
+              help="sweep the grid this many times and pool each point's repeats (shared machines)")
+@click.option("--min-time", "min_time_s", type=float, default=0.0, show_default=True,
+              help="seconds: raise the repeats of a point until its timed window lasts this long")
+@click.option("--throttle-retries", type=int, default=2, show_default=True,
+              help="re-measure a throttled point at most this many times")
+@click.option("--memory-limit-gb", type=float, default=None, help="skip points whose KV + activations exceed this")
+@click.option("--threads", type=int, default=None, help="CPU threads for torch")
+@click.option("--no-cuda-graphs", is_flag=True, help="time eager forwards on a GPU")
+@click.option("--name", default=None, help="label for the table (sidecar and views)")
+@click.option("--note", default=None, help="free text for the sidecar, e.g. about other load on the machine")
+@click.option("--quiet", is_flag=True, help="no progress bar")
+@click.pass_obj
+def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, layers, drafter_layers, warmup, repeats,
+        passes, min_time_s, throttle_retries, memory_limit_gb, threads, no_cuda_graphs, name, note, quiet) -> None:
+    from hw_profile.profiler import ProfileConfig, profile
+
+    if layers is not None and drafter_layers is not None:
+        raise HwProfileError("--layers and --drafter-layers: give one or the other")
+    cfg = ProfileConfig(
+        model=model,
+        device=device,
+        dtype=dtype,
+        requests=parse_int_list(requests_, "--requests"),
+        tokens_per_request=parse_int_list(tokens_per_request, "--tokens-per-request"),
+        contexts=parse_int_list(context, "--context", minimum=0),
+        layers=layers,
+        drafter_layers=drafter_layers,
+        warmup=warmup,
+        repeats=repeats,
+        passes=passes,
+        min_time_s=min_time_s,
+        throttle_retries=throttle_retries,
+        memory_limit_gb=memory_limit_gb,
+        threads=threads,
+        cuda_graphs=not no_cuda_graphs,
+        name=name,
+        note=note,
+        command=(obj or {}).get("command"),
+    )
+    result = profile(cfg, out, progress=not quiet, log=lambda line: click.echo(line, err=True))
+    ok = int((result.table.points["status"] == "ok").sum()) if len(result.table.points) else 0
+    skipped = len(result.table.points) - ok
+    if result.interrupted:
+        click.echo(f"hw-profile: interrupted; {ok} points kept in {result.path}", err=True)
+        sys.exit(130)
+    click.echo(f"{result.path}: {ok} points measured, {skipped} skipped")
+
+
+@cli.command(help="Write an analytic (roofline) table for a named GPU and model shape.")
+@click.option("--gpu", required=True, help="A100, H100, H200, H800, H20, B200, or a device .json file")
+@click.option("--model", required=True, help="built-in shape or a transformers config.json")
+@click.option("--gpus", type=int, default=1, show_default=True, help="GPUs per replica (tensor parallel)")
+@click.option("--ep", type=int, default=None, help="expert-parallel groups for an MoE model (default: --gpus)")
+@click.option("--dtype", type=click.Choice([*DTYPES, "fp8"]), default="bf16", show_default=True)
+@click.option("--drafter-layers", type=int, default=None, help="a drafter of the model's width with N layers")
+@click.option("--max-batch-tokens", type=int, default=16384, show_default=True)
+@click.option("--max-kv-tokens", type=int, default=4_194_304, show_default=True)
+@click.option("--comp-eff", type=float, default=None, help="achieved fraction of peak FLOPs (default 0.6)")
+@click.option("--mem-eff", type=float, default=None, help="achieved fraction of peak bandwidth (default 0.8)")
+@click.option("--launch-ms", type=float, default=None, help="fixed per-step overhead in ms (default 0.15)")
+@click.option("--name", default=None)
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+@click.pass_obj
+def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, max_batch_tokens, max_kv_tokens, comp_eff, mem_eff,
+             launch_ms, name, out) -> None:
+    from dataclasses import replace
+
+    from hw_profile.gpus import get_gpu
+    from hw_profile.roofline import RooflineParams, analytic_table, default_b_axis, default_k_axis
+    from hw_profile.shapes import drafter_shape, get_shape
+
+    try:
+        device = get_gpu(gpu)
+    except KeyError as exc:
+        raise HwProfileError(f"--gpu: {exc.args[0]}") from None
+    try:
+        shape = get_shape(model)
+    except KeyError as exc:
+        raise HwProfileError(f"--model: {exc.args[0]}") from None
+    if gpus < 1:
+        raise HwProfileError(f"--gpus: expected a positive integer, got {gpus}")
+    if ep is not None and (ep < 1 or gpus % ep):
+        raise HwProfileError(f"--ep: expected a divisor of --gpus ({gpus}), got {ep}")
+    if drafter_layers is not None:
+        if drafter_layers < 1:
+            raise HwProfileError(f"--drafter-layers: expected a positive number of layers, got {drafter_layers}")
+        shape = drafter_shape(shape, drafter_layers)
+    params = RooflineParams()
+    for flag, key, value in (("--comp-eff", "comp_eff", comp_eff), ("--mem-eff", "mem_eff", mem_eff),
+                             ("--launch-ms", "launch_ms", launch_ms)):
+        if value is not None:
+            if value < 0 or (key != "launch_ms" and not 0 < value <= 1):
+                raise HwProfileError(f"{flag}: expected {'a fraction in (0, 1]' if key != 'launch_ms' else 'ms >= 0'}"
+                                     f", got {value}")
+            params = replace(params, **{key: value})
+    table = analytic_table(shape, device, dtype=dtype, gpus=gpus, params=params, name=name, ep=ep,
+                           b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens))
+    from hw_profile.roofline import DTYPE_BYTES
+
+    weights_gb = shape.total_params * DTYPE_BYTES[dtype] / 1e9
+    table.meta["weights_gb_per_gpu"] = round(weights_gb / gpus, 2)
+    if obj and obj.get("command"):
+        table.meta["command"] = obj["command"]
+    if weights_gb > device.memory_gb * gpus:
+        table.meta["fits_in_memory"] = False
+        click.echo(f"hw-profile: note: {shape.name} weights ({weights_gb:.0f} GB in {dtype}) exceed {gpus} x "
+                   f"{device.memory_gb:g} GB; the table is the roofline regardless", err=True)
+    path = table.write(out)
+    b1 = table.grid.step_ms(1, 0)
+    click.echo(f"{path}: {len(table.points)} points; T(B=1, K=0) = {b1:.3f} ms")
+
+
+@cli.command(help="Write TABLE.smooth.csv: the table made monotone non-decreasing in B and K.")
+@click.argument("table", type=click.Path(dir_okay=False))
+@click.option("--out", default=None, type=click.Path(dir_okay=False), help="default: TABLE.smooth.csv beside TABLE")
+def fit(table, out) -> None:
+    from hw_profile.fit import fit_file
+
+    smooth, path = fit_file(table, out)
+    info = smooth.meta["smoothed"]
+    click.echo(f"{path}: {info['cells']} cells ({info['measured_cells']} measured), measured points moved by "
+               f"{info['mean_change_pct_measured']:.2f}% on average, {info['max_change_pct_measured']:.2f}% at most")
+
+
+@cli.command(help="Write a self-contained HTML view: SPS(B) per context, and TABLE against OTHER.")
+@click.argument("table", type=click.Path(dir_okay=False))
+@click.argument("other", required=False, type=click.Path(dir_okay=False))
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+def show(table, other, out) -> None:
+    from hw_profile.show import write_view
+    from hw_profile.table import StepTable
+
+    tables = [StepTable.read(table)] + ([StepTable.read(other)] if other else [])
+    path = write_view(tables, out)
+    click.echo(f"{path}: written")
+
+
+@cli.command(help="Print T(TABLE) / T(OTHER) at TABLE's own points: per context, the median ratio at each B.")
+@click.argument("table", type=click.Path(dir_okay=False))
+@click.argument("other", type=click.Path(dir_okay=False))
+@click.option("--csv", "csv_out", default=None, type=click.Path(dir_okay=False), help="also write every point's ratio")
+def compare(table, other, csv_out) -> None:
+    from hw_profile.compare import ratio_frame, summary_lines
+    from hw_profile.files import atomic_write
+    from hw_profile.table import StepTable
+
+    first, second = StepTable.read(table), StepTable.read(other)
+    frame = ratio_frame(first, second)
+    for line in summary_lines(frame, first.label(), second.label()):
+        click.echo(line)
+    if csv_out:
+        atomic_write(csv_out, lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"))
+
+
+@cli.command(help="Measure the achieved matmul rate and weight-streaming bandwidth; write a device file.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--dtype", type=click.Choice(DTYPES), default="fp32", show_default=True)
+@click.option("--threads", type=int, default=None, help="CPU threads for torch (use the table's)")
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+def peaks(device, dtype, threads, out) -> None:
+    from hw_profile.files import atomic_write_text
+    from hw_profile.peaks import measure_peaks
+
+    try:
+        import torch
+    except ImportError:
+        raise HwProfileError("hw-profile peaks needs torch: install dspark-sim[profile]") from None
+    if device == "cuda" and not torch.cuda.is_available():
+        raise HwProfileError(f"--device cuda: torch {torch.__version__} sees no CUDA device")
+    if threads:
+        torch.set_num_threads(threads)
+    result = measure_peaks(device, dtype)
+    atomic_write_text(out, json.dumps(result, indent=2) + "\n")
+    click.echo(f"{out}: {result['bf16_tflops'] * 1e3:.1f} GFLOP/s matmul, {result['hbm_tb_s'] * 1e3:.2f} GB/s "
+               f"streaming ({dtype})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user mistakes become one line on stderr and exit code 2."""
+    np.seterr(all="ignore")
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        # the sidecars record this command line, however the entry point was reached
+        cli.main(args=args, prog_name="hw-profile", standalone_mode=False,
+                 obj={"command": shlex.join(["hw-profile", *args])})
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("hw-profile: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"hw-profile: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except HwProfileError as exc:
+        click.echo(f"hw-profile: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

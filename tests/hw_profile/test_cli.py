@@ -1,0 +1,82 @@
+"""hw-profile end to end through its entry point: outputs, and one clear line with exit code 2 for mistakes."""
+
+import json
+
+import pytest
+
+from hw_profile.cli import main, parse_int_list
+from hw_profile.errors import HwProfileError
+from hw_profile.table import StepTable
+
+
+def run(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+        raise SystemExit(0)
+    captured = capsys.readouterr()
+    return exc.value.code or 0, captured.out, captured.err
+
+
+def test_int_lists():
+    assert parse_int_list("1..16", "--requests") == [1, 2, 4, 8, 16]
+    assert parse_int_list("3, 1,8..32", "--requests") == [1, 3, 8, 16, 32]
+    assert parse_int_list("0,512", "--context", minimum=0) == [0, 512]
+    with pytest.raises(HwProfileError, match="--requests: expected integers"):
+        parse_int_list("1,two", "--requests")
+    with pytest.raises(HwProfileError, match=">= 1, got 0"):
+        parse_int_list("0", "--requests")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["analytic", "--gpu", "H300", "--model", "qwen3-8b", "--out", "x.csv"], ["--gpu", "H300", "H200"]),
+    (["analytic", "--gpu", "H200", "--model", "llama", "--out", "x.csv"], ["--model", "llama"]),
+    (["analytic", "--gpu", "H200", "--model", "deepseek-v3", "--gpus", "8", "--ep", "3", "--out", "x.csv"],
+     ["--ep", "divisor"]),
+    (["analytic", "--gpu", "H200", "--model", "qwen3-8b", "--mem-eff", "2", "--out", "x.csv"], ["--mem-eff"]),
+    (["sps", "--model", "qwen3-8b", "--device", "gpu", "--out", "x.csv"], ["--device", "gpu"]),
+    (["sps", "--model", "qwen3-8b", "--requests", "1,x", "--out", "x.csv"], ["--requests", "'x'"]),
+    (["sps", "--model", "qwen3-8b", "--layers", "2", "--drafter-layers", "1", "--out", "x.csv"], ["--layers"]),
+    (["fit", "missing.csv"], ["missing.csv", "not found"]),
+    (["show", "missing.csv", "--out", "v.html"], ["missing.csv"]),
+    (["analytic", "--gpu", "H200"], ["--model"]),
+])
+def test_mistakes_are_one_line_and_exit_2(argv, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(argv, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hw-profile: ")
+    for w in words:
+        assert w in lines[0]
+    assert "Traceback" not in err
+
+
+def test_analytic_fit_show(tmp_path, capsys):
+    csv = tmp_path / "h20.csv"
+    code, out, _ = run(["analytic", "--gpu", "H20", "--model", "qwen3-8b", "--gpus", "2", "--out", str(csv)], capsys)
+    assert code == 0 and "T(B=1, K=0)" in out
+    table = StepTable.read(csv)
+    assert table.meta["device"] == "H20" and table.meta["gpus"] == 2 and table.energy_grid is not None
+    code, out, _ = run(["fit", str(csv)], capsys)
+    assert code == 0 and (tmp_path / "h20.smooth.csv").is_file() and (tmp_path / "h20.smooth.json").is_file()
+    code, _, _ = run(["show", str(csv), str(tmp_path / "h20.smooth.csv"), "--out", str(tmp_path / "v.html")], capsys)
+    assert code == 0 and (tmp_path / "v.html").stat().st_size > 1_000_000
+
+
+def test_analytic_warns_when_weights_do_not_fit(tmp_path, capsys):
+    code, _, err = run(["analytic", "--gpu", "H200", "--model", "deepseek-v3", "--out", str(tmp_path / "d.csv")],
+                       capsys)
+    assert code == 0 and "exceed" in err
+    assert json.loads((tmp_path / "d.json").read_text())["fits_in_memory"] is False
+
+
+def test_sps_on_cpu(tiny_config, tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "t.csv"
+    code, stdout, err = run(["sps", "--model", str(tiny_config), "--dtype", "fp32", "--requests", "1,2",
+                             "--tokens-per-request", "1,2", "--context", "16", "--repeats", "3", "--warmup", "1",
+                             "--threads", "1", "--quiet", "--out", str(out)], capsys)
+    assert code == 0 and "4 points measured, 0 skipped" in stdout
+    assert err.strip().startswith("no NVML telemetry")
+    meta = StepTable.read(out).meta
+    assert meta["command"].startswith("hw-profile sps --model ") and "--threads 1" in meta["command"]

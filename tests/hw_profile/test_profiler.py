@@ -1,0 +1,140 @@
+"""The profiler on the CPU with a tiny Qwen3: a sane table (positive, spread ordered, step time non-decreasing in B
+within noise), its sidecar, skipped points, Ctrl-C, drafter and layer cuts."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from hw_profile.errors import HwProfileError
+from hw_profile.profiler import ProfileConfig, combine_telemetry, point_memory_bytes, profile
+from hw_profile.shapes import get_shape
+from hw_profile.table import StepTable
+from hw_profile.telemetry import PointTelemetry
+
+pytest.importorskip("torch")  # the profiler module imports without it; measuring needs it
+
+
+def _cfg(model, **kw):
+    # one thread: on a CPU shared with other jobs, a second OpenMP thread mostly waits at barriers
+    base = dict(model=str(model), requests=[1, 4, 16], tokens_per_request=[1, 4], contexts=[32, 256],
+                dtype="fp32", warmup=2, repeats=7, threads=1)
+    base.update(kw)
+    return ProfileConfig(**base)
+
+
+def test_tiny_cpu_table_is_sane(tiny_config, tmp_path):
+    out = tmp_path / "tiny.csv"
+    lines = []
+    result = profile(_cfg(tiny_config), out, progress=False, log=lines.append)
+    assert not result.interrupted
+    assert len(lines) == 1 and lines[0].startswith("no NVML telemetry")  # one line says why, nothing crashes
+    table = StepTable.read(out)  # what was written reads back
+    pts = table.points
+    assert len(pts) == 12 and (pts["status"] == "ok").all()
+    assert (pts["batch_tokens"] == pts["requests"] * (pts["batch_tokens"] // pts["requests"])).all()
+    assert (pts["kv_tokens"] == pts["requests"] * pts["context"]).all()
+    assert (pts["step_ms"] > 0).all() and (pts["repeats"] == 7).all()
+    assert (pts["step_ms_p10"] <= pts["step_ms"]).all() and (pts["step_ms"] <= pts["step_ms_p90"]).all()
+    assert pts["energy_j"].isna().all() and pts["power_w"].isna().all() and (~pts["throttled"].astype(bool)).all()
+    # step time is non-decreasing in B within noise: no point is faster, beyond its measured spread, than a point
+    # with fewer tokens (p90 of the bigger step >= p10 of the smaller), and 64 tokens take longer than 1
+    for _, g in pts.groupby("context"):
+        for (_, a), (_, b) in itertools.permutations(g.iterrows(), 2):
+            if b["batch_tokens"] > a["batch_tokens"]:
+                assert b["step_ms_p90"] >= a["step_ms_p10"], (a.to_dict(), b.to_dict())
+        by_b = g.groupby("batch_tokens")["step_ms"].median()
+        assert by_b.loc[64] > by_b.loc[1]
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["kind"] == "measured" and meta["device"] == "cpu" and meta["dtype"] == "fp32"
+    assert meta["model_shape"]["layers"] == 2 and meta["model_shape"]["hidden"] == 256
+    assert meta["implementation"]["model_class"] == "Qwen3ForCausalLM"
+    assert "perf_counter" in meta["timer"] and meta["telemetry"]["telemetry"].startswith("no NVML")
+    assert meta["points_ok"] == 12 and meta["points_skipped"] == 0
+    assert {"date", "command", "torch", "torch_threads", "load_average_start", "grid"} <= set(meta)
+
+
+def test_points_that_do_not_fit_are_skipped_and_recorded(tiny_config, tmp_path):
+    shape = get_shape(str(tiny_config))
+    big = point_memory_bytes(shape, "fp32", 16, 256, 4, 4)
+    small = point_memory_bytes(shape, "fp32", 16, 256, 1, 1)
+    limit_gb = (big + small) / 2 / 1024**3
+    result = profile(_cfg(tiny_config, requests=[16], contexts=[256], memory_limit_gb=limit_gb), tmp_path / "m.csv",
+                     progress=False, log=lambda s: None)
+    status = result.table.points.set_index("batch_tokens")["status"]
+    assert status.loc[16] == "ok"
+    assert status.loc[64].startswith("skipped: needs ~")
+    back = StepTable.read(tmp_path / "m.csv")
+    assert len(back.points) == 2 and len(back.ok) == 1 and back.meta["points_skipped"] == 1
+
+
+def test_ctrl_c_keeps_the_points_measured_so_far(tiny_config, tmp_path):
+    seen = []
+
+    def interrupt_after_three(row):
+        seen.append(row)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "cut.csv"
+    result = profile(_cfg(tiny_config), out, progress=False, log=lambda s: None, on_point=interrupt_after_three)
+    assert result.interrupted
+    back = StepTable.read(out)
+    assert len(back.ok) == 3 and back.meta["interrupted"] is True
+    assert any("interrupted" in m for m in result.messages)
+
+
+def test_drafter_and_layer_cut_are_recorded(tiny_config, tmp_path):
+    cfg = _cfg(tiny_config, requests=[2], tokens_per_request=[4], contexts=[16], repeats=2, drafter_layers=1)
+    meta = profile(cfg, tmp_path / "d.csv", progress=False, log=lambda s: None).table.meta
+    assert meta["kind"] == "drafter" and meta["drafter_layers"] == 1
+    assert meta["model_shape"]["layers"] == 1 and meta["target_shape"]["layers"] == 2
+    cfg = _cfg(tiny_config, requests=[2], tokens_per_request=[1], contexts=[16], repeats=2, layers=1)
+    meta = profile(cfg, tmp_path / "l.csv", progress=False, log=lambda s: None).table.meta
+    assert meta["kind"] == "measured" and meta["layers_override"] == 1 and meta["model_shape"]["layers"] == 1
+
+
+def test_passes_pool_the_repeats(tiny_config, tmp_path):
+    cfg = _cfg(tiny_config, requests=[1, 2], tokens_per_request=[2], contexts=[16], repeats=3, passes=2)
+    result = profile(cfg, tmp_path / "p.csv", progress=False, log=lambda s: None)
+    assert (result.table.points["repeats"] == 6).all() and result.table.meta["passes"] == 2
+
+
+def test_telemetry_of_several_passes_combines():
+    a = PointTelemetry(sm_clock_mhz=1800, mem_clock_mhz=3200, power_w=400, temp_c=60, util_pct=90, reasons_mask=0,
+                       energy_j=4.0, duration_s=1.0)
+    b = PointTelemetry(sm_clock_mhz=1600, mem_clock_mhz=3200, power_w=700, temp_c=75, util_pct=100,
+                       reasons_mask=0x4, energy_j=14.0, duration_s=2.0)
+    cols = combine_telemetry([(a, 10), (b, 20)])
+    assert cols["sm_clock_mhz"] == 1700 and cols["temp_c"] == 75
+    assert cols["power_w"] == pytest.approx((400 * 1 + 700 * 2) / 3)  # averaged over time
+    assert cols["energy_j"] == pytest.approx(18.0 / 30)  # joules per step over both windows
+    assert cols["throttled"] is True and cols["throttle_reasons"] == "sw_power_cap"
+    assert np.isnan(combine_telemetry([(PointTelemetry(), 5), (PointTelemetry(), 5)])["energy_j"])
+
+
+def test_user_mistakes_name_the_flag(tiny_config, tmp_path):
+    with pytest.raises(HwProfileError, match="--tokens-per-request"):
+        profile(_cfg(tiny_config, tokens_per_request=[0]), tmp_path / "x.csv", progress=False)
+    with pytest.raises(HwProfileError, match="--model"):
+        profile(_cfg("no-such-model"), tmp_path / "x.csv", progress=False)
+    with pytest.raises(HwProfileError, match="--layers N"):
+        profile(_cfg("deepseek-v3"), tmp_path / "x.csv", progress=False)  # 671B parameters do not fit here
+    assert not (tmp_path / "x.csv").exists()
+
+
+@pytest.mark.gpu
+def test_cuda_profile_uses_events_and_telemetry(tiny_config, tmp_path):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    cfg = _cfg(tiny_config, device="cuda", dtype="bf16", repeats=20, min_time_s=0.2, threads=None)
+    result = profile(cfg, tmp_path / "g.csv", progress=False, log=lambda s: None)
+    meta = result.table.meta
+    assert "CUDA events" in meta["timer"]
+    pts = result.table.ok
+    assert (pts["step_ms"] > 0).all()
+    if meta["telemetry"]["telemetry"] == "nvml":
+        assert np.isfinite(pts["sm_clock_mhz"]).all() and np.isfinite(pts["energy_j"]).all()

@@ -1,0 +1,83 @@
+"""Model shapes: parameter counts and KV bytes against the public configs, computed by hand."""
+
+import json
+
+import pytest
+
+from hw_profile.errors import HwProfileError
+from hw_profile.shapes import SHAPES, ModelShape, drafter_shape, get_shape, shape_from_config, with_layers
+
+DEEPSEEK_V3_CONFIG = {  # the fields of deepseek-ai/DeepSeek-V3's config.json that a shape reads
+    "model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1,
+    "n_routed_experts": 256, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "kv_lora_rank": 512,
+    "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "vocab_size": 129280,
+    "tie_word_embeddings": False,
+}
+
+
+def test_dense_qwen3_8b_counts_by_hand():
+    s = get_shape("qwen3-8b")
+    attn = 4096 * 32 * 128 * 2 + 2 * 4096 * 8 * 128
+    mlp = 3 * 4096 * 12288
+    assert s.matmul_params == 36 * (attn + mlp) + 4096 * 151936
+    assert s.kv_bytes_per_token == 2 * 36 * 8 * 128 * 2
+    assert s.attn_flops_per_kv_token == 4 * 36 * 32 * 128
+    # the sidecar form of a dense Qwen3 shape is what it always was (no MoE/MLA keys)
+    assert set(s.to_dict()) == {"name", "layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate",
+                                "vocab", "tie_embeddings", "lm_head"}
+    assert ModelShape.from_dict(s.to_dict()) == s
+
+
+def test_deepseek_v3_is_671b_total_37b_active():
+    s = get_shape("deepseek-v3")
+    assert s.is_moe and s.is_mla
+    assert s.total_params == pytest.approx(671e9, rel=0.005)
+    # active: 37B with the embedding (the model card's figure), 36.6B of it matmul work
+    assert s.matmul_params + s.hidden * s.vocab == pytest.approx(37.5e9, rel=0.01)
+    # MLA caches the 512-wide latent and the 64-wide rotary key, per layer, in 2 bytes
+    assert s.kv_bytes_per_token == 61 * (512 + 64) * 2
+    # absorbed attention: 128 heads x (4 x 512 + 2 x 64) per layer
+    assert s.attn_flops_per_kv_token == 61 * 128 * (4 * 512 + 2 * 64)
+    assert ModelShape.from_dict(s.to_dict()) == s
+
+
+def test_shape_from_deepseek_config_matches_builtin(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(DEEPSEEK_V3_CONFIG))
+    s = get_shape(str(path))
+    builtin = SHAPES["deepseek-v3"]
+    for field in ("layers", "experts", "experts_per_token", "shared_experts", "expert_intermediate", "dense_layers",
+                  "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "head_dim", "family"):
+        assert getattr(s, field) == getattr(builtin, field), field
+    assert s.total_params == builtin.total_params
+
+
+def test_gemma_alias_and_sliding_window():
+    s = get_shape("gemma4-12b")
+    assert s.name == "gemma3-12b" and s.family == "gemma3_text"
+    assert s.sliding_window == 1024 and s.sliding_pattern == 6
+    assert s.total_params == pytest.approx(11.8e9, rel=0.02)  # 12B with the vision tower, which is not here
+    cfg = {"model_type": "gemma3_text", "hidden_size": 3840, "num_attention_heads": 16, "num_key_value_heads": 8,
+           "head_dim": 256, "num_hidden_layers": 48, "intermediate_size": 15360, "vocab_size": 262208,
+           "sliding_window": 1024, "sliding_window_pattern": 6, "tie_word_embeddings": True}
+    assert shape_from_config({"text_config": cfg}).sliding_pattern == 6
+
+
+def test_layers_override_and_dense_drafter_of_moe():
+    ds = get_shape("deepseek-v3")
+    cut = with_layers(ds, 4)
+    assert (cut.layers, cut.dense_layers, cut.moe_layers) == (4, 3, 1)
+    assert with_layers(ds, 2).dense_layers == 2
+    with pytest.raises(HwProfileError, match="--layers"):
+        with_layers(ds, 0)
+    d = drafter_shape(ds, 1)
+    assert not d.is_moe and d.layers == 1 and d.is_mla
+    assert d.matmul_params == d.attn_params_per_layer + d.mlp_params_per_layer + d.hidden * d.vocab
+    q = drafter_shape(get_shape("qwen3-8b"), 2)
+    assert q.matmul_params == 2 * (q.attn_params_per_layer + q.mlp_params_per_layer) + 4096 * 151936
+
+
+def test_unknown_shape_names_the_choices():
+    with pytest.raises(KeyError, match="qwen3-8b"):
+        get_shape("llama-9b")
