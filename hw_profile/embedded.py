@@ -1,7 +1,12 @@
-"""The embedded default tables: an H200 serving a Qwen3-8B-shaped dense target in bf16, and its drafters' costs,
-all from the roofline model (hw_profile/roofline.py), so the simulator runs without a GPU.
+"""The embedded tables, so the simulator runs without a GPU:
 
-    python -m hw_profile.embedded        # regenerate scenarios/hardware/h200-qwen3-8b-*.csv
+- an H200 serving a Qwen3-8B-shaped dense target in bf16, and its drafters' costs, from the roofline model
+  (hw_profile/roofline.py);
+- one H800 rank of a DeepSeek-style decode deployment (DeepSeek-V3 shape, fp8, data-parallel attention over an
+  expert-parallel group of 64 GPUs; hw_profile/dp_ep.py) with a DSpark drafter of three MoE layers with
+  128-token sliding-window attention (the paper's V4 drafter, section 5.1) and the one-MoE-layer MTP module.
+
+    python -m hw_profile.embedded        # regenerate both sets under scenarios/hardware/
 
 Drafters are timed as generic transformers of the target's width (DESIGN.md): DSpark and DFlash a 5-layer
 backbone with the shared full-vocabulary LM head; Eagle3 one layer with its reduced 32k draft vocabulary; the MTP
@@ -12,8 +17,10 @@ entry's sidecar as a per-position cost, since it runs once per draft position af
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+from hw_profile.dp_ep import DpEpParams, dp_ep_table
 from hw_profile.gpus import get_gpu
 from hw_profile.roofline import DTYPE_BYTES, RooflineParams, analytic_table
 from hw_profile.shapes import drafter_shape, get_shape
@@ -55,8 +62,36 @@ def write_embedded(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H200", model: 
     return written
 
 
+def write_deepseek_dp_ep(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H800", dtype: str = "fp8",
+                         params: DpEpParams = DpEpParams()) -> list[Path]:
+    gpu = get_gpu(gpu_name)
+    target = get_shape("deepseek-v3")
+    stem = f"{gpu_name.lower()}-deepseek-v3-ep{params.ep}-{dtype}"
+    # drafters built from the target's own MoE layers (drafter_shape would make them dense)
+    dspark = replace(target, name="dspark-3moe-swa128", layers=3, dense_layers=0, sliding_window=128)
+    mtp = replace(target, name="mtp-1moe", layers=1, dense_layers=0)
+    written = []
+    for key, shape in (("drafter-dspark-3moe", dspark), ("drafter-mtp-1moe", mtp)):
+        written.append(dp_ep_table(shape, gpu, dtype=dtype, params=params, name=f"{stem}.{key}").write(
+            out_dir / f"{stem}.{key}.csv"))
+    wbytes = DTYPE_BYTES[dtype]
+    rp = RooflineParams()
+    head = {
+        "per_position_ms": MARKOV_RANK * target.vocab * wbytes / (gpu.hbm_tb_s * 1e12 * rp.mem_eff) * 1e3,
+        "per_row_position_ms": 2.0 * MARKOV_RANK * target.vocab / (gpu.peak_tflops(dtype) * 1e12 * rp.comp_eff) * 1e3,
+        "rank": MARKOV_RANK,
+    }
+    main = dp_ep_table(target, gpu, dtype=dtype, params=params, name=stem)
+    main.meta["drafter_tables"] = {
+        "dspark": {"table": f"{stem}.drafter-dspark-3moe.csv", "sequential_head": head, "attention_window": 128},
+        "mtp": {"table": f"{stem}.drafter-mtp-1moe.csv"},
+    }
+    written.append(main.write(out_dir / f"{stem}.csv"))
+    return written
+
+
 def main() -> int:
-    for path in write_embedded():
+    for path in [*write_embedded(), *write_deepseek_dp_ep()]:
         print(path)
     return 0
 

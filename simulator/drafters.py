@@ -44,11 +44,14 @@ class DraftCost:
     grid: StepTimeGrid | None
     seq_per_position_ms: float = 0.0
     seq_per_row_position_ms: float = 0.0
+    attention_window: int = 0  # sliding-window drafter: each request's drafter reads at most this many KV tokens
 
     def ms(self, rows: int, gamma: int, kv_tokens: float) -> float:
         """Milliseconds to draft gamma tokens for each of ``rows`` requests holding ``kv_tokens`` in total."""
         if self.grid is None or rows == 0 or gamma == 0:
             return 0.0
+        if self.attention_window:
+            kv_tokens = min(kv_tokens, rows * self.attention_window)
         if self.kind.parallel:
             t = self.grid.lookup(rows * (gamma + self.kind.extra_block_tokens), kv_tokens)
             return t + gamma * max(self.seq_per_position_ms, self.seq_per_row_position_ms * rows)

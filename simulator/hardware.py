@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from hw_profile.roofline import DTYPE_BYTES
 from hw_profile.shapes import ModelShape
 from hw_profile.table import StepTable, StepTimeGrid, TableError
 from simulator.config import LoadedScenario
@@ -42,9 +43,14 @@ def default_kv_capacity(table: StepTable, gpus: int) -> int | None:
         shape = ModelShape(**meta["model_shape"])
     except (KeyError, TypeError, ValueError):
         return None
-    weights = shape.matmul_params + (0 if shape.tie_embeddings else shape.vocab * shape.hidden)  # + embedding
-    free = mem * GPU_MEMORY_UTILISATION - weights * 2.0
-    return int(free / shape.kv_bytes_per_token) if free > 0 else None
+    dtype_bytes = DTYPE_BYTES.get(str(meta.get("dtype", "bf16")), 2.0)
+    if "weight_bytes_per_gpu" in meta:  # tables that know what one GPU stores (expert-parallel ranks)
+        weight_bytes = float(meta["weight_bytes_per_gpu"]) * gpus
+    else:
+        weight_bytes = shape.total_params * dtype_bytes
+    free = mem * GPU_MEMORY_UTILISATION - weight_bytes
+    kv_per_token = shape.kv_bytes_per_token * dtype_bytes / 2.0  # the cache in the table's dtype
+    return int(free / kv_per_token) if free > 0 else None
 
 
 def load_target_table(scn: LoadedScenario) -> StepTable:
@@ -62,21 +68,23 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
         if name == "none":
             draft[name] = DraftCost(kind, None)
             continue
+        entry: dict = {}
         if name in hw.drafter_tables:
-            path, field, head = scn.resolve(hw.drafter_tables[name]), f"hardware.drafter_tables.{name}", {}
+            path, field = scn.resolve(hw.drafter_tables[name]), f"hardware.drafter_tables.{name}"
         elif name in sidecar:
             entry = sidecar[name]
             path = scn.resolve(hw.table).parent / entry["table"]
-            field, head = f"hardware.table (sidecar drafter_tables.{name})", entry.get("sequential_head", {})
+            field = f"hardware.table (sidecar drafter_tables.{name})"
         else:
             raise UserError(
                 f"{scn.path}: hardware.drafter_tables.{name}: no cost table for drafter {name!r} "
                 f"(give one, or use a table whose sidecar lists drafter_tables)"
             )
         dt = _read(path, field)
-        head = head or dt.meta.get("sequential_head", {})
+        head = entry.get("sequential_head") or dt.meta.get("sequential_head", {})
+        window = entry.get("attention_window") or dt.meta.get("attention_window", 0)
         draft[name] = DraftCost(kind, dt.grid, float(head.get("per_position_ms", 0.0)),
-                                float(head.get("per_row_position_ms", 0.0)))
+                                float(head.get("per_row_position_ms", 0.0)), int(window))
     kv = scn.model.engine.kv_capacity_tokens or default_kv_capacity(table, hw.gpus_per_replica)
     if kv is None:
         raise UserError(

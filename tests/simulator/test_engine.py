@@ -174,3 +174,17 @@ def test_disaggregated_prefill_moves_prefill_off_the_decode_replica(scenario_fil
     assert sim_d.steps.frame()["prefill_tokens"].sum() == 0  # no preemption here: nothing recomputed locally
     assert disagg["throughput_per_gpu"] > 1.2 * colo["throughput_per_gpu"]
     assert disagg["tps_per_user"] > colo["tps_per_user"]
+
+
+def test_sliding_window_drafter_reads_at_most_its_window():
+    from hw_profile.table import StepTimeGrid
+    from simulator.drafters import DRAFTER_KINDS, DraftCost
+
+    b = np.array([1.0, 1e4, 1.0, 1e4])
+    k = np.array([0.0, 0.0, 1e6, 1e6])
+    grid = StepTimeGrid.from_points(b, k, 1.0 + 0.001 * b + 0.00001 * k)
+    full = DraftCost(DRAFTER_KINDS["dspark"], grid)
+    windowed = DraftCost(DRAFTER_KINDS["dspark"], grid, attention_window=128)
+    rows, gamma, kv = 10, 5, 40_000.0
+    assert windowed.ms(rows, gamma, kv) == pytest.approx(1.0 + 0.001 * 50 + 0.00001 * 1280)
+    assert full.ms(rows, gamma, kv) == pytest.approx(1.0 + 0.001 * 50 + 0.00001 * kv)
