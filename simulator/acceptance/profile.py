@@ -14,6 +14,7 @@ import yaml
 
 from simulator.acceptance.base import Proposal
 from simulator.acceptance.latent import HeadModel, Variation
+from simulator.acceptance.normal_table import standard_normal
 from simulator.errors import UserError
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "profiles"
@@ -161,8 +162,8 @@ class ProfileSource:
     def propose(self, ids: np.ndarray) -> Proposal:
         rows, gamma, var = len(ids), self.gamma, self.var
         # one draw per step: the step's shared effect, token noise, the head's observation noise
-        noise = self.rng.standard_normal((rows, 2 * gamma + 1))
-        x = self._base[ids]
+        noise = standard_normal(self.rng, (rows, 2 * gamma + 1))
+        x = self._base.take(ids, axis=0)
         x += var.step_sd * noise[:, :1]
         x += var.token_sd * noise[:, 1 : gamma + 1]
         truth = np.tanh(0.5 * x)
@@ -175,7 +176,7 @@ class ProfileSource:
         z = self.noise_sd * noise[:, gamma + 1 :]
         z += x
         z *= self.b_over_t
-        z += self._head[ids]
+        z += self._head.take(ids, axis=0)
         confidence = np.tanh(0.5 * z)
         confidence += 1.0
         confidence *= 0.5
