@@ -86,12 +86,16 @@ def cli() -> None:
 @click.option("--memory-limit-gb", type=float, default=None, help="skip points whose KV + activations exceed this")
 @click.option("--threads", type=int, default=None, help="CPU threads for torch")
 @click.option("--no-cuda-graphs", is_flag=True, help="time eager forwards on a GPU")
+@click.option("--attn", "attention", type=click.Choice(["sdpa", "sdpa-gqa", "eager", "flash_attention_2",
+              "flash_attention_3", "flex_attention"]), default="sdpa", show_default=True,
+              help="transformers attention kernel (see docs/hw-profile.md)")
 @click.option("--name", default=None, help="label for the table (sidecar and views)")
 @click.option("--note", default=None, help="free text for the sidecar, e.g. about other load on the machine")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 @click.pass_obj
 def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, layers, drafter_layers, warmup, repeats,
-        passes, min_time_s, throttle_retries, memory_limit_gb, threads, no_cuda_graphs, name, note, quiet) -> None:
+        passes, min_time_s, throttle_retries, memory_limit_gb, threads, no_cuda_graphs, attention, name, note,
+        quiet) -> None:
     from hw_profile.profiler import ProfileConfig, profile
 
     if layers is not None and drafter_layers is not None:
@@ -113,6 +117,7 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
         memory_limit_gb=memory_limit_gb,
         threads=threads,
         cuda_graphs=not no_cuda_graphs,
+        attention=attention,
         name=name,
         note=note,
         command=(obj or {}).get("command"),

@@ -18,11 +18,18 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     os.chmod(tmp, 0o644)  # mkstemp makes 0600; outputs are ordinary files
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the mode a plain open() would
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

@@ -17,7 +17,9 @@ torch and transformers are imported inside the functions: ``hw_profile`` itself 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,17 +103,49 @@ def transformers_config(shape: ModelShape, base: dict | None = None, max_positio
     return AutoConfig.for_model("qwen3", **common, head_dim=shape.head_dim)
 
 
+# Attention kernels a profile may ask for. "sdpa" is transformers' default: torch's scaled_dot_product_attention,
+# which for more than one query token per request with a cache mask expands grouped K/V heads to every query head
+# (repeat_kv, a copy of the cache per layer). "sdpa-gqa" keeps the K/V heads grouped (transformers'
+# TRANSFORMERS_SDPA_FORCE_GQA switch, torch's enable_gqa) where the torch backend supports it. Serving engines use
+# paged FlashAttention/FlashInfer-style kernels that never expand K/V; "flash_attention_2" (needs the flash-attn
+# package) is the closest transformers has.
+ATTENTION = ("sdpa", "sdpa-gqa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
 def build_model(shape: ModelShape, dtype: str, device: str, base: dict | None = None, max_positions: int = 32768,
-                seed: int = 0):
+                seed: int = 0, attention: str = "sdpa"):
     """An eval-mode causal LM of the shape with random weights, created directly on ``device``."""
     import torch
     from transformers import AutoModelForCausalLM
 
     cfg = transformers_config(shape, base, max_positions=max_positions)
     torch.manual_seed(seed)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype(dtype), attn_implementation="sdpa")
+    implementation = "sdpa" if attention == "sdpa-gqa" else attention
+    try:
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype(dtype), attn_implementation=implementation)
+    except (ImportError, ValueError) as exc:
+        if implementation == "sdpa":
+            raise
+        raise HwProfileError(f"--attn {attention}: not usable here ({str(exc).splitlines()[0][:200]})") from None
     return model.eval()
+
+
+@contextlib.contextmanager
+def force_sdpa_gqa(active: bool):
+    """While active, transformers' SDPA path keeps grouped K/V heads (no repeat_kv); the variable is restored after."""
+    var = "TRANSFORMERS_SDPA_FORCE_GQA"
+    saved = os.environ.get(var)
+    if active:
+        os.environ[var] = "1"
+    try:
+        yield
+    finally:
+        if active:
+            if saved is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = saved
 
 
 def implementation_info(model, moe: bool = False) -> dict:

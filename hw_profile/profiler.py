@@ -23,6 +23,7 @@ The machine's own settings are never changed: no clock locking, no power limits 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
@@ -63,6 +64,7 @@ class ProfileConfig:
     memory_limit_gb: float | None = None  # cap on one point's KV cache + activations
     threads: int | None = None  # CPU threads for torch (default: torch's own choice)
     cuda_graphs: bool = True
+    attention: str = "sdpa"  # model_builder.ATTENTION
     seed: int = 0
     name: str | None = None
     note: str | None = None  # free text for the sidecar (e.g. "machine shared with other jobs")
@@ -77,6 +79,10 @@ class ProfileConfig:
             if bad:
                 raise HwProfileError(f"{flag}: expected {'non-negative' if flag == '--context' else 'positive'} "
                                      f"integers, got {bad[0]}")
+        from hw_profile.model_builder import ATTENTION
+
+        if self.attention not in ATTENTION:
+            raise HwProfileError(f"--attn: expected one of {', '.join(ATTENTION)}, got {self.attention!r}")
         if self.device not in ("cpu", "cuda"):
             raise HwProfileError(f"--device: expected cpu or cuda, got {self.device!r}")
         if self.dtype not in DTYPE_BYTES:
@@ -189,7 +195,7 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
     max_positions = max(cfg.contexts) + max(cfg.tokens_per_request) + 16
     t0 = time.perf_counter()
     model = mb.build_model(timed, cfg.dtype, cfg.device, base=base, max_positions=max(max_positions, 4096),
-                           seed=cfg.seed)
+                           seed=cfg.seed, attention=cfg.attention)
     build_s = time.perf_counter() - t0
 
     meta = _metadata(cfg, timed, target, model, sampler, torch, build_s)
@@ -200,6 +206,8 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
     table = StepTable.from_points([], meta)
     interrupted = False
     bar = _progress(len(records) * cfg.passes, progress, timed.name)
+    scope = contextlib.ExitStack()
+    scope.enter_context(mb.force_sdpa_gqa(cfg.attention == "sdpa-gqa"))
     try:
         for _ in range(cfg.passes):
             for context, requests in plan:
@@ -253,6 +261,7 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        scope.close()
         bar.close()
         meta["timer"] = timer.describe()
         meta["load_average_end"] = _loadavg()
@@ -501,7 +510,8 @@ def _metadata(cfg: ProfileConfig, timed: ModelShape, target: ModelShape, model, 
         target_shape=target.to_dict() if target != timed else None,
         layers_override=cfg.layers if cfg.drafter_layers is None else None,
         drafter_layers=cfg.drafter_layers,
-        implementation=implementation_info(model, moe=timed.is_moe),
+        implementation={**implementation_info(model, moe=timed.is_moe),
+                        **({"sdpa_force_gqa": True} if cfg.attention == "sdpa-gqa" else {})},
         grid={"requests": sorted(set(cfg.requests)), "tokens_per_request": sorted(set(cfg.tokens_per_request)),
               "contexts": sorted(set(cfg.contexts))},
         warmup=cfg.warmup,

@@ -303,5 +303,7 @@ def drafter_shape(target: ModelShape, layers: int, vocab: int | None = None, nam
     The drafter keeps the target's attention kind but its MLPs are dense (width ``intermediate``): a drafter of an
     MoE target is a small dense model, as DSpark's and MTP's drafter layers are in practice."""
     dense = dict(experts=0, experts_per_token=0, shared_experts=0, expert_intermediate=0, dense_layers=0)
+    if target.is_moe and not target.is_mla:
+        dense["family"] = "qwen3"  # the dense GQA transformer the profiler builds for a Qwen3-MoE/Mixtral drafter
     return replace(target, name=name or f"{target.name}-drafter-{layers}l", layers=layers, vocab=vocab or target.vocab,
                    **(dense if target.is_moe else {}))

@@ -44,3 +44,25 @@ def test_prepared_cache_is_read(tiny_model):
         after = step.forward()
     assert before.shape == (3, 2, 8192)
     assert (before - after).abs().max() > 1e-3
+
+
+def test_attention_choices(tiny_model, tiny_config):
+    import os
+
+    from hw_profile.errors import HwProfileError
+
+    model = tiny_model
+    cache = mb.prepare_cache(model, requests=2, context=32, max_tokens=4)
+    step = mb.step_inputs(model, cache, 2, 32, 4)
+    with torch.inference_mode():
+        plain = step.forward()
+        with mb.force_sdpa_gqa(True):
+            assert os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] == "1"
+            grouped = step.forward()
+    assert "TRANSFORMERS_SDPA_FORCE_GQA" not in os.environ
+    torch.testing.assert_close(grouped, plain, rtol=1e-4, atol=1e-4)  # same attention, different kernel path
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        with pytest.raises(HwProfileError, match="--attn flash_attention_2"):
+            mb.build_model(get_shape(str(tiny_config)), "fp32", "cpu", attention="flash_attention_2")

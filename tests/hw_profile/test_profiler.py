@@ -138,3 +138,60 @@ def test_cuda_profile_uses_events_and_telemetry(tiny_config, tmp_path):
     assert (pts["step_ms"] > 0).all()
     if meta["telemetry"]["telemetry"] == "nvml":
         assert np.isfinite(pts["sm_clock_mhz"]).all() and np.isfinite(pts["energy_j"]).all()
+
+
+TINY_DEEPSEEK = {  # DeepSeek-V3's architecture (MLA + routed/shared experts, first layer dense) at toy width
+    "model_type": "deepseek_v3", "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "n_shared_experts": 1,
+    "n_routed_experts": 8, "num_experts_per_tok": 2, "first_k_dense_replace": 1, "kv_lora_rank": 32,
+    "q_lora_rank": 48, "qk_rope_head_dim": 16, "v_head_dim": 32, "qk_nope_head_dim": 32, "vocab_size": 1024,
+    "n_group": 1, "topk_group": 1,
+}
+TINY_GEMMA3 = {
+    "model_type": "gemma3_text", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1024, "sliding_window": 16,
+    "sliding_window_pattern": 3, "query_pre_attn_scalar": 32, "tie_word_embeddings": True,
+}
+
+
+@pytest.mark.parametrize("config, moe", [(TINY_DEEPSEEK, True), (TINY_GEMMA3, False)])
+def test_moe_mla_and_sliding_window_models_profile(config, moe, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    cfg = _cfg(path, requests=[2], tokens_per_request=[1, 4], contexts=[8, 40], repeats=2, warmup=1)
+    result = profile(cfg, tmp_path / "m.csv", progress=False, log=lambda s: None)
+    assert (result.table.points["status"] == "ok").all() and (result.table.points["step_ms"] > 0).all()
+    meta = result.table.meta
+    assert ("experts_implementation" in meta["implementation"]) == moe
+    assert meta["model_shape"]["family"] == config["model_type"]
+    drafter = profile(_cfg(path, requests=[2], tokens_per_request=[4], contexts=[8], repeats=1, warmup=1,
+                           drafter_layers=1), tmp_path / "d.csv", progress=False, log=lambda s: None)
+    assert drafter.table.meta["model_shape"].get("experts", 0) == 0  # a drafter is dense
+
+
+@pytest.mark.slow
+def test_sigint_keeps_the_points(tiny_config, tmp_path):
+    """A real Ctrl-C (SIGINT) to the CLI mid-run: exit code 130, the table on disk holds the measured points."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    out = tmp_path / "sig.csv"
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hw_profile.cli", "sps", "--model", str(tiny_config), "--dtype", "fp32",
+         "--requests", "1..64", "--tokens-per-request", "1,2,4,8", "--context", "16,64,256", "--repeats", "50",
+         "--threads", "1", "--quiet", "--out", str(out)],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out.is_file() and len(out.read_text().splitlines()) >= 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    table = StepTable.read(out)
+    assert len(table.ok) >= 2 and table.meta["interrupted"] is True
