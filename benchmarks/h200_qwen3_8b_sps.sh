@@ -10,10 +10,10 @@
 # DSPARK_VENV at an environment with a CUDA build of torch, transformers and nvidia-ml-py, or install them into
 # .venv first.
 #
-# Writes scenarios/hardware/h200-qwen3-8b-bf16.{csv,json} (+ .smooth.csv/.json) and /tmp/h200-*.
+# Writes scenarios/hardware/h200-qwen3-8b-bf16-measured.{csv,json} (+ .smooth.csv/.json) and /tmp/h200-*.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=scenarios/hardware/h200-qwen3-8b-bf16.csv
+out=scenarios/hardware/h200-qwen3-8b-bf16-measured.csv
 
 # for the record only (read-only queries)
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv
@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.li
 ./run hw-profile sps --model qwen3-8b --device cuda --dtype bf16 \
     --requests 1..1024 --tokens-per-request 1,2,4,8 --context 512,4096 \
     --warmup 5 --repeats 30 --min-time 0.3 --throttle-retries 2 \
-    --name h200-qwen3-8b-bf16 --out "$out"
+    --name h200-qwen3-8b-bf16-measured --out "$out"
 ./run hw-profile analytic --gpu H200 --model qwen3-8b --dtype bf16 --name h200-roofline --out /tmp/h200-roofline.csv
 ./run hw-profile compare "$out" /tmp/h200-roofline.csv --csv /tmp/h200-ratio.csv
 ./run hw-profile fit "$out"
