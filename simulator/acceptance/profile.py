@@ -125,7 +125,7 @@ class ProfileSource:
         self.rng = rng
         self._base = np.zeros((0, self.gamma))
         self._head = np.zeros((0, self.gamma))
-        self._choices = []
+        choices = []
         for key in mix:
             benches = profile.benchmarks_for(key)
             if not benches:
@@ -133,17 +133,18 @@ class ProfileSource:
                     f"workload mix entry {key!r} is neither a domain nor a benchmark of profile {profile.name!r} "
                     f"(domains: {', '.join(sorted(set(profile.domains.values())))}; benchmarks: {', '.join(profile.domains)})"
                 )
-            self._choices.append(np.array([d.benchmarks.index(b) for b in benches]))
+            choices.append(np.array([d.benchmarks.index(b) for b in benches]))
+        self._choices_flat = np.concatenate(choices)
+        self._choice_count = np.array([len(c) for c in choices])
+        self._choice_start = np.concatenate(([0], np.cumsum(self._choice_count)[:-1]))
 
     def attach(self, ids: np.ndarray, mix_index: np.ndarray) -> None:
         if len(ids) == 0:
             return
         self._ensure(int(ids.max()))
-        bench = np.empty(len(ids), dtype=np.int64)
-        for k, choices in enumerate(self._choices):
-            sel = mix_index == k
-            if sel.any():
-                bench[sel] = choices[self.rng.integers(0, len(choices), int(sel.sum()))]
+        # a uniform pick among each request's mix entry's benchmarks, all entries at once
+        pick = (self.rng.random(len(ids)) * self._choice_count[mix_index]).astype(np.int64)
+        bench = self._choices_flat[self._choice_start[mix_index] + pick]
         effect = self.rng.normal(0.0, self.var.request_sd, len(ids))
         # per request once: its latent means (benchmark's mu plus its own difficulty) and head offsets
         self._base[ids] = self.mu[bench] + effect[:, None]
@@ -166,9 +167,7 @@ class ProfileSource:
         x = self._base.take(ids, axis=0)
         x += var.step_sd * noise[:, :1]
         x += var.token_sd * noise[:, 1 : gamma + 1]
-        truth = np.tanh(0.5 * x)
-        truth += 1.0
-        truth *= 0.5
+        truth = _logistic(x)
         accept = np.empty((rows, gamma + 1), dtype=bool)
         np.less(self.rng.random((rows, gamma)), truth, out=accept[:, :gamma])
         accept[:, gamma] = False
@@ -177,9 +176,7 @@ class ProfileSource:
         z += x
         z *= self.b_over_t
         z += self._head.take(ids, axis=0)
-        confidence = np.tanh(0.5 * z)
-        confidence += 1.0
-        confidence *= 0.5
+        confidence = _logistic(z)
         return Proposal(confidence=confidence, outcome=outcome, truth=truth)
 
     def verify(self, proposal: Proposal, lengths: np.ndarray) -> np.ndarray:
@@ -189,3 +186,10 @@ class ProfileSource:
 
     def detach(self, ids: np.ndarray) -> None:
         pass
+
+
+def _logistic(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)); logits here stay within about +-25, far from exp's overflow."""
+    e = np.exp(-x)
+    e += 1.0
+    return np.reciprocal(e, out=e)

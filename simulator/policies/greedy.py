@@ -33,11 +33,14 @@ def _survival(confidence: np.ndarray) -> np.ndarray:
 def admission_order(confidence: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Flat indices r * gamma + j of the positive-survival candidates in (-a, r, j) order, and their a."""
     a = _survival(confidence)
-    # Non-negative doubles order like their bit patterns read as int64, and a stable integer argsort is faster
-    # than a float one; stability keeps equal a in flat-index (r, j) order.
-    order = np.argsort(-a.view(np.int64), kind="stable")
-    order = order[: int(np.count_nonzero(a))]  # positives sort first
+    order = _stable_descending(a)[: int(np.count_nonzero(a))]  # a >= 0: the positives sort first
     return order, a[order]
+
+
+def _stable_descending(a: np.ndarray) -> np.ndarray:
+    # Non-negative doubles order like their bit patterns read as int64, and a stable integer argsort is faster
+    # than a float one; stability keeps equal a in ascending index, i.e. (r, j), order.
+    return np.argsort(-a.view(np.int64), kind="stable")
 
 
 def greedy_prefix_lengths(confidence: np.ndarray, sps: SPS, early_stop: bool = True) -> np.ndarray:
@@ -53,28 +56,32 @@ def greedy_prefix_lengths(confidence: np.ndarray, sps: SPS, early_stop: bool = T
     if rows == 0 or len(order) == 0:
         return np.zeros(rows, dtype=np.int64)
     if early_stop:
-        # Walk the path in growing chunks: under load the stop comes early and most candidates are never priced.
-        # Each chunk prices n = start..stop (n = start repeats the last point of the previous chunk, or is n = 0).
-        take, start, tau0, chunk = None, 0, float(rows), max(2 * rows, 64)
-        while take is None:
-            stop = min(start + chunk, len(order))
-            tau = np.empty(stop - start + 1)
-            tau[0] = tau0
-            np.cumsum(gains[start:stop], out=tau[1:])
-            tau[1:] += tau0
-            theta = tau * np.asarray(sps(np.arange(rows + start, rows + stop + 1)), dtype=float)
-            falls = np.flatnonzero(theta[1:] <= theta[:-1])
-            if len(falls):
-                take = start + int(falls[0])
-            elif stop == len(order):
-                take = stop
-            else:
-                start, tau0, chunk = stop, float(tau[-1]), 4 * chunk
+        stop = _early_stop(rows, order, gains, sps)
+        take = len(order) if stop is None else stop
     else:
         tau = rows + np.concatenate(([0.0], np.cumsum(gains)))
         theta = tau * np.asarray(sps(np.arange(rows, rows + len(order) + 1)), dtype=float)
         take = int(np.argmax(theta))  # first maximum: a later tie is no strict rise
     return np.bincount(order[:take] // gamma, minlength=rows).astype(np.int64)
+
+
+def _early_stop(rows: int, order: np.ndarray, gains: np.ndarray, sps: SPS) -> int | None:
+    """How many candidates Algorithm 1 admits along this order, or None when Theta rises through all of them.
+    Walks the path in growing chunks: under load the stop comes early and most candidates are never priced. Each
+    chunk prices n = start..stop (n = start repeats the previous chunk's last point, or is n = 0)."""
+    start, tau0, chunk = 0, float(rows), max(2 * rows, 64)
+    while start < len(order):
+        stop = min(start + chunk, len(order))
+        tau = np.empty(stop - start + 1)
+        tau[0] = tau0
+        np.cumsum(gains[start:stop], out=tau[1:])
+        tau[1:] += tau0
+        theta = tau * np.asarray(sps(np.arange(rows + start, rows + stop + 1)), dtype=float)
+        falls = np.flatnonzero(theta[1:] <= theta[:-1])
+        if len(falls):
+            return start + int(falls[0])
+        start, tau0, chunk = stop, float(tau[-1]), 4 * chunk
+    return None
 
 
 def top_k_prefix_lengths(confidence: np.ndarray, capacity: int) -> np.ndarray:
