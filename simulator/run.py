@@ -21,6 +21,7 @@ from simulator.errors import UserError
 from simulator.hardware import Hardware, load_hardware
 from simulator.metrics import request_metrics, saturated, step_metrics, tau_by_mix, time_series
 from simulator.policies import make_policy
+from simulator.policies import resolve as resolve_policy
 from simulator.systems import SystemSpec
 from simulator.workload import RequestMaker, open_loop_arrivals
 
@@ -72,7 +73,9 @@ def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generato
     if acc.source == "profile":
         return ProfileSource(load_profile(acc.profile, scn.base), drafter, system.gamma, mix, calibrated, rng)
     if acc.source == "trace":
-        return TraceSource(scn.resolve(acc.trace), drafter, system.gamma, mix, calibrated, rng)
+        policy_cls, _ = resolve_policy(system.policy)
+        return TraceSource(scn.resolve(acc.trace), drafter, system.gamma, mix, calibrated, rng,
+                           need_confidence=getattr(policy_cls, "reads_confidence", True))
     module, _, attr = acc.source.partition(":")
     try:
         cls = getattr(importlib.import_module(module), attr)

@@ -35,7 +35,7 @@ def read_trace(path: Path) -> pd.DataFrame:
 
 class TraceSource:
     def __init__(self, path: Path, drafter: str, gamma: int, mix: list[str], calibrated: bool,
-                 rng: np.random.Generator):
+                 rng: np.random.Generator, need_confidence: bool = True):
         df = read_trace(path)
         rows = df[df["drafter"].astype(str) == drafter]
         if rows.empty:
@@ -47,9 +47,11 @@ class TraceSource:
         prefix = "c" if calibrated else "raw"
         cols = [f"{prefix}_{j}" for j in range(1, gamma + 1)]
         missing = [c for c in cols if c not in rows.columns]
-        if missing or rows[cols].isna().all().any():
+        has_confidence = not missing and not rows[cols].isna().any().any()
+        if need_confidence and not has_confidence:
             what = "calibrated confidences c_j" if calibrated else "raw confidences raw_j"
-            raise UserError(f"{path}: drafter {drafter!r} has no {what} for positions 1..{gamma}")
+            raise UserError(f"{path}: drafter {drafter!r} has no {what} for positions 1..{gamma}, which this "
+                            "system's policy reads (a drafter without a confidence head records none)")
         self.gamma = int(gamma)
         self.rng = rng
         blocks, starts, lengths = [], [], []
@@ -63,7 +65,9 @@ class TraceSource:
             lengths.append(len(sel))
             offset += len(sel)
         table = pd.concat(blocks)
-        self.confidence = np.clip(table[cols].to_numpy(dtype=float), 0.0, 1.0)
+        # a policy that reads no confidences gets zeros where the recording has none
+        self.confidence = (np.clip(table[cols].to_numpy(dtype=float), 0.0, 1.0) if has_confidence
+                           else np.zeros((len(table), gamma)))
         self.accepted = np.minimum(table["accepted"].to_numpy(dtype=np.int64), gamma)
         self.start = np.array(starts)
         self.length = np.array(lengths)

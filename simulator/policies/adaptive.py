@@ -42,6 +42,7 @@ class BatchTable(Policy):
     ``draft_len_schedule``): the entry with the largest batch size not above R."""
 
     name = "batch-table"
+    reads_confidence = False
     DEFAULT: ClassVar[dict[int, int]] = {1: 7, 16: 5, 64: 3, 128: 2, 192: 1}
 
     def __init__(self, table: dict | list | None = None):
@@ -70,6 +71,7 @@ class GoodputK(Policy):
     rejection starts it."""
 
     name = "goodput-k"
+    reads_confidence = False
 
     def __init__(self, window: int = 2048, prior_accepts: float = 3.0):
         self.window = int(window)

@@ -62,6 +62,8 @@ class Policy:
     sync_stall: ClassVar[bool] = False
     #: reads view.outcome (realised acceptance): only sources that pre-draw outcomes can serve it
     needs_outcome: ClassVar[bool] = False
+    #: reads view.confidence (a trace without confidences can still drive a policy that does not)
+    reads_confidence: ClassVar[bool] = True
 
     def choose(self, view: PolicyView) -> np.ndarray:
         raise NotImplementedError

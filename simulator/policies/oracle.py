@@ -16,6 +16,7 @@ class Oracle(Policy):
     tokens per second. Not realisable; it bounds what any confidence-based scheduler can reach."""
 
     name = "oracle"
+    reads_confidence = False
     needs_outcome = True
 
     def choose(self, view: PolicyView) -> np.ndarray:

@@ -13,6 +13,7 @@ class NoSpeculation(Policy):
     """``ar``: verify no draft token; every step emits one target token per request."""
 
     name = "ar"
+    reads_confidence = False
 
     def choose(self, view: PolicyView) -> np.ndarray:
         return np.zeros(view.remaining.shape[0], dtype=np.int64)
@@ -23,6 +24,7 @@ class StaticK(Policy):
     """``static-k``: verify the first k draft tokens of every request (vLLM ``num_speculative_tokens``)."""
 
     name = "static"
+    reads_confidence = False
     positional = "k"
 
     def __init__(self, k: int):
