@@ -56,9 +56,9 @@ def frontier_figure(frontier: pd.DataFrame, runs: pd.DataFrame, anchors: list[fl
             x=pts["tps_per_user"], y=pts["throughput_per_gpu"], mode="markers", name="open-loop operating point",
             marker={"symbol": "star", "size": 15, "color": [col[s] for s in pts.index], "line": {"width": 1, "color": "black"}},
             text=pts.index, hovertemplate="%{text} under the scenario's traffic<br>%{x:.1f} tok/s/user<br>%{y:,.0f} tok/s/GPU"))
-    for a in anchors:
-        fig.add_vline(x=a, line={"dash": "dash", "color": "#555"}, annotation_text=f"SLA {a:g} tok/s/user",
-                      annotation_position="top")
+    for i, a in enumerate(anchors):  # labels alternate sides so that close anchors stay readable
+        fig.add_vline(x=a, line={"dash": "dash", "color": "#555"}, annotation_text=f"SLA {a:g}",
+                      annotation_position="top left" if i % 2 else "top right")
     fig.update_layout(title="Throughput per GPU against tokens/s per user (Pareto frontiers, closed-loop sweep)",
                       xaxis_title="TPS per user (tok/s/user)", yaxis_title="throughput (tok/s/GPU)",
                       legend_title="system", height=520)
