@@ -7,6 +7,7 @@ tokens, the dspark drafter (gamma 7) with the dspark policy, the paper-qwen3-8b 
 mix. ``us_per_step`` is wall microseconds per engine step with start-up excluded; ``realtime_factor`` simulated
 seconds per wall second. The scheduler: the vectorised greedy on confidences drawn from that profile at R=256,
 gamma=7 with a step's SPS of that run, against a plain-Python transcription of Algorithm 1 on the same inputs.
+For scale, the same engine run without speculation (system `ar`) is timed too.
 """
 
 from __future__ import annotations
@@ -33,24 +34,24 @@ from simulator.systems import resolve_systems  # noqa: E402
 USERS = 256
 
 
-def scenario(sim_seconds: float) -> dict:
+def scenario(sim_seconds: float, system: str = "dspark") -> dict:
     return {
         "name": "bench-engine",
         "hardware": {"table": str(ROOT / "scenarios/hardware/h200-qwen3-8b-bf16.csv")},
         "engine": {"max_running": USERS, "max_batch_tokens": 8192},
         "acceptance": {"source": "profile", "profile": "paper-qwen3-8b"},
         "drafter": {"name": "dspark", "gamma": 7},
-        "systems": ["dspark"],
+        "systems": [system],
         "workload": {"mix": {"math": 1, "code": 1, "chat": 1}, "prompt": 512, "output": 256},
         "frontier": {"concurrency": [USERS]},
         "run": {"duration_s": sim_seconds, "warmup_s": 0.0},
     }
 
 
-def bench_engine(sim_seconds: float) -> tuple[dict, object]:
+def bench_engine(sim_seconds: float, system: str = "dspark") -> tuple[dict, object]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
-        path.write_text(yaml.safe_dump(scenario(sim_seconds)))
+        path.write_text(yaml.safe_dump(scenario(sim_seconds, system)))
         scn = load_scenario(path)
         system = resolve_systems(scn)[0]
         sim, *_ = build(scn, RunSpec(system, LoadPoint(USERS), 0, False))
@@ -96,6 +97,10 @@ def main() -> int:
     args = ap.parse_args()
     result, sim = bench_engine(args.sim_seconds)
     result.update(bench_greedy(sim))
+    # the same engine without speculation, for scale (the dspark run's extra cost is drafting, policy, verify)
+    plain, _ = bench_engine(args.sim_seconds, "ar")
+    result["us_per_step_plain_decoding"] = plain["us_per_step"]
+    result["dspark_step_cost_vs_plain"] = result["us_per_step"] / plain["us_per_step"]
     result = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in result.items()}
     if args.json:
         print(json.dumps(result))

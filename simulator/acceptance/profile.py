@@ -172,8 +172,7 @@ class ProfileSource:
         np.less(self.rng.random((rows, gamma)), truth, out=accept[:, :gamma])
         accept[:, gamma] = False
         outcome = accept.argmin(axis=1)  # the first rejection's index = the number of leading accepts
-        z = self.noise_sd * noise[:, gamma + 1 :]
-        z += x
+        z = x + self.noise_sd * noise[:, gamma + 1 :]  # float64, like x
         z *= self.b_over_t
         z += self._head.take(ids, axis=0)
         confidence = _logistic(z)
