@@ -32,9 +32,10 @@ def position_weights(gamma: int, decay: float, device=None) -> torch.Tensor:
 
 def drafter_loss(draft_logits: torch.Tensor, target_logits: torch.Tensor, labels: torch.Tensor,
                  valid: torch.Tensor, conf_logits: torch.Tensor | None = None,
-                 weights: LossWeights = LossWeights()) -> tuple[torch.Tensor, dict[str, float]]:
+                 weights: LossWeights | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """draft_logits, target_logits (..., gamma, V); labels (..., gamma) long; valid (..., gamma) bool (a prefix);
     conf_logits (..., gamma) or None. Returns the loss and its terms (floats, for logging)."""
+    weights = weights or LossWeights()
     gamma = draft_logits.shape[-2]
     w = position_weights(gamma, weights.decay, draft_logits.device) * valid.float()
     den = w.sum().clamp_min(1e-6)
@@ -46,13 +47,13 @@ def drafter_loss(draft_logits: torch.Tensor, target_logits: torch.Tensor, labels
     ce_term = (ce * w).sum() / den
     l1_term = (l1 * w).sum() / den
     loss = weights.ce * ce_term + weights.l1 * l1_term
-    terms = {"ce": float(ce_term), "l1": float(l1_term),
-             "accept": float(((1 - 0.5 * l1) * valid).sum() / valid.sum().clamp_min(1))}
+    terms = {"ce": float(ce_term.detach()), "l1": float(l1_term.detach()),
+             "accept": float(((1 - 0.5 * l1.detach()) * valid).sum() / valid.sum().clamp_min(1))}
     if conf_logits is not None:
         c_star = (1.0 - 0.5 * l1).detach().clamp(0.0, 1.0)
         bce = F.binary_cross_entropy_with_logits(conf_logits.float(), c_star, reduction="none")
         conf_term = (bce * w).sum() / den
         loss = loss + weights.conf * conf_term
-        terms["conf"] = float(conf_term)
-    terms["loss"] = float(loss)
+        terms["conf"] = float(conf_term.detach())
+    terms["loss"] = float(loss.detach())
     return loss, terms

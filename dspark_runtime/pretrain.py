@@ -52,7 +52,7 @@ def train_target(model, records: list[Record], tokenizer, *, steps: int, batch: 
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         if progress.every(step, steps):
             recent = sum(losses[-20:]) / len(losses[-20:])
             progress(f"target step {step + 1}/{steps} loss {recent:.3f}")

@@ -68,9 +68,10 @@ def block_targets(input_ids, loss_mask, target_logits, anchors, keep, gamma):
 
 def train_drafters(runner: TargetRunner, drafters: dict, data: DistillData, *, steps: int, batch: int,
                    num_anchors: int, lr: float, seed: int, progress: Progress,
-                   weights: LossWeights = LossWeights()) -> dict[str, dict]:
+                   weights: LossWeights | None = None) -> dict[str, dict]:
     """Train every drafter in ``drafters`` (name -> module, already sharing the target's embeddings) jointly on the
     same batches and anchors. Returns per-drafter summaries (final loss terms)."""
+    weights = weights or LossWeights()
     dev = runner.device
     gen = torch.Generator().manual_seed(seed)
     opts = {name: torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.95),
