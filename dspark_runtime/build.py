@@ -14,6 +14,7 @@ import time
 import torch
 
 from hw_profile.files import atomic_write_text
+from simulator.errors import UserError
 
 from .checkpoints import load_drafter, save_calibration, save_drafter
 from .corpus import DOMAINS, build_corpus, load_corpus, save_corpus, select
@@ -31,6 +32,13 @@ def quiet_transformers() -> None:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+
+
+def set_threads(threads: int | None) -> None:
+    if threads is not None:
+        if threads < 1:
+            raise UserError(f"--threads: {threads}; expected a positive integer")
+        torch.set_num_threads(threads)
 
 
 def drafter_config(kind: str, size: WorldSize, target_config, mask_token_id: int) -> DrafterConfig:
@@ -68,6 +76,7 @@ def build_tiny(paths: WorldPaths, size: WorldSize, *, seed: int = 0, device: str
     paths.root.mkdir(parents=True, exist_ok=True)
     manifest = json.loads(paths.manifest.read_text()) if paths.manifest.is_file() and not force else {}
     manifest.update({"size": size.to_json(), "seed": seed, "device": device, "torch": torch.__version__,
+                     "threads": torch.get_num_threads(),
                      "python": platform.python_version(), "machine": platform.machine()})
     stages = manifest.setdefault("stages", {})
 
@@ -185,15 +194,17 @@ from .user_errors import reports_user_errors  # noqa: E402
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:1, ...")
 @click.option("--variants", is_flag=True, help="Also train the Gated and RNN DSpark heads.")
 @click.option("--force", is_flag=True, help="Rebuild every stage even if its output exists.")
+@click.option("--threads", default=None, type=int, help="CPU threads for torch [default: torch's choice].")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 @reports_user_errors
-def build_tiny_command(size, data_dir, seed, device, variants, force, quiet):
+def build_tiny_command(size, data_dir, seed, device, variants, force, threads, quiet):
     """Build the tiny world: corpus, tokenizer, Qwen3 target, self-distilled drafters, STS calibration."""
     from .target import resolve_device
     from .world import world_paths, world_size
 
     spec = world_size(size)
     resolve_device(device)
+    set_threads(threads)
     paths = world_paths(data_dir, size)
     manifest = build_tiny(paths, spec, seed=seed, device=device, variants=variants, force=force,
                           progress=Progress(quiet=quiet))

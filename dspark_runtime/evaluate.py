@@ -159,12 +159,13 @@ from .user_errors import reports_user_errors  # noqa: E402
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", default="float32", show_default=True, help="float32, bfloat16, float16.")
 @click.option("--out", "out_dir", default=None, help="Output directory [default: DATA_DIR/SIZE/eval].")
+@click.option("--threads", default=None, type=int, help="CPU threads for torch [default: torch's choice].")
 @click.option("--quiet", is_flag=True)
 @reports_user_errors
 def eval_command(size, data_dir, drafters, target_dir, drafter_dirs, per_domain, max_new, temperature, batch, seed,
-                 device, dtype, out_dir, quiet):
+                 device, dtype, out_dir, threads, quiet):
     """Full-block evaluation on held-out prompts: tau, acceptance by position, calibration, trace."""
-    from .build import quiet_transformers
+    from .build import quiet_transformers, set_threads
     from .checkpoints import load_drafter
     from .corpus import load_corpus
     from .rollouts import eval_records
@@ -172,6 +173,7 @@ def eval_command(size, data_dir, drafters, target_dir, drafter_dirs, per_domain,
     from .world import world_paths, world_size
 
     quiet_transformers()
+    set_threads(threads)
     spec = world_size(size)
     paths = world_paths(data_dir, size)
     if temperature < 0:

@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from dspark_runtime.chi_square import goodness_of_fit
 from dspark_runtime.checkpoints import load_drafter
+from dspark_runtime.chi_square import goodness_of_fit
+from dspark_runtime.corpus import load_corpus
 from dspark_runtime.rollouts import encode_prompts, eval_records
 from dspark_runtime.selfdistill import generate
 from dspark_runtime.speculative import SpeculativeDecoder
-from dspark_runtime.corpus import load_corpus
 
 
 @pytest.mark.parametrize("kind", ["dspark", "dflash", "eagle3", "dspark-rnn"])
 def test_greedy_speculative_equals_target_greedy(smoke_world, smoke_models, kind):
-    paths, size, _ = smoke_world
+    paths, _size, _ = smoke_world
     target, runner, tok = smoke_models
     drafter, _ = load_drafter(paths.drafter(kind), target=target)
     records = eval_records(load_corpus(paths.corpus), "eval", 3)
