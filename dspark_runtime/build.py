@@ -124,7 +124,8 @@ def build_tiny(paths: WorldPaths, size: WorldSize, *, seed: int = 0, device: str
     t0 = time.monotonic()
     if force or not paths.selfdistill.is_file():
         picked = [r for d in DOMAINS for r in select(records, "train", d)[: size.regen_prompts_per_domain]]
-        prompts = [p[: size.seq_len // 2] for p in encode_prompts(tokenizer, picked)]
+        # keep each prompt's end (its <|assistant|> marker) when it is longer than half a training sequence
+        prompts = [p[-(size.seq_len // 2):] for p in encode_prompts(tokenizer, picked)]
         answers = regenerate(runner, prompts, max_new=size.regen_max_new, temperature=REGEN_TEMPERATURE,
                              eos_id=tokenizer.eos_token_id, seed=seed + 1, batch=64, progress=progress)
         torch.save({"prompts": prompts, "answers": answers, "domains": [r.domain for r in picked]},

@@ -5,7 +5,7 @@ Brier raw and STS-calibrated, reliability diagrams; and the trace the simulator'
 Outputs (in ``out_dir``, each written atomically):
 - ``summary.csv``: drafter, domain, benchmark ("all" = the domain), blocks, tau, emitted tokens;
 - ``positions.csv``: drafter, domain, position, conditional acceptance, prefix survival, ECE/AUROC/Brier;
-- ``metrics.json``: everything above plus run settings and timing;
+- ``metrics.json``: everything above plus run settings and timing; ``summary.md``: the headline tables;
 - ``trace.csv``: one row per request-step, columns ``domain, benchmark, drafter, gamma, accepted, c_1..c_gamma,
   raw_1..raw_gamma`` (``accepted`` excludes the bonus; c = STS-calibrated, raw = head output; both empty for a
   drafter without a confidence head);
@@ -60,7 +60,7 @@ def evaluate(runner, tokenizer, drafters: list[DrafterUnderTest], records: list[
                                   "prompts": {d: sum(r.domain == d for r in records) for d in DOMAINS},
                                   **(settings or {})}, "drafters": {}}
     summary_rows, position_rows, trace_rows = [], [], []
-    curves: dict[str, dict[str, list[float]]] = {d: {} for d in DOMAINS}
+    curves: dict[str, dict[str, list[float]]] = {d: {} for d in (*DOMAINS, "all")}
     gammas = {d.model.gamma for d in drafters}
     max_gamma = max(gammas)
     for d in drafters:
@@ -75,8 +75,8 @@ def evaluate(runner, tokenizer, drafters: list[DrafterUnderTest], records: list[
                "calibrated": d.temperatures is not None,
                "sts_temperatures": None if d.temperatures is None else [float(t) for t in d.temperatures],
                "domains": {}}
-        for dom in DOMAINS:
-            sel = blocks.domain == dom
+        for dom in (*DOMAINS, "all"):  # "all": every domain pooled (what STS was fitted on)
+            sel = blocks.domain == dom if dom != "all" else np.ones(len(blocks.accepted), dtype=bool)
             if not sel.any():
                 continue
             m = acceptance_metrics(blocks.accepted[sel], g)
@@ -119,8 +119,9 @@ def evaluate(runner, tokenizer, drafters: list[DrafterUnderTest], records: list[
         taus = ", ".join(f"{dom} {res['domains'][dom]['tau']:.2f}" for dom in res["domains"])
         progress(f"eval {d.name}: tau {taus}")
 
-    from .report import acceptance_html
+    from .report import acceptance_html, markdown_summary
 
+    atomic_write_text(out_dir / "summary.md", markdown_summary(results))
     acceptance_html(out_dir / "acceptance.html", "Conditional acceptance by draft position", curves)
     atomic_write_text(out_dir / "summary.csv", _csv(summary_rows, ["drafter", "domain", "benchmark", "blocks", "tau",
                                                                    "gamma"]))

@@ -61,3 +61,39 @@ def acceptance_html(path: Path, title: str, curves: dict[str, dict[str, list[flo
     fig.update_yaxes(title_text="conditional acceptance", col=1)
     fig.update_layout(title=title, height=420, width=380 * len(domains) + 100)
     atomic_write_text(path, fig.to_html(include_plotlyjs=True, full_html=True))
+
+
+def markdown_summary(results: dict) -> str:
+    """The evaluation's headline tables in Markdown: tau per domain, conditional acceptance by position,
+    confidence ECE before and after STS (mean over positions, and per position)."""
+    drafters = results["drafters"]
+    domains = [d for d in ("math", "code", "chat", "all") if any(d in r["domains"] for r in drafters.values())]
+    lines = ["### tau (accepted length per step, bonus included)", "",
+             "| drafter | " + " | ".join(domains) + " | blocks |", "|---" * (len(domains) + 2) + "|"]
+    for name, r in drafters.items():
+        taus = [f"{r['domains'][d]['tau']:.3f}" if d in r["domains"] else "" for d in domains]
+        blocks = sum(r["domains"][d]["blocks"] for d in domains if d in r["domains"] and d != "all")
+        lines.append(f"| {name} | " + " | ".join(taus) + f" | {blocks} |")
+    lines += ["", "### Conditional acceptance by draft position", ""]
+    gamma = max(r["gamma"] for r in drafters.values())
+    lines += ["| domain | drafter | " + " | ".join(str(k) for k in range(1, gamma + 1)) + " |",
+              "|---" * (gamma + 2) + "|"]
+    for d in domains:
+        for name, r in drafters.items():
+            if d in r["domains"]:
+                cond = r["domains"][d]["conditional_acceptance"]
+                lines.append(f"| {d} | {name} | " + " | ".join("" if c != c else f"{c:.3f}" for c in cond) + " |")
+    with_conf = {n: r for n, r in drafters.items() if "ece_raw" in next(iter(r["domains"].values()), {})}
+    if with_conf:
+        lines += ["", "### Confidence head: ECE of prefix survival (20 bins), raw -> STS-calibrated", "",
+                  "| drafter | domain | mean ECE raw | mean ECE STS | mean AUROC | per position (raw -> STS) |",
+                  "|---|---|---|---|---|---|"]
+        for name, r in with_conf.items():
+            for d in domains:
+                m = r["domains"].get(d)
+                if not m:
+                    continue
+                per = ", ".join(f"{a:.3f}->{b:.3f}" for a, b in zip(m["ece_raw"], m["ece_calibrated"], strict=True))
+                lines.append(f"| {name} | {d} | {m['ece_raw_mean']:.4f} | {m['ece_calibrated_mean']:.4f} | "
+                             f"{m['auroc_mean']:.3f} | {per} |")
+    return "\n".join(lines) + "\n"

@@ -72,8 +72,8 @@ SIZES: dict[str, WorldSize] = {
         name="full", n_code=2400, n_docstrings=1800, n_topic_chunks=900, n_arith=1800, n_word=1800,
         max_answer_chars=600, max_prompt_chars=400, vocab_size=2048, hidden_size=256, target_layers=4, heads=4, kv_heads=2,
         head_dim=64, intermediate_size=768, seq_len=192, target_steps=300, target_batch=16, target_lr=2e-3,
-        regen_prompts_per_domain=300, regen_max_new=128, target_layer_ids=(0, 1, 2), drafter_layers=2,
-        markov_rank=64, gamma=7, num_anchors=16, drafter_steps=240, drafter_batch=12, drafter_lr=1.5e-3,
+        regen_prompts_per_domain=600, regen_max_new=128, target_layer_ids=(0, 1, 2), drafter_layers=2,
+        markov_rank=64, gamma=7, num_anchors=16, drafter_steps=480, drafter_batch=12, drafter_lr=1.5e-3,
         calib_prompts_per_domain=48, eval_prompts_per_domain=48, eval_max_new=96, eval_batch=48,
     ),
     "smoke": WorldSize(
