@@ -79,19 +79,21 @@ def evaluate(runner, tokenizer, drafters: list[DrafterUnderTest], records: list[
             sel = blocks.domain == dom if dom != "all" else np.ones(len(blocks.accepted), dtype=bool)
             if not sel.any():
                 continue
-            m = acceptance_metrics(blocks.accepted[sel], g)
+            m = acceptance_metrics(blocks.accepted[sel], g, blocks.request[sel])
             if raw is not None:
                 m.update(confidence_metrics(raw[sel], cal[sel], blocks.accepted[sel]))
-            m["benchmarks"] = {b: acceptance_metrics(blocks.accepted[sel & (blocks.benchmark == b)], g)["tau"]
-                               for b in sorted(set(blocks.benchmark[sel]))}
+            m["benchmarks"] = {}
+            for b in sorted(set(blocks.benchmark[sel])):
+                sb = sel & (blocks.benchmark == b)
+                mb = acceptance_metrics(blocks.accepted[sb], g, blocks.request[sb])
+                m["benchmarks"][b] = {"tau": mb["tau"], "tau_se": mb["tau_se"], "blocks": mb["blocks"]}
             res["domains"][dom] = m
             curves[dom][d.name] = m["conditional_acceptance"]
             summary_rows.append({"drafter": d.name, "domain": dom, "benchmark": "all", "blocks": m["blocks"],
-                                 "tau": _fmt(m["tau"]), "gamma": g})
-            for b, tau in m["benchmarks"].items():
-                n = int((sel & (blocks.benchmark == b)).sum())
-                summary_rows.append({"drafter": d.name, "domain": dom, "benchmark": b, "blocks": n,
-                                     "tau": _fmt(tau), "gamma": g})
+                                 "tau": _fmt(m["tau"]), "tau_se": _fmt(m["tau_se"]), "gamma": g})
+            for b, mb in m["benchmarks"].items():
+                summary_rows.append({"drafter": d.name, "domain": dom, "benchmark": b, "blocks": mb["blocks"],
+                                     "tau": _fmt(mb["tau"]), "tau_se": _fmt(mb["tau_se"]), "gamma": g})
             for k in range(g):
                 row = {"drafter": d.name, "domain": dom, "position": k + 1,
                        "conditional_acceptance": _fmt(m["conditional_acceptance"][k]),
@@ -124,7 +126,7 @@ def evaluate(runner, tokenizer, drafters: list[DrafterUnderTest], records: list[
     atomic_write_text(out_dir / "summary.md", markdown_summary(results))
     acceptance_html(out_dir / "acceptance.html", "Conditional acceptance by draft position", curves)
     atomic_write_text(out_dir / "summary.csv", _csv(summary_rows, ["drafter", "domain", "benchmark", "blocks", "tau",
-                                                                   "gamma"]))
+                                                                   "tau_se", "gamma"]))
     atomic_write_text(out_dir / "positions.csv", _csv(position_rows, [
         "drafter", "domain", "position", "conditional_acceptance", "prefix_survival", "reached", "ece_raw",
         "ece_calibrated", "auroc_raw", "brier_raw", "brier_calibrated"]))

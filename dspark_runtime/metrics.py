@@ -1,7 +1,8 @@
 """Acceptance and confidence metrics of full-block verification records (numpy; the confidence maths is
 ``simulator.calibration``'s, so there is one definition of ECE, AUROC and Brier in the project).
 
-- tau: mean emitted tokens per request-step, accepted drafts + 1 (bonus included), the paper's accepted length;
+- tau: mean emitted tokens per request-step, accepted drafts + 1 (bonus included), the paper's accepted length,
+  with its standard error clustered by request;
 - conditional acceptance at position k: P(accepted >= k | accepted >= k - 1), the paper's Figure 2;
 - prefix survival at k: P(accepted >= k);
 - per position k: ECE (20 bins) of the cumulative product a_k = c_1 ... c_k against accepted >= k, and AUROC and
@@ -15,7 +16,21 @@ import numpy as np
 from simulator.calibration import confidence_report
 
 
-def acceptance_metrics(accepted: np.ndarray, gamma: int) -> dict:
+def clustered_se(x: np.ndarray, cluster: np.ndarray | None) -> float:
+    """Standard error of the mean of x, robust to correlation within clusters (the steps of one request are not
+    independent draws): sqrt(sum_c (sum_{i in c} (x_i - mean))^2) / n."""
+    x = np.asarray(x, dtype=float)
+    n = x.size
+    if n < 2:
+        return float("nan")
+    if cluster is None:
+        return float(x.std(ddof=1) / np.sqrt(n))
+    _, idx = np.unique(cluster, return_inverse=True)
+    sums = np.bincount(idx, weights=x - x.mean())
+    return float(np.sqrt((sums ** 2).sum()) / n)
+
+
+def acceptance_metrics(accepted: np.ndarray, gamma: int, request: np.ndarray | None = None) -> dict:
     acc = np.asarray(accepted)
     ks = np.arange(1, gamma + 1)
     reached = (acc[:, None] >= ks[None, :] - 1).sum(0)
@@ -25,6 +40,7 @@ def acceptance_metrics(accepted: np.ndarray, gamma: int) -> dict:
     return {
         "blocks": int(acc.size),
         "tau": float(acc.mean() + 1) if acc.size else float("nan"),
+        "tau_se": clustered_se(acc, request),
         "conditional_acceptance": [float(x) for x in cond],
         "prefix_survival": [float(x) for x in passed / max(acc.size, 1)],
         "reached": [int(x) for x in reached],

@@ -68,10 +68,11 @@ def markdown_summary(results: dict) -> str:
     confidence ECE before and after STS (mean over positions, and per position)."""
     drafters = results["drafters"]
     domains = [d for d in ("math", "code", "chat", "all") if any(d in r["domains"] for r in drafters.values())]
-    lines = ["### tau (accepted length per step, bonus included)", "",
+    lines = ["### tau (accepted length per step, bonus included; +- one standard error, clustered by request)", "",
              "| drafter | " + " | ".join(domains) + " | blocks |", "|---" * (len(domains) + 2) + "|"]
     for name, r in drafters.items():
-        taus = [f"{r['domains'][d]['tau']:.3f}" if d in r["domains"] else "" for d in domains]
+        taus = [f"{r['domains'][d]['tau']:.3f} +- {r['domains'][d]['tau_se']:.3f}" if d in r["domains"] else ""
+                for d in domains]
         blocks = sum(r["domains"][d]["blocks"] for d in domains if d in r["domains"] and d != "all")
         lines.append(f"| {name} | " + " | ".join(taus) + f" | {blocks} |")
     lines += ["", "### Conditional acceptance by draft position", ""]

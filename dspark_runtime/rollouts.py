@@ -17,7 +17,8 @@ from .tokenizer import format_prompt
 
 @dataclass
 class Blocks:
-    """Per request-step arrays: domain, benchmark (str), accepted (N,) int, raw confidences (N, gamma) or None."""
+    """Per request-step arrays: domain, benchmark (str), request (N,) int (which prompt), accepted (N,) int, raw
+    confidences (N, gamma) or None."""
 
     domain: np.ndarray
     benchmark: np.ndarray
@@ -26,6 +27,7 @@ class Blocks:
     gamma: int
     emitted_tokens: int
     seconds: float
+    request: np.ndarray | None = None
 
 
 def encode_prompts(tokenizer, records: list[Record]) -> list[list[int]]:
@@ -45,7 +47,7 @@ def run_blocks(runner: TargetRunner, drafter, tokenizer, records: list[Record], 
     decoder = SpeculativeDecoder(runner, drafter, temperature=temperature, eos_id=tokenizer.eos_token_id,
                                  generator=gen)
     prompts = encode_prompts(tokenizer, records)
-    dom, bench, acc, conf = [], [], [], []
+    dom, bench, acc, conf, req = [], [], [], [], []
     emitted = 0
     t0 = time.monotonic()
     for start in range(0, len(records), batch):
@@ -56,12 +58,14 @@ def run_blocks(runner: TargetRunner, drafter, tokenizer, records: list[Record], 
             dom.append(chunk[rec.request].domain)
             bench.append(chunk[rec.request].benchmark)
             acc.append(rec.accepted)
+            req.append(start + rec.request)
             if rec.confidence is not None:
                 conf.append(rec.confidence)
         if progress is not None:
             progress(f"{label}: {min(start + batch, len(records))}/{len(records)} prompts, {len(acc)} blocks")
     return Blocks(np.array(dom), np.array(bench), np.array(acc, dtype=np.int64),
-                  np.array(conf, dtype=float) if conf else None, drafter.gamma, emitted, time.monotonic() - t0)
+                  np.array(conf, dtype=float) if conf else None, drafter.gamma, emitted, time.monotonic() - t0,
+                  np.array(req, dtype=np.int64))
 
 
 def eval_records(records: list[Record], split: str, per_domain: int) -> list[Record]:

@@ -74,7 +74,7 @@ SIZES: dict[str, WorldSize] = {
         head_dim=64, intermediate_size=768, seq_len=192, target_steps=300, target_batch=16, target_lr=2e-3,
         regen_prompts_per_domain=600, regen_max_new=128, target_layer_ids=(0, 1, 2), drafter_layers=2,
         markov_rank=64, gamma=7, num_anchors=16, drafter_steps=480, drafter_batch=12, drafter_lr=1.5e-3,
-        calib_prompts_per_domain=48, eval_prompts_per_domain=48, eval_max_new=96, eval_batch=48,
+        calib_prompts_per_domain=48, eval_prompts_per_domain=96, eval_max_new=96, eval_batch=48,
     ),
     "smoke": WorldSize(
         name="smoke", n_code=60, n_docstrings=60, n_topic_chunks=40, n_arith=60, n_word=60,

@@ -52,3 +52,23 @@ def test_sampled_tokens_follow_the_target(smoke_world, smoke_models):
         p2 = (p1[:, None] * torch.softmax(runner.teacher_forced(batch)[0][:, -1], -1)).sum(0)
     assert goodness_of_fit(np.bincount(first, minlength=v), p1.numpy()) > 1e-3
     assert goodness_of_fit(np.bincount(second, minlength=v), p2.numpy()) > 1e-3
+
+
+def test_per_request_verify_lengths_stay_lossless(smoke_world, smoke_models):
+    """A scheduler may verify only l[r] of each block (0..gamma, different per request): still the target's greedy
+    output, and no request ever accepts more than it verified."""
+    paths, _, _ = smoke_world
+    target, runner, tok = smoke_models
+    drafter, _ = load_drafter(paths.drafter("dspark"), target=target)
+    prompts = encode_prompts(tok, eval_records(load_corpus(paths.corpus), "eval", 3))
+    reference = generate(runner, prompts, max_new=20, temperature=0.0, eos_id=tok.eos_token_id)
+    gen = torch.Generator().manual_seed(2)
+
+    def plan(conf, rows):
+        assert conf is not None and conf.shape == (rows.numel(), drafter.gamma)
+        return torch.randint(0, drafter.gamma + 1, (rows.numel(),), generator=gen)
+
+    out, recs = SpeculativeDecoder(runner, drafter, temperature=0.0, eos_id=tok.eos_token_id).generate(
+        prompts, max_new=20, plan=plan)
+    assert out == reference
+    assert all(r.accepted <= r.verified for r in recs) and any(r.verified < drafter.gamma for r in recs)
