@@ -85,13 +85,15 @@ class SpeculativeDecoder:
             conf = torch.sigmoid(prop.confidence_logits) if prop.confidence_logits is not None else None
             lengths = (torch.full((active.numel(),), g, dtype=torch.long, device=dev) if plan is None
                        else plan(conf, active).to(dev).long())
-            block = torch.cat([anchors[active][:, None], prop.tokens], dim=1)
+            width = int(lengths.max())  # no request verifies more: cut the padded block there
+            drafts = prop.tokens[:, :width]
+            block = torch.cat([anchors[active][:, None], drafts], dim=1)
             tlogits, tfeats, nk, nv = runner.forward(tcache, active, block, lengths + 1)
             accepted, nxt = verify_block(probs_from_logits(tlogits, self.temperature),
-                                         probs_from_logits(prop.logits, self.temperature), prop.tokens, lengths,
-                                         generator=self.generator, greedy=self.temperature <= 0)
+                                         probs_from_logits(prop.logits[:, :width], self.temperature), drafts,
+                                         lengths, generator=self.generator, greedy=self.temperature <= 0)
             tcache.commit(active, nk, nv, accepted + 1)
-            after = torch.cat([prop.tokens, torch.zeros_like(nxt)[:, None]], dim=1)
+            after = torch.cat([drafts, torch.zeros_like(nxt)[:, None]], dim=1)
             after[torch.arange(active.numel(), device=dev), accepted] = nxt
             drafter.add_context(dctx, active, tfeats, after, accepted + 1)
             anchors[active] = nxt
