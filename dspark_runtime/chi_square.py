@@ -1,4 +1,5 @@
-"""Pearson's chi-square goodness of fit of observed token counts against a target distribution."""
+"""Pearson's chi-square tests: goodness of fit of token counts against a target distribution, and independence
+of two categorical variables."""
 
 from __future__ import annotations
 
@@ -36,3 +37,22 @@ def goodness_of_fit(counts: np.ndarray, probs: np.ndarray) -> float:
     if len(obs) < 2:
         return 1.0
     return float(stats.chisquare(obs, exp).pvalue)
+
+
+def independence(table: np.ndarray) -> float:
+    """The p-value of the rows and columns of a contingency table (counts; few columns, e.g. a binary outcome per
+    token) being independent. Empty rows and columns carry no information and are dropped; rows expected below
+    MIN_EXPECTED in some column are pooled, smallest first, until every cell is expected at MIN_EXPECTED or more
+    (a handful of samples in one column would otherwise dominate the statistic). With fewer than two rows or
+    columns left the p-value is 1."""
+    t = np.asarray(table, dtype=float)
+    t = t[t.sum(axis=1) > 0][:, t.sum(axis=0) > 0]
+    if t.shape[1] < 2:
+        return 1.0
+    rows = sorted(t, key=lambda row: row.sum())
+    share = t.sum(axis=0) / t.sum()
+    while len(rows) >= 2 and (rows[0].sum() * share).min() < MIN_EXPECTED:
+        rows = sorted([rows[0] + rows[1], *rows[2:]], key=lambda row: row.sum())
+    if len(rows) < 2:
+        return 1.0
+    return float(stats.chi2_contingency(np.array(rows), correction=False).pvalue)

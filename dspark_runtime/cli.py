@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import click
 
+from dspark_runtime.audit import audit_lossless
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """Real DSpark drafting and verification: the tiny world, training, calibration, evaluation, audits."""
+
+
+cli.add_command(audit_lossless)
 
 
 def main() -> None:

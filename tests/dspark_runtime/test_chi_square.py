@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dspark_runtime.chi_square import goodness_of_fit
+from dspark_runtime.chi_square import goodness_of_fit, independence
 
 
 def test_plain_counts_match_scipy():
@@ -32,3 +32,19 @@ def test_bad_input():
         goodness_of_fit(np.array([1, 2]), np.array([1.0]))
     with pytest.raises(ValueError):
         goodness_of_fit(np.array([0, 0]), np.array([0.5, 0.5]))
+
+
+def test_independence_matches_scipy_and_catches_dependence():
+    table = np.array([[480, 520], [510, 490], [250, 250]])
+    want = stats.chi2_contingency(table, correction=False).pvalue
+    assert independence(table) == pytest.approx(want)
+    assert independence(np.array([[1000, 0], [0, 1000]])) < 1e-6
+
+
+def test_independence_pools_rows_with_tiny_expected_counts():
+    # 6 failures among 200k trials: whichever token they fall on, no real evidence of dependence
+    assert independence(np.array([[4, 20_000], [2, 180_000]])) == 1.0
+    # a rare token that is always rejected while a common one never is: still evidence after pooling
+    assert independence(np.array([[0, 5_000], [40, 0], [0, 5_000]])) < 1e-6
+    # empty rows and a constant outcome carry no information
+    assert independence(np.array([[0, 0], [0, 30], [0, 70]])) == 1.0
