@@ -153,7 +153,8 @@ def build_tiny(paths: WorldPaths, size: WorldSize, *, seed: int = 0, device: str
                                  num_anchors=size.num_anchors, lr=size.drafter_lr, seed=seed + 2, progress=progress)
         for kind, m in drafters.items():
             save_drafter(m, paths.drafter(kind))
-        done("drafters", t0, trained=todo, final=summary)
+        # a later `--variants` run trains only the missing drafters: keep the main ones' record
+        done("drafters" if set(todo) & set(DRAFTER_KINDS) else "drafters-variants", t0, trained=todo, final=summary)
 
     # 6. STS calibration on the held-out calibration split
     t0 = time.monotonic()
@@ -174,7 +175,8 @@ def build_tiny(paths: WorldPaths, size: WorldSize, *, seed: int = 0, device: str
         cal_info[kind] = {"temperatures": cal["temperatures"], "n_blocks": cal["n_blocks"]}
         progress(f"calibrate {kind}: STS temperatures {[round(t, 2) for t in cal['temperatures']]}")
     if cal_info:
-        done("calibration", t0, drafters=cal_info)
+        main_cal = "calibration" if set(cal_info) & set(DRAFTER_KINDS) else "calibration-variants"
+        done(main_cal, t0, drafters=cal_info)
     manifest["total_seconds"] = round(sum(s["seconds"] for s in stages.values()), 1)
     atomic_write_text(paths.manifest, json.dumps(manifest, indent=2))
     progress(f"build-tiny ({size.name}) done: {paths.root} (stages total {manifest['total_seconds']}s)")
