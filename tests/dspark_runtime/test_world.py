@@ -99,3 +99,17 @@ def test_world_sizes_are_consistent():
     for size in SIZES.values():
         assert max(size.target_layer_ids) <= size.target_layers - 2
         assert size.hidden_size == size.heads * size.head_dim
+
+
+def test_eval_of_explicit_checkpoint_directories(smoke_world, tmp_path):
+    """The real-checkpoint route: a target directory and DeepSpec drafter directories given by path, dtype by flag."""
+    paths, _, _ = smoke_world
+    out = tmp_path / "explicit"
+    result = CliRunner().invoke(cli, [
+        "eval", "--size", "smoke", "--data-dir", str(paths.root.parent), "--quiet", "--target", str(paths.target),
+        "--drafter", str(paths.drafter("dspark-rnn")), "--drafter", str(paths.drafter("eagle3")),
+        "--dtype", "bfloat16", "--per-domain", "2", "--max-new", "8", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics["drafters"]) == {"dspark-rnn", "eagle3"}
+    assert metrics["settings"]["dtype"] == "bfloat16"
