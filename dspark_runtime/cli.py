@@ -21,5 +21,13 @@ def main() -> None:
     cli()
 
 
+# The runtime's own subcommands (each lives in the module that does its work).
+from dspark_runtime.build import build_tiny_command  # noqa: E402
+from dspark_runtime.evaluate import eval_command  # noqa: E402
+
+cli.add_command(build_tiny_command)
+cli.add_command(eval_command)
+
+
 if __name__ == "__main__":
     main()
