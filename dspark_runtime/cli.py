@@ -7,6 +7,8 @@ from __future__ import annotations
 import click
 
 from dspark_runtime.audit import audit_lossless
+from dspark_runtime.build import build_tiny_command
+from dspark_runtime.evaluate import eval_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -14,19 +16,13 @@ def cli() -> None:
     """Real DSpark drafting and verification: the tiny world, training, calibration, evaluation, audits."""
 
 
+cli.add_command(build_tiny_command)
+cli.add_command(eval_command)
 cli.add_command(audit_lossless)
 
 
 def main() -> None:
     cli()
-
-
-# The runtime's own subcommands (each lives in the module that does its work).
-from dspark_runtime.build import build_tiny_command  # noqa: E402
-from dspark_runtime.evaluate import eval_command  # noqa: E402
-
-cli.add_command(build_tiny_command)
-cli.add_command(eval_command)
 
 
 if __name__ == "__main__":
