@@ -122,12 +122,11 @@ def list_cmd() -> None:
     """Show the built-in policies, drafters, acceptance profiles and hardware tables."""
     from simulator.acceptance.profile import available_profiles, load_profile
     from simulator.drafters import DRAFTER_KINDS
-    from simulator.policies import REGISTRY
+    from simulator.policies import REGISTRY, display_name
 
     click.echo("policies:")
     for name, cls in sorted(REGISTRY.items()):
-        label = f"{name}-<{cls.positional}>" if cls.positional else name
-        click.echo(f"  {label:18s} {one_line(cls.__doc__ or '')}")
+        click.echo(f"  {display_name(name, cls):18s} {one_line(cls.__doc__ or '')}")
     click.echo("  module:Class       a researcher's policy (docs/adding-a-policy.md)")
     click.echo("drafters:")
     for name, kind in DRAFTER_KINDS.items():

@@ -32,7 +32,7 @@ from simulator.policies.base import Policy, PolicyView, checked_lengths
 
 
 class Growable:
-    """Columns of a log, appended one row (or many) at a time, grown geometrically."""
+    """Columns of a log, extended by blocks of rows, grown geometrically."""
 
     def __init__(self, columns: dict[str, type], capacity: int = 4096):
         self.columns = columns
@@ -48,16 +48,6 @@ class Growable:
             new = np.zeros(self.capacity, dtype=v.dtype)
             new[: self.n] = v[: self.n]
             self.data[k] = new
-
-    def append(self, **row) -> int:
-        i = self.n
-        if i >= self.capacity:
-            self._grow(i + 1)
-        d = self.data
-        for k, v in row.items():
-            d[k][i] = v
-        self.n = i + 1
-        return i
 
     def extend(self, count: int, **cols) -> np.ndarray:
         start = self.n

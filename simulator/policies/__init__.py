@@ -58,11 +58,13 @@ def make_policy(spec: str, params: dict | None = None) -> Policy:
         raise PolicyError(f"policy {spec!r}: bad parameters {kwargs} ({exc})") from None
 
 
+def display_name(name: str, cls: type[Policy]) -> str:
+    """How a registered policy is named in a scenario: 'dspark', or 'static-<k>' for a positional parameter."""
+    return f"{name}-<{cls.positional}>" if cls.positional else name
+
+
 def describe_names() -> list[str]:
-    out = []
-    for name, cls in sorted(REGISTRY.items()):
-        out.append(f"{name}-<{cls.positional}>" if cls.positional else name)
-    return out
+    return [display_name(name, cls) for name, cls in sorted(REGISTRY.items())]
 
 
 # Registration of the built-ins (imported for their side effect, after REGISTRY exists).
@@ -79,6 +81,7 @@ __all__ = [
     "PolicyView",
     "algorithm1_reference",
     "checked_lengths",
+    "display_name",
     "greedy_prefix_lengths",
     "make_policy",
     "register",
