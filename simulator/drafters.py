@@ -24,14 +24,13 @@ class DrafterKind:
     fixed_gamma: int | None  # none: 0, mtp: 1; others take the scenario's gamma
     parallel: bool
     extra_block_tokens: int = 0
-    confidence_head: bool = False
 
 
 DRAFTER_KINDS: dict[str, DrafterKind] = {
     "none": DrafterKind("none", "no drafter: plain autoregressive decoding", 0, parallel=False),
     "mtp": DrafterKind("mtp", "one-layer MTP module (DeepSeek-V3), one token", 1, parallel=False),
     "dspark": DrafterKind("dspark", "DSpark: parallel backbone + Markov head + confidence head", None,
-                          parallel=True, confidence_head=True),
+                          parallel=True),
     "dflash": DrafterKind("dflash", "DFlash: parallel backbone, no sequential or confidence head", None,
                           parallel=True, extra_block_tokens=1),
     "eagle3": DrafterKind("eagle3", "Eagle3-style one-layer autoregressive drafter", None, parallel=False),

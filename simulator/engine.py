@@ -155,7 +155,7 @@ class Replica:
         self.queue: deque[int] = deque()
         self.wake: simpy.Event | None = None
         self.step_no = 0
-        self.idle_checks: list[tuple[float, int, int]] = []
+        self.idle_checks: list[tuple[float, int]] = []  # (time, queued) whenever the replica goes idle
         self.process = self.env.process(self.loop())
 
     # --- queue and admission --------------------------------------------------------------------------------
@@ -232,7 +232,7 @@ class Replica:
             self.admit()
             if self.n == 0:
                 # idle: by construction nothing in the queue could run (the invariant checker verifies it)
-                self.idle_checks.append((env.now, len(self.queue), self.n))
+                self.idle_checks.append((env.now, len(self.queue)))
                 self.wake = env.event()
                 yield self.wake
                 self.wake = None

@@ -18,7 +18,6 @@ GPU_MEMORY_UTILISATION = 0.90  # share of GPU memory the serving engine may take
 
 @dataclass
 class Hardware:
-    table: StepTable
     clock: StepTimeGrid
     policy: StepTimeGrid
     draft: dict[str, DraftCost]
@@ -91,5 +90,5 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
             f"{scn.path}: engine.kv_capacity_tokens: required, since table {hw.table} does not record its GPU "
             "memory and model shape"
         )
-    return Hardware(table=table, clock=table.grid, policy=policy, draft=draft, kv_capacity=int(kv),
+    return Hardware(clock=table.grid, policy=policy, draft=draft, kv_capacity=int(kv),
                     gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=table.energy_grid)

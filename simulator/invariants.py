@@ -37,11 +37,11 @@ def check_invariants(sim: Simulation) -> None:
         gaps = start[1:] - end[:-1]
         if np.any(gaps < -eps):
             bad.append(f"replica {rep.index}: steps overlap (the clock went back)")
-        idle_times = np.array([t for t, _, _ in rep.idle_checks])
+        idle_times = np.array([t for t, _ in rep.idle_checks])
         waited = np.flatnonzero(gaps > eps)
         if len(waited) and not np.all(np.isin(end[:-1][waited], idle_times)):
             bad.append(f"replica {rep.index}: paused between steps without being idle")
-        if any(q > 0 or n > 0 for _, q, n in rep.idle_checks):
+        if any(q > 0 for _, q in rep.idle_checks):
             bad.append(f"replica {rep.index}: went idle while holding work")
     if np.any(np.diff(st["end"]) < -eps):
         bad.append("step log is not in time order")

@@ -78,16 +78,6 @@ class LengthSampler:
         cap = getattr(s, "max", None)
         return np.minimum(out, cap) if cap else out
 
-    def mean(self) -> float:
-        s = self.spec
-        if isinstance(s, FixedLength):
-            return float(s.value)
-        if isinstance(s, UniformLength):
-            return (s.low + s.high) / 2
-        if isinstance(s, LognormalLength):
-            return float(s.median * np.exp(s.sigma**2 / 2))
-        return float(self.values.mean())
-
 
 @dataclass
 class Arrivals:
@@ -97,9 +87,6 @@ class Arrivals:
     prompt: np.ndarray
     output: np.ndarray
     mix: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.time)
 
 
 class RequestMaker:
@@ -173,23 +160,3 @@ def open_loop_arrivals(traffic: Traffic, maker: RequestMaker, duration: float, r
         prompt = trace["prompt"].to_numpy()[keep]
         output = trace["output"].to_numpy()[keep]
     return Arrivals(t, prompt, output, mix)
-
-
-def traffic_rate_curve(traffic: Traffic, duration: float, resolve, bins: int = 60) -> tuple[np.ndarray, np.ndarray]:
-    """Expected arrivals per second over time (bin centres, rate), for reports."""
-    edges = np.linspace(0.0, duration, bins + 1)
-    if traffic.kind == "poisson":
-        if traffic.rate is not None:
-            return (edges[:-1] + edges[1:]) / 2, np.full(bins, traffic.rate)
-        starts, rates, t0 = [], [], 0.0
-        while t0 < duration:
-            for s in traffic.segments:
-                starts.append(t0)
-                rates.append(s.rate)
-                t0 += s.duration_s / traffic.time_scale
-        idx = np.searchsorted(np.array(starts), (edges[:-1] + edges[1:]) / 2, side="right") - 1
-        return (edges[:-1] + edges[1:]) / 2, np.array(rates)[idx]
-    trace = read_azure_trace(resolve(traffic.trace))
-    t = (trace["t"].to_numpy() - traffic.start_s) / traffic.rate_scale
-    counts, _ = np.histogram(t, bins=edges)
-    return (edges[:-1] + edges[1:]) / 2, counts / np.diff(edges)

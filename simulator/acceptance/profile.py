@@ -111,15 +111,13 @@ class ProfileSource:
             raise UserError(f"profile {profile.name!r} has no drafter {drafter!r}; it has {', '.join(profile.drafters)}")
         d = profile.drafters[drafter]
         self.gamma = int(gamma)
-        self.profile = profile
-        self.drafter = drafter
         cols = np.minimum(np.arange(self.gamma), d.gamma - 1)
         self.mu = np.ascontiguousarray(d.mu[:, cols])
-        a, self.b_obs = d.head.raw_logit_coefficients(self.mu, profile.variation)
+        a, b_obs = d.head.raw_logit_coefficients(self.mu, profile.variation)
         temps = d.sts_temperatures[cols] if (calibrated and d.sts_temperatures is not None) else np.ones(self.gamma)
         # the policy's logit is (A + Bo * o) / T: fold the temperatures in once
         self.a_over_t = np.ascontiguousarray(a / temps[None, :])
-        self.b_over_t = self.b_obs / temps
+        self.b_over_t = b_obs / temps
         self.var = profile.variation
         self.noise_sd = d.head.noise_sd
         self.rng = rng
