@@ -108,21 +108,15 @@ class Requests(Growable):
 class StepRate:
     """SPS(B) for one step: the whole engine step rate with this step's draft, stall, prefill and K fixed."""
 
-    __slots__ = ("b_axis", "fixed_ms", "last_slope", "ms", "prefill")
+    __slots__ = ("curve", "fixed_ms", "prefill")
 
     def __init__(self, curve: StepCurve, prefill: int, fixed_ms: float):
-        self.b_axis = curve.b_axis
-        self.ms = curve.ms
+        self.curve = curve  # T(B) at this step's K
         self.prefill = prefill
         self.fixed_ms = fixed_ms
-        self.last_slope = curve.last_slope
 
     def step_ms(self, batch: np.ndarray | float) -> np.ndarray:
-        b = np.asarray(batch, dtype=float) + self.prefill
-        t = np.interp(b, self.b_axis, self.ms)
-        if b.size and b.max() > self.b_axis[-1]:
-            t = np.where(b > self.b_axis[-1], self.ms[-1] + self.last_slope * (b - self.b_axis[-1]), t)
-        return t + self.fixed_ms
+        return self.curve(np.asarray(batch, dtype=float) + self.prefill) + self.fixed_ms
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         return 1000.0 / self.step_ms(batch)
