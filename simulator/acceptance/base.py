@@ -37,21 +37,23 @@ class AcceptanceSource(Protocol):
 
 
 class GrowingArrays:
-    """Per-request state indexed by request id, grown geometrically (ids are dense and increasing)."""
+    """Per-request state indexed by request id, grown geometrically (ids are dense and increasing).
 
-    def __init__(self, **dtypes: type):
-        self._dtypes = dtypes
+    Each field is a dtype, or (dtype, width) for a row of ``width`` values per request."""
+
+    def __init__(self, **fields: type | tuple[type, int]):
+        self._fields = {k: (v, ()) if not isinstance(v, tuple) else (v[0], (v[1],)) for k, v in fields.items()}
         self._cap = 0
-        for name, dt in dtypes.items():
-            setattr(self, name, np.zeros(0, dtype=dt))
+        for name, (dt, row) in self._fields.items():
+            setattr(self, name, np.zeros((0, *row), dtype=dt))
 
     def ensure(self, max_id: int) -> None:
         if max_id < self._cap:
             return
         cap = max(1024, 2 * (max_id + 1))
-        for name, dt in self._dtypes.items():
+        for name, (dt, row) in self._fields.items():
             old = getattr(self, name)
-            new = np.zeros(cap, dtype=dt)
+            new = np.zeros((cap, *row), dtype=dt)
             new[: len(old)] = old
             setattr(self, name, new)
         self._cap = cap

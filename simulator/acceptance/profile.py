@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from simulator.acceptance.base import Proposal
+from simulator.acceptance.base import GrowingArrays, Proposal
 from simulator.acceptance.latent import HeadModel, Variation
 from simulator.acceptance.normal_table import standard_normal
 from simulator.errors import UserError
@@ -121,8 +121,8 @@ class ProfileSource:
         self.var = profile.variation
         self.noise_sd = d.head.noise_sd
         self.rng = rng
-        self._base = np.zeros((0, self.gamma))
-        self._head = np.zeros((0, self.gamma))
+        # per request: its latent means (benchmark's mu plus its own difficulty) and the head's logit offsets
+        self.state = GrowingArrays(base=(np.float64, self.gamma), head=(np.float64, self.gamma))
         choices = []
         for key in mix:
             benches = profile.benchmarks_for(key)
@@ -139,30 +139,19 @@ class ProfileSource:
     def attach(self, ids: np.ndarray, mix_index: np.ndarray) -> None:
         if len(ids) == 0:
             return
-        self._ensure(int(ids.max()))
+        self.state.ensure(int(ids.max()))
         # a uniform pick among each request's mix entry's benchmarks, all entries at once
         pick = (self.rng.random(len(ids)) * self._choice_count[mix_index]).astype(np.int64)
         bench = self._choices_flat[self._choice_start[mix_index] + pick]
         effect = self.rng.normal(0.0, self.var.request_sd, len(ids))
-        # per request once: its latent means (benchmark's mu plus its own difficulty) and head offsets
-        self._base[ids] = self.mu[bench] + effect[:, None]
-        self._head[ids] = self.a_over_t[bench]
-
-    def _ensure(self, max_id: int) -> None:
-        if max_id < len(self._base):
-            return
-        cap = max(1024, 2 * (max_id + 1))
-        for name in ("_base", "_head"):
-            old = getattr(self, name)
-            new = np.zeros((cap, self.gamma))
-            new[: len(old)] = old
-            setattr(self, name, new)
+        self.state.base[ids] = self.mu[bench] + effect[:, None]
+        self.state.head[ids] = self.a_over_t[bench]
 
     def propose(self, ids: np.ndarray) -> Proposal:
         rows, gamma, var = len(ids), self.gamma, self.var
         # one draw per step: the step's shared effect, token noise, the head's observation noise
         noise = standard_normal(self.rng, (rows, 2 * gamma + 1))
-        x = self._base.take(ids, axis=0)
+        x = self.state.base.take(ids, axis=0)
         x += var.step_sd * noise[:, :1]
         x += var.token_sd * noise[:, 1 : gamma + 1]
         truth = _logistic(x)
@@ -172,7 +161,7 @@ class ProfileSource:
         outcome = accept.argmin(axis=1)  # the first rejection's index = the number of leading accepts
         z = x + self.noise_sd * noise[:, gamma + 1 :]  # float64, like x
         z *= self.b_over_t
-        z += self._head.take(ids, axis=0)
+        z += self.state.head.take(ids, axis=0)
         confidence = _logistic(z)
         return Proposal(confidence=confidence, outcome=outcome, truth=truth)
 
