@@ -63,11 +63,6 @@ def interpolate_at(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
     return float(np.interp(x, xs, ys))
 
 
-def throughput_at_anchor(tps: np.ndarray, throughput: np.ndarray, anchor: float) -> float:
-    front = pareto_front(tps, throughput)
-    return interpolate_at(np.asarray(tps)[front], np.asarray(throughput)[front], anchor)
-
-
 def anchor_status(tps: np.ndarray, throughput: np.ndarray, anchor: float) -> tuple[str, float]:
     """Where an anchor falls on a frontier: ("crossed", throughput there), ("unreachable", NaN) when even the
     fastest point is slower than the anchor, or ("above", the largest throughput swept) when every point is
@@ -81,23 +76,26 @@ def anchor_status(tps: np.ndarray, throughput: np.ndarray, anchor: float) -> tup
     return "crossed", interpolate_at(t, y, anchor)
 
 
-def tps_at_throughput(tps: np.ndarray, throughput: np.ndarray, level: float) -> float:
-    """TPS per user a system's frontier gives at a throughput level (frontier throughput falls as TPS rises)."""
-    front = pareto_front(tps, throughput)
-    t, y = np.asarray(tps)[front], np.asarray(throughput)[front]
-    order = np.argsort(y)
-    return interpolate_at(y[order], t[order], level)
+def throughput_at_anchor(tps: np.ndarray, throughput: np.ndarray, anchor: float) -> float:
+    """The throughput where the frontier crosses the anchor; NaN when it does not (no extrapolation)."""
+    status, value = anchor_status(tps, throughput, anchor)
+    return value if status == "crossed" else float("nan")
 
 
 def matched_throughput_gain(tps: np.ndarray, thr: np.ndarray, base_tps: np.ndarray, base_thr: np.ndarray) -> tuple[float, float]:
     """(min, max) of TPS_system / TPS_baseline - 1 at the baseline's frontier throughput levels where both
     frontiers reach (the paper's "X%-Y% faster per user at matched throughput")."""
-    front = pareto_front(base_tps, base_thr)
+    front = pareto_front(tps, thr)
+    # along the system's frontier throughput falls as TPS rises: interpolate TPS in ascending throughput
+    order = np.argsort(np.asarray(thr, dtype=float)[front])
+    sys_thr = np.asarray(thr, dtype=float)[front][order]
+    sys_tps = np.asarray(tps, dtype=float)[front][order]
+    base = pareto_front(base_tps, base_thr)
     gains = []
-    for level, base in zip(np.asarray(base_thr)[front], np.asarray(base_tps)[front], strict=True):
-        t = tps_at_throughput(tps, thr, level)
-        if not math.isnan(t):
-            gains.append(t / base - 1.0)
+    for level, base_speed in zip(np.asarray(base_thr)[base], np.asarray(base_tps)[base], strict=True):
+        speed = interpolate_at(sys_thr, sys_tps, level)
+        if not math.isnan(speed):
+            gains.append(speed / base_speed - 1.0)
     return (float(min(gains)), float(max(gains))) if gains else (float("nan"), float("nan"))
 
 
