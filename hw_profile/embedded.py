@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hw_profile.dp_ep import DpEpParams, dp_ep_table
 from hw_profile.gpus import get_gpu
-from hw_profile.roofline import DTYPE_BYTES, RooflineParams, analytic_table
+from hw_profile.roofline import RooflineParams, analytic_table, markov_head_costs
 from hw_profile.shapes import drafter_shape, get_shape
 
 HARDWARE_DIR = Path(__file__).resolve().parents[1] / "scenarios" / "hardware"
@@ -44,13 +44,7 @@ def write_embedded(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H200", model: 
     for key, shape in shapes.items():
         table = analytic_table(shape, gpu, dtype=dtype, params=params, name=f"{stem}.{key}")
         written.append(table.write(out_dir / f"{stem}.{key}.csv"))
-    # DSpark's Markov head per draft position: rank x vocab weights read once, 2 x rows x rank x vocab flops
-    wbytes = DTYPE_BYTES[dtype]
-    head = {
-        "per_position_ms": MARKOV_RANK * target.vocab * wbytes / (gpu.hbm_tb_s * 1e12 * params.mem_eff) * 1e3,
-        "per_row_position_ms": 2.0 * MARKOV_RANK * target.vocab / (gpu.bf16_tflops * 1e12 * params.comp_eff) * 1e3,
-        "rank": MARKOV_RANK,
-    }
+    head = markov_head_costs(gpu, MARKOV_RANK, target.vocab, dtype, params)
     main = analytic_table(target, gpu, dtype=dtype, params=params, name=stem)
     main.meta["drafter_tables"] = {
         "dspark": {"table": f"{stem}.drafter-5l.csv", "sequential_head": head},
@@ -74,13 +68,7 @@ def write_deepseek_dp_ep(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H800", d
     for key, shape in (("drafter-dspark-3moe", dspark), ("drafter-mtp-1moe", mtp)):
         written.append(dp_ep_table(shape, gpu, dtype=dtype, params=params, name=f"{stem}.{key}").write(
             out_dir / f"{stem}.{key}.csv"))
-    wbytes = DTYPE_BYTES[dtype]
-    rp = RooflineParams()
-    head = {
-        "per_position_ms": MARKOV_RANK * target.vocab * wbytes / (gpu.hbm_tb_s * 1e12 * rp.mem_eff) * 1e3,
-        "per_row_position_ms": 2.0 * MARKOV_RANK * target.vocab / (gpu.peak_tflops(dtype) * 1e12 * rp.comp_eff) * 1e3,
-        "rank": MARKOV_RANK,
-    }
+    head = markov_head_costs(gpu, MARKOV_RANK, target.vocab, dtype)
     main = dp_ep_table(target, gpu, dtype=dtype, params=params, name=stem)
     main.meta["drafter_tables"] = {
         "dspark": {"table": f"{stem}.drafter-dspark-3moe.csv", "sequential_head": head, "attention_window": 128},

@@ -121,13 +121,17 @@ def ridge_tokens(shape: ModelShape, gpu: GPU, dtype: str = "bf16", params: Roofl
     return (gpu.peak_tflops(dtype) * params.comp_eff * wbytes) / (2.0 * gpu.hbm_tb_s * params.mem_eff)
 
 
-def markov_head_ms(gpu: GPU, rank: int, vocab: int, rows: int, positions: int, dtype: str = "bf16",
-                   params: RooflineParams = RooflineParams()) -> float:
-    """DSpark's sequential Markov head: per draft position, rows x rank @ rank x vocab, positions one after another."""
+def markov_head_costs(gpu: GPU, rank: int, vocab: int, dtype: str = "bf16",
+                      params: RooflineParams = RooflineParams()) -> dict:
+    """DSpark's sequential Markov head, per draft position: rows x rank @ rank x vocab. Its weights are read once
+    per position (``per_position_ms``) and its FLOPs grow with the rows (``per_row_position_ms``); a drafter
+    sidecar records both and the simulator charges gamma x max(per_position, per_row_position x rows)."""
     wbytes = DTYPE_BYTES[dtype]
-    t_mem = rank * vocab * wbytes / (gpu.hbm_tb_s * 1e12 * params.mem_eff)
-    t_comp = 2.0 * rows * rank * vocab / (gpu.peak_tflops(dtype) * 1e12 * params.comp_eff)
-    return positions * max(t_mem, t_comp) * 1e3
+    return {
+        "per_position_ms": rank * vocab * wbytes / (gpu.hbm_tb_s * 1e12 * params.mem_eff) * 1e3,
+        "per_row_position_ms": 2.0 * rank * vocab / (gpu.peak_tflops(dtype) * 1e12 * params.comp_eff) * 1e3,
+        "rank": rank,
+    }
 
 
 def default_b_axis(max_tokens: int = 16384) -> np.ndarray:

@@ -122,3 +122,14 @@ def test_analytic_table_round_trip(tmp_path):
     assert back.meta["model_shape"]["experts"] == 256
     assert back.grid.step_ms(8, 0) == pytest.approx(t.grid.step_ms(8, 0), rel=1e-5)
     assert back.energy_grid is not None
+
+
+def test_markov_head_costs_by_hand():
+    from hw_profile.gpus import get_gpu
+    from hw_profile.roofline import markov_head_costs
+
+    h200 = get_gpu("H200")
+    c = markov_head_costs(h200, rank=256, vocab=151936, dtype="bf16")
+    assert c["per_position_ms"] == pytest.approx(256 * 151936 * 2 / (4.8e12 * 0.8) * 1e3)
+    assert c["per_row_position_ms"] == pytest.approx(2 * 256 * 151936 / (989.4e12 * 0.6) * 1e3)
+    assert c["rank"] == 256
