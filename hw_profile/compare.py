@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hw_profile.table import StepTable
+from hw_profile.table import StepTable, throttled_flags
 
 
 def ratio_frame(first: StepTable, second: StepTable) -> pd.DataFrame:
@@ -14,11 +14,7 @@ def ratio_frame(first: StepTable, second: StepTable) -> pd.DataFrame:
     ok = first.ok
     b = ok["batch_tokens"].to_numpy(float)
     k = ok["kv_tokens"].to_numpy(float)
-    grid = second.grid
-    other = np.empty_like(b)
-    for kv in np.unique(k):  # one curve per K row, evaluated on all its B at once
-        sel = k == kv
-        other[sel] = grid.curve(kv)(b[sel])
+    other = second.grid.values(b, k)
     frame = pd.DataFrame({
         "context": ok["context"].to_numpy(float),
         "requests": ok["requests"].to_numpy(float),
@@ -28,7 +24,7 @@ def ratio_frame(first: StepTable, second: StepTable) -> pd.DataFrame:
         "other_ms": other,
     })
     frame["ratio"] = frame["step_ms"] / frame["other_ms"]
-    frame["throttled"] = ok["throttled"].astype(str).str.lower().isin(["true", "1"]).to_numpy()
+    frame["throttled"] = throttled_flags(ok["throttled"])
     return frame.sort_values(["context", "batch_tokens", "kv_tokens"], na_position="first").reset_index(drop=True)
 
 

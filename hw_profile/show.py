@@ -18,7 +18,7 @@ import pandas as pd
 
 from hw_profile.compare import ratio_frame
 from hw_profile.files import atomic_write_text
-from hw_profile.table import StepTable
+from hw_profile.table import StepTable, throttled_flags
 
 _PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
             "#bcbd22"]
@@ -57,7 +57,7 @@ def sps_figure(first: StepTable, second: StepTable | None = None):
         if np.isfinite(p10).all() and np.isfinite(p90).all() and (p10 != p90).any():
             error = dict(type="data", symmetric=False, array=1000.0 / p10 - sps, arrayminus=sps - 1000.0 / p90,
                          thickness=1)
-        throttled = g["throttled"].astype(str).str.lower().isin(["true", "1"]).to_numpy()
+        throttled = throttled_flags(g["throttled"])
         fig.add_trace(go.Scatter(
             x=b, y=sps, mode="lines+markers", name=f"{first.label()}: {label}", line=dict(color=color),
             marker=dict(symbol=np.where(throttled, "x", "circle"), size=np.where(throttled, 11, 6)),
@@ -66,8 +66,7 @@ def sps_figure(first: StepTable, second: StepTable | None = None):
             hovertemplate="B=%{x}<br>K=%{customdata[0]:,}<br>%{customdata[1]:.3f} ms<br>SPS %{y:.1f}<extra></extra>",
         ))
         if second is not None:
-            other = np.array([second.grid.step_ms(bi, ki) for bi, ki in zip(b, g["kv_tokens"].to_numpy(float),
-                                                                            strict=True)])
+            other = second.grid.values(b, g["kv_tokens"].to_numpy(float))
             fig.add_trace(go.Scatter(
                 x=b, y=1000.0 / other, mode="lines", name=f"{second.label()}: {label}",
                 line=dict(color=color, dash="dash"),
@@ -118,7 +117,7 @@ def _summary(table: StepTable) -> str:
     pts = table.points
     lines["points"] = f"{int((pts['status'] == 'ok').sum())} ok, {int((pts['status'] != 'ok').sum())} skipped"
     if "throttled" in pts:
-        lines["throttled points"] = int(pts["throttled"].astype(str).str.lower().isin(["true", "1"]).sum())
+        lines["throttled points"] = int(throttled_flags(pts["throttled"]).sum())
     return html.escape(json.dumps(lines, indent=1, default=str))
 
 

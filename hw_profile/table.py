@@ -58,6 +58,11 @@ class TableError(HwProfileError):
     """A table file that cannot be used; the message names the file and what is wrong."""
 
 
+def throttled_flags(column: pd.Series) -> np.ndarray:
+    """The ``throttled`` column as booleans (read back from CSV as bools or strings)."""
+    return column.astype(str).str.lower().isin(["true", "1"]).to_numpy()
+
+
 def sidecar_path(csv_path: str | Path) -> Path:
     p = Path(csv_path)
     return p.with_suffix(".json")
