@@ -100,7 +100,7 @@ class FakeNvml:
         return int(self.energy_mj + 500_000 * (time.perf_counter() - self.t0))
 
 
-def _window(sampler, seconds=0.06):
+def _window(sampler, seconds=0.3):  # long enough for several samples even when the CPU is busy
     sampler.start()
     time.sleep(seconds)
     return sampler.stop()
