@@ -188,3 +188,22 @@ def test_sliding_window_drafter_reads_at_most_its_window():
     rows, gamma, kv = 10, 5, 40_000.0
     assert windowed.ms(rows, gamma, kv) == pytest.approx(1.0 + 0.001 * 50 + 0.00001 * 1280)
     assert full.ms(rows, gamma, kv) == pytest.approx(1.0 + 0.001 * 50 + 0.00001 * kv)
+
+
+def test_policy_table_steers_the_policy_while_the_clock_keeps_the_raw_table(scenario_file, tmp_path):
+    from hw_profile.table import StepTable
+
+    # a policy table in which verification is free: every B costs the same 1 ms
+    flat = StepTable.from_points([{"batch_tokens": b, "kv_tokens": k, "status": "ok", "step_ms": 1.0}
+                                  for b in (1, 100_000) for k in (0, 10_000_000)])
+    flat_path = flat.write(tmp_path / "flat.csv")
+    fields = {"systems": ["dspark"], "frontier": {"concurrency": [120]}, "workload": {"output": 512},
+              "engine": {"max_running": 128, "max_batch_tokens": 8192, "prefill": "disaggregated"}}
+    raw, sim_raw = simulate(scenario_file(name="raw", **fields))
+    steered, sim_flat = simulate(scenario_file(name="flat", hardware={"policy_table": str(flat_path)}, **fields))
+    assert steered["mean_verify_budget"] > 7.5 > raw["mean_verify_budget"] + 1.0  # verifies (nearly) everything
+    for sim in (sim_raw, sim_flat):  # the clock: draft + stall + T(B, K) from the raw table, never the policy's
+        st = sim.steps.frame()
+        forward = st["step_ms"] - st["draft_ms"] - sim.stall_ms
+        expect = np.array([sim.clock.lookup(b, k) for b, k in zip(st["batch_tokens"], st["kv_tokens"], strict=True)])
+        assert np.allclose(forward, expect)
