@@ -76,8 +76,8 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
         click.echo(f"\ninterrupted: {kept} of {len(sweep.specs)} runs are stored in {out}; run the same command to resume",
                    err=True)
         sys.exit(130)
-    path = sweep.write_runs_csv()
     runs = sweep.results()
+    path = sweep.write_runs_csv(runs)
     summary, frontier = write_outputs(out, scn, runs)
     report = write_report(out / "report.html", scn, runs, frontier, summary, load_target_table(scn))
     click.echo(format_headline(headline_table(summary)).to_string(index=False))

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -100,6 +101,12 @@ class Sweep:
                 "code": _code_digest()}
 
     def keys(self) -> list[str]:
+        """One key per run (in ``specs`` order)."""
+        return self._keys
+
+    @cached_property
+    def _keys(self) -> list[str]:
+        # hashed once per sweep: the scenario, its input files and the code do not change while a command runs
         base = self._base_key()
         traffic = self.scn.model.traffic.model_dump(mode="json") if self.scn.model.traffic else None
         out = []
@@ -154,8 +161,8 @@ class Sweep:
             return pd.DataFrame(columns=RUN_COLUMNS)
         return df[[c for c in RUN_COLUMNS if c in df.columns] + [c for c in df.columns if c not in RUN_COLUMNS]]
 
-    def write_runs_csv(self) -> Path:
-        df = self.results()
+    def write_runs_csv(self, runs: pd.DataFrame | None = None) -> Path:
+        df = self.results() if runs is None else runs
         df = df[[c for c in df.columns if c in RUN_COLUMNS]]  # nested fields (series, per-domain tau) stay in the store
         path = self.out / "runs.csv"
         atomic_write(path, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
