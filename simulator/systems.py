@@ -59,4 +59,6 @@ def resolve_systems(scn: LoadedScenario) -> list[SystemSpec]:
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
         raise UserError(f"{scn.path}: systems: two systems are named {dup!r}; give one a 'name'")
+    if m.sla.baseline is not None and m.sla.baseline not in names:
+        raise UserError(f"{scn.path}: sla.baseline: {m.sla.baseline!r} is not one of the systems ({', '.join(names)})")
     return out

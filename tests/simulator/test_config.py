@@ -90,3 +90,9 @@ def test_mix_entry_unknown_to_profile(scenario_file):
     path = scenario_file(workload={"mix": {"poetry": 1}})
     res = run_cli("check", str(path))
     assert res.returncode == 2 and "workload mix entry 'poetry'" in res.stderr
+
+
+def test_baseline_must_be_one_of_the_systems(scenario_file):
+    path = scenario_file(systems=["mtp-1", "dspark"], sla={"tps_targets": [80], "baseline": "mtp-2"})
+    res = run_cli("check", str(path))
+    assert res.returncode == 2 and "sla.baseline: 'mtp-2' is not one of the systems (mtp-1, dspark)" in res.stderr
