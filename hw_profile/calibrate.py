@@ -85,14 +85,15 @@ class Calibration:
         """The target's step time T(B, K) (drafter share removed), elementwise."""
         b = np.asarray(batch_tokens, dtype=float)
         k = np.asarray(kv_tokens, dtype=float)
-        linear = self.fixed_ms + self.ms_per_token * b
         if self.form == "isotonic" and self.iso_b is not None:
             lo, hi = self.iso_b[0], self.iso_b[-1]
             inside = np.interp(b, self.iso_b, self.iso_ms)
             below = np.maximum(self.iso_ms[0] - self.ms_per_token * (lo - b), 1e-6)
             above = self.iso_ms[-1] + self.ms_per_token * (b - hi)
-            linear = np.where(b < lo, below, np.where(b > hi, above, inside))
-        return linear + self.ms_per_kv_token * k
+            per_b = np.where(b < lo, below, np.where(b > hi, above, inside))
+        else:
+            per_b = self.fixed_ms + self.ms_per_token * b
+        return per_b + self.ms_per_kv_token * k
 
     def summary(self) -> dict:
         obs = self.observed
