@@ -196,7 +196,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
 
     from simulator.config import load_scenario
     from simulator.hardware import load_hardware
-    from simulator.run import check_engine_limits, load_points, make_source
+    from simulator.run import check_engine_limits, load_points, make_source, prefill_pool_factory
     from simulator.systems import resolve_systems
 
     scn = load_scenario(scenario, sets)
@@ -205,6 +205,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     for s in systems:
         check_engine_limits(scn, s)
         make_source(scn, s, np.random.default_rng(0))  # loads the profile or trace and checks the mix
+    prefill_pool_factory(scn, hw)  # reads hardware.prefill_table when one is named
     points = load_points(scn)
     m = scn.model
     click.echo(f"{scenario}: ok")
@@ -214,6 +215,11 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
                f"{m.run.duration_s:g} s simulated each ({m.run.quick_duration_s:g} s with --quick)")
     click.echo(f"  hardware: {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s), table "
                f"{m.hardware.table}, KV capacity {hw.kv_capacity:,} tokens per replica")
+    if m.engine.prefill == "disaggregated":
+        pool = (f"{m.hardware.prefill_replicas} replica(s) x {m.hardware.prefill_gpus_per_replica or m.hardware.gpus_per_replica}"
+                f" GPU(s), table {m.hardware.prefill_table or m.hardware.table}" if m.hardware.prefill_replicas
+                else "unbounded (hardware.prefill_replicas sizes it)")
+        click.echo(f"  prefill: disaggregated, pool {pool}")
     click.echo(f"  acceptance: {m.acceptance.source} {m.acceptance.profile if m.acceptance.source == 'profile' else m.acceptance.trace or ''}"
                f" ({m.acceptance.confidence} confidences); SLA targets {', '.join(f'{t:g}' for t in m.sla.tps_targets)} tok/s/user")
 

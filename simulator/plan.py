@@ -9,9 +9,10 @@ TTFT p99 is within the limit, it is not saturated and it finished requests at al
 2. headroom: at that size, a search over a multiplier of the traffic (exponential, then geometric bisection to
    ``rate_tolerance``) finds the most traffic it sustains at the SLA; headroom is that multiplier minus one, and
    ``max_rate_per_replica`` that traffic's mean arrival rate divided by the replicas;
-3. with a disaggregated prefill pool, the pool is sized once (prompts and their prefill do not depend on the
-   system) by the same replica search against the TTFT limit, and each system's decode size is then confirmed
-   with that pool in place (growing it by one replica while the SLA fails).
+3. with a disaggregated prefill pool, the decode searches run behind an unbounded prefill pool (TTFT is then
+   the prefill pool's business) while the prefill pool is sized, once for all systems (prompts and their
+   prefill do not depend on the system), by the same replica search against the TTFT limit; each system's
+   decode size is then confirmed with that pool in place (one replica more while the SLA fails).
 
 Every candidate is a run of the sweep's run store (``DIR/.runs``, keyed by everything that determines it), so a
 plan resumes where an interrupted one stopped and shares runs with sweeps of the same settings. Each round of
@@ -255,50 +256,71 @@ class Planner:
             return f"TTFT p99 {row['ttft_p99']:.2f} s > {self.target.ttft_p99:g} s"
         return None
 
-    def size_prefill(self) -> tuple[SystemPlan, int | None]:
-        """The fewest prefill replicas whose TTFT p99 meets the limit (with the scenario's decode pool; prompts
-        and their prefill are the same for every system, so one system, the baseline, stands for all)."""
+    def prefill_search(self) -> tuple[SystemPlan, Generator]:
+        """The search for the fewest prefill replicas whose TTFT p99 meets the limit, with the scenario's decode
+        pool: prompts and their prefill are the same for every system, so one system (the baseline) stands for
+        all."""
         names = [s.name for s in self.systems]
         base = self.systems[names.index(default_baseline(names, self.scn.model.sla.baseline) or names[0])]
         plan = SystemPlan(base)
         cap = max(self.target.max_gpus // self.prefill_gpr, 1)
         decode = self.scn.model.hardware.replicas
-        search = self._counts(plan, "prefill", lambda p: Candidate(base, decode, 1.0, p), cap, self._prefill_judge)
-        return plan, self.drive({"prefill": search})["prefill"]
+        return plan, self._counts(plan, "prefill", lambda p: Candidate(base, decode, 1.0, p), cap,
+                                  self._prefill_judge)
 
-    def plan_system(self, plan: SystemPlan, prefill: int | None) -> Generator[Candidate, dict, None]:
+    def decode_alone(self, plan: SystemPlan) -> Generator[Candidate, dict, None]:
+        """The fewest decode replicas, then the headroom at that size. With a disaggregated prefill pool the
+        decode pool is searched behind an unbounded one (TTFT is the prefill pool's business) while the prefill
+        pool is sized, and confirmed with it afterwards (``with_prefill``)."""
         s = plan.system
         cap = max(self.target.max_gpus // self.gpr, 1)
-        # with a sized prefill pool, the decode pool is searched alone (unbounded prefill; TTFT is the pool's),
-        # then confirmed with the pool in place
-        alone = self.disaggregated and prefill is not None
-        n = yield from self._counts(plan, "decode", lambda k: Candidate(s, k), cap, self._judge(not alone))
-        if n is not None and alone:
-            while n <= cap and not (yield from self._probe(plan, "with-prefill", Candidate(s, n, 1.0, prefill),
-                                                           self._judge(True))):
-                n += 1
-            if n > cap:
-                n = None
-        plan.replicas = n if n is not None else cap
+        n = yield from self._counts(plan, "decode", lambda k: Candidate(s, k), cap, self._judge(not self.disaggregated))
         plan.met = n is not None
-        plan.final = yield Candidate(s, plan.replicas, 1.0, prefill)
-        # headroom: how much more traffic the chosen decode pool sustains at the SLA
+        plan.replicas = n if n is not None else cap
+        plan.final = yield Candidate(s, plan.replicas)  # from the store: the search ran it
+        yield from self.headroom(plan)
+
+    def headroom(self, plan: SystemPlan) -> Generator[Candidate, dict, None]:
+        """The largest traffic multiplier the chosen decode pool sustains at the SLA."""
+        n = plan.replicas
         guess = n / (n - 1) if plan.met and n > 1 else 2.0
         search = most_traffic(plan.met, guess, self.target.rate_tolerance)
         scale = next(search)
         try:
             while True:
-                ok = yield from self._probe(plan, "headroom", Candidate(s, plan.replicas, scale), self._judge(not alone))
+                ok = yield from self._probe(plan, "headroom", Candidate(plan.system, n, scale),
+                                            self._judge(not self.disaggregated))
                 scale = search.send(ok)
         except StopIteration as stop:
             plan.max_scale = stop.value
 
+    def with_prefill(self, plan: SystemPlan, prefill: int) -> Generator[Candidate, dict, None]:
+        """Confirm the decode size with the sized prefill pool in place, one replica more while it fails."""
+        cap = max(self.target.max_gpus // self.gpr, 1)
+        n = plan.replicas
+        first = n
+        while True:
+            ok = yield from self._probe(plan, "with-prefill", Candidate(plan.system, n, 1.0, prefill), self._judge(True))
+            if ok or n >= cap or not plan.met:
+                break
+            n += 1
+        plan.met = plan.met and ok
+        plan.replicas = n
+        plan.final = plan.trials[-1].row
+        if n != first:
+            yield from self.headroom(plan)
+
     def run(self) -> dict:
-        prefill_plan, prefill = (self.size_prefill() if self.disaggregated else (None, None))
-        if self.disaggregated and prefill is None:
-            prefill = max(self.target.max_gpus // self.prefill_gpr, 1)
         plans = {s.name: SystemPlan(s) for s in self.systems}
-        self.drive({k: self.plan_system(p, prefill) for k, p in plans.items()})
+        searches = {k: self.decode_alone(p) for k, p in plans.items()}
+        prefill_plan = prefill = None
+        if self.disaggregated:
+            prefill_plan, search = self.prefill_search()
+            searches["\0prefill"] = search
+        found = self.drive(searches)
+        if self.disaggregated:
+            prefill = found["\0prefill"] or max(self.target.max_gpus // self.prefill_gpr, 1)
+            self.drive({k: self.with_prefill(p, prefill) for k, p in plans.items()})
         return self.document(plans, prefill_plan, prefill)
 
     # --- output ----------------------------------------------------------------------------------------------
@@ -361,21 +383,26 @@ def verdict(doc: dict) -> str:
         best = max(rows, key=lambda e: (e["attainment"] if e["attainment"] is not None else -1))
         return (f"No system meets {sla} at {load} within {t['max_gpus']} GPUs; the closest is {best['system']} "
                 f"({best['attainment']:.1%} of requests at the target with {best['gpus']} GPUs).")
-    best = min(met, key=lambda e: (e["gpus"], e["cost_per_mtok"]))
+    # equal GPUs serve the same traffic at the same cost: the headroom tells them apart
+    best = min(met, key=lambda e: (e["gpus"], -e["headroom"], e["cost_per_mtok"]))
     split = (f" ({best['prefill_gpus']} prefill + {best['decode_gpus']} decode)" if best["prefill_gpus"] else "")
-    text = (f"At {load} with {sla}, {best['system']} needs the fewest GPUs: {best['gpus']}{split}, at "
-            f"${best['cost_per_mtok']:.3f} per million output tokens (${t['gpu_hour_cost_usd']:g}/GPU-hour)")
-    base = doc["systems"].get(doc["baseline"]) if doc.get("baseline") else None
-    if base is not None and base["system"] != best["system"]:
-        if base["status"] == MET:
-            saved = base["gpus"] - best["gpus"]
-            text += (f", {saved} GPU{'s' if saved != 1 else ''} ({saved / base['gpus']:.0%}) fewer than "
-                     f"{base['system']}'s {base['gpus']}")
-        else:
-            text += f"; the baseline {base['system']} does not meet it within {t['max_gpus']} GPUs"
+    text = (f"At {load} with {sla}, {best['system']} needs the fewest GPUs: {best['gpus']}{split}, with "
+            f"{best['headroom']:+.0%} headroom, at ${best['cost_per_mtok']:.3f} per million output tokens "
+            f"(${t['gpu_hour_cost_usd']:g}/GPU-hour)")
     ties = [e["system"] for e in met if e["gpus"] == best["gpus"] and e is not best]
     if ties:
-        text += f" (tied on GPUs with {', '.join(ties)}; the cheaper per token is named)"
+        text += (f"; {len(ties)} other system{'s need' if len(ties) > 1 else ' needs'} as many, with less "
+                 "headroom")
+    base = doc["systems"].get(doc["baseline"]) if doc.get("baseline") else None
+    if base is not None and base["system"] != best["system"]:
+        if base["status"] != MET:
+            text += f"; the baseline {base['system']} does not meet it within {t['max_gpus']} GPUs"
+        elif base["gpus"] > best["gpus"]:
+            saved = base["gpus"] - best["gpus"]
+            text += (f"; that is {saved} GPU{'s' if saved != 1 else ''} ({saved / base['gpus']:.0%}) fewer than "
+                     f"{base['system']}'s {base['gpus']}")
+        else:
+            text += f"; the baseline {base['system']} needs as many, with {base['headroom']:+.0%} headroom"
     return text + "."
 
 

@@ -58,6 +58,7 @@ def test_ray_sweep_is_identical_to_the_local_pool_and_stores_as_it_goes(scenario
     assert on_ray.execute(2, None, Backend("ray", 2)) == 0  # resumes: nothing left to run
 
 
+@pytest.mark.slow
 def test_cli_plan_on_ray_matches_the_local_plan(scenario_file, tmp_path, local_ray):
     from click.testing import CliRunner
 
