@@ -142,6 +142,8 @@ def energy_figure(frontier_runs: pd.DataFrame, col: dict[str, str]) -> go.Figure
     if "joules_per_token" not in frontier_runs.columns or frontier_runs["joules_per_token"].isna().all():
         return None
     closed = frontier_runs[frontier_runs["concurrency"].notna()]
+    if closed.empty or closed["joules_per_token"].isna().all():  # open loop only: nothing to draw
+        return None
     fig = go.Figure()
     for system, g in closed.groupby("policy", sort=False):
         m = g.groupby("concurrency")["joules_per_token"].mean()
@@ -214,6 +216,9 @@ def _page(path: Path, scn: LoadedScenario, figures: list, summary: dict | None, 
             notes.append("<div class='warn'><p>Flagged runs (marked ! in the table): do not plan on these numbers "
                          "without reading why.</p><ul>" + "".join(f"<li>{html.escape(f[2:])}</li>" for f in flags)
                          + "</ul></div>")
+    if summary is None:
+        notes.append("<p class='meta'>The sweep's sections (headline, frontiers, traffic) appear once "
+                     f"<code>simulate {html.escape(str(scn.path))}</code> has run into this folder.</p>")
     headline = "" if summary is None else f"""<h2>Headline</h2>
 <p class="meta">Left: each system under the scenario's open-loop traffic. Right: throughput each sustains where its
 frontier crosses an SLA anchor ("-" where it never reaches the anchor; "&gt;=X" where even its largest swept load
