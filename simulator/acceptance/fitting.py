@@ -13,12 +13,12 @@ What each profile reproduces and where the numbers come from:
   tau *as a serving run measures it* matches its Table 1 cell, and the same shapes serve all four targets.
 - how tau is measured: DeepSpec's evaluator (behind Table 1) and this simulator's runs.csv both pool over
   request-steps: total emitted tokens / total steps with the full block verified. Hard requests take more
-  steps and weigh more, and a request's last step cannot verify past its end, so the pooled tau sits 2-3% below
+  steps and weigh more, and a request's last step cannot verify past its end, so the pooled tau sits 1.3-3.3% below
   the mean over request-steps with fresh request effects (``latent.full_block_tau``). The fit solves for the
   pooled tau exactly (``pooled.py``: quadrature over the request effect and a renewal recursion over output
   lengths), with the output lengths of the library scenarios' workload (lognormal, median 384, sigma 0.7,
   capped at 2048; REFERENCE_OUTPUT). Other length distributions move the measured tau slightly (longer outputs
-  lose less at the end: with unbounded outputs tau reads about 0.6% higher).
+  lose less at the end: with unbounded outputs tau reads 0.4-0.7% higher).
 - MTP-1 (DeepSeek-V3 technical report): second-token acceptance 85-90%; taken as 0.90 math, 0.88 code, 0.85 chat.
 - confidence quality (Figure 6): DSpark's head has raw AUROC ~0.83-0.86 per position, raw ECE of prefix survival
   ~3-8% and ~1% after STS (temperatures fitted here on simulated held-out blocks). DFlash, Eagle3 and MTP have no
