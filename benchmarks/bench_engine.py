@@ -1,13 +1,15 @@
 """Engine and scheduler speed, measured in one run (absolute times drift on a shared machine; ratios hold).
 
-    python benchmarks/bench_engine.py [--json] [--sim-seconds 300]
+    python benchmarks/bench_engine.py [--json] [--sim-seconds 300] [--rounds 2]
 
 The engine: one replica, the default H200 table, closed loop with 256 users, prompts of 512 and outputs of 256
 tokens, the dspark drafter (gamma 7) with the dspark policy, the paper-qwen3-8b profile on an equal math/code/chat
 mix. ``us_per_step`` is wall microseconds per engine step with start-up excluded; ``realtime_factor`` simulated
-seconds per wall second. The scheduler: the vectorised greedy on confidences drawn from that profile at R=256,
-gamma=7 with a step's SPS of that run, against a plain-Python transcription of Algorithm 1 on the same inputs.
-For scale, the same engine run without speculation (system `ar`) is timed too.
+seconds per wall second. Each engine figure is the fastest of ``--rounds`` alternating runs, after a short first
+run that pays the one-time costs (``first_run_s``: loading the compiled kernels, or compiling them on a fresh
+install). The scheduler: the compiled greedy on confidences drawn from that profile at R=256, gamma=7 with a
+step's SPS of that run, against a plain-Python transcription of Algorithm 1 on the same inputs. For scale, the
+same engine run without speculation (system `ar`) is timed too.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from simulator.config import load_scenario  # noqa: E402
-from simulator.engine import StepRate  # noqa: E402
 from simulator.policies import algorithm1_reference, greedy_prefix_lengths  # noqa: E402
+from simulator.policies.base import StepRate  # noqa: E402
 from simulator.run import LoadPoint, RunSpec, build  # noqa: E402
 from simulator.systems import resolve_systems  # noqa: E402
 
@@ -72,7 +74,7 @@ def bench_greedy(sim) -> dict:
     conf = sim.source.propose(rng_ids).confidence
     st = sim.steps.frame()
     mid = len(st["end"]) // 2
-    sps = StepRate(sim.policy_grid.curve(float(st["kv_tokens"][mid])), 0, float(st["draft_ms"][mid]) + sim.stall_ms)
+    sps = StepRate(sim.policy_grid, float(st["kv_tokens"][mid]), 0, float(st["draft_ms"][mid]) + sim.stall_ms)
     lengths = greedy_prefix_lengths(conf, sps)
     reference = algorithm1_reference(conf.tolist(), lambda b: float(sps(np.array([b]))[0]))
     assert lengths.tolist() == reference, "vectorised greedy disagrees with Algorithm 1"
@@ -94,11 +96,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--sim-seconds", type=float, default=300.0)
+    ap.add_argument("--rounds", type=int, default=2, help="alternating dspark/plain runs; the fastest of each counts")
     args = ap.parse_args()
-    result, sim = bench_engine(args.sim_seconds)
+    # one-time costs (loading the compiled kernels, or compiling them on a fresh install; the normal table) are
+    # paid by this short first run and reported, not spread over the steps below
+    t0 = time.perf_counter()
+    bench_engine(2.0)
+    result: dict = {"first_run_s": time.perf_counter() - t0}
+    runs, plains = [], []
+    for _ in range(max(args.rounds, 1)):  # alternating, so that a burst of load on a shared machine hits both
+        runs.append(bench_engine(args.sim_seconds))
+        # the same engine without speculation, for scale (the dspark run's extra cost is drafting, policy, verify)
+        plains.append(bench_engine(args.sim_seconds, "ar")[0])
+    best, sim = min(runs, key=lambda r: r[0]["us_per_step"])
+    result.update(best)
     result.update(bench_greedy(sim))
-    # the same engine without speculation, for scale (the dspark run's extra cost is drafting, policy, verify)
-    plain, _ = bench_engine(args.sim_seconds, "ar")
+    plain = min(plains, key=lambda r: r["us_per_step"])
     result["us_per_step_plain_decoding"] = plain["us_per_step"]
     result["dspark_step_cost_vs_plain"] = result["us_per_step"] / plain["us_per_step"]
     result = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in result.items()}

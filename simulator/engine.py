@@ -27,11 +27,11 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from hw_profile.table import StepCurve, StepTimeGrid
+from hw_profile.table import StepTimeGrid
 from simulator.acceptance.base import AcceptanceSource
 from simulator.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.drafters import DraftCost
-from simulator.policies.base import Policy, PolicyView, checked_lengths
+from simulator.policies.base import Policy, PolicyView, StepRate, checked_lengths
 from simulator.prefill import PrefillPool
 
 # Every per-request field, declared once. The request log holds them all; those with ``batch`` set are also
@@ -76,23 +76,6 @@ class RequestLog(ColumnLog):
 
     def add(self, now: float, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> np.ndarray:
         return self.extend(len(prompt), arrival=now, prompt=prompt, output=output, mix=mix)
-
-
-class StepRate:
-    """SPS(B) for one step: the whole engine step rate with this step's draft, stall, prefill and K fixed."""
-
-    __slots__ = ("curve", "fixed_ms", "prefill")
-
-    def __init__(self, curve: StepCurve, prefill: int, fixed_ms: float):
-        self.curve = curve  # T(B) at this step's K
-        self.prefill = prefill
-        self.fixed_ms = fixed_ms
-
-    def step_ms(self, batch: np.ndarray | float) -> np.ndarray:
-        return self.curve(np.asarray(batch, dtype=float) + self.prefill) + self.fixed_ms
-
-    def __call__(self, batch: np.ndarray) -> np.ndarray:
-        return 1000.0 / self.step_ms(batch)
 
 
 class StepPlan:
@@ -270,7 +253,7 @@ class Replica:
             conf = proposal.confidence
             if maxl.min() < gamma:
                 conf = conf * (sim.positions < maxl[:, None])
-            sps = StepRate(sim.policy_grid.curve(plan.kv), plan.prefill_tokens, plan.draft_ms + plan.stall_ms)
+            sps = StepRate(sim.policy_grid, plan.kv, plan.prefill_tokens, plan.draft_ms + plan.stall_ms)
             view = PolicyView(conf, remaining, plan.context, sps, gamma, self.step_no,
                               proposal.outcome if self.policy.needs_outcome else None, maxl)
             plan.lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)

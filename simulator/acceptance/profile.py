@@ -6,15 +6,17 @@ head's quality and its STS temperatures. See ``fitting.py`` for how the built-in
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import yaml
+from numba import njit
 
 from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
 from simulator.acceptance.latent import HeadModel, Variation
-from simulator.acceptance.normal_table import standard_normal
+from simulator.acceptance.normal_table import LEVELS, quantiles
 from simulator.errors import UserError
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "profiles"
@@ -122,6 +124,8 @@ class ProfileSource(AcceptanceSource):
         self.b_over_t = b_obs / temps
         self.var = profile.variation
         self.noise_sd = d.head.noise_sd
+        self._step_sd, self._token_sd, self._noise_sd = (
+            _times_noise(v) for v in (self.var.step_sd, self.var.token_sd, self.noise_sd))
         self.rng = rng
         # per request: its latent means (benchmark's mu plus its own difficulty) and the head's logit offsets
         self.state = GrowingArrays(base=(np.float64, self.gamma), head=(np.float64, self.gamma))
@@ -150,21 +154,16 @@ class ProfileSource(AcceptanceSource):
         self.state.head[ids] = self.a_over_t[bench]
 
     def propose(self, ids: np.ndarray) -> Proposal:
-        rows, gamma, var = len(ids), self.gamma, self.var
-        # one draw per step: the step's shared effect, token noise, the head's observation noise
-        noise = standard_normal(self.rng, (rows, 2 * gamma + 1))
-        x = self.state.base.take(ids, axis=0)
-        x += var.step_sd * noise[:, :1]
-        x += var.token_sd * noise[:, 1 : gamma + 1]
-        truth = _logistic(x)
-        accept = np.empty((rows, gamma + 1), dtype=bool)
-        np.less(self.rng.random((rows, gamma)), truth, out=accept[:, :gamma])
-        accept[:, gamma] = False
-        outcome = accept.argmin(axis=1)  # the first rejection's index = the number of leading accepts
-        z = x + self.noise_sd * noise[:, gamma + 1 :]  # float64, like x
-        z *= self.b_over_t
-        z += self.state.head.take(ids, axis=0)
-        confidence = _logistic(z)
+        rows, gamma = len(ids), self.gamma
+        # per request-step: one shared step effect, gamma token noises, gamma head observation noises (normal
+        # table indices), then gamma uniforms for acceptance; the arithmetic is one compiled pass
+        noise = self.rng.integers(0, LEVELS, (rows, 2 * gamma + 1), dtype=np.uint16)
+        uniform = self.rng.random((rows, gamma))
+        confidence = np.empty((rows, gamma))
+        truth = np.empty((rows, gamma))
+        outcome = np.empty(rows, dtype=np.int64)
+        _propose(np.asarray(ids, dtype=np.int64), self.state.base, self.state.head, quantiles(), noise, uniform,
+                 self._step_sd, self._token_sd, self._noise_sd, self.b_over_t, confidence, truth, outcome)
         return Proposal(confidence=confidence, outcome=outcome, truth=truth)
 
     def verify(self, proposal: Proposal, lengths: np.ndarray) -> np.ndarray:
@@ -173,8 +172,34 @@ class ProfileSource(AcceptanceSource):
         return np.minimum(lengths, proposal.outcome)
 
 
-def _logistic(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)); logits here stay within about +-25, far from exp's overflow."""
-    e = np.exp(-x)
-    e += 1.0
-    return np.reciprocal(e, out=e)
+def _times_noise(scale: float) -> np.floating:
+    """The scale typed as numpy types ``scale * noise`` for float32 noise: a Python number multiplies in float32,
+    a numpy float64 in float64 (NEP 50). The compiled step keeps the same precision, so its numbers match the
+    array expression's bit for bit."""
+    return np.result_type(scale, np.float32).type(scale)
+
+
+@njit(cache=True)
+def _propose(ids, base, head, quantiles, noise, uniform, step_sd, token_sd, noise_sd, b_over_t, confidence, truth,
+             outcome):
+    """One step's drafts for the requests ``ids`` (see latent.py): x = base + step_sd v + token_sd e_j, the true
+    conditional acceptance sigmoid(x), the accepted prefix (uniform < truth, up to the first failure) and the
+    head's confidence sigmoid(((x + noise_sd n_j) * b / T) + head). noise: (R, 2 gamma + 1) normal-table indices."""
+    rows, gamma = confidence.shape
+    for i in range(rows):
+        rid = ids[i]
+        shared = step_sd * quantiles[noise[i, 0]]
+        accepted = gamma
+        for j in range(gamma):
+            x = base[rid, j]
+            x += shared
+            x += token_sd * quantiles[noise[i, 1 + j]]
+            t = 1.0 / (math.exp(-x) + 1.0)  # logits here stay within about +-25, far from exp's overflow
+            truth[i, j] = t
+            if accepted == gamma and not uniform[i, j] < t:
+                accepted = j
+            z = x + noise_sd * quantiles[noise[i, gamma + 1 + j]]
+            z *= b_over_t[j]
+            z += head[rid, j]
+            confidence[i, j] = 1.0 / (math.exp(-z) + 1.0)
+        outcome[i] = accepted

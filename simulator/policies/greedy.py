@@ -1,4 +1,4 @@
-"""DSpark's hardware-aware prefix scheduler (paper, Algorithm 1), vectorised over the batch.
+"""DSpark's hardware-aware prefix scheduler (paper, Algorithm 1), compiled over the batch.
 
 Candidates are the draft positions (r, j) with prefix survival a[r, j] = prod_{i<=j} c[r, i] > 0, taken in the order
 (-a, r, j). Because a is non-increasing along j and ties keep j ascending, every prefix of that order assigns each
@@ -10,6 +10,13 @@ Theta(n) = tau * SPS(B).
   decision to admit position j never looks at a candidate after it, which is what keeps it lossless (Appendix A).
 - early_stop=False (the retrospective "global" search): the first n that maximises Theta. For a fixed B the best
   plan is the top B - R candidates, so this is the exact optimum over all length vectors, for any SPS curve.
+
+How it runs: the order is a k-way merge of the R rows (each row's a is already sorted), kept in a binary heap of
+row heads, so the early stop touches only the candidates it admits (n log R) instead of sorting all R x gamma.
+That walk is a numba kernel; with the engine's ``StepRate`` it also prices SPS(B) inside the kernel (the same
+piecewise-linear arithmetic as ``StepCurve``). Any other SPS callable takes the numpy path (a stable argsort, SPS
+priced in growing chunks), which gives the same lengths: both accumulate tau in the same chunks, so even the
+rounding agrees, and the tests hold them to each other and to the plain-Python ``algorithm1_reference``.
 """
 
 from __future__ import annotations
@@ -17,30 +24,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from numba import njit
+
+from simulator.policies.base import StepRate
 
 SPS = Callable[[np.ndarray], np.ndarray]
-
-
-def _survival(confidence: np.ndarray) -> np.ndarray:
-    c = np.asarray(confidence, dtype=float)
-    if c.ndim != 2:
-        raise ValueError(f"confidence must be (R, gamma), got shape {c.shape}")
-    if c.size and not (c.min() >= 0.0 and c.max() <= 1.0):  # also rejects NaN
-        raise ValueError("confidence must lie in [0, 1]")
-    return np.cumprod(c, axis=1).ravel()
-
-
-def admission_order(confidence: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Flat indices r * gamma + j of the positive-survival candidates in (-a, r, j) order, and their a."""
-    a = _survival(confidence)
-    order = _stable_descending(a)[: int(np.count_nonzero(a))]  # a >= 0: the positives sort first
-    return order, a[order]
-
-
-def _stable_descending(a: np.ndarray) -> np.ndarray:
-    # Non-negative doubles order like their bit patterns read as int64, and a stable integer argsort is faster
-    # than a float one; stability keeps equal a in ascending index, i.e. (r, j), order.
-    return np.argsort(-a.view(np.int64), kind="stable")
+EARLY_STOP, GLOBAL, TOP_K = 0, 1, 2
 
 
 def greedy_prefix_lengths(confidence: np.ndarray, sps: SPS, early_stop: bool = True) -> np.ndarray:
@@ -50,7 +39,171 @@ def greedy_prefix_lengths(confidence: np.ndarray, sps: SPS, early_stop: bool = T
     sps: callable from an int array of total verification tokens B (anchors included, so B starts at R) to steps
          per second.
     """
+    c = _as_matrix(confidence)
+    if type(sps) is StepRate:
+        curve = sps.curve
+        return _walk(c, EARLY_STOP if early_stop else GLOBAL, 0, curve.b_axis, curve.ms, float(sps.prefill),
+                     float(sps.fixed_ms))
+    return _numpy_prefix_lengths(_checked(c), sps, early_stop)
+
+
+def top_k_prefix_lengths(confidence: np.ndarray, capacity: int) -> np.ndarray:
+    """The first ``capacity`` candidates of the admission order, as per-request lengths (dspark-async)."""
+    return _walk(_as_matrix(confidence), TOP_K, max(int(capacity), 0), _NO_AXIS, _NO_AXIS, 0.0, 0.0)
+
+
+_NO_AXIS = np.zeros(1)
+
+
+def _as_matrix(confidence: np.ndarray) -> np.ndarray:
     c = np.asarray(confidence, dtype=float)
+    if c.ndim != 2:
+        raise ValueError(f"confidence must be (R, gamma), got shape {c.shape}")
+    return c if c.flags.c_contiguous else np.ascontiguousarray(c)
+
+
+def _checked(c: np.ndarray) -> np.ndarray:
+    if c.size and not (c.min() >= 0.0 and c.max() <= 1.0):  # also rejects NaN
+        raise ValueError("confidence must lie in [0, 1]")
+    return c
+
+
+# --- the compiled walk ------------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _walk(c, mode, capacity, b_axis, ms, prefill, fixed):
+    """Walk the candidates in (-a, r, j) order with a heap of row heads; lengths (R,) for ``mode``: EARLY_STOP
+    and GLOBAL price SPS(B) = 1000 / (StepCurve(B + prefill) + fixed) on the curve (b_axis, ms), TOP_K takes the
+    first ``capacity`` candidates."""
+    rows, gamma = c.shape
+    for r in range(rows):
+        for j in range(gamma):
+            if not (c[r, j] >= 0.0 and c[r, j] <= 1.0):  # also rejects NaN
+                raise ValueError("confidence must lie in [0, 1]")
+    lengths = np.zeros(rows, dtype=np.int64)
+    if rows == 0 or gamma == 0:
+        return lengths
+    # the heap holds (a, r) of each row's next candidate; the first in the order at the top
+    key = np.empty(rows)
+    row = np.empty(rows, dtype=np.int64)
+    size = 0
+    for r in range(rows):
+        if c[r, 0] > 0.0:
+            key[size] = c[r, 0]
+            row[size] = r
+            size += 1
+    for i in range(size // 2 - 1, -1, -1):
+        _sift(key, row, size, i, key[i], row[i])
+
+    nb = b_axis.shape[0]
+    slope = 0.0  # StepCurve.last_slope
+    if nb >= 2:
+        s = (ms[nb - 1] - ms[nb - 2]) / (b_axis[nb - 1] - b_axis[nb - 2])
+        slope = 0.0 if 0.0 > s else s
+    seg = 0  # SPS is priced at increasing B: the curve's segment only moves forward
+    order = np.empty(rows * gamma if mode == GLOBAL else 0, dtype=np.int64)
+    n = take = 0
+    tau0, partial, best = float(rows), 0.0, 0.0
+    # Algorithm 1 sums tau in chunks exactly as the numpy path does, so that both round alike
+    chunk = max(2 * rows, 64)
+    chunk_end = chunk
+    if mode != TOP_K:
+        theta0, seg = _sps(rows, b_axis, ms, slope, prefill, fixed, 0)
+        best = float(rows) * theta0
+    while size > 0:
+        if mode == TOP_K and n >= capacity:
+            break
+        a, r = key[0], row[0]
+        if mode == EARLY_STOP:
+            if n == chunk_end:
+                tau0 = partial + tau0
+                partial = 0.0
+                chunk *= 4
+                chunk_end = n + chunk
+            partial += a
+            rate, seg = _sps(rows + n + 1, b_axis, ms, slope, prefill, fixed, seg)
+            theta = (partial + tau0) * rate
+            if theta <= best:
+                break
+            best = theta
+        elif mode == GLOBAL:
+            order[n] = r
+            partial += a
+            rate, seg = _sps(rows + n + 1, b_axis, ms, slope, prefill, fixed, seg)
+            theta = (float(rows) + partial) * rate
+            if theta > best:  # the first maximum
+                best = theta
+                take = n + 1
+        n += 1
+        j = lengths[r] + 1
+        lengths[r] = j
+        nxt = a * c[r, j] if j < gamma else 0.0  # the cumulative product, as np.cumprod forms it
+        if nxt > 0.0:
+            _sift(key, row, size, 0, nxt, r)
+        else:
+            size -= 1
+            if size:
+                _sift(key, row, size, 0, key[size], row[size])
+    if mode == GLOBAL:
+        lengths[:] = 0
+        for i in range(take):
+            lengths[order[i]] += 1
+    return lengths
+
+
+@njit(cache=True, inline="always")
+def _sift(key, row, size, i, a, r):
+    """Place (a, r) at hole i and restore the heap below it (Floyd: the hole first sinks along the better child
+    to a leaf, then the item rises)."""
+    start = i
+    child = 2 * i + 1
+    while child < size:
+        right = child + 1
+        if right < size and (key[right] > key[child] or (key[right] == key[child] and row[right] < row[child])):
+            child = right
+        key[i] = key[child]
+        row[i] = row[child]
+        i = child
+        child = 2 * i + 1
+    while i > start:
+        parent = (i - 1) >> 1
+        if key[parent] > a or (key[parent] == a and row[parent] < r):
+            break
+        key[i] = key[parent]
+        row[i] = row[parent]
+        i = parent
+    key[i] = a
+    row[i] = r
+
+
+@njit(cache=True, inline="always")
+def _sps(batch, b_axis, ms, slope, prefill, fixed, seg):
+    """StepRate(B) for one B with np.interp's and StepCurve's arithmetic; ``seg`` is a segment at or before B's
+    (returned updated for the next, larger B)."""
+    x = float(batch) + prefill
+    n = b_axis.shape[0]
+    last = b_axis[n - 1]
+    if x > last:
+        t = ms[n - 1] + slope * (x - last)
+    elif n == 1 or x < b_axis[0]:
+        t = ms[0]
+    elif x == last:
+        t = ms[n - 1]
+    else:
+        while b_axis[seg + 1] <= x:
+            seg += 1
+        if b_axis[seg] == x:
+            t = ms[seg]
+        else:
+            t = (ms[seg + 1] - ms[seg]) / (b_axis[seg + 1] - b_axis[seg]) * (x - b_axis[seg]) + ms[seg]
+    return 1000.0 / (t + fixed), seg
+
+
+# --- the numpy path (any SPS callable) --------------------------------------------------------------------------
+
+
+def _numpy_prefix_lengths(c: np.ndarray, sps: SPS, early_stop: bool) -> np.ndarray:
     order, gains = admission_order(c)
     rows, gamma = c.shape
     if rows == 0 or len(order) == 0:
@@ -63,6 +216,19 @@ def greedy_prefix_lengths(confidence: np.ndarray, sps: SPS, early_stop: bool = T
         theta = tau * np.asarray(sps(np.arange(rows, rows + len(order) + 1)), dtype=float)
         take = int(np.argmax(theta))  # first maximum: a later tie is no strict rise
     return np.bincount(order[:take] // gamma, minlength=rows).astype(np.int64)
+
+
+def admission_order(confidence: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flat indices r * gamma + j of the positive-survival candidates in (-a, r, j) order, and their a."""
+    a = np.cumprod(_checked(_as_matrix(confidence)), axis=1).ravel()
+    order = _stable_descending(a)[: int(np.count_nonzero(a))]  # a >= 0: the positives sort first
+    return order, a[order]
+
+
+def _stable_descending(a: np.ndarray) -> np.ndarray:
+    # Non-negative doubles order like their bit patterns read as int64, and a stable integer argsort is faster
+    # than a float one; stability keeps equal a in ascending index, i.e. (r, j), order.
+    return np.argsort(-a.view(np.int64), kind="stable")
 
 
 def _early_stop(rows: int, order: np.ndarray, gains: np.ndarray, sps: SPS) -> int | None:
@@ -82,16 +248,6 @@ def _early_stop(rows: int, order: np.ndarray, gains: np.ndarray, sps: SPS) -> in
             return start + int(falls[0])
         start, tau0, chunk = stop, float(tau[-1]), 4 * chunk
     return None
-
-
-def top_k_prefix_lengths(confidence: np.ndarray, capacity: int) -> np.ndarray:
-    """The first ``capacity`` candidates of the admission order, as per-request lengths (dspark-async)."""
-    c = np.asarray(confidence, dtype=float)
-    rows, gamma = c.shape
-    if rows == 0 or gamma == 0 or capacity <= 0:
-        return np.zeros(rows, dtype=np.int64)
-    order, _ = admission_order(c)
-    return np.bincount(order[:capacity] // gamma, minlength=rows).astype(np.int64)
 
 
 def algorithm1_reference(confidence: list[list[float]], sps: Callable[[int], float], early_stop: bool = True) -> list[int]:

@@ -119,3 +119,46 @@ def test_rejects_malformed_confidence():
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         greedy_prefix_lengths(np.array([[0.5, np.nan]]), flat)
     assert greedy_prefix_lengths(np.zeros((0, 4)), flat).shape == (0,)
+
+
+def random_step_rate(rng: np.random.Generator):
+    """The engine's SPS on a random step-time grid: kinks, points below and above the axis, prefill, fixed ms."""
+    from hw_profile.table import StepTimeGrid
+    from simulator.policies.base import StepRate
+
+    nb = int(rng.integers(1, 8))
+    b = np.sort(rng.choice(np.arange(1, 3000), nb, replace=False)).astype(float)
+    ms = np.cumsum(rng.random(nb) * 5) + rng.random() * 3
+    grid = StepTimeGrid(b, np.array([0.0, 1e6]), np.vstack([ms, ms * 1.5]))
+    return StepRate(grid, float(rng.random() * 2e6), int(rng.integers(0, 50)), float(rng.random() * 3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 9), st.integers(0, 2**32 - 1), st.sampled_from(["uniform", "ties", "0/1"]))
+def test_compiled_walk_equals_numpy_path_bit_for_bit(rows, gamma, seed, kind):
+    """With the engine's StepRate the greedy runs compiled (heap merge, SPS priced in the kernel); any other
+    callable takes the numpy path (argsort, SPS priced in chunks). Both must give the same lengths, ties, early
+    stops and chunk-boundary rounding included."""
+    from simulator.policies.greedy import admission_order
+
+    rng = np.random.default_rng(seed)
+    conf = {"uniform": lambda: rng.random((rows, gamma)) ** rng.uniform(0.1, 2),
+            "ties": lambda: rng.choice([0.0, 0.5, 0.9, 1.0], (rows, gamma)),
+            "0/1": lambda: (rng.random((rows, gamma)) < 0.7).astype(float)}[kind]()
+    sps = random_step_rate(rng)
+    as_callable = lambda b: sps(b)  # noqa: E731  (not a StepRate: the numpy path)
+    for early_stop in (True, False):
+        compiled = greedy_prefix_lengths(conf, sps, early_stop)
+        assert np.array_equal(compiled, greedy_prefix_lengths(conf, as_callable, early_stop)), early_stop
+    capacity = int(rng.integers(0, rows * gamma + 2))
+    order, _ = admission_order(conf)
+    assert top_k_prefix_lengths(conf, capacity).tolist() == np.bincount(order[:capacity] // gamma, minlength=rows).tolist()
+
+
+def test_compiled_walk_rejects_malformed_confidence():
+    sps = random_step_rate(np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        greedy_prefix_lengths(np.array([[0.5, np.nan]]), sps)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        top_k_prefix_lengths(np.array([[1.5, 0.5]]), 1)
+    assert greedy_prefix_lengths(np.zeros((0, 4)), sps).shape == (0,)

@@ -159,3 +159,44 @@ def test_latent_solution_is_exact():
     var = Variation(0.5, 0.4, 2.0)
     target = np.array([0.9, 0.7, 0.95, 0.5])
     assert conditional_acceptance(solve_latent(target, var), var) == pytest.approx(target, abs=1e-8)
+
+
+def propose_as_arrays(src: ProfileSource, rng: np.random.Generator, ids: np.ndarray):
+    """The source's draw written as numpy array expressions (the pre-kernel implementation), drawing the same
+    stream: normal-table noise (R, 2 gamma + 1), then uniforms (R, gamma)."""
+    from simulator.acceptance.normal_table import standard_normal
+
+    def logistic(x):
+        e = np.exp(-x)
+        e += 1.0
+        return np.reciprocal(e, out=e)
+
+    gamma, var = src.gamma, src.var
+    noise = standard_normal(rng, (len(ids), 2 * gamma + 1))
+    x = src.state.base.take(ids, axis=0)
+    x += var.step_sd * noise[:, :1]
+    x += var.token_sd * noise[:, 1 : gamma + 1]
+    truth = logistic(x)
+    accept = np.zeros((len(ids), gamma + 1), dtype=bool)
+    np.less(rng.random((len(ids), gamma)), truth, out=accept[:, :gamma])
+    z = x + src.noise_sd * noise[:, gamma + 1 :]
+    z *= src.b_over_t
+    z += src.state.head.take(ids, axis=0)
+    return logistic(z), accept.argmin(axis=1), truth
+
+
+@pytest.mark.parametrize(("drafter", "gamma", "calibrated"),
+                         [("dspark", 7, True), ("dspark", 7, False), ("mtp", 1, True), ("dflash", 9, True)])
+def test_compiled_draw_equals_the_array_expressions_bit_for_bit(drafter, gamma, calibrated):
+    profile = load_profile("paper-qwen3-8b")
+    src = ProfileSource(profile, drafter, gamma, ["math", "code", "chat"], calibrated, np.random.default_rng(3))
+    ids = np.arange(400)
+    src.attach(ids, ids % 3)
+    twin = np.random.default_rng(0)
+    twin.bit_generator.state = src.rng.bit_generator.state
+    for step in range(5):
+        rows = np.sort(np.random.default_rng(step).choice(400, 256, replace=False))
+        got = src.propose(rows)
+        conf, outcome, truth = propose_as_arrays(src, twin, rows)
+        assert np.array_equal(got.confidence, conf) and np.array_equal(got.truth, truth)
+        assert np.array_equal(got.outcome, outcome)
