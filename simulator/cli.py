@@ -1,6 +1,6 @@
 """The `simulate` command.
 
-    simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2]
+    simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2] [--fresh]
     simulate check SCENARIO.yaml [--set path=value]...
     simulate list
 
@@ -45,10 +45,12 @@ overrides = click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
 @click.option("--seed", type=int, help="seed of the first replicate [default: the scenario's]")
 @click.option("--replicates", type=click.IntRange(min=1), help="seeds per load point [default: run.replicates]")
 @click.option("--jobs", type=click.IntRange(min=1), help="parallel runs [default: all cores]")
-@click.option("--records", type=click.Path(path_type=Path), help="also write per-request and per-step Parquet records here")
+@click.option("--records", type=click.Path(path_type=Path),
+              help="also write per-request and per-step Parquet records here (stored runs are repeated to write them)")
+@click.option("--fresh", is_flag=True, help="ignore stored runs: run everything again and overwrite them")
 @overrides
 def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, replicates: int | None,
-            jobs: int | None, records: Path | None, sets: tuple[str, ...]) -> None:
+            jobs: int | None, records: Path | None, fresh: bool, sets: tuple[str, ...]) -> None:
     """Run a scenario (also: `simulate SCENARIO`)."""
     from tqdm import tqdm
 
@@ -60,7 +62,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 
     scn = load_scenario(scenario, sets)
     out = out or Path("results") / scenario.stem
-    sweep = Sweep.plan(scn, out, quick, seed, replicates, records)
+    sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh)
     done_before = len(sweep.specs) - len(sweep.pending())
     if done_before:
         click.echo(f"resuming: {done_before} of {len(sweep.specs)} runs already in {out}", err=True)

@@ -190,6 +190,12 @@ def records_stem(spec: RunSpec) -> str:
     return f"{spec.system.name}__{spec.point.label}__seed{spec.seed}{quick}"
 
 
+def records_written(out: Path, spec: RunSpec) -> bool:
+    """Whether ``out`` holds this run's records (both files)."""
+    stem = records_stem(spec)
+    return (out / f"{stem}.requests.parquet").is_file() and (out / f"{stem}.steps.parquet").is_file()
+
+
 def write_records(out: Path, spec: RunSpec, req: dict, steps: dict, mix: dict) -> None:
     from hw_profile.files import atomic_write
 

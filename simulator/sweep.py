@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from simulator.acceptance.profile import resolve_profile_path
 from simulator.config import LoadedScenario
 from simulator.plugins import source_files
 from simulator.policies import resolve as resolve_policy
-from simulator.run import RunSpec, load_points, run_one
+from simulator.run import RunSpec, load_points, records_written, run_one
 from simulator.systems import SystemSpec, resolve_systems
 
 RUN_COLUMNS = [
@@ -104,16 +104,18 @@ class Sweep:
     specs: list[RunSpec]
     out: Path
     records: Path | None = None
+    fresh: bool = False  # ignore the store: run everything again (and overwrite what is stored)
+    _executed: set[str] = field(default_factory=set)
 
     @classmethod
     def plan(cls, scn: LoadedScenario, out: Path, quick: bool, seed: int | None, replicates: int | None,
-             records: Path | None = None) -> Sweep:
+             records: Path | None = None, fresh: bool = False) -> Sweep:
         systems = resolve_systems(scn)
         base_seed = scn.model.seed if seed is None else seed
         reps = replicates or scn.model.run.replicates
         specs = [RunSpec(system, point, base_seed + r, quick)
                  for r in range(reps) for system in systems for point in load_points(scn)]
-        return cls(scn, specs, out, records)
+        return cls(scn, specs, out, records, fresh)
 
     @property
     def store(self) -> Path:
@@ -148,7 +150,12 @@ class Sweep:
         return out
 
     def pending(self) -> list[tuple[RunSpec, str]]:
-        return [(s, k) for s, k in zip(self.specs, self.keys(), strict=True) if not (self.store / f"{k}.json").is_file()]
+        """Runs to execute: those not stored, those whose records were asked for and are missing (a stored row
+        keeps no records; the run is repeated to write them) and, with ``fresh``, every run not yet executed by
+        this command."""
+        return [(s, k) for s, k in zip(self.specs, self.keys(), strict=True)
+                if not (self.store / f"{k}.json").is_file() or (self.fresh and k not in self._executed)
+                or (self.records is not None and not records_written(self.records, s))]
 
     def execute(self, jobs: int, progress: Callable[[int, int], object] | None = None) -> int:
         """Run what is not stored yet. Returns how many runs were executed."""
@@ -160,6 +167,7 @@ class Sweep:
         if jobs <= 1 or len(todo) == 1:
             for spec, key in todo:
                 _store(self.store / f"{key}.json", _run(self.scn, spec, self.records))
+                self._executed.add(key)
                 if bar:
                     bar.update(1)
         else:
@@ -171,6 +179,7 @@ class Sweep:
                         done, pending = wait(pending, return_when=FIRST_COMPLETED)
                         for f in done:
                             _store(self.store / f"{futures[f]}.json", f.result())
+                            self._executed.add(futures[f])
                             if bar:
                                 bar.update(1)
                 except BaseException:
