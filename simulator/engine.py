@@ -26,7 +26,7 @@ import numpy as np
 import simpy
 
 from hw_profile.table import StepCurve, StepTimeGrid
-from simulator.acceptance.base import AcceptanceSource
+from simulator.acceptance.base import AcceptanceSource, checked_accepted
 from simulator.drafters import DraftCost
 from simulator.policies.base import Policy, PolicyView, checked_lengths
 
@@ -272,7 +272,7 @@ class Replica:
             view = PolicyView(conf, remaining, context, sps, gamma, self.step_no,
                               proposal.outcome if self.policy.needs_outcome else None, maxl)
             lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
-            accepted = sim.source.verify(proposal, lengths)
+            accepted = checked_accepted(sim.source, sim.source.verify(proposal, lengths), lengths)
             verified = int(lengths.sum())
         batch = rows + verified + prefill_tokens
         step_ms = draft_ms + stall + sim.clock.lookup(batch, kv)
