@@ -106,9 +106,12 @@ def check_engine_limits(scn: LoadedScenario, system: SystemSpec) -> None:
     eng = scn.model.engine
     worst = eng.max_running * (1 + system.gamma)
     if worst > eng.max_batch_tokens:
+        most = eng.max_batch_tokens // eng.max_running - 1
+        fix = f"use gamma <= {most} or " if most >= 1 else ""
         raise UserError(
-            f"{scn.path}: engine.max_batch_tokens: {eng.max_batch_tokens} cannot hold a full batch of system "
-            f"{system.name!r}: max_running x (1 + gamma) = {eng.max_running} x {1 + system.gamma} = {worst}"
+            f"{scn.path}: system {system.name!r}: gamma {system.gamma} does not fit: a full batch verifies "
+            f"max_running x (1 + gamma) = {eng.max_running} x {1 + system.gamma} = {worst} tokens, more than "
+            f"engine.max_batch_tokens {eng.max_batch_tokens}; {fix}raise engine.max_batch_tokens"
         )
 
 
