@@ -147,7 +147,7 @@ def test_editing_a_plugin_between_runs_recomputes_its_runs(scenario_file, tmp_pa
     _, first = run()
     # 1 + k tokens a step, a little less where a request's last tokens cap the block
     assert 2.8 < first.loc["mine", "mean_verify_budget"] <= 3.0
-    err, same = run()
+    err, _ = run()
     assert "resuming: 2 of 2 runs" in err  # nothing changed: everything stored
     policy.write_text(source.format(k=3))
     err, edited = run()
