@@ -13,14 +13,14 @@ import pandas as pd
 
 from simulator.acceptance import BUILTIN_SOURCES, resolve_source
 from simulator.acceptance.base import AcceptanceSource, NoDrafts
-from simulator.acceptance.profile import ProfileSource, load_profile
+from simulator.acceptance.profile import Profile, ProfileSource, load_profile
 from simulator.acceptance.trace import TraceSource
 from simulator.config import LoadedScenario
 from simulator.engine import Simulation
 from simulator.errors import UserError
 from simulator.hardware import Hardware, load_hardware
 from simulator.metrics import request_metrics, saturated, step_metrics, tau_by_mix, time_series
-from simulator.plugins import construct
+from simulator.plugins import construct, did_you_mean
 from simulator.policies import make_policy
 from simulator.policies import resolve as resolve_policy
 from simulator.systems import SystemSpec
@@ -86,7 +86,9 @@ def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generato
         raise UserError(f"{field}.options: the built-in source {acc.source!r} takes no options "
                         f"(got {', '.join(acc.options)})")
     if acc.source == "profile":
-        return ProfileSource(load_profile(acc.profile, scn.base), drafter, system.gamma, mix, calibrated, rng)
+        profile = load_profile(acc.profile, scn.base)
+        check_mix(scn, profile)
+        return ProfileSource(profile, drafter, system.gamma, mix, calibrated, rng)
     if acc.source == "trace":
         return TraceSource(scn.resolve(acc.trace), drafter, system.gamma, mix, calibrated, rng,
                            need_confidence=policy_cls.reads_confidence)
@@ -100,6 +102,16 @@ def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generato
         raise UserError(f"{field}.source: {acc.source!r} set gamma {getattr(source, 'gamma', None)!r}; system "
                         f"{system.name!r} drafts {system.gamma} tokens (a source must keep the gamma it is given)")
     return source
+
+
+def check_mix(scn: LoadedScenario, profile: Profile) -> None:
+    """Every workload mix entry must be a domain or a benchmark of the profile."""
+    for key in scn.model.workload.mix:
+        if not profile.benchmarks_for(key):
+            domains = sorted(set(profile.domains.values()))
+            raise UserError(f"{scn.path}: workload.mix.{key}: not a domain or benchmark of acceptance profile "
+                            f"{profile.name!r}{did_you_mean(key, [*domains, *profile.domains])}; domains: "
+                            f"{', '.join(domains)}; benchmarks: {', '.join(profile.domains)}")
 
 
 def check_engine_limits(scn: LoadedScenario, system: SystemSpec) -> None:
