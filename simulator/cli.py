@@ -123,15 +123,29 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
 
 @cli.command("list")
 def list_cmd() -> None:
-    """Show the built-in policies, drafters, acceptance profiles and hardware tables."""
+    """Show the built-in scenarios, policies, drafters, acceptance profiles and hardware tables, and the installed
+    plug-ins."""
+    from simulator.acceptance import BUILTIN_SOURCES
     from simulator.acceptance.profile import available_profiles, load_profile
     from simulator.drafters import DRAFTER_KINDS
+    from simulator.library import builtin_scenarios, library_dir, scenario_description
+    from simulator.plugins import ACCEPTANCE_GROUP, POLICY_GROUP, entry_points
     from simulator.policies import REGISTRY, display_name
 
+    click.echo(f"scenarios ({library_dir()}; run one with `simulate NAME`):")
+    for path in builtin_scenarios():
+        click.echo(f"  {path.stem:18s} {scenario_description(path)}")
     click.echo("policies:")
     for name, cls in sorted(REGISTRY.items()):
         click.echo(f"  {display_name(name, cls):18s} {one_line(cls.__doc__ or '')}")
+    for name, ep in sorted(entry_points(POLICY_GROUP).items()):
+        click.echo(f"  {name:18s} plug-in {ep.value}")
     click.echo("  module:Class       a researcher's policy (docs/adding-a-policy.md)")
+    click.echo("acceptance sources:")
+    click.echo(f"  {', '.join(BUILTIN_SOURCES)} (built in)")
+    for name, ep in sorted(entry_points(ACCEPTANCE_GROUP).items()):
+        click.echo(f"  {name:18s} plug-in {ep.value}")
+    click.echo("  module:Class       a researcher's source (docs/adding-an-acceptance-source.md)")
     click.echo("drafters:")
     for name, kind in DRAFTER_KINDS.items():
         click.echo(f"  {name:18s} {kind.description}")
@@ -142,9 +156,8 @@ def list_cmd() -> None:
             click.echo(f"  {name:18s} target {p.target}; drafters {', '.join(p.drafters)}; {len(p.domains)} benchmarks")
         except UserError as exc:
             click.echo(f"  {name:18s} (unreadable: {exc})")
-    click.echo("hardware tables (scenarios/hardware):")
-    hw_dir = Path(__file__).resolve().parents[1] / "scenarios" / "hardware"
-    for csv in sorted(hw_dir.glob("*.csv")):
+    click.echo(f"hardware tables ({library_dir() / 'hardware'}):")
+    for csv in sorted((library_dir() / "hardware").glob("*.csv")):
         click.echo(f"  {csv.name}")
 
 

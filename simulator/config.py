@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from simulator.errors import UserError
+from simulator.library import find_builtin_scenario, library_dir
 from simulator.plugins import did_you_mean
 
 DRAFTERS = ("none", "mtp", "dspark", "dflash", "eagle3")
@@ -242,8 +243,15 @@ class LoadedScenario:
         return self.model.name or self.path.stem
 
     def resolve(self, rel: str) -> Path:
+        """A path the scenario names, relative to the scenario's folder; a relative path found there falls back
+        to the built-in library (``hardware/h200-qwen3-8b-bf16.csv`` works from any folder)."""
         p = Path(rel)
-        return p if p.is_absolute() else (self.base / p)
+        if p.is_absolute():
+            return p
+        here = self.base / p
+        if not here.exists() and (library_dir() / p).exists():
+            return library_dir() / p
+        return here
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -354,7 +362,11 @@ def format_validation_error(path: Path, exc: ValidationError) -> str:
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedScenario:
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path}: scenario file not found")
+        # a built-in scenario named as in the docs (`peak`, `scenarios/peak.yaml`), from any folder or an install
+        builtin = find_builtin_scenario(str(path)) if path.parent.name in ("", "scenarios") else None
+        if builtin is None:
+            raise UserError(f"{path}: scenario file not found (built-in scenarios: `simulate list`)")
+        path = builtin
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:

@@ -36,8 +36,9 @@ from simulator.acceptance.latent import (
     solve_latent,
 )
 from simulator.calibration import confidence_report, sts_apply, sts_fit
+from simulator.library import library_dir
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "profiles"
+PROFILE_DIR = library_dir() / "profiles"
 TABLE1 = PROFILE_DIR / "paper-table1.csv"
 GAMMA = 7
 
