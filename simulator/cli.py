@@ -55,7 +55,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     from tqdm import tqdm
 
     from simulator.config import load_scenario
-    from simulator.hardware import load_target_table
+    from simulator.hardware import load_target_table, scenario_grid_warnings
     from simulator.report import write_report
     from simulator.summary import format_headline, headline_table, write_outputs
     from simulator.sweep import Sweep, default_jobs
@@ -63,6 +63,8 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     scn = load_scenario(scenario, sets)
     out = out or Path("results") / scenario.stem
     sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh)
+    for line in scenario_grid_warnings(scn):
+        click.echo(f"warning: {line}", err=True)
     done_before = len(sweep.specs) - len(sweep.pending())
     if done_before:
         click.echo(f"resuming: {done_before} of {len(sweep.specs)} runs already in {out}", err=True)
@@ -96,7 +98,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     import numpy as np
 
     from simulator.config import load_scenario
-    from simulator.hardware import load_hardware
+    from simulator.hardware import load_hardware, scenario_grid_warnings
     from simulator.policies import make_policy
     from simulator.run import check_engine_limits, load_points, make_source
     from simulator.systems import resolve_systems
@@ -110,6 +112,8 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
         make_source(scn, s, np.random.default_rng(0))  # loads the profile or trace and checks the mix
     points = load_points(scn)
     m = scn.model
+    for line in scenario_grid_warnings(scn):
+        click.echo(f"warning: {line}", err=True)
     click.echo(f"{scenario}: ok")
     click.echo(f"  systems ({len(systems)}): " + ", ".join(f"{s.name} [{s.drafter}, gamma {s.gamma}, {s.policy}]" for s in systems))
     click.echo(f"  load points ({len(points)}): " + ", ".join(p.label for p in points))

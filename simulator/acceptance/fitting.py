@@ -21,7 +21,6 @@ What each profile reproduces and where the numbers come from:
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

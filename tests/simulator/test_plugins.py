@@ -158,16 +158,6 @@ def test_source_files_cover_the_module_or_its_whole_package(plugin_dir):
     assert own == [(plugin_dir / "single.py").resolve()]
 
 
-def test_plugin_source_runs_and_matches_the_closed_form(scenario_file, examples_on_path):
-    """The i.i.d. source verified in full: tau = (1 - alpha^(g+1)) / (1 - alpha)."""
-    alpha, gamma = 0.7, 4
-    path = scenario_file(systems=[{"name": "s", "drafter": "dspark", "gamma": gamma, "policy": f"static-{gamma}"}],
-                         acceptance={"source": "geometric_source:GeometricSource", "options": {"alpha": alpha}},
-                         workload={"prompt": 64, "output": 400}, frontier={"concurrency": [32]})
-    row, _ = simulate(path)
-    assert row["tau"] == pytest.approx((1 - alpha ** (gamma + 1)) / (1 - alpha), rel=0.03)
-
-
 @pytest.mark.parametrize(("acceptance", "match"), [
     ({"options": {"alpha": 1.5}}, r"acceptance\.options \(source .*, system 's'\): alpha must lie in \[0, 1\)"),
     ({"options": {"alpah": 0.5}}, r"acceptance\.options .*unknown parameter 'alpah' \(did you mean 'alpha'\?\)"),
