@@ -139,3 +139,28 @@ def test_gamma_too_large_blames_the_system(scenario_file):
     assert res.returncode == 2
     assert (f"{path}: system 'big': gamma 100 does not fit: a full batch verifies max_running x (1 + gamma) = "
             "64 x 101 = 6464 tokens, more than engine.max_batch_tokens 4096; use gamma <= 63") in res.stderr
+
+
+def test_builtin_scenarios_and_library_files_are_found_by_name(tmp_path, monkeypatch):
+    from simulator.library import library_dir
+
+    monkeypatch.chdir(tmp_path)  # no scenarios/ folder here
+    for name in ("peak", "peak.yaml", "scenarios/peak.yaml"):
+        assert load_scenario(name).path == library_dir() / "peak.yaml"
+    with pytest.raises(UserError, match=r"^elsewhere/peak.yaml: scenario file not found"):
+        load_scenario("elsewhere/peak.yaml")  # a path in another folder is never swapped for a built-in
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({"hardware": {"table": "hardware/h200-qwen3-8b-bf16.csv"}, "systems": ["dspark"],
+                                    "frontier": {"concurrency": [4]}}))
+    scn = load_scenario(mine)
+    assert scn.resolve("hardware/h200-qwen3-8b-bf16.csv") == library_dir() / "hardware" / "h200-qwen3-8b-bf16.csv"
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "hardware" / "h200-qwen3-8b-bf16.csv").write_text("x")
+    assert scn.resolve("hardware/h200-qwen3-8b-bf16.csv") == tmp_path / "hardware" / "h200-qwen3-8b-bf16.csv"
+
+
+def test_list_shows_scenarios_and_sources():
+    res = run_cli("list")
+    assert res.returncode == 0, res.stderr
+    assert "scenarios (" in res.stdout and "\n  peak " in res.stdout and "\n  azure-conv " in res.stdout
+    assert "acceptance sources:\n  profile, trace (built in)" in res.stdout
