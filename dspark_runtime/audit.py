@@ -20,6 +20,7 @@ Schedulers (all the simulator's code, none copied):
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 import numpy as np
@@ -141,12 +142,25 @@ class _UserFacingError(click.ClickException):
 @click.option("--scheduler", required=True, help=f"Scheduler: {', '.join(SCHEDULERS)}.")
 @click.option("--samples", default=200_000, show_default=True, type=int, help="Request-steps to sample.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Sampling seed (and the random world's).")
-def audit_lossless(case: str, scheduler: str, samples: int, seed: int) -> None:
+@click.option("--alpha", default=1e-3, show_default=True, type=click.FloatRange(0.0, 1.0, min_open=True),
+              help="Significance level: the audit fails when the goodness-of-fit p-value is below it.")
+def audit_lossless(case: str, scheduler: str, samples: int, seed: int, alpha: float) -> None:
     """Check that drafting, scheduling and rejection-sampling verification emit the target's distribution.
 
-    Prints one JSON line: the first emitted token's distribution, the target's, and the chi-square p-value."""
+    Prints one JSON line (stdout): the first emitted token's distribution, the target's, the chi-square p-value and
+    ``lossless`` (p >= alpha); then a one-line verdict (stderr). Exits 1 when the test rejects losslessness."""
     try:
         record = run_audit(case, scheduler, samples, seed)
     except UserError as exc:
         raise _UserFacingError(str(exc)) from None
+    record["alpha"] = alpha
+    record["lossless"] = bool(record["p_value"] >= alpha)
     click.echo(json.dumps(record))
+    p = f"chi-square p = {record['p_value']:.3g}"
+    if record["lossless"]:
+        click.echo(f"lossless: {scheduler} on {case} emits the target's distribution ({p} >= alpha {alpha:g})",
+                   err=True)
+    else:
+        click.echo(f"NOT lossless: {scheduler} on {case} does not emit the target's distribution ({p} < alpha "
+                   f"{alpha:g}; x_1 admission p = {record['admission_p_value']:.3g})", err=True)
+        sys.exit(1)

@@ -147,7 +147,8 @@ from .user_errors import reports_user_errors  # noqa: E402
 
 
 @click.command("eval")
-@click.option("--size", default="full", show_default=True, help="Which built tiny world to evaluate.")
+@click.option("--size", default=None,
+              help="Which built tiny world to evaluate [default: the one built; full when both are].")
 @click.option("--data-dir", default=None, help="Data directory [default: $DSPARK_DATA or .dspark-data].")
 @click.option("--drafters", default="dspark,dflash,eagle3", show_default=True,
               help="Comma-separated drafters of the tiny world (dspark, dflash, eagle3, dspark-gated, dspark-rnn).")
@@ -173,10 +174,11 @@ def eval_command(size, data_dir, drafters, target_dir, drafter_dirs, per_domain,
     from .corpus import load_corpus
     from .rollouts import eval_records
     from .target import TargetRunner, load_target
-    from .world import world_paths, world_size
+    from .world import size_to_use, world_paths, world_size
 
     quiet_transformers()
     set_threads(threads)
+    size = size_to_use(size, data_dir)  # the held-out prompts always come from a built tiny world
     spec = world_size(size)
     paths = world_paths(data_dir, size)
     if temperature < 0:

@@ -7,6 +7,7 @@ one sub-directory per size, so a smoke build never overwrites the full one.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -134,3 +135,28 @@ class WorldPaths:
 
 def world_paths(data_dir: str | os.PathLike | None, size: str) -> WorldPaths:
     return WorldPaths(data_root(data_dir) / size)
+
+
+def built_sizes(data_dir: str | os.PathLike | None) -> list[str]:
+    """Sizes whose build finished under the data directory (their manifest records a total time)."""
+    out = []
+    for name in SIZES:
+        manifest = world_paths(data_dir, name).manifest
+        try:
+            if "total_seconds" in json.loads(manifest.read_text()):
+                out.append(name)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def size_to_use(flag: str | None, data_dir: str | os.PathLike | None) -> str:
+    """The world size a command works on: the flag, else the one size that was built (``full`` when both were)."""
+    if flag is not None:
+        world_size(flag)
+        return flag
+    built = built_sizes(data_dir)
+    if not built:
+        raise UserError(f"--size: no tiny world is built under {data_root(data_dir)}; run `dspark build-tiny` "
+                        "(or `dspark build-tiny --size smoke` for a quick one) first, or give --data-dir")
+    return "full" if "full" in built else built[0]

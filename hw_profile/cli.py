@@ -5,7 +5,7 @@
     hw-profile analytic --gpu H200 --model qwen3-8b [--gpus N] [--dtype bf16] --out TABLE.csv
     hw-profile fit TABLE.csv                     # writes TABLE.smooth.csv (+ .json) beside it
     hw-profile calibrate TELEMETRY.csv --tau 1.9 --verify-budget 2 --context 3000 --out TABLE.csv
-    hw-profile show TABLE.csv [OTHER.csv] --out view.html
+    hw-profile show TABLE.csv [OTHER.csv] [--out view.html]  # default: TABLE.html beside TABLE
     hw-profile compare TABLE.csv OTHER.csv       # T(TABLE) / T(OTHER) at TABLE's points, per context and B
     hw-profile peaks --device cpu --dtype fp32 --out cpu.json   # achieved rates, a device file for `analytic`
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from pathlib import Path
 
 import click
 import numpy as np
@@ -67,7 +68,8 @@ def cli() -> None:
 @click.option("--model", required=True, help="built-in shape (qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-14b, "
               "gemma4-12b, deepseek-v3; deepseek-v4-flash/pro for `analytic` only) or a transformers config.json")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
+              help="[default: fp32 on cpu (CPUs lack fast bf16 matmuls), bf16 on cuda]")
 @click.option("--requests", "requests_", default="1,2,4,8,16", show_default=True,
               help="request counts R: a comma list, or A..B for powers of two")
 @click.option("--tokens-per-request", default="1,2,4,8", show_default=True, help="new tokens per request t")
@@ -104,7 +106,7 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
     cfg = ProfileConfig(
         model=model,
         device=device,
-        dtype=dtype,
+        dtype=dtype or ("fp32" if device == "cpu" else "bf16"),
         requests=parse_int_list(requests_, "--requests"),
         tokens_per_request=parse_int_list(tokens_per_request, "--tokens-per-request"),
         contexts=parse_int_list(context, "--context", minimum=0),
@@ -260,10 +262,11 @@ def calibrate(obj, telemetry, out, tau, verify_budget, context, gpus_per_replica
 @cli.command(help="Write TABLE.smooth.csv: the table made monotone non-decreasing in B and K.")
 @click.argument("table", type=click.Path(dir_okay=False))
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="default: TABLE.smooth.csv beside TABLE")
-def fit(table, out) -> None:
+@click.pass_obj
+def fit(obj, table, out) -> None:
     from hw_profile.fit import fit_file
 
-    smooth, path = fit_file(table, out)
+    smooth, path = fit_file(table, out, command=(obj or {}).get("command"))
     info = smooth.meta["smoothed"]
     click.echo(f"{path}: {info['cells']} cells ({info['measured_cells']} measured), measured points moved by "
                f"{info['mean_change_pct_measured']:.2f}% on average, {info['max_change_pct_measured']:.2f}% at most")
@@ -272,12 +275,15 @@ def fit(table, out) -> None:
 @cli.command(help="Write a self-contained HTML view: SPS(B) per context, and TABLE against OTHER.")
 @click.argument("table", type=click.Path(dir_okay=False))
 @click.argument("other", required=False, type=click.Path(dir_okay=False))
-@click.option("--out", required=True, type=click.Path(dir_okay=False))
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="default: TABLE.html beside TABLE (TABLE.vs.OTHER.html with OTHER)")
 def show(table, other, out) -> None:
     from hw_profile.show import write_view
     from hw_profile.table import StepTable
 
     tables = [StepTable.read(table)] + ([StepTable.read(other)] if other else [])
+    if out is None:
+        out = Path(table).with_name(Path(table).stem + (f".vs.{Path(other).stem}" if other else "") + ".html")
     path = write_view(tables, out)
     click.echo(f"{path}: written")
 

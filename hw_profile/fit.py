@@ -121,8 +121,15 @@ def smooth_table(table: StepTable) -> StepTable:
     rows = pd.concat([cells, skipped], ignore_index=True) if len(skipped) else cells
     change = np.abs(fitted - grid.ms)[counts > 0] / grid.ms[counts > 0]
     meta = dict(table.meta)
+    # the sidecar says what this table is: a fit, not a measurement, and not what the source's command wrote
+    meta["kind"] = "smoothed"
+    for key in ("command", "note"):
+        meta.pop(key, None)
     meta["smoothed"] = {
         "from": table.path.name if table.path is not None else None,
+        "from_kind": table.meta.get("kind"),
+        "from_command": table.meta.get("command"),
+        "from_note": table.meta.get("note"),
         "method": "weighted least-squares projection onto grids non-decreasing in B and K "
                   "(Dykstra over row/column isotonic regressions)",
         "cells": int(fitted.size),
@@ -136,9 +143,11 @@ def smooth_table(table: StepTable) -> StepTable:
     return StepTable.from_points(rows, meta)
 
 
-def fit_file(path: str | Path, out: str | Path | None = None) -> tuple[StepTable, Path]:
+def fit_file(path: str | Path, out: str | Path | None = None, command: str | None = None) -> tuple[StepTable, Path]:
     table = StepTable.read(path)
     smooth = smooth_table(table)
+    if command:
+        smooth.meta["command"] = command
     target = Path(out) if out is not None else smooth_path(path)
     smooth.write(target)
     return smooth, target

@@ -1,6 +1,6 @@
 """The `simulate` command.
 
-    simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2]
+    simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2] [--fresh]
              [--backend local|ray [--address auto|HOST:PORT]]
     simulate plan SCENARIO.yaml [--sla TPS] [--attainment A] [--ttft-p99 S] [--gpu-hour-cost USD] [--max-gpus N]
              [--out DIR] [--backend ...] [--set path=value]...
@@ -74,16 +74,19 @@ def make_backend(backend: str, address: str | None, jobs: int | None):
 @click.option("--seed", type=int, help="seed of the first replicate [default: the scenario's]")
 @click.option("--replicates", type=click.IntRange(min=1), help="seeds per load point [default: run.replicates]")
 @click.option("--jobs", type=click.IntRange(min=1), help="parallel runs [default: all cores]")
-@click.option("--records", type=click.Path(path_type=Path), help="also write per-request and per-step Parquet records here")
+@click.option("--records", type=click.Path(path_type=Path),
+              help="also write per-request and per-step Parquet records here (stored runs are repeated to write them)")
+@click.option("--fresh", is_flag=True, help="ignore stored runs: run everything again and overwrite them")
 @backend_options
 @overrides
 def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, replicates: int | None,
-            jobs: int | None, records: Path | None, backend: str, address: str | None, sets: tuple[str, ...]) -> None:
+            jobs: int | None, records: Path | None, fresh: bool, backend: str, address: str | None,
+            sets: tuple[str, ...]) -> None:
     """Run a scenario (also: `simulate SCENARIO`)."""
     from tqdm import tqdm
 
     from simulator.config import load_scenario
-    from simulator.hardware import load_target_table
+    from simulator.hardware import load_target_table, scenario_grid_warnings
     from simulator.plan import matching_plan
     from simulator.report import write_report
     from simulator.summary import flag_lines, format_headline, headline_table, write_outputs
@@ -95,7 +98,9 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
         out = default_out(scenario, sets)
         if sets:
             click.echo(f"overrides given: writing to {out} (--out to choose)", err=True)
-    sweep = Sweep.plan(scn, out, quick, seed, replicates, records)
+    sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh)
+    for line in scenario_grid_warnings(scn):
+        click.echo(f"warning: {line}", err=True)
     done_before = len(sweep.specs) - len(sweep.pending())
     if done_before:
         click.echo(f"resuming: {done_before} of {len(sweep.specs)} runs already in {out}", err=True)
@@ -195,7 +200,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     import numpy as np
 
     from simulator.config import load_scenario
-    from simulator.hardware import load_hardware
+    from simulator.hardware import load_hardware, scenario_grid_warnings
     from simulator.policies import make_policy
     from simulator.run import check_engine_limits, load_points, make_source, prefill_pool_factory
     from simulator.systems import resolve_systems
@@ -210,6 +215,8 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     prefill_pool_factory(scn, hw)  # reads hardware.prefill_table when one is named
     points = load_points(scn)
     m = scn.model
+    for line in scenario_grid_warnings(scn):
+        click.echo(f"warning: {line}", err=True)
     click.echo(f"{scenario}: ok")
     click.echo(f"  systems ({len(systems)}): " + ", ".join(f"{s.name} [{s.drafter}, gamma {s.gamma}, {s.policy}]" for s in systems))
     click.echo(f"  load points ({len(points)}): " + ", ".join(p.label for p in points))
@@ -228,15 +235,29 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
 
 @cli.command("list")
 def list_cmd() -> None:
-    """Show the built-in policies, drafters, acceptance profiles and hardware tables."""
+    """Show the built-in scenarios, policies, drafters, acceptance profiles and hardware tables, and the installed
+    plug-ins."""
+    from simulator.acceptance import BUILTIN_SOURCES
     from simulator.acceptance.profile import available_profiles, load_profile
     from simulator.drafters import DRAFTER_KINDS
+    from simulator.library import builtin_scenarios, library_dir, scenario_description
+    from simulator.plugins import ACCEPTANCE_GROUP, POLICY_GROUP, entry_points
     from simulator.policies import REGISTRY, display_name
 
+    click.echo(f"scenarios ({library_dir()}; run one with `simulate NAME`):")
+    for path in builtin_scenarios():
+        click.echo(f"  {path.stem:18s} {scenario_description(path)}")
     click.echo("policies:")
     for name, cls in sorted(REGISTRY.items()):
         click.echo(f"  {display_name(name, cls):18s} {one_line(cls.__doc__ or '')}")
+    for name, ep in sorted(entry_points(POLICY_GROUP).items()):
+        click.echo(f"  {name:18s} plug-in {ep.value}")
     click.echo("  module:Class       a researcher's policy (docs/adding-a-policy.md)")
+    click.echo("acceptance sources:")
+    click.echo(f"  {', '.join(BUILTIN_SOURCES)} (built in)")
+    for name, ep in sorted(entry_points(ACCEPTANCE_GROUP).items()):
+        click.echo(f"  {name:18s} plug-in {ep.value}")
+    click.echo("  module:Class       a researcher's source (docs/adding-an-acceptance-source.md)")
     click.echo("drafters:")
     for name, kind in DRAFTER_KINDS.items():
         click.echo(f"  {name:18s} {kind.description}")
@@ -247,9 +268,8 @@ def list_cmd() -> None:
             click.echo(f"  {name:18s} target {p.target}; drafters {', '.join(p.drafters)}; {len(p.domains)} benchmarks")
         except UserError as exc:
             click.echo(f"  {name:18s} (unreadable: {exc})")
-    click.echo("hardware tables (scenarios/hardware):")
-    hw_dir = Path(__file__).resolve().parents[1] / "scenarios" / "hardware"
-    for csv in sorted(hw_dir.glob("*.csv")):
+    click.echo(f"hardware tables ({library_dir() / 'hardware'}):")
+    for csv in sorted((library_dir() / "hardware").glob("*.csv")):
         click.echo(f"  {csv.name}")
 
 

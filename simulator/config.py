@@ -9,7 +9,7 @@ YAML; list items by index, e.g. ``systems.0.gamma=5``) overrides fields before v
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -25,12 +25,15 @@ from pydantic import (
 )
 
 from simulator.errors import UserError
+from simulator.library import find_builtin_scenario, library_dir
+from simulator.plugins import did_you_mean
 
 DRAFTERS = ("none", "mtp", "dspark", "dflash", "eagle3")
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a quoted number ("60") is a string, not silently a number
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 # --- lengths -----------------------------------------------------------------------------------------------------
@@ -246,8 +249,15 @@ class LoadedScenario:
         return self.model.name or self.path.stem
 
     def resolve(self, rel: str) -> Path:
+        """A path the scenario names, relative to the scenario's folder; a relative path found there falls back
+        to the built-in library (``hardware/h200-qwen3-8b-bf16.csv`` works from any folder)."""
         p = Path(rel)
-        return p if p.is_absolute() else (self.base / p)
+        if p.is_absolute():
+            return p
+        here = self.base / p
+        if not here.exists() and (library_dir() / p).exists():
+            return library_dir() / p
+        return here
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -302,17 +312,54 @@ def _loc(loc: tuple) -> str:
     return out or "(top level)"
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The scenario models an annotation may hold (through Optional, unions, lists and Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def _tags(model: type[BaseModel]) -> tuple:
+    dist = model.model_fields.get("dist")  # the discriminator of the length distributions
+    return get_args(dist.annotation) if dist is not None else ()
+
+
+def _fields_at(loc: tuple) -> list[str]:
+    """The field names of the model at ``loc`` in a Scenario (pydantic's error location, union tags included)."""
+    models: list[type[BaseModel]] = [Scenario]
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        tagged = [m for m in models if m.__name__ == part or part in _tags(m)]
+        if tagged:  # a union member pydantic names by class or discriminator tag
+            models = tagged
+            continue
+        models = [m for model in models if part in model.model_fields
+                  for m in _models_in(model.model_fields[part].annotation)]
+    return [name for model in models for name in model.model_fields]
+
+
 def format_validation_error(path: Path, exc: ValidationError) -> str:
     errors = exc.errors(include_url=False)
     # a system given as a mapping fails both the str and the System branch; report the System one
     errors.sort(key=lambda e: 1 if (len(e["loc"]) > 2 and e["loc"][0] == "systems" and e["loc"][2] == "str") else 0)
     err = errors[0]
     msg = err["msg"]
+    got = err.get("input")
     if err["type"] == "extra_forbidden":
-        msg = "unknown field"
+        msg = "unknown field" + did_you_mean(str(err["loc"][-1]), _fields_at(err["loc"][:-1]))
     elif err["type"] == "missing":
         msg = "required field is missing"
-    got = err.get("input")
+    elif err["type"] in ("int_type", "float_type") and isinstance(got, str) and _is_number(got):
+        msg = f"expected a number, got the string {got!r}; write it without quotes"
     extra = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, dict | list) else f" (got {got!r})"
     more = f" [+{len(errors) - 1} more]" if len(errors) > 1 else ""
     return f"{path}: {_loc(err['loc'])}: {msg}{extra}{more}"
@@ -321,7 +368,11 @@ def format_validation_error(path: Path, exc: ValidationError) -> str:
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedScenario:
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path}: scenario file not found")
+        # a built-in scenario named as in the docs (`peak`, `scenarios/peak.yaml`), from any folder or an install
+        builtin = find_builtin_scenario(str(path)) if path.parent.name in ("", "scenarios") else None
+        if builtin is None:
+            raise UserError(f"{path}: scenario file not found (built-in scenarios: `simulate list`)")
+        path = builtin
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:

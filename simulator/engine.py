@@ -28,7 +28,7 @@ import numpy as np
 import simpy
 
 from hw_profile.table import StepTimeGrid
-from simulator.acceptance.base import AcceptanceSource
+from simulator.acceptance.base import AcceptanceSource, checked_accepted
 from simulator.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.drafters import DraftCost
 from simulator.policies.base import Policy, PolicyView, StepRate, checked_lengths
@@ -257,7 +257,7 @@ class Replica:
             view = PolicyView(conf, remaining, plan.context, sps, gamma, self.step_no,
                               proposal.outcome if self.policy.needs_outcome else None, maxl)
             plan.lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
-            plan.accepted = sim.source.verify(proposal, plan.lengths)
+            plan.accepted = checked_accepted(sim.source, sim.source.verify(proposal, plan.lengths), plan.lengths)
             plan.verified = int(plan.lengths.sum())
         plan.batch_tokens = rows + plan.verified + plan.prefill_tokens
 

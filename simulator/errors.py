@@ -10,3 +10,7 @@ class UserError(Exception):
 
 class PolicyError(UserError):
     """A verification policy that cannot be loaded or that returned an invalid plan."""
+
+
+class SourceError(UserError):
+    """An acceptance source that cannot be loaded or that returned an invalid outcome."""

@@ -13,14 +13,14 @@ import pandas as pd
 
 from simulator.acceptance import BUILTIN_SOURCES, resolve_source
 from simulator.acceptance.base import AcceptanceSource, NoDrafts
-from simulator.acceptance.profile import ProfileSource, load_profile
+from simulator.acceptance.profile import Profile, ProfileSource, load_profile
 from simulator.acceptance.trace import TraceSource
 from simulator.config import LoadedScenario
 from simulator.engine import Simulation
 from simulator.errors import UserError
 from simulator.hardware import Hardware, load_hardware
 from simulator.metrics import request_metrics, saturated, step_metrics, tau_by_mix, time_series
-from simulator.plugins import construct
+from simulator.plugins import construct, did_you_mean
 from simulator.policies import make_policy
 from simulator.policies import resolve as resolve_policy
 from simulator.prefill import PrefillPool
@@ -87,7 +87,9 @@ def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generato
         raise UserError(f"{field}.options: the built-in source {acc.source!r} takes no options "
                         f"(got {', '.join(acc.options)})")
     if acc.source == "profile":
-        return ProfileSource(load_profile(acc.profile, scn.base), drafter, system.gamma, mix, calibrated, rng)
+        profile = load_profile(acc.profile, scn.base)
+        check_mix(scn, profile)
+        return ProfileSource(profile, drafter, system.gamma, mix, calibrated, rng)
     if acc.source == "trace":
         return TraceSource(scn.resolve(acc.trace), drafter, system.gamma, mix, calibrated, rng,
                            need_confidence=policy_cls.reads_confidence)
@@ -103,13 +105,26 @@ def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generato
     return source
 
 
+def check_mix(scn: LoadedScenario, profile: Profile) -> None:
+    """Every workload mix entry must be a domain or a benchmark of the profile."""
+    for key in scn.model.workload.mix:
+        if not profile.benchmarks_for(key):
+            domains = sorted(set(profile.domains.values()))
+            raise UserError(f"{scn.path}: workload.mix.{key}: not a domain or benchmark of acceptance profile "
+                            f"{profile.name!r}{did_you_mean(key, [*domains, *profile.domains])}; domains: "
+                            f"{', '.join(domains)}; benchmarks: {', '.join(profile.domains)}")
+
+
 def check_engine_limits(scn: LoadedScenario, system: SystemSpec) -> None:
     eng = scn.model.engine
     worst = eng.max_running * (1 + system.gamma)
     if worst > eng.max_batch_tokens:
+        most = eng.max_batch_tokens // eng.max_running - 1
+        fix = f"use gamma <= {most} or " if most >= 1 else ""
         raise UserError(
-            f"{scn.path}: engine.max_batch_tokens: {eng.max_batch_tokens} cannot hold a full batch of system "
-            f"{system.name!r}: max_running x (1 + gamma) = {eng.max_running} x {1 + system.gamma} = {worst}"
+            f"{scn.path}: system {system.name!r}: gamma {system.gamma} does not fit: a full batch verifies "
+            f"max_running x (1 + gamma) = {eng.max_running} x {1 + system.gamma} = {worst} tokens, more than "
+            f"engine.max_batch_tokens {eng.max_batch_tokens}; {fix}raise engine.max_batch_tokens"
         )
 
 
@@ -213,6 +228,12 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
 def records_stem(spec: RunSpec) -> str:
     quick = "-quick" if spec.quick else ""
     return f"{spec.system.name}__{spec.point.label}__seed{spec.seed}{quick}"
+
+
+def records_written(out: Path, spec: RunSpec) -> bool:
+    """Whether ``out`` holds this run's records (both files)."""
+    stem = records_stem(spec)
+    return (out / f"{stem}.requests.parquet").is_file() and (out / f"{stem}.steps.parquet").is_file()
 
 
 def write_records(out: Path, spec: RunSpec, req: dict, steps: dict, mix: dict) -> None:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from simulator.backends import Backend, Task, execute
 from simulator.config import LoadedScenario
 from simulator.plugins import source_files
 from simulator.policies import resolve as resolve_policy
-from simulator.run import RunSpec, load_points
+from simulator.run import RunSpec, load_points, records_written
 from simulator.systems import SystemSpec, resolve_systems
 
 RUN_COLUMNS = [
@@ -107,16 +107,18 @@ class Sweep:
     specs: list[RunSpec]
     out: Path
     records: Path | None = None
+    fresh: bool = False  # ignore the store: run everything again (and overwrite what is stored)
+    _executed: set[str] = field(default_factory=set)
 
     @classmethod
     def plan(cls, scn: LoadedScenario, out: Path, quick: bool, seed: int | None, replicates: int | None,
-             records: Path | None = None) -> Sweep:
+             records: Path | None = None, fresh: bool = False) -> Sweep:
         systems = resolve_systems(scn)
         base_seed = scn.model.seed if seed is None else seed
         reps = replicates or scn.model.run.replicates
         specs = [RunSpec(system, point, base_seed + r, quick)
                  for r in range(reps) for system in systems for point in load_points(scn)]
-        return cls(scn, specs, out, records)
+        return cls(scn, specs, out, records, fresh)
 
     @property
     def store(self) -> Path:
@@ -151,7 +153,12 @@ class Sweep:
         return out
 
     def pending(self) -> list[tuple[RunSpec, str]]:
-        return [(s, k) for s, k in zip(self.specs, self.keys(), strict=True) if not (self.store / f"{k}.json").is_file()]
+        """Runs to execute: those not stored, those whose records were asked for and are missing (a stored row
+        keeps no records; the run is repeated to write them) and, with ``fresh``, every run not yet executed by
+        this command."""
+        return [(s, k) for s, k in zip(self.specs, self.keys(), strict=True)
+                if not (self.store / f"{k}.json").is_file() or (self.fresh and k not in self._executed)
+                or (self.records is not None and not records_written(self.records, s))]
 
     def tasks(self) -> list[Task]:
         """What is not stored yet, as tasks for a backend."""
@@ -166,7 +173,13 @@ class Sweep:
         if not todo:
             return 0
         bar = progress(len(todo), len(self.specs)) if progress else None
-        execute(todo, backend or Backend("local", jobs), (lambda task: bar.update(1)) if bar else None)
+
+        def stored(task: Task) -> None:
+            self._executed.add(task.store.stem)  # --fresh: this command has run it now
+            if bar:
+                bar.update(1)
+
+        execute(todo, backend or Backend("local", jobs), stored)
         if bar:
             bar.close()
         return len(todo)

@@ -7,6 +7,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from simulator.errors import SourceError
+
 
 @dataclass
 class Proposal:
@@ -53,6 +55,33 @@ class AcceptanceSource:
 
     def detach(self, ids: np.ndarray) -> None:
         """Requests that finished (their state may be dropped)."""
+
+
+def checked_accepted(source: AcceptanceSource, accepted: object, lengths: np.ndarray) -> np.ndarray:
+    """A source's verify() answer as an int64 array with 0 <= accepted <= lengths, or a SourceError that names the
+    source and what is wrong. lengths: (R,) int64 >= 0, what the policy verified."""
+    if type(accepted) is np.ndarray and accepted.dtype == np.int64 and accepted.shape == lengths.shape:
+        # the common case, one comparison: negative counts wrap around to huge unsigned values
+        if not np.any(accepted.view(np.uint64) > lengths.view(np.uint64)):
+            return accepted
+    name = type(source).__name__
+    try:
+        arr = np.asarray(accepted)
+    except Exception as exc:  # a plug-in may return anything
+        raise SourceError(f"acceptance source {name}: verify() returned {type(accepted).__name__}, expected an int "
+                          f"array ({exc})") from None
+    if arr.shape != lengths.shape:
+        raise SourceError(f"acceptance source {name}: verify() returned shape {arr.shape}, expected {lengths.shape} "
+                          "(one count per verified request)")
+    if arr.dtype.kind not in "iub":
+        raise SourceError(f"acceptance source {name}: verify() returned dtype {arr.dtype}, expected integer counts")
+    arr = arr.astype(np.int64, copy=False)
+    bad = (arr < 0) | (arr > lengths)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise SourceError(f"acceptance source {name}: {int(arr[r])} draft tokens accepted for request {r}, outside "
+                          f"0..{int(lengths[r])} (a source accepts at most the tokens verified)")
+    return arr
 
 
 class GrowingArrays:

@@ -29,7 +29,6 @@ What each profile reproduces and where the numbers come from:
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -46,8 +45,9 @@ from simulator.acceptance.latent import (
 )
 from simulator.acceptance.pooled import lognormal_output_pmf, pooled_tau
 from simulator.calibration import confidence_report, logit, sigmoid, sts_apply, sts_fit
+from simulator.library import library_dir
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "profiles"
+PROFILE_DIR = library_dir() / "profiles"
 TABLE1 = PROFILE_DIR / "paper-table1.csv"
 GAMMA = 7
 

@@ -18,8 +18,9 @@ from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
 from simulator.acceptance.latent import HeadModel, Variation
 from simulator.acceptance.normal_table import LEVELS, quantiles
 from simulator.errors import UserError
+from simulator.library import library_dir
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "profiles"
+PROFILE_DIR = library_dir() / "profiles"
 
 
 @dataclass

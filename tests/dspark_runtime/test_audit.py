@@ -133,17 +133,24 @@ def invoke(*args: str):
     return CliRunner().invoke(cli, ["audit-lossless", *args])
 
 
-def test_command_prints_one_json_line():
+def test_command_prints_one_json_line_and_a_verdict():
     res = invoke("--case", "appendix-a", "--scheduler", "global", "--samples", "2000", "--seed", "4")
-    assert res.exit_code == 0, res.output
-    lines = res.output.strip().splitlines()
+    assert res.exit_code == 1, res.output  # the global search is caught: the audit fails
+    assert res.stderr.startswith("NOT lossless: global on appendix-a") and res.stderr.count("\n") == 1
+    lines = res.stdout.strip().splitlines()
     assert len(lines) == 1
     rec = json.loads(lines[0])
+    assert rec["lossless"] is False and rec["alpha"] == 1e-3
     assert {"case", "scheduler", "samples", "distribution", "target", "p_value"} <= rec.keys()
     assert rec["case"] == "appendix-a" and rec["scheduler"] == "global" and rec["samples"] == 2000
     assert set(rec["distribution"]) == {"0", "1"} and rec["target"] == {"0": 0.7, "1": 0.3}
     assert sum(rec["distribution"].values()) == pytest.approx(1.0)
     assert rec["p_value"] < CAUGHT
+
+    ok = invoke("--case", "appendix-a", "--scheduler", "dspark", "--samples", "2000", "--seed", "4")
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["lossless"] is True
+    assert ok.stderr.startswith("lossless: dspark on appendix-a") and "p = " in ok.stderr
 
 
 @pytest.mark.parametrize(
@@ -154,6 +161,7 @@ def test_command_prints_one_json_line():
         (["--scheduler", "dspark", "--samples", "0"], "--samples"),
         (["--scheduler", "dspark", "--samples", "many"], "many"),
         (["--case", "random"], "--scheduler"),
+        (["--scheduler", "dspark", "--alpha", "0"], "--alpha"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(args, needle):

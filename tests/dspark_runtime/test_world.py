@@ -8,11 +8,13 @@ import itertools
 import json
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from dspark_runtime.cli import cli
 from dspark_runtime.corpus import build_corpus, load_corpus
 from dspark_runtime.world import SIZES
+from simulator.errors import UserError
 
 
 def test_build_writes_every_stage(smoke_world):
@@ -52,7 +54,8 @@ def test_rebuild_is_cached(smoke_world):
 def test_eval_writes_metrics_and_trace(smoke_world, tmp_path):
     paths, size, _ = smoke_world
     out = tmp_path / "eval"
-    result = CliRunner().invoke(cli, ["eval", "--size", "smoke", "--data-dir", str(paths.root.parent), "--quiet",
+    # no --size: the only world built under the data directory is the smoke one
+    result = CliRunner().invoke(cli, ["eval", "--data-dir", str(paths.root.parent), "--quiet",
                                       "--drafters", "dspark,dflash,eagle3", "--out", str(out)])
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "metrics.json").read_text())
@@ -93,6 +96,27 @@ def test_user_errors_are_one_line_exit_2(tmp_path):
     result = runner.invoke(cli, ["eval", "--size", "smoke", "--drafter", str(tmp_path / "nope"),
                                  "--target", str(tmp_path)])
     assert result.exit_code == 2 and "config.json" in result.output
+
+
+def test_size_to_use_finds_the_size_that_was_built(tmp_path):
+    from dspark_runtime.world import size_to_use, world_paths
+
+    with pytest.raises(UserError, match=r"--size: no tiny world is built under .*dspark build-tiny"):
+        size_to_use(None, tmp_path)
+
+    def manifest(size: str, finished: bool) -> None:
+        path = world_paths(tmp_path, size).manifest
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"stages": {}, **({"total_seconds": 1.0} if finished else {})}))
+
+    manifest("full", finished=False)  # an interrupted build does not count
+    manifest("smoke", finished=True)
+    assert size_to_use(None, tmp_path) == "smoke"
+    manifest("full", finished=True)
+    assert size_to_use(None, tmp_path) == "full"
+    assert size_to_use("smoke", tmp_path) == "smoke"
+    with pytest.raises(UserError, match="unknown world size 'huge'"):
+        size_to_use("huge", tmp_path)
 
 
 def test_world_sizes_are_consistent():

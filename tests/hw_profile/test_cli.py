@@ -61,6 +61,10 @@ def test_analytic_fit_show(tmp_path, capsys):
     assert code == 0 and (tmp_path / "h20.smooth.csv").is_file() and (tmp_path / "h20.smooth.json").is_file()
     code, _, _ = run(["show", str(csv), str(tmp_path / "h20.smooth.csv"), "--out", str(tmp_path / "v.html")], capsys)
     assert code == 0 and (tmp_path / "v.html").stat().st_size > 1_000_000
+    code, out, _ = run(["show", str(csv)], capsys)  # no --out: beside the table
+    assert code == 0 and (tmp_path / "h20.html").stat().st_size > 1_000_000 and "h20.html" in out
+    code, _, _ = run(["show", str(csv), str(tmp_path / "h20.smooth.csv")], capsys)
+    assert code == 0 and (tmp_path / "h20.vs.h20.smooth.html").is_file()
 
 
 def test_analytic_warns_when_weights_do_not_fit(tmp_path, capsys):
@@ -73,10 +77,12 @@ def test_analytic_warns_when_weights_do_not_fit(tmp_path, capsys):
 def test_sps_on_cpu(tiny_config, tmp_path, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "t.csv"
-    code, stdout, err = run(["sps", "--model", str(tiny_config), "--dtype", "fp32", "--requests", "1,2",
+    # no --dtype: fp32 on a CPU
+    code, stdout, err = run(["sps", "--model", str(tiny_config), "--requests", "1,2",
                              "--tokens-per-request", "1,2", "--context", "16", "--repeats", "3", "--warmup", "1",
                              "--threads", "1", "--quiet", "--out", str(out)], capsys)
     assert code == 0 and "4 points measured, 0 skipped" in stdout
     assert err.strip().startswith("no NVML telemetry")
     meta = StepTable.read(out).meta
+    assert meta["dtype"] == "fp32"
     assert meta["command"].startswith("hw-profile sps --model ") and "--threads 1" in meta["command"]

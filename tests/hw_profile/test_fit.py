@@ -46,7 +46,8 @@ def test_fit_file_writes_a_monotone_smooth_table(tmp_path):
                 rows.append(dict(batch_tokens=r * t, kv_tokens=r * ctx, requests=r, context=ctx, status="ok",
                                  step_ms=ms, step_ms_p10=ms * 0.95, step_ms_p90=ms * 1.1, repeats=9))
     rows.append(dict(batch_tokens=32, kv_tokens=8 * 100000, requests=8, context=100000, status="skipped: too big"))
-    raw = StepTable.from_points(rows, {"kind": "measured", "device": "cpu"})
+    raw = StepTable.from_points(rows, {"kind": "measured", "device": "cpu", "command": "hw-profile sps ...",
+                                       "note": "busy machine"})
     path = raw.write(tmp_path / "cpu.csv")
     assert not is_monotone(StepTable.read(path).grid)  # the noise makes it jagged
     _, out = fit_file(path)
@@ -55,6 +56,11 @@ def test_fit_file_writes_a_monotone_smooth_table(tmp_path):
     back = StepTable.read(out)
     assert is_monotone(back.grid)
     assert back.meta["device"] == "cpu" and back.meta["smoothed"]["from"] == "cpu.csv"
+    # the sidecar says it is a fit: its kind, and the measured table's command and note kept as the source's
+    assert back.meta["kind"] == "smoothed" and "command" not in back.meta and "note" not in back.meta
+    assert back.meta["smoothed"]["from_kind"] == "measured"
+    assert back.meta["smoothed"]["from_command"] == "hw-profile sps ..."
+    assert back.meta["smoothed"]["from_note"] == "busy machine"
     assert back.meta["smoothed"]["measured_cells"] <= 24
     assert (back.points["status"] != "ok").sum() == 1  # the skipped row is kept for the record
     # measured cells keep their point's columns (the first point where two share a cell: B = 8, K = 512 is both

@@ -89,10 +89,78 @@ def test_cli_check_reports_what_would_run(scenario_file):
 def test_mix_entry_unknown_to_profile(scenario_file):
     path = scenario_file(workload={"mix": {"poetry": 1}})
     res = run_cli("check", str(path))
-    assert res.returncode == 2 and "workload mix entry 'poetry'" in res.stderr
+    assert res.returncode == 2 and "workload.mix.poetry: not a domain or benchmark" in res.stderr
 
 
 def test_baseline_must_be_one_of_the_systems(scenario_file):
     path = scenario_file(systems=["mtp-1", "dspark"], sla={"tps_targets": [80], "baseline": "mtp-2"})
     res = run_cli("check", str(path))
     assert res.returncode == 2 and "sla.baseline: 'mtp-2' is not one of the systems (mtp-1, dspark)" in res.stderr
+
+
+@pytest.mark.parametrize(("fields", "expect"), [
+    ({"engine": {"max_runing": 8}}, r"engine\.max_runing: unknown field \(did you mean 'max_running'\?\)"),
+    ({"run": {"duration": 8}}, r"run\.duration: unknown field \(did you mean 'duration_s'\?\)"),
+    ({"systems": [{"policy": "dspark", "gama": 5}]}, r"systems\[0\]\.gama: unknown field \(did you mean 'gamma'\?\)"),
+    ({"workload": {"prompt": {"dist": "lognormal", "median": 100, "sigma": 1, "mx": 9}}},
+     r"workload\.prompt\.mx: unknown field \(did you mean 'max'\?\)"),
+    ({"hardwear": {}}, r"hardwear: unknown field \(did you mean 'hardware'\?\)"),
+    ({"engine": {"zzz": 1}}, r"engine\.zzz: unknown field$"),
+])
+def test_unknown_keys_suggest_the_closest_field(scenario_file, fields, expect):
+    with pytest.raises(UserError, match=expect):
+        load_scenario(scenario_file(**fields))
+
+
+@pytest.mark.parametrize(("fields", "expect"), [
+    ({"traffic": {"kind": "poisson", "rate": "60"}}, r"traffic\.rate: expected a number, got the string '60'; "
+                                                      "write it without quotes"),
+    ({"engine": {"max_running": "64"}}, r"engine\.max_running: expected a number, got the string '64'"),
+    ({"frontier": {"concurrency": [4, "8"]}}, r"frontier\.concurrency\[1\]: expected a number, got the string '8'"),
+    ({"workload": {"mix": {"math": "2"}}}, r"workload\.mix\.math: expected a number, got the string '2'"),
+])
+def test_quoted_numbers_are_refused_not_converted(scenario_file, fields, expect):
+    with pytest.raises(UserError, match=expect):
+        load_scenario(scenario_file(**fields))
+
+
+def test_bad_mix_entry_names_the_file_and_field(scenario_file):
+    path = scenario_file(workload={"mix": {"math": 1, "cdoe": 1}})
+    res = run_cli("check", str(path))
+    assert res.returncode == 2 and res.stderr.count("\n") == 1
+    assert f"{path}: workload.mix.cdoe: not a domain or benchmark of acceptance profile 'paper-qwen3-8b' " \
+           "(did you mean 'code'?)" in res.stderr
+
+
+def test_gamma_too_large_blames_the_system(scenario_file):
+    path = scenario_file(systems=["mtp-1", {"name": "big", "policy": "dspark", "gamma": 100}],
+                         engine={"max_running": 64, "max_batch_tokens": 4096})
+    res = run_cli("check", str(path))
+    assert res.returncode == 2
+    assert (f"{path}: system 'big': gamma 100 does not fit: a full batch verifies max_running x (1 + gamma) = "
+            "64 x 101 = 6464 tokens, more than engine.max_batch_tokens 4096; use gamma <= 63") in res.stderr
+
+
+def test_builtin_scenarios_and_library_files_are_found_by_name(tmp_path, monkeypatch):
+    from simulator.library import library_dir
+
+    monkeypatch.chdir(tmp_path)  # no scenarios/ folder here
+    for name in ("peak", "peak.yaml", "scenarios/peak.yaml"):
+        assert load_scenario(name).path == library_dir() / "peak.yaml"
+    with pytest.raises(UserError, match=r"^elsewhere/peak.yaml: scenario file not found"):
+        load_scenario("elsewhere/peak.yaml")  # a path in another folder is never swapped for a built-in
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({"hardware": {"table": "hardware/h200-qwen3-8b-bf16.csv"}, "systems": ["dspark"],
+                                    "frontier": {"concurrency": [4]}}))
+    scn = load_scenario(mine)
+    assert scn.resolve("hardware/h200-qwen3-8b-bf16.csv") == library_dir() / "hardware" / "h200-qwen3-8b-bf16.csv"
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "hardware" / "h200-qwen3-8b-bf16.csv").write_text("x")
+    assert scn.resolve("hardware/h200-qwen3-8b-bf16.csv") == tmp_path / "hardware" / "h200-qwen3-8b-bf16.csv"
+
+
+def test_list_shows_scenarios_and_sources():
+    res = run_cli("list")
+    assert res.returncode == 0, res.stderr
+    assert "scenarios (" in res.stdout and "\n  peak " in res.stdout and "\n  azure-conv " in res.stdout
+    assert "acceptance sources:\n  profile, trace (built in)" in res.stdout

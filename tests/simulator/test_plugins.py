@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.acceptance import AcceptanceSource, resolve_source
-from simulator.errors import PolicyError, UserError
+from simulator.acceptance import AcceptanceSource, Proposal, resolve_source
+from simulator.acceptance.base import checked_accepted
+from simulator.errors import PolicyError, SourceError, UserError
 from simulator.plugins import (
     ACCEPTANCE_GROUP,
     POLICY_GROUP,
@@ -157,16 +158,6 @@ def test_source_files_cover_the_module_or_its_whole_package(plugin_dir):
     assert own == [(plugin_dir / "single.py").resolve()]
 
 
-def test_plugin_source_runs_and_matches_the_closed_form(scenario_file, examples_on_path):
-    """The i.i.d. source verified in full: tau = (1 - alpha^(g+1)) / (1 - alpha)."""
-    alpha, gamma = 0.7, 4
-    path = scenario_file(systems=[{"name": "s", "drafter": "dspark", "gamma": gamma, "policy": f"static-{gamma}"}],
-                         acceptance={"source": "geometric_source:GeometricSource", "options": {"alpha": alpha}},
-                         workload={"prompt": 64, "output": 400}, frontier={"concurrency": [32]})
-    row, _ = simulate(path)
-    assert row["tau"] == pytest.approx((1 - alpha ** (gamma + 1)) / (1 - alpha), rel=0.03)
-
-
 @pytest.mark.parametrize(("acceptance", "match"), [
     ({"options": {"alpha": 1.5}}, r"acceptance\.options \(source .*, system 's'\): alpha must lie in \[0, 1\)"),
     ({"options": {"alpah": 0.5}}, r"acceptance\.options .*unknown parameter 'alpah' \(did you mean 'alpha'\?\)"),
@@ -208,3 +199,53 @@ def test_oracle_needs_a_source_that_draws_outcomes(scenario_file, tmp_path, monk
     row, _ = simulate(scenario_file(systems=["static-2"], acceptance={"source": "nooutcome:Blind"}))
     assert row["tau"] == 1.0  # nothing accepted, one target token per step
     assert np.isfinite(row["throughput_per_gpu"])
+
+
+class Overclaims(AcceptanceSource):
+    """A plug-in source with a bug: it accepts the whole block whatever was verified."""
+
+    draws_outcome = True
+
+    def __init__(self, *, scenario, drafter, gamma, mix, calibrated, rng, negative=False):
+        self.gamma = gamma
+        self.negative = negative
+
+    def propose(self, ids):
+        return Proposal(confidence=np.full((len(ids), self.gamma), 0.9), outcome=np.full(len(ids), self.gamma))
+
+    def verify(self, proposal, lengths):
+        return np.full(len(lengths), -1 if self.negative else self.gamma)
+
+
+@pytest.mark.parametrize(("options", "match"), [({}, r"7 draft tokens accepted for request 0, outside 0\.\.2"),
+                                                ({"negative": True}, r"-1 draft tokens accepted .* outside 0\.\.2")])
+def test_engine_refuses_a_source_that_accepts_more_than_was_verified(scenario_file, options, match):
+    path = scenario_file(systems=["static-2"],
+                         acceptance={"source": f"{__name__}:Overclaims", "options": options})
+    with pytest.raises(SourceError, match=rf"^acceptance source Overclaims: {match}"):
+        simulate(path)
+
+
+def test_checked_accepted_passes_valid_counts_through_and_names_each_fault():
+    src = Overclaims.__new__(Overclaims)
+    lengths = np.array([0, 2, 5], dtype=np.int64)
+    ok = np.array([0, 1, 5], dtype=np.int64)
+    assert checked_accepted(src, ok, lengths) is ok
+    assert checked_accepted(src, [0, 2, 3], lengths).tolist() == [0, 2, 3]
+    with pytest.raises(SourceError, match=r"shape \(2,\), expected \(3,\)"):
+        checked_accepted(src, np.array([0, 1]), lengths)
+    with pytest.raises(SourceError, match="dtype float64, expected integer counts"):
+        checked_accepted(src, np.array([0.0, 1.0, 2.0]), lengths)
+    with pytest.raises(SourceError, match=r"1 draft tokens accepted for request 0, outside 0\.\.0"):
+        checked_accepted(src, np.array([1, 1, 1]), lengths)
+
+
+@pytest.mark.parametrize("command", [("check",), ("run", "--quick", "--jobs", "2")])
+def test_bad_policy_parameters_stop_check_and_run_with_one_line(scenario_file, tmp_path, command):
+    from tests.simulator.test_config import run_cli
+
+    path = scenario_file(systems=["mtp-1", {"name": "thr", "policy": "threshold-1.5"}])
+    res = run_cli(*command, str(path), *(["--out", str(tmp_path / "o")] if command[0] == "run" else []))
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "Traceback" not in res.stderr
+    assert "system 'thr' (policy 'threshold-1.5'): value must be in [0, 1], got 1.5" in res.stderr

@@ -122,3 +122,59 @@ def test_replicates_give_confidence_intervals_and_records_are_written(scenario_f
     assert len(steps) == row["steps"]
     assert set(reqs["mix"]) <= {"math", "code", "chat"}
     assert "report:" in res.output
+
+
+def test_editing_a_plugin_between_runs_recomputes_its_runs(scenario_file, tmp_path):
+    """A researcher's policy lives outside the project; changing its code changes the run key."""
+    plug = tmp_path / "plug"
+    plug.mkdir()
+    policy = plug / "mypolicies.py"
+    source = ("import numpy as np\nfrom simulator.policies import Policy\n\n"
+              "class AlwaysK(Policy):\n    reads_confidence = False\n\n"
+              "    def choose(self, view):\n        return np.minimum({k}, view.max_lengths)\n")
+    policy.write_text(source.format(k=2))
+    path = scenario_file(systems=["mtp-1", {"name": "mine", "policy": "mypolicies:AlwaysK"}],
+                         frontier={"concurrency": [8]})
+    out = tmp_path / "o"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plug), str(ROOT)])}
+    cmd = [sys.executable, "-m", "simulator.cli", str(path), "--quick", "--out", str(out), "--jobs", "1"]
+
+    def run() -> tuple[str, pd.DataFrame]:
+        res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        return res.stderr, pd.read_csv(out / "runs.csv").set_index("policy")
+
+    _, first = run()
+    # 1 + k tokens a step, a little less where a request's last tokens cap the block
+    assert 2.8 < first.loc["mine", "mean_verify_budget"] <= 3.0
+    err, _ = run()
+    assert "resuming: 2 of 2 runs" in err  # nothing changed: everything stored
+    policy.write_text(source.format(k=3))
+    err, edited = run()
+    assert "resuming: 1 of 2 runs" in err  # mtp-1 is kept, the edited policy re-runs
+    assert 3.7 < edited.loc["mine", "mean_verify_budget"] <= 4.0
+    assert edited.loc["mtp-1", "throughput_per_gpu"] == first.loc["mtp-1", "throughput_per_gpu"]
+
+
+def test_records_of_stored_runs_are_written_and_fresh_ignores_the_store(scenario_file, tmp_path):
+    path = scenario_file(systems=["mtp-1", "dspark"], frontier={"concurrency": [4]})
+    scn = load_scenario(path)
+    out, rec = tmp_path / "o", tmp_path / "rec"
+    assert Sweep.plan(scn, out, quick=True, seed=None, replicates=None).execute(jobs=1) == 2
+    stored = {p.name: p.stat().st_mtime_ns for p in (out / ".runs").glob("*.json")}
+
+    with_records = Sweep.plan(scn, out, quick=True, seed=None, replicates=None, records=rec)
+    assert len(with_records.pending()) == 2  # stored rows, but no records yet
+    assert with_records.execute(jobs=1) == 2
+    assert sorted(p.name for p in rec.glob("*.steps.parquet")) == [
+        "dspark__closed-4__seed0-quick.steps.parquet", "mtp-1__closed-4__seed0-quick.steps.parquet"]
+    assert Sweep.plan(scn, out, quick=True, seed=None, replicates=None, records=rec).pending() == []
+    steps = pd.read_parquet(rec / "dspark__closed-4__seed0-quick.steps.parquet")
+    row = with_records.results().set_index("policy").loc["dspark"]
+    assert len(steps) == row["steps"]  # the records belong to the stored row (runs are deterministic)
+
+    fresh = Sweep.plan(scn, out, quick=True, seed=None, replicates=None, fresh=True)
+    assert len(fresh.pending()) == 2
+    assert fresh.execute(jobs=1) == 2 and fresh.pending() == []
+    for name, t in stored.items():
+        assert (out / ".runs" / name).stat().st_mtime_ns > t  # re-run and overwritten

@@ -1,0 +1,38 @@
+"""The measured-CPU-table recipe (docs/measured-table-to-scenario.md): its scenario runs inside its tables' grids,
+and a scenario whose engine limits reach far beyond a table's grid is warned about."""
+
+from __future__ import annotations
+
+from hw_profile.table import StepTable
+from simulator.config import load_scenario
+from simulator.hardware import GRID_SLACK, scenario_grid_warnings
+from tests.conftest import ROOT
+from tests.simulator.engine_helpers import simulate
+from tests.simulator.test_config import run_cli
+
+CPU = ROOT / "scenarios" / "cpu-qwen3-0.6b.yaml"
+
+
+def test_cpu_scenario_stays_inside_its_tables_and_runs():
+    assert scenario_grid_warnings(load_scenario(CPU)) == []
+    res = run_cli("check", str(CPU))
+    assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
+    # a few users on one CPU: steps of hundreds of ms, per-user speeds of a few tokens/s
+    row, sim = simulate(CPU, system="dspark", concurrency=4, quick=True)
+    steps = sim.steps.frame()
+    grid = StepTable.read(ROOT / "scenarios" / "hardware" / "cpu-qwen3-0.6b.csv").grid
+    assert steps["batch_tokens"].max() <= 160 <= GRID_SLACK * grid.b_axis[-1]
+    assert steps["kv_used"].max() <= 8192 == grid.k_axis[-1]
+    assert 0.1 < sim.steps.frame()["step_ms"].mean() / 1000 < 3.0
+    assert 1.0 < row["tps_per_user"] < 20.0 and row["tau"] > 1.5
+
+
+def test_engine_limits_far_beyond_the_grid_are_warned_about():
+    scn = load_scenario(CPU, ["engine.max_batch_tokens=2048", "engine.prefill_chunk=1024"])
+    (target, *drafters) = scenario_grid_warnings(scn)
+    assert "hardware.table covers B <= 128 and K <= 8,192, but this scenario's steps can reach B = 2,048" in target
+    assert drafters == []  # decode-only drafter batches stay small
+    wide = load_scenario(CPU, ["engine.kv_capacity_tokens=100000"])
+    assert len(scenario_grid_warnings(wide)) == 3  # K: the target's table and the drafter table (dspark and mtp)
+    res = run_cli("check", str(CPU), "--set", "engine.max_batch_tokens=2048")
+    assert res.returncode == 0 and res.stderr.startswith("warning: ") and "extrapolated" in res.stderr
