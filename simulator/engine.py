@@ -65,7 +65,7 @@ REQUEST_COLUMNS = {
     "arrival": np.float64, "prompt": np.int64, "output": np.int64, "mix": np.int64, "replica": np.int64,
     "admitted": np.float64, "first_token": np.float64, "finish": np.float64, "generated": np.int64,
     "preemptions": np.int64, "rejected": np.bool_, "decode_steps": np.int64, "accepted": np.int64,
-    "kv_ready": np.bool_,
+    "kv_ready": np.bool_, "routed": np.float64,  # routed: joined a decode replica's queue (admission wait starts)
 }
 STEP_COLUMNS = {
     "replica": np.int64, "start": np.float64, "end": np.float64, "running": np.int64, "decoding": np.int64,
@@ -102,7 +102,7 @@ class Requests(Growable):
         n = len(prompt)
         return self.extend(n, arrival=now, prompt=prompt, output=output, mix=mix, replica=-1, admitted=np.nan,
                            first_token=np.nan, finish=np.nan, generated=0, preemptions=0, rejected=False,
-                           decode_steps=0, accepted=0, kv_ready=False)
+                           decode_steps=0, accepted=0, kv_ready=False, routed=np.nan)
 
 
 class StepRate:
@@ -389,6 +389,7 @@ class Simulation:
     def route(self, rid: int) -> None:
         rep = self.router.pick()
         self.requests.data["replica"][rid] = rep.index
+        self.requests.data["routed"][rid] = self.env.now
         rep.enqueue(rid)
 
     def prefilled_elsewhere(self, rid: int):

@@ -8,8 +8,8 @@
   first token the prefill pool emitted);
 - no request emits past its length; accepted <= verified <= gamma x decoding requests;
 - B never exceeds the batch-token cap; KV use never exceeds the capacity;
-- request times are ordered: arrival <= admission <= first token <= finish (a disaggregated prefill emits the
-  first token before admission).
+- request times are ordered: arrival <= routed to a replica <= admission <= first token <= finish (a
+  disaggregated prefill emits the first token before it is routed).
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ def check_invariants(sim: Simulation) -> None:
             bad.append(f"{b} before {a} for some request")
 
     ordered("arrival", "admitted")
+    ordered("arrival", "routed")
+    ordered("routed", "admitted")
     ordered("arrival", "first_token")
     ordered("admitted", "finish")
     ordered("first_token", "finish")
