@@ -103,7 +103,7 @@ class Engine(Strict):
 
 
 class Acceptance(Strict):
-    source: str = Field("profile", description="'profile', 'trace', or package.module:Class")
+    source: str = Field("profile", description="'profile', 'trace', a plug-in's entry-point name, or package.module:Class")
     profile: str = "paper-qwen3-8b"
     trace: str | None = None
     confidence: Literal["calibrated", "raw"] = "calibrated"
@@ -113,8 +113,8 @@ class Acceptance(Strict):
     def _source(self) -> Acceptance:
         if self.source == "trace" and not self.trace:
             raise ValueError("source 'trace' needs a 'trace' path")
-        if self.source not in ("profile", "trace") and ":" not in self.source:
-            raise ValueError(f"source must be 'profile', 'trace' or module:Class, got {self.source!r}")
+        if not self.source.strip():
+            raise ValueError("source must be 'profile', 'trace', an installed plug-in's name or module:Class")
         return self
 
 
