@@ -194,7 +194,7 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
         "seed": spec.seed,
         "load_point": spec.point.label,
         "concurrency": spec.point.concurrency,
-        "arrival_rate": (len(req["arrival"]) / duration) if spec.point.concurrency is None else None,
+        "arrival_rate": (int((req["arrival"] < duration).sum()) / duration) if spec.point.concurrency is None else None,
         "replicas": hw.replicas,
         "gpus": gpus,
         "quick": spec.quick,
