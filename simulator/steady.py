@@ -1,4 +1,4 @@
-"""Is the measurement window in steady state? Warm-up detection from the run itself (docs/model.md, "Warm-up").
+"""Is the measurement window in steady state? Warm-up detection from the run itself (docs/model.md, "Metrics").
 
 A run starts empty (open loop) or with every user arriving at once (closed loop), so the running batch and the KV
 cache fill over the first request lifetimes; at high concurrency that takes longer than a fixed warm-up allows.
@@ -7,8 +7,10 @@ requests and the KV tokens in use, each summed over replicas. The warm-up of eac
 (the marginal standard error rule: truncate the d first bins that minimise the squared error of the remaining
 mean, sum (x - mean)^2 / (n - d)^2, over d <= n/2); the run's settle time is the later of the two.
 
-The window is steady when the settle time lies inside the warm-up used, the truncation did not run into the
-n/2 limit (the series keeps drifting), and the window's two halves agree on both series within ``TOLERANCE``.
+The window is steady when the settle time lies inside the warm-up used and neither series drifts across it:
+its two halves differ by more than ``TOLERANCE`` and by more than three standard errors (``drifting``). A
+truncation at the n/2 limit (MSER finds no end to the transient, or long slow swings) moves nothing; the drift
+test then decides.
 """
 
 from __future__ import annotations
@@ -50,29 +52,34 @@ def mser(x: np.ndarray) -> int:
     return int(np.argmin(sse / m**2))
 
 
-def settle_time(steps: dict[str, np.ndarray], end: float, replicas: int, bins: int = BINS) -> float:
-    """When the engine's state settles, in seconds (the later MSER cut of the two series)."""
-    edges, running, kv = state_series(steps, end, replicas, bins)
-    return float(edges[max(mser(running), mser(kv))])
+def drifting(x: np.ndarray, tolerance: float = TOLERANCE, z: float = 3.0, batches: int = 10) -> bool:
+    """Do the two halves of ``x`` differ materially (by more than ``tolerance`` of the larger) and significantly
+    (by more than ``z`` standard errors)? The noise is read from the successive differences of ``batches`` batch
+    means (von Neumann), which a trend does not inflate the way a plain standard deviation would."""
+    x = np.asarray(x, dtype=float)
+    half = len(x) // 2
+    if half == 0:
+        return False
+    a, b = x[:half].mean(), x[half:].mean()
+    if abs(b - a) <= tolerance * max(abs(a), abs(b), 1e-9):
+        return False
+    means = np.array([c.mean() for c in np.array_split(x, min(batches, len(x)))])
+    noise = np.sqrt(np.mean(np.diff(means) ** 2) / 2) if len(means) > 1 else 0.0
+    se = noise * np.sqrt(2.0 / (len(means) / 2))  # difference of two means of len(means)/2 batches each
+    return abs(b - a) > z * se
 
 
 def choose_warmup(steps: dict[str, np.ndarray], end: float, replicas: int, configured: float, adjust: bool,
                   bins: int = BINS) -> tuple[float, bool]:
     """(warm-up to use, whether [warm-up, end] is steady). With ``adjust`` the warm-up grows to the settle time
     when that is longer than the configured one and within the run's first half; without (traffic that varies by
-    design: a tide, a trace) the configured warm-up is kept and only checked."""
+    design: a tide, a trace) the configured warm-up is kept and only checked. A cut at the n/2 limit moves
+    nothing; the drift test on the window then decides."""
     edges, running, kv = state_series(steps, end, replicas, bins)
-    cut = max(mser(running), mser(kv))
-    settle = float(edges[cut])
-    warmup = max(configured, settle) if adjust and cut < bins // 2 else configured
-    if cut >= bins // 2 or settle > warmup + 1e-9:
-        return warmup, False
+    cuts = [c for c in (mser(running), mser(kv)) if c < bins // 2]
+    settle = float(edges[max(cuts)]) if cuts else 0.0
+    warmup = max(configured, settle) if adjust else configured
     window = np.flatnonzero(edges[1:] > warmup)
-    half = len(window) // 2
-    if half == 0:
+    if settle > warmup + 1e-9 or len(window) < 2:
         return warmup, False
-    for x in (running, kv):
-        a, b = x[window[:half]].mean(), x[window[half:]].mean()
-        if abs(b - a) > TOLERANCE * max(a, b, 1e-9):
-            return warmup, False
-    return warmup, True
+    return warmup, not any(drifting(x[window]) for x in (running, kv))

@@ -8,7 +8,7 @@ import pytest
 
 from simulator.config import load_scenario
 from simulator.metrics import followed, user_speed
-from simulator.steady import choose_warmup, mser, state_series
+from simulator.steady import choose_warmup, drifting, mser, state_series
 from simulator.workload import RequestMaker, open_loop_arrivals, trace_window
 from tests.simulator.engine_helpers import simulate
 
@@ -64,7 +64,7 @@ def test_warmup_grows_until_the_kv_cache_has_filled(scenario_file):
     assert row["warmup_s"] > 3.0 and row["steady_state"]
     assert early < 0.8 * settled, (early, settled)
     short = {k: v[steps["end"] <= 12.0] for k, v in steps.items()}
-    assert choose_warmup(short, 12.0, 1, configured=0.2, adjust=True) == (0.2, False)
+    assert choose_warmup(short, 12.0, 1, configured=0.2, adjust=True)[1] is False
 
 
 def test_a_window_that_never_settles_is_flagged():
@@ -76,6 +76,15 @@ def test_a_window_that_never_settles_is_flagged():
     assert not steady and warmup == 1.0
     flat = {**steps, "kv_used": np.full(n, 5000)}
     assert choose_warmup(flat, end, 1, configured=1.0, adjust=True) == (1.0, True)
+
+
+def test_noise_is_not_drift_but_a_trend_is():
+    rng = np.random.default_rng(5)
+    noisy = 100 + rng.normal(0, 60, 200)
+    assert abs(noisy[100:].mean() / noisy[:100].mean() - 1) > 0.15  # halves 18% apart, by chance alone
+    assert not drifting(noisy)
+    assert drifting(np.linspace(90, 110, 200) + rng.normal(0, 2, 200))
+    assert not drifting(np.linspace(99, 101, 200))  # significant but immaterial (2% < 5%)
 
 
 def test_mser_finds_the_end_of_a_ramp():
