@@ -112,10 +112,10 @@ def saturated(steps: dict[str, np.ndarray], end: float, replicas: int, max_runni
     return queued_at[1] > max(10, 0.1 * replicas * max_running) and queued_at[1] > queued_at[0]
 
 
-def tau_by_mix(req: dict[str, np.ndarray], warmup: float, keys: list[str]) -> dict[str, float]:
-    """tau per workload mix entry (domain or benchmark), over the requests that arrived after the warm-up, with
-    the steps they had taken when the run stopped."""
-    sel = (req["arrival"] >= warmup) & (req["decode_steps"] > 0)
+def tau_by_mix(req: dict[str, np.ndarray], warmup: float, end: float, keys: list[str]) -> dict[str, float]:
+    """tau per workload mix entry (domain or benchmark), over the followed requests, with the steps they had
+    taken when the run stopped."""
+    sel = followed(req, warmup, end) & (req["decode_steps"] > 0)
     out = {}
     for i, key in enumerate(keys):
         mine = sel & (req["mix"] == i)

@@ -210,7 +210,7 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
         "drain_seconds": stop - duration,
         "wall_seconds": wall,
     })
-    row["tau_by_mix"] = tau_by_mix(req, warmup, list(m.workload.mix))
+    row["tau_by_mix"] = tau_by_mix(req, warmup, duration, list(m.workload.mix))
     if spec.point.concurrency is None:
         row["series"] = time_series(steps, req, duration, hw.replicas, gpus, m.sla.tps_targets[0])
     if records_dir is not None:

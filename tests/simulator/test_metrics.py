@@ -142,6 +142,7 @@ def test_tau_by_mix_by_hand():
         dict(arrival=13.0, mix=1, decode_steps=4, accepted=0),
         dict(arrival=14.0, mix=0, decode_steps=10, accepted=5),
         dict(arrival=1.0, mix=1, decode_steps=100, accepted=300),  # before the window
+        dict(arrival=25.0, mix=1, decode_steps=100, accepted=300),  # after it (the drain's load)
     ])
-    out = tau_by_mix(req, WARMUP, ["math", "chat"])
+    out = tau_by_mix(req, WARMUP, END, ["math", "chat"])
     assert out == {"math": pytest.approx((15 + 5 + 20) / 20), "chat": pytest.approx(1.0)}
