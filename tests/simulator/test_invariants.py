@@ -3,14 +3,18 @@ exactly the way it forbids (and the same simulation unbroken passes)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
+from simulator import invariants
 from simulator.config import load_scenario
 from simulator.engine import STEP_COLUMNS
 from simulator.invariants import InvariantViolation, check_invariants
 from simulator.run import LoadPoint, RunSpec, run_one
 from simulator.systems import resolve_systems
+from tests.conftest import ROOT
 
 
 def step_col(sim, name: str) -> np.ndarray:
@@ -76,3 +80,20 @@ def test_each_invariant_catches_its_violation(scenario_file, name):
     BREAKS[name](sim)
     with pytest.raises(InvariantViolation, match=name):
         check_invariants(sim)
+
+
+def test_docs_model_lists_every_invariant_and_names_real_tests():
+    doc = (ROOT / "docs" / "model.md").read_text()
+    for inv in re.findall(r"INV-\d+ [a-z-]+", invariants.__doc__):
+        num, name = inv.split()
+        assert f"| {num} | {name} |" in doc, inv
+    rows = [line for line in doc.splitlines() if line.startswith("| INV-")]
+    assert [int(re.match(r"\| INV-(\d+)", r).group(1)) for r in rows] == list(range(1, len(rows) + 1))
+    cited = 0
+    for row in rows:
+        for path in set(re.findall(r"`(tests/[\w/]+\.py)::", row)):
+            source = (ROOT / path).read_text()
+            for test in re.findall(r"::(\w+)`", row):
+                assert f"def {test}(" in source, (path, test)
+                cited += 1
+    assert cited >= 8
