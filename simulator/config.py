@@ -82,6 +82,10 @@ class Hardware(Strict):
     replicas: PositiveInt = 1
     gpus_per_replica: PositiveInt = Field(1, description="GPUs of one replica (its TP/EP size)")
     router: Literal["round-robin", "least-loaded"] = "least-loaded"
+    prefill_replicas: PositiveInt | None = Field(
+        None, description="engine.prefill disaggregated: replicas of the prefill pool (default: unbounded)")
+    prefill_table: str | None = Field(None, description="step-time table of a prefill replica (default: `table`)")
+    prefill_gpus_per_replica: PositiveInt | None = Field(None, description="GPUs of one prefill replica (default: gpus_per_replica)")
 
     @field_validator("drafter_tables")
     @classmethod
@@ -222,6 +226,8 @@ class Scenario(Strict):
     def _load_points(self) -> Scenario:
         if self.frontier is None and self.traffic is None:
             raise ValueError("a scenario needs a 'frontier' (closed loop), a 'traffic' (open loop) or both")
+        if self.hardware.prefill_replicas is not None and self.engine.prefill != "disaggregated":
+            raise ValueError("hardware.prefill_replicas sizes a disaggregated prefill pool; set engine.prefill: disaggregated")
         return self
 
 

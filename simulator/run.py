@@ -23,6 +23,7 @@ from simulator.metrics import followed, request_metrics, saturated, step_metrics
 from simulator.plugins import construct
 from simulator.policies import make_policy
 from simulator.policies import resolve as resolve_policy
+from simulator.prefill import PrefillPool
 from simulator.steady import choose_warmup
 from simulator.systems import SystemSpec
 from simulator.workload import RequestMaker, open_loop_arrivals, trace_window
@@ -136,6 +137,7 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         prefill_chunk=m.engine.prefill_chunk,
         stall_ms=m.engine.sched_stall_ms,
         remote_prefill_ms=(lambda prompt: hw.clock.step_ms(prompt, 0.0)) if m.engine.prefill == "disaggregated" else None,
+        prefill_pool=prefill_pool_factory(scn, hw),
     )
     window = None  # one window of a replayed trace for the frontier and the open loop (workload.py)
     if m.traffic is not None and m.traffic.kind == "trace" and m.traffic.lengths_from_trace:
@@ -149,6 +151,22 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
                                  _stream(spec.seed, "arrivals"))
         sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix)
     return sim, hw, duration, warmup
+
+
+def prefill_pool_factory(scn: LoadedScenario, hw: Hardware):
+    """A finite prefill pool when the scenario sizes one (hardware.prefill_replicas), else None (unbounded)."""
+    m = scn.model
+    if m.engine.prefill != "disaggregated" or m.hardware.prefill_replicas is None:
+        return None
+    grid = _prefill_grid(scn) if m.hardware.prefill_table else hw.clock
+    return lambda env, on_done: PrefillPool(env, m.hardware.prefill_replicas, grid, m.engine.max_batch_tokens, on_done)
+
+
+@lru_cache(maxsize=4)
+def _prefill_grid(scn: LoadedScenario):
+    from simulator.hardware import _read
+
+    return _read(scn.resolve(scn.model.hardware.prefill_table), "hardware.prefill_table").grid
 
 
 def drain_cap(scn: LoadedScenario, spec: RunSpec) -> float:
@@ -202,7 +220,14 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
     row.update(step_metrics(steps, warmup, duration, gpus, hw.energy, hw.clock))
     row.update(request_metrics(req, warmup, duration, stop, m.sla.tps_targets[0]))
     row.update({
-        "saturated": spec.point.concurrency is None and saturated(steps, duration, hw.replicas, m.engine.max_running),
+        # open loop: the decode queue or a finite prefill pool's backlog still growing at the window's end
+        "saturated": spec.point.concurrency is None and (
+            saturated(steps, duration, hw.replicas, m.engine.max_running)
+            or (sim.prefill_pool is not None and sim.prefill_pool.saturated(duration))),
+        # share of steps beyond the step-time grid (their times are extrapolated): flagged in the headline
+        "beyond_table": float(np.mean((steps["batch_tokens"] > hw.clock.b_axis[-1])
+                                      | (steps["kv_tokens"] > hw.clock.k_axis[-1]))) if len(steps["end"]) else 0.0,
+        "prefill_saturated": sim.prefill_pool is not None and sim.prefill_pool.saturated(duration),
         "warmup_s": warmup,
         "steady_state": steady,
         "steps": len(steps["end"]),
