@@ -53,8 +53,7 @@ def test_requests_unfinished_at_the_cap_are_reported_and_miss_the_sla(scenario_f
 def test_warmup_grows_until_the_kv_cache_has_filled(scenario_file):
     """Bias: a fixed warm-up too short for a closed loop at a full batch, whose users all arrive at once: the
     KV cache is still filling when the window opens (here from 65k tokens to about 108k over the first 6 s).
-    The run detects when its state settles and measures from there, and checks the window is steady; the same
-    run cut at 12 s never settles and is flagged."""
+    The run detects when its state settles and measures from there, and checks the window is steady."""
     path = scenario_file(**LOADED, run={"duration_s": 20.0, "warmup_s": 0.2, "drain_cap_s": 0.0})
     row, sim = simulate(path)
     steps = sim.steps.frame()
@@ -63,8 +62,6 @@ def test_warmup_grows_until_the_kv_cache_has_filled(scenario_file):
     early = kv[edges[1:] <= 1.0].mean()  # what a 0.2 s warm-up would have measured first
     assert row["warmup_s"] > 3.0 and row["steady_state"]
     assert early < 0.8 * settled, (early, settled)
-    short = {k: v[steps["end"] <= 12.0] for k, v in steps.items()}
-    assert choose_warmup(short, 12.0, 1, configured=0.2, adjust=True)[1] is False
 
 
 def test_a_window_that_never_settles_is_flagged():
