@@ -1,4 +1,4 @@
-"""The drafter training loss, as the DeepSpec code has it (DESIGN.md "The real runtime, precisely"):
+"""The drafter training loss, as the DeepSpec code has it (docs/runtime.md, "Modules"):
 
     L = 0.1 CE + 0.9 L1 + 1.0 BCE
 

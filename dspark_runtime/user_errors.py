@@ -1,4 +1,4 @@
-"""User mistakes in a `dspark` subcommand print as one line and exit with code 2 (DESIGN.md conventions);
+"""User mistakes in a `dspark` subcommand print as one line and exit with code 2 (docs/runtime.md, "Commands");
 anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
 
     python -m hw_profile.embedded        # regenerate both sets under scenarios/hardware/
 
-Drafters are timed as generic transformers of the target's width (DESIGN.md): DSpark and DFlash a 5-layer
+Drafters are timed as generic transformers of the target's width (docs/model.md, "Step time"): DSpark and DFlash a 5-layer
 backbone with the shared full-vocabulary LM head; Eagle3 one layer with its reduced 32k draft vocabulary; the MTP
 module one layer with the full LM head. DSpark's sequential Markov head (rank 256) is recorded in the DSpark
 entry's sidecar as a per-position cost, since it runs once per draft position after the backbone.

@@ -187,9 +187,13 @@ class Traffic(Strict):
 
 class Run(Strict):
     duration_s: PositiveFloat = Field(300.0, description="simulated seconds per run")
-    warmup_s: NonNegativeFloat = Field(30.0, description="excluded from the metrics")
+    warmup_s: NonNegativeFloat = Field(30.0, description="excluded from the metrics (at least; longer when the "
+                                                         "run detects that its state settles later)")
     quick_duration_s: PositiveFloat = Field(20.0, description="--quick: simulated seconds per run")
     quick_warmup_s: NonNegativeFloat = 4.0
+    drain_cap_s: NonNegativeFloat = Field(60.0, description="after the window, follow its requests to completion "
+                                                            "for at most this long (the rest count as unfinished)")
+    quick_drain_cap_s: NonNegativeFloat = 10.0
     replicates: PositiveInt = Field(1, description="seeds per load point")
 
     @model_validator(mode="after")

@@ -53,6 +53,7 @@ REQUEST_FIELDS = {
     "decode_steps": Field(np.int64, batch=LIVE),
     "accepted": Field(np.int64, batch=LIVE),
     "kv_ready": Field(np.bool_, False),
+    "routed": Field(np.float64, np.nan),  # joined a decode replica's queue: the admission wait starts
 }
 # Columns a request has only while it runs on a replica (``rid``, its row in the request log, is implied).
 BATCH_LOCAL = {
@@ -388,6 +389,7 @@ class Simulation:
     def route(self, rid: int) -> None:
         rep = self.router.pick()
         self.requests.data["replica"][rid] = rep.index
+        self.requests.data["routed"][rid] = self.env.now
         rep.enqueue(rid)
 
     def prefilled_elsewhere(self, rid: int):

@@ -3,8 +3,10 @@
 Closed-loop load points trace, per system, a curve from few fast users to many slow ones. Its Pareto frontier
 keeps the points no other point beats on both axes. At an SLA anchor (a TPS-per-user target) a system sustains
 the throughput where its frontier crosses the anchor, interpolated linearly between the two frontier points that
-bracket it. Nothing is extrapolated: a system whose frontier lies wholly below the anchor never reaches it, and
-one whose frontier lies wholly above it was not swept to enough concurrency; both report no value (NaN).
+bracket it. Nothing is extrapolated: a system none of whose points is that fast never reaches it, and one all of
+whose swept points (not only the frontier's) are faster was not swept to enough concurrency; both report no value
+(NaN). A system swept past the anchor whose frontier still lies wholly above it peaked before: its peak is the
+value (``anchor_status``).
 """
 
 from __future__ import annotations
@@ -64,39 +66,61 @@ def interpolate_at(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
 
 
 def anchor_status(tps: np.ndarray, throughput: np.ndarray, anchor: float) -> tuple[str, float]:
-    """Where an anchor falls on a frontier: ("crossed", throughput there), ("unreachable", NaN) when even the
-    fastest point is slower than the anchor, or ("above", the largest throughput swept) when every point is
-    faster: the system sustains at least that much at the anchor, but how much more was not measured."""
-    front = pareto_front(tps, throughput)
-    t, y = np.asarray(tps, dtype=float)[front], np.asarray(throughput, dtype=float)[front]
+    """Where an anchor falls among a system's swept points:
+
+    - ("unreachable", NaN): no point is as fast as the anchor;
+    - ("above", the largest throughput swept): every swept point, on the frontier or not, is faster than the
+      anchor: the system sustains at least that much there, but how much more was not measured;
+    - ("crossed", throughput there): the frontier spans the anchor, interpolated between the two frontier points
+      that bracket it;
+    - ("peaked", the frontier's largest throughput): some swept point is slower than the anchor, but only a
+      dominated one: loading the system past its peak lost throughput as well as speed, so the best it sustains
+      at the anchor is its peak, a measured value."""
+    x, y = np.asarray(tps, dtype=float), np.asarray(throughput, dtype=float)
+    front = pareto_front(x, y)
+    t, f = x[front], y[front]
     if len(t) == 0 or anchor > t[-1]:
         return "unreachable", float("nan")
-    if anchor < t[0]:
-        return "above", float(y[0])
-    return "crossed", interpolate_at(t, y, anchor)
+    if anchor >= t[0]:
+        return "crossed", interpolate_at(t, f, anchor)
+    if np.nanmin(x) > anchor:
+        return "above", float(f[0])
+    return "peaked", float(f[0])
 
 
 def throughput_at_anchor(tps: np.ndarray, throughput: np.ndarray, anchor: float) -> float:
-    """The throughput where the frontier crosses the anchor; NaN when it does not (no extrapolation)."""
+    """The throughput a system sustains at the anchor (crossed or peaked); NaN when not measured."""
     status, value = anchor_status(tps, throughput, anchor)
-    return value if status == "crossed" else float("nan")
+    return value if status in ("crossed", "peaked") else float("nan")
 
 
-def matched_throughput_gain(tps: np.ndarray, thr: np.ndarray, base_tps: np.ndarray, base_thr: np.ndarray) -> tuple[float, float]:
-    """(min, max) of TPS_system / TPS_baseline - 1 at the baseline's frontier throughput levels where both
-    frontiers reach (the paper's "X%-Y% faster per user at matched throughput")."""
+def frontier_curve(tps: np.ndarray, thr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A frontier as TPS per user against throughput, in ascending throughput (along it, speed falls as
+    throughput rises, so this is a function)."""
     front = pareto_front(tps, thr)
-    # along the system's frontier throughput falls as TPS rises: interpolate TPS in ascending throughput
-    order = np.argsort(np.asarray(thr, dtype=float)[front])
-    sys_thr = np.asarray(thr, dtype=float)[front][order]
-    sys_tps = np.asarray(tps, dtype=float)[front][order]
-    base = pareto_front(base_tps, base_thr)
-    gains = []
-    for level, base_speed in zip(np.asarray(base_thr)[base], np.asarray(base_tps)[base], strict=True):
-        speed = interpolate_at(sys_thr, sys_tps, level)
-        if not math.isnan(speed):
-            gains.append(speed / base_speed - 1.0)
-    return (float(min(gains)), float(max(gains))) if gains else (float("nan"), float("nan"))
+    y, x = np.asarray(thr, dtype=float)[front], np.asarray(tps, dtype=float)[front]
+    order = np.argsort(y)
+    return y[order], x[order]
+
+
+def matched_throughput_gain(tps: np.ndarray, thr: np.ndarray, base_tps: np.ndarray,
+                            base_thr: np.ndarray) -> dict[str, float]:
+    """TPS_system / TPS_baseline - 1 at equal throughput, over the whole throughput range both frontiers span
+    (the paper's "X%-Y% faster per user at matched throughput"): its min and max, and the range (``from``,
+    ``to``, tokens/s/GPU). Both frontiers are piecewise linear in throughput, so on each piece between
+    consecutive breakpoints of either the ratio is a linear fraction, monotone: its extremes lie at the
+    breakpoints, which is where it is evaluated. NaN where the ranges do not overlap."""
+    sy, sx = frontier_curve(tps, thr)
+    by, bx = frontier_curve(base_tps, base_thr)
+    nan = {"min": float("nan"), "max": float("nan"), "from": float("nan"), "to": float("nan")}
+    if len(sy) == 0 or len(by) == 0:
+        return nan
+    lo, hi = max(sy[0], by[0]), min(sy[-1], by[-1])
+    if lo > hi:
+        return nan
+    levels = np.unique(np.concatenate([[lo, hi], sy[(sy >= lo) & (sy <= hi)], by[(by >= lo) & (by <= hi)]]))
+    gain = np.interp(levels, sy, sx) / np.interp(levels, by, bx) - 1.0
+    return {"min": float(gain.min()), "max": float(gain.max()), "from": float(lo), "to": float(hi)}
 
 
 def frontier_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -144,14 +168,15 @@ def anchors_summary(runs: pd.DataFrame, anchors: list[float], baseline: str | No
         for a in anchors:
             statuses = [st for st, _ in per_seed[system][a]]
             vals = np.array([v for _, v in per_seed[system][a]], dtype=float)
-            if all(st == "crossed" for st in statuses):
-                mean, ci = mean_ci(vals)
-                entry["anchors"][_anchor_key(a)] = {"status": "crossed", "throughput_per_gpu": mean, "ci95": ci}
-            elif "unreachable" in statuses:
+            if "unreachable" in statuses:
                 entry["anchors"][_anchor_key(a)] = {"status": "unreachable", "throughput_per_gpu": float("nan")}
-            else:  # above the anchor at the largest load swept in some seed: a lower bound, not a value
+            elif "above" in statuses:  # above the anchor at the largest load swept in some seed: a lower bound
                 entry["anchors"][_anchor_key(a)] = {"status": "above", "throughput_per_gpu": float("nan"),
                                                     "at_least": float(np.nanmin(vals))}
+            else:
+                mean, ci = mean_ci(vals)
+                status = "crossed" if all(st == "crossed" for st in statuses) else "peaked"
+                entry["anchors"][_anchor_key(a)] = {"status": status, "throughput_per_gpu": mean, "ci95": ci}
         out[system] = entry
     if baseline in out:
         for system in systems:
@@ -160,8 +185,8 @@ def anchors_summary(runs: pd.DataFrame, anchors: list[float], baseline: str | No
                 base = out[baseline]["anchors"][_anchor_key(a)]["throughput_per_gpu"]
                 gain = mine / base - 1.0 if (base > 0 and not math.isnan(mine)) else float("nan")
                 out[system]["anchors"][_anchor_key(a)]["gain_vs_baseline"] = gain
-            lo, hi = matched_throughput_gain(*curves[system], *curves[baseline])
-            out[system]["tps_gain_at_matched_throughput"] = {"min": lo, "max": hi}
+            out[system]["tps_gain_at_matched_throughput"] = matched_throughput_gain(*curves[system],
+                                                                                    *curves[baseline])
     return out
 
 

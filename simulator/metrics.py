@@ -1,7 +1,11 @@
-"""From a run's request and step logs to the numbers a planner reads (DESIGN.md, "Metrics").
+"""From a run's request and step logs to the numbers a planner reads (docs/model.md, "Metrics").
 
-The measurement window is [warmup, end]: throughput, tau and budget count the steps that end inside it; per-request
-figures count the requests that arrived inside it and finished before the end (rejected requests excluded).
+The measurement window is [warmup, end). Throughput, tau and budget count the steps that end inside it.
+Per-request figures follow every request that arrived inside it (rejected ones aside) to completion: the run goes
+on after ``end`` (the load unchanged, new arrivals unmeasured) until they have all finished or a cap ``stop`` is
+reached; requests still unfinished at the cap are reported, count as SLA misses, and enter the speed and TTFT
+figures with what they had at the cap. Counting only the requests that finished inside the window would drop the
+slow ones and flatter the system.
 """
 
 from __future__ import annotations
@@ -15,23 +19,55 @@ def percentile(x: np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else float("nan")
 
 
-def request_metrics(req: dict[str, np.ndarray], warmup: float, end: float, sla_tps: float) -> dict[str, float]:
-    sel = (req["arrival"] >= warmup) & (req["finish"] <= end) & ~req["rejected"]
-    arrival, first, finish, out = req["arrival"][sel], req["first_token"][sel], req["finish"][sel], req["output"][sel]
-    gen_time = finish - first
-    ok = gen_time > 0  # one-token outputs have no generation phase
-    tps = out[ok] / gen_time[ok]  # DESIGN.md: output tokens / (finish - first token)
-    tpot = gen_time[ok] / np.maximum(out[ok] - 1, 1)
-    ttft = first - arrival
+def user_speed(output: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Per-user generation speed, the one definition that TPS, TPOT (its inverse) and SLA attainment share: the
+    tokens after the first over the time from the first token to the last one, (output - 1) / (last - first).
+    TTFT is excluded. NaN where there is no generation phase (a one-token output)."""
+    gen = np.asarray(last, dtype=float) - np.asarray(first, dtype=float)
+    tokens = np.asarray(output, dtype=float) - 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((tokens > 0) & (gen > 0), tokens / gen, np.nan)
+
+
+def followed(req: dict[str, np.ndarray], warmup: float, end: float) -> np.ndarray:
+    """Mask of the requests a run's per-request metrics follow: arrived in [warmup, end), not rejected."""
+    return (req["arrival"] >= warmup) & (req["arrival"] < end) & ~req["rejected"]
+
+
+def request_metrics(req: dict[str, np.ndarray], warmup: float, end: float, stop: float,
+                    sla_tps: float) -> dict[str, float]:
+    """Per-request figures over the followed requests (see the module docstring); ``stop`` is when the run
+    stopped following them (all finished, or the drain cap)."""
+    sel = followed(req, warmup, end)
+    arrival, first, finish = req["arrival"][sel], req["first_token"][sel], req["finish"][sel]
+    out, generated = req["output"][sel], req["generated"][sel]
+    done = ~np.isnan(finish)
+    # finished: their speed; unfinished at the cap: their speed so far (0 before a second token), and a miss
+    speed = np.where(done, user_speed(out, first, finish),
+                     np.nan_to_num(user_speed(generated, first, np.full_like(first, stop)), nan=0.0))
+    defined = ~np.isnan(speed)  # all but finished one-token outputs
+    met = (done & (speed >= sla_tps))[defined]
+    speed = speed[defined]
+    # TTFT of a request still without a first token at the cap is at least stop - arrival
+    ttft = np.where(np.isnan(first), stop, first) - arrival
+    routed, admitted = req["routed"][sel], req["admitted"][sel]
+    queued = ~np.isnan(routed)
+    wait = np.where(np.isnan(admitted), stop, admitted)[queued] - routed[queued]
+    p50 = percentile(speed, 50)
     return {
         "requests": int(sel.sum()),
-        "tps_per_user": float(tps.mean()) if len(tps) else float("nan"),
-        "tps_per_user_p50": percentile(tps, 50),
-        "tps_per_user_p10": percentile(tps, 10),
+        "unfinished": int((~done).sum()),
+        "tps_per_user": float(speed.mean()) if len(speed) else float("nan"),
+        "tps_per_user_p50": p50,
+        "tps_per_user_p10": percentile(speed, 10),
         "ttft_p50": percentile(ttft, 50),
         "ttft_p99": percentile(ttft, 99),
-        "tpot_p50": percentile(tpot, 50),
-        "sla_attainment": float((tps >= sla_tps).mean()) if len(tps) else float("nan"),
+        "admission_wait_p50": percentile(wait, 50),
+        "admission_wait_p99": percentile(wait, 99),
+        "tpot_p50": 1.0 / p50 if p50 > 0 else float("nan"),
+        "sla_attainment": float(met.mean()) if len(met) else float("nan"),
+        "preemptions": int(req["preemptions"][sel].sum()),
+        "rejected": int((req["rejected"] & (req["arrival"] >= warmup) & (req["arrival"] < end)).sum()),
     }
 
 
@@ -59,8 +95,11 @@ def step_metrics(steps: dict[str, np.ndarray], warmup: float, end: float, gpus: 
 
 
 def saturated(steps: dict[str, np.ndarray], end: float, replicas: int, max_running: int) -> bool:
-    """Open loop: the queue is still growing at the end (longer than a tenth of the batch capacity, and longer
-    than at mid-run)."""
+    """Open loop: the queue is still growing at the window's end ``end``. Both must hold: the requests queued
+    (summed over replicas, as each replica's last step by then saw them) exceed max(10, a tenth of the batch
+    capacity replicas x max_running), and exceed what was queued at mid-run. The first keeps a short queue,
+    which any busy Poisson stream builds now and then, from counting (10 is the floor for small deployments,
+    where a tenth of the capacity is a handful of requests); the second asks that it grew rather than stood."""
     if not len(steps["end"]):
         return False
     queued_at = []
@@ -73,9 +112,10 @@ def saturated(steps: dict[str, np.ndarray], end: float, replicas: int, max_runni
     return queued_at[1] > max(10, 0.1 * replicas * max_running) and queued_at[1] > queued_at[0]
 
 
-def tau_by_mix(req: dict[str, np.ndarray], warmup: float, keys: list[str]) -> dict[str, float]:
-    """tau per workload mix entry (domain or benchmark), over the requests that arrived after the warm-up."""
-    sel = (req["arrival"] >= warmup) & (req["decode_steps"] > 0)
+def tau_by_mix(req: dict[str, np.ndarray], warmup: float, end: float, keys: list[str]) -> dict[str, float]:
+    """tau per workload mix entry (domain or benchmark), over the followed requests, with the steps they had
+    taken when the run stopped."""
+    sel = followed(req, warmup, end) & (req["decode_steps"] > 0)
     out = {}
     for i, key in enumerate(keys):
         mine = sel & (req["mix"] == i)
@@ -89,6 +129,7 @@ def time_series(steps: dict[str, np.ndarray], req: dict[str, np.ndarray], end: f
     """Open-loop behaviour over time, in equal bins of the run: arrivals/s, queued and running requests (summed
     over replicas, step-averaged), mean verification budget, throughput per GPU, and SLA attainment of the
     requests finishing in each bin."""
+    steps = {k: v[steps["end"] <= end] for k, v in steps.items()}  # the drain after the window is not shown
     edges = np.linspace(0.0, end, bins + 1)
     width = edges[1] - edges[0]
     b = np.clip(np.searchsorted(edges, steps["end"], side="right") - 1, 0, bins - 1)
@@ -100,10 +141,10 @@ def time_series(steps: dict[str, np.ndarray], req: dict[str, np.ndarray], end: f
     decoding = per_bin(steps["decoding"].astype(float))
     with np.errstate(invalid="ignore", divide="ignore"):
         budget = (per_bin(steps["verified"].astype(float)) + decoding) / decoding
-    fin = ~np.isnan(req["finish"]) & ~req["rejected"]
-    gen = req["finish"][fin] - req["first_token"][fin]
-    ok = gen > 0
-    tps = req["output"][fin][ok] / gen[ok]
+    fin = (req["finish"] <= end) & ~req["rejected"]
+    speed = user_speed(req["output"][fin], req["first_token"][fin], req["finish"][fin])
+    ok = ~np.isnan(speed)
+    tps = speed[ok]
     fb = np.clip(np.searchsorted(edges, req["finish"][fin][ok], side="right") - 1, 0, bins - 1)
     finished = np.bincount(fb, minlength=bins)
     with np.errstate(invalid="ignore", divide="ignore"):

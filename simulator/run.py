@@ -19,13 +19,14 @@ from simulator.config import LoadedScenario
 from simulator.engine import Simulation
 from simulator.errors import UserError
 from simulator.hardware import Hardware, load_hardware
-from simulator.metrics import request_metrics, saturated, step_metrics, tau_by_mix, time_series
+from simulator.metrics import followed, request_metrics, saturated, step_metrics, tau_by_mix, time_series
 from simulator.plugins import construct, did_you_mean
 from simulator.policies import make_policy
 from simulator.policies import resolve as resolve_policy
 from simulator.prefill import PrefillPool
+from simulator.steady import choose_warmup
 from simulator.systems import SystemSpec
-from simulator.workload import RequestMaker, open_loop_arrivals
+from simulator.workload import RequestMaker, open_loop_arrivals, trace_window
 
 
 @dataclass(frozen=True)
@@ -153,11 +154,16 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         remote_prefill_ms=(lambda prompt: hw.clock.step_ms(prompt, 0.0)) if m.engine.prefill == "disaggregated" else None,
         prefill_pool=prefill_pool_factory(scn, hw),
     )
-    maker = RequestMaker(m.workload, scn.resolve, _stream(spec.seed, spec.point.label, "workload"))
+    window = None  # one window of a replayed trace for the frontier and the open loop (workload.py)
+    if m.traffic is not None and m.traffic.kind == "trace" and m.traffic.lengths_from_trace:
+        window = (scn.resolve(m.traffic.trace), *trace_window(m.traffic, duration))
+    maker = RequestMaker(m.workload, scn.resolve, _stream(spec.seed, spec.point.label, "workload"), window)
     if spec.point.concurrency is not None:
         sim.closed_loop(spec.point.concurrency, maker.draw)
     else:
-        arr = open_loop_arrivals(m.traffic, maker, duration, scn.resolve, _stream(spec.seed, "arrivals"))
+        # arrivals go on through the drain, so that the followed requests finish under the same load
+        arr = open_loop_arrivals(m.traffic, maker, duration + drain_cap(scn, spec), scn.resolve,
+                                 _stream(spec.seed, "arrivals"))
         sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix)
     return sim, hw, duration, warmup
 
@@ -178,11 +184,37 @@ def _prefill_grid(scn: LoadedScenario):
     return _read(scn.resolve(scn.model.hardware.prefill_table), "hardware.prefill_table").grid
 
 
+def drain_cap(scn: LoadedScenario, spec: RunSpec) -> float:
+    return scn.model.run.quick_drain_cap_s if spec.quick else scn.model.run.drain_cap_s
+
+
+DRAIN_CHUNK_S = 1.0  # simulated seconds between checks of whether every followed request has finished
+
+
+def run_window(sim: Simulation, scn: LoadedScenario, spec: RunSpec, hw: Hardware, duration: float,
+               warmup: float) -> tuple[float, bool, float]:
+    """Run the window, pick the warm-up (steady.py), then keep the load on until every request that arrived in
+    the measurement window has finished, or the drain cap. Returns (warm-up used, steady, time stopped)."""
+    sim.run(until=duration)
+    # a tide or a trace varies by design: its warm-up is checked, not moved
+    adjust = spec.point.concurrency is not None or (scn.model.traffic.kind == "poisson" and scn.model.traffic.rate is not None)
+    warmup, steady = choose_warmup(sim.steps.frame(), duration, hw.replicas, warmup, adjust)
+    stop = duration + drain_cap(scn, spec)
+    req = sim.requests.data
+    while sim.env.now < stop:
+        n = sim.requests.n
+        mine = followed({k: req[k][:n] for k in ("arrival", "rejected")}, warmup, duration)
+        if not np.isnan(req["finish"][:n][mine]).any():
+            break
+        sim.run(until=min(sim.env.now + DRAIN_CHUNK_S, stop))
+    return warmup, steady, sim.env.now
+
+
 def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None) -> tuple[dict, Simulation]:
     """Run and summarise. Returns the runs.csv row and the simulation (its logs)."""
     t0 = time.perf_counter()
     sim, hw, duration, warmup = build(scn, spec)
-    sim.run(until=duration)
+    warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup)
     wall = time.perf_counter() - t0
     m = scn.model
     req, steps = sim.requests.frame(), sim.steps.frame()
@@ -195,17 +227,15 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
         "seed": spec.seed,
         "load_point": spec.point.label,
         "concurrency": spec.point.concurrency,
-        "arrival_rate": (len(req["arrival"]) / duration) if spec.point.concurrency is None else None,
+        "arrival_rate": (int((req["arrival"] < duration).sum()) / duration) if spec.point.concurrency is None else None,
         "replicas": hw.replicas,
         "gpus": gpus,
         "quick": spec.quick,
     }
     row.update(step_metrics(steps, warmup, duration, gpus, hw.energy, hw.clock))
-    row.update(request_metrics(req, warmup, duration, m.sla.tps_targets[0]))
+    row.update(request_metrics(req, warmup, duration, stop, m.sla.tps_targets[0]))
     row.update({
-        "preemptions": sim.preemptions,
-        "rejected": sim.rejected,
-        # open loop: the decode queue or a finite prefill pool's backlog still growing at the end
+        # open loop: the decode queue or a finite prefill pool's backlog still growing at the window's end
         "saturated": spec.point.concurrency is None and (
             saturated(steps, duration, hw.replicas, m.engine.max_running)
             or (sim.prefill_pool is not None and sim.prefill_pool.saturated(duration))),
@@ -213,11 +243,14 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
         "beyond_table": float(np.mean((steps["batch_tokens"] > hw.clock.b_axis[-1])
                                       | (steps["kv_tokens"] > hw.clock.k_axis[-1]))) if len(steps["end"]) else 0.0,
         "prefill_saturated": sim.prefill_pool is not None and sim.prefill_pool.saturated(duration),
+        "warmup_s": warmup,
+        "steady_state": steady,
         "steps": len(steps["end"]),
         "sim_seconds": duration,
+        "drain_seconds": stop - duration,
         "wall_seconds": wall,
     })
-    row["tau_by_mix"] = tau_by_mix(req, warmup, list(m.workload.mix))
+    row["tau_by_mix"] = tau_by_mix(req, warmup, duration, list(m.workload.mix))
     if spec.point.concurrency is None:
         row["series"] = time_series(steps, req, duration, hw.replicas, gpus, m.sla.tps_targets[0])
     if records_dir is not None:

@@ -18,7 +18,8 @@ from simulator.config import LoadedScenario
 from simulator.frontier import anchors_summary, default_baseline, frontier_table, mean_ci
 
 OPEN_LOOP_FIELDS = ("throughput_per_gpu", "tps_per_user", "tps_per_user_p50", "tps_per_user_p10", "ttft_p99",
-                    "sla_attainment", "tau", "mean_verify_budget", "joules_per_token", "arrival_rate")
+                    "admission_wait_p99", "sla_attainment", "tau", "mean_verify_budget", "joules_per_token",
+                    "arrival_rate", "unfinished")
 
 
 def build_summary(scn: LoadedScenario, runs: pd.DataFrame) -> dict:
@@ -40,6 +41,7 @@ def build_summary(scn: LoadedScenario, runs: pd.DataFrame) -> dict:
                 entry["open_loop"][f] = mean
                 entry["open_loop"][f"{f}_ci95"] = ci
             entry["open_loop"]["saturated"] = bool(opened["saturated"].any())
+            entry["open_loop"]["steady_state"] = bool(opened["steady_state"].all())
         entry.update(frontier.get(system, {}))
         g = entry.get("tps_gain_at_matched_throughput")
         if g is not None and "span" not in g and baseline in systems:

@@ -1,4 +1,4 @@
-"""Systems: a drafter plus a verification policy, under a name (DESIGN.md, "Systems").
+"""Systems: a drafter plus a verification policy, under a name (docs/model.md, "Systems, requests and replicas").
 
 In a scenario a system is either a mapping (``{name, drafter, gamma, policy, params}``) or a shorthand string:
 ``ar`` (no drafter), ``mtp-1`` (the MTP module verified one token a step), or a policy name run on the scenario's

@@ -3,6 +3,10 @@
 Open loop: all arrivals are drawn up front (Poisson at a constant or piecewise-constant rate, or replayed from an
 Azure-format trace). Closed loop: N users each keep one request in flight; ``RequestMaker`` draws the next request
 whenever one finishes. Everything is vectorised and driven by the run's seeded generator.
+
+A trace replay covers only a window of the recording (``trace_window``). When the open loop takes its lengths from
+that trace, lengths drawn from the same trace (the closed-loop frontier's) come from the same window, so the
+frontier and the operating point describe one workload; a length spec's ``max`` caps replayed lengths too.
 """
 
 from __future__ import annotations
@@ -58,12 +62,35 @@ def read_azure_trace(path: Path) -> pd.DataFrame:
     return out
 
 
+def trace_window(traffic: Traffic, duration: float) -> tuple[float, float]:
+    """The span of the recording (seconds since its first request) that a replay of ``duration`` seconds covers."""
+    return traffic.start_s, traffic.start_s + duration * traffic.rate_scale
+
+
 class LengthSampler:
-    def __init__(self, spec, resolve):
+    """Lengths of one spec. ``window`` (trace path, from, to): an empirical spec reading that trace draws only
+    from the requests recorded in [from, to)."""
+
+    def __init__(self, spec, resolve, window: tuple[Path, float, float] | None = None):
         self.spec = spec
         if isinstance(spec, EmpiricalLength):
             col = "prompt" if spec.column == "ContextTokens" else "output"
-            self.values = read_azure_trace(resolve(spec.trace))[col].to_numpy()
+            path = resolve(spec.trace)
+            trace = read_azure_trace(path)
+            if window is not None and Path(window[0]) == Path(path):
+                inside = (trace["t"] >= window[1]) & (trace["t"] < window[2])
+                if not inside.any():
+                    raise UserError(f"{path}: no request recorded in the replayed window "
+                                    f"[{window[1]:g}, {window[2]:g}) s")
+                trace = trace[inside]
+            self.values = trace[col].to_numpy()
+
+    @property
+    def cap(self) -> int | None:
+        return getattr(self.spec, "max", None)
+
+    def capped(self, lengths: np.ndarray) -> np.ndarray:
+        return np.minimum(lengths, self.cap) if self.cap else lengths
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         s = self.spec
@@ -75,8 +102,7 @@ class LengthSampler:
             out = np.maximum(1, np.round(s.median * np.exp(s.sigma * rng.standard_normal(n)))).astype(np.int64)
         else:
             out = self.values[rng.integers(0, len(self.values), n)]
-        cap = getattr(s, "max", None)
-        return np.minimum(out, cap) if cap else out
+        return self.capped(out)
 
 
 @dataclass
@@ -97,12 +123,13 @@ class RequestMaker:
 
     BLOCK = 4096
 
-    def __init__(self, workload: Workload, resolve, rng: np.random.Generator):
+    def __init__(self, workload: Workload, resolve, rng: np.random.Generator,
+                 window: tuple[Path, float, float] | None = None):
         self.keys = list(workload.mix)
         w = np.array(list(workload.mix.values()), dtype=float)
         self.weights = w / w.sum()
-        self.prompt = LengthSampler(workload.prompt, resolve)
-        self.output = LengthSampler(workload.output, resolve)
+        self.prompt = LengthSampler(workload.prompt, resolve, window)
+        self.output = LengthSampler(workload.output, resolve, window)
         self.rng = rng
         self._block: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._next = 0
@@ -157,6 +184,6 @@ def open_loop_arrivals(traffic: Traffic, maker: RequestMaker, duration: float, r
     t = t[keep]
     prompt, output, mix = maker.draw(len(t))
     if traffic.lengths_from_trace:
-        prompt = trace["prompt"].to_numpy()[keep]
-        output = trace["output"].to_numpy()[keep]
+        prompt = maker.prompt.capped(trace["prompt"].to_numpy()[keep])
+        output = maker.output.capped(trace["output"].to_numpy()[keep])
     return Arrivals(t, prompt, output, mix)

@@ -18,7 +18,8 @@ BASE = {
     "systems": ["dspark"],
     "workload": {"prompt": 128, "output": 64},
     "frontier": {"concurrency": [8]},
-    "run": {"duration_s": 8.0, "warmup_s": 1.0, "quick_duration_s": 2.0, "quick_warmup_s": 0.5},
+    "run": {"duration_s": 8.0, "warmup_s": 1.0, "quick_duration_s": 2.0, "quick_warmup_s": 0.5,
+            "drain_cap_s": 8.0, "quick_drain_cap_s": 2.0},
 }
 
 
