@@ -2,6 +2,7 @@
 
     simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2]
     simulate check SCENARIO.yaml [--set path=value]...
+    simulate fit-profile TRACE --out PROFILE.yaml
     simulate list
 
 User mistakes (a bad scenario, a missing file, an unknown policy) print one line and exit with code 2.
@@ -16,7 +17,7 @@ import click
 
 from simulator.errors import UserError
 
-SUBCOMMANDS = ("check", "list")
+SUBCOMMANDS = ("check", "list", "fit-profile")
 
 
 class ScenarioFirst(click.Group):
@@ -54,6 +55,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 
     from simulator.config import load_scenario
     from simulator.hardware import load_target_table
+    from simulator.live_tables import write_live_tables
     from simulator.report import write_report
     from simulator.summary import format_headline, headline_table, write_outputs
     from simulator.sweep import Sweep, default_jobs
@@ -78,6 +80,8 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
         sys.exit(130)
     runs = sweep.results()
     path = sweep.write_runs_csv(runs)
+    for table in write_live_tables(out, runs):
+        click.echo(f"measured step-time table: {table}", err=True)
     summary, frontier = write_outputs(out, scn, runs)
     report = write_report(out / "report.html", scn, runs, frontier, summary, load_target_table(scn))
     click.echo(format_headline(headline_table(summary)).to_string(index=False))
@@ -115,6 +119,20 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
                f"{m.hardware.table}, KV capacity {hw.kv_capacity:,} tokens per replica")
     click.echo(f"  acceptance: {m.acceptance.source} {m.acceptance.profile if m.acceptance.source == 'profile' else m.acceptance.trace or ''}"
                f" ({m.acceptance.confidence} confidences); SLA targets {', '.join(f'{t:g}' for t in m.sla.tps_targets)} tok/s/user")
+
+
+@cli.command("fit-profile")
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="the acceptance profile to write (YAML)")
+def fit_profile_cmd(trace: Path, out: Path) -> None:
+    """Fit an acceptance profile to a recorded trace (`simulate --records` of a live run, or `dspark eval`)."""
+    from simulator.acceptance.trace_fit import fit_profile_file
+
+    profile = fit_profile_file(trace, out)
+    for name, d in profile["drafters"].items():
+        taus = ", ".join(f"{k} {v['tau']:.3f}" for k, v in d["benchmarks"].items() if k in profile["domains"].values())
+        click.echo(f"{name}: gamma {d['gamma']}, full-block tau {taus}")
+    click.echo(f"profile: {out}")
 
 
 @cli.command("list")

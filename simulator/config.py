@@ -82,6 +82,8 @@ class Hardware(Strict):
     replicas: PositiveInt = 1
     gpus_per_replica: PositiveInt = Field(1, description="GPUs of one replica (its TP/EP size)")
     router: Literal["round-robin", "least-loaded"] = "least-loaded"
+    clock: Literal["table", "live"] = Field(
+        "table", description="step time: from `table` (simulated hardware), or the measured time of a live source's forwards")
 
     @field_validator("drafter_tables")
     @classmethod
@@ -103,6 +105,10 @@ class Engine(Strict):
 
 
 class Acceptance(Strict):
+    # a plug-in source's own settings may sit beside `source` (e.g. `runtime`, `device`, `temperature` of the live
+    # runtime): they join `options`; the built-in sources take none
+    model_config = ConfigDict(extra="allow", frozen=True)
+
     source: str = Field("profile", description="'profile', 'trace', or package.module:Class")
     profile: str = "paper-qwen3-8b"
     trace: str | None = None
@@ -113,6 +119,9 @@ class Acceptance(Strict):
     def _source(self) -> Acceptance:
         if self.source == "trace" and not self.trace:
             raise ValueError("source 'trace' needs a 'trace' path")
+        extra = sorted(self.model_extra or {})
+        if extra and self.source in ("profile", "trace"):
+            raise ValueError(f"unknown field {extra[0]!r} (the {self.source} source takes none)")
         if self.source not in ("profile", "trace") and ":" not in self.source:
             raise ValueError(f"source must be 'profile', 'trace' or module:Class, got {self.source!r}")
         return self

@@ -207,6 +207,7 @@ class Replica:
             self.prefilling -= int(self.to_prefill[i] > 0)
             self.save(slice(i, i + 1))
             req["kv_ready"][rid] = False  # its cache is dropped: recomputed here on readmission
+            sim.source_preempt(np.array([rid]))
             req["preemptions"][rid] += 1
             sim.preemptions += 1
             self.n = i
@@ -262,7 +263,7 @@ class Replica:
         draft_ms = sim.draft.ms(rows, gamma, kv)
         stall = sim.stall_ms if (self.policy.sync_stall and rows) else 0.0
         verified = 0
-        if rows and gamma:
+        if rows and (gamma or sim.source_decodes):
             maxl = np.minimum(gamma, remaining - 1)
             proposal = sim.source.propose(ids)
             conf = proposal.confidence
@@ -275,7 +276,7 @@ class Replica:
             accepted = sim.source.verify(proposal, lengths)
             verified = int(lengths.sum())
         batch = rows + verified + prefill_tokens
-        step_ms = draft_ms + stall + sim.clock.lookup(batch, kv)
+        step_ms = draft_ms + stall + sim.clock.lookup(batch, kv) if sim.step_ms is None else sim.step_ms() + stall
         yield env.timeout(step_ms * 1e-3)
         now = env.now
 
@@ -283,7 +284,7 @@ class Replica:
         req = sim.requests.data
         acc_sum = 0
         if rows:
-            if gamma:
+            if gamma or sim.source_decodes:
                 acc_sum = int(accepted.sum())
                 self.policy.observe(lengths, accepted)
                 gained = accepted + 1
@@ -293,6 +294,9 @@ class Replica:
             self.generated[rows_of] += gained
             self.decode_steps[rows_of] += 1
             self.accepted[rows_of] += accepted
+            if sim.source_decodes and proposal.ended is not None and proposal.ended.any():
+                ended = (dec if self.prefilling else np.arange(n))[proposal.ended]
+                self.output[ended] = self.generated[ended]  # the real sequence reached its end token
         done_prefill = 0
         if self.prefilling:
             self.to_prefill[:n] -= chunks
@@ -347,7 +351,7 @@ class Simulation:
     def __init__(self, *, gamma: int, source: AcceptanceSource, draft: DraftCost, clock: StepTimeGrid,
                  policy_grid: StepTimeGrid, make_policy: Callable[[], Policy], policy_label: str, replicas: int,
                  router: str, max_running: int, max_batch_tokens: int, kv_capacity: int, prefill_chunk: int,
-                 stall_ms: float, remote_prefill_ms: Callable[[int], float] | None = None):
+                 stall_ms: float, remote_prefill_ms: Callable[[int], float] | None = None, live_clock: bool = False):
         self.env = simpy.Environment()
         self.gamma = gamma
         self.positions = np.arange(gamma)[None, :]
@@ -364,6 +368,12 @@ class Simulation:
         self.requests = Requests()
         self.steps = RowLog(STEP_COLUMNS)
         self.remote_prefill_ms = remote_prefill_ms
+        # hooks of a source that generates real tokens (hardware in the loop): it decodes even without a drafter,
+        # may end a request at its end token (Proposal.ended), frees real caches on preemption, and under
+        # ``clock: live`` its measured forward time is the step's time instead of the table's T(B, K)
+        self.source_decodes = bool(getattr(source, "decodes_without_drafter", False))
+        self.source_preempt = getattr(source, "preempt", lambda ids: None)
+        self.step_ms = source.step_ms if live_clock else None
         self.preemptions = 0
         self.rejected = 0
         self.remote_tokens = 0  # first tokens emitted by a disaggregated prefill pool

@@ -68,7 +68,7 @@ def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generato
     mix = list(scn.model.workload.mix)
     calibrated = acc.confidence == "calibrated"
     drafter = system.drafter
-    if drafter == "none":
+    if drafter == "none" and acc.source in ("profile", "trace"):
         return NoDrafts()
     if acc.source == "profile":
         return ProfileSource(load_profile(acc.profile, scn.base), drafter, system.gamma, mix, calibrated, rng)
@@ -81,7 +81,20 @@ def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generato
         cls = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
         raise UserError(f"{scn.path}: acceptance.source: cannot import {acc.source!r} ({exc})") from None
-    return cls(scenario=scn, drafter=drafter, gamma=system.gamma, mix=mix, calibrated=calibrated, rng=rng, **acc.options)
+    if drafter == "none" and not getattr(cls, "decodes_without_drafter", False):
+        return NoDrafts()
+    options = {**acc.options, **(acc.model_extra or {})}
+    return cls(scenario=scn, drafter=drafter, gamma=system.gamma, mix=mix, calibrated=calibrated, rng=rng, **options)
+
+
+def check_live_clock(scn: LoadedScenario, source: AcceptanceSource) -> bool:
+    """``hardware.clock: live`` needs a source that measures its own forwards (``step_ms``)."""
+    if scn.model.hardware.clock != "live":
+        return False
+    if not callable(getattr(source, "step_ms", None)):
+        raise UserError(f"{scn.path}: hardware.clock: 'live' needs a source that runs real forwards "
+                        f"(acceptance.source: live); {scn.model.acceptance.source!r} measures nothing")
+    return True
 
 
 def check_engine_limits(scn: LoadedScenario, system: SystemSpec) -> None:
@@ -117,6 +130,7 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         prefill_chunk=m.engine.prefill_chunk,
         stall_ms=m.engine.sched_stall_ms,
         remote_prefill_ms=(lambda prompt: hw.clock.step_ms(prompt, 0.0)) if m.engine.prefill == "disaggregated" else None,
+        live_clock=check_live_clock(scn, source),
     )
     maker = RequestMaker(m.workload, scn.resolve, _stream(spec.seed, spec.point.label, "workload"))
     if spec.point.concurrency is not None:
@@ -131,6 +145,9 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
     """Run and summarise. Returns the runs.csv row and the simulation (its logs)."""
     t0 = time.perf_counter()
     sim, hw, duration, warmup = build(scn, spec)
+    recording = records_dir is not None and callable(getattr(sim.source, "start_recording", None))
+    if recording:
+        sim.source.start_recording()  # a live source verifies whole blocks to write its trace
     sim.run(until=duration)
     wall = time.perf_counter() - t0
     m = scn.model
@@ -148,6 +165,8 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
         "replicas": hw.replicas,
         "gpus": gpus,
         "quick": spec.quick,
+        "acceptance_source": m.acceptance.source,
+        "clock": m.hardware.clock,
     }
     row.update(step_metrics(steps, warmup, duration, gpus, hw.energy, hw.clock))
     row.update(request_metrics(req, warmup, duration, m.sla.tps_targets[0]))
@@ -164,6 +183,11 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
         row["series"] = time_series(steps, req, duration, hw.replicas, gpus, m.sla.tps_targets[0])
     if records_dir is not None:
         write_records(records_dir, spec, req, steps, m.workload.mix)
+        if recording:
+            sim.source.write_trace(records_dir / f"{records_stem(spec)}.trace.csv")
+    measured = getattr(sim.source, "measured_tables", None)
+    if callable(measured) and m.hardware.clock == "live":
+        row["live_tables"] = measured()  # written beside the results by the command (simulator/live_tables.py)
     return row, sim
 
 

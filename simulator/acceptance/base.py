@@ -16,11 +16,14 @@ class Proposal:
     outcome:    (R,) accepted draft tokens if all gamma were verified, when the source draws it in advance (the
                 oracle needs it); None otherwise.
     truth:      (R, gamma) true conditional acceptance probabilities where the source knows them; None otherwise.
+    ended:      (R,) bool, set by ``verify`` of a source that generates real tokens: the request's emitted tokens
+                reached its end-of-sequence token, so it finishes now whatever its drawn length; None otherwise.
     """
 
     confidence: np.ndarray
     outcome: np.ndarray | None = None
     truth: np.ndarray | None = None
+    ended: np.ndarray | None = None
 
 
 @runtime_checkable
