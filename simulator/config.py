@@ -109,7 +109,7 @@ class Acceptance(Strict):
     # runtime): they join `options`; the built-in sources take none
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    source: str = Field("profile", description="'profile', 'trace', or package.module:Class")
+    source: str = Field("profile", description="'profile', 'trace', a plug-in's entry-point name, or package.module:Class")
     profile: str = "paper-qwen3-8b"
     trace: str | None = None
     confidence: Literal["calibrated", "raw"] = "calibrated"
@@ -119,11 +119,11 @@ class Acceptance(Strict):
     def _source(self) -> Acceptance:
         if self.source == "trace" and not self.trace:
             raise ValueError("source 'trace' needs a 'trace' path")
+        if not self.source.strip():
+            raise ValueError("source must be 'profile', 'trace', an installed plug-in's name or module:Class")
         extra = sorted(self.model_extra or {})
         if extra and self.source in ("profile", "trace"):
             raise ValueError(f"unknown field {extra[0]!r} (the {self.source} source takes none)")
-        if self.source not in ("profile", "trace") and ":" not in self.source:
-            raise ValueError(f"source must be 'profile', 'trace' or module:Class, got {self.source!r}")
         return self
 
 

@@ -371,8 +371,8 @@ class Simulation:
         # hooks of a source that generates real tokens (hardware in the loop): it decodes even without a drafter,
         # may end a request at its end token (Proposal.ended), frees real caches on preemption, and under
         # ``clock: live`` its measured forward time is the step's time instead of the table's T(B, K)
-        self.source_decodes = bool(getattr(source, "decodes_without_drafter", False))
-        self.source_preempt = getattr(source, "preempt", lambda ids: None)
+        self.source_decodes = source.decodes_without_drafter
+        self.source_preempt = source.preempt
         self.step_ms = source.step_ms if live_clock else None
         self.preemptions = 0
         self.rejected = 0

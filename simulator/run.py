@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import time
 import zlib
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.acceptance import BUILTIN_SOURCES, resolve_source
 from simulator.acceptance.base import AcceptanceSource, NoDrafts
 from simulator.acceptance.profile import ProfileSource, load_profile
 from simulator.acceptance.trace import TraceSource
@@ -20,6 +20,7 @@ from simulator.engine import Simulation
 from simulator.errors import UserError
 from simulator.hardware import Hardware, load_hardware
 from simulator.metrics import request_metrics, saturated, step_metrics, tau_by_mix, time_series
+from simulator.plugins import construct
 from simulator.policies import make_policy
 from simulator.policies import resolve as resolve_policy
 from simulator.systems import SystemSpec
@@ -63,35 +64,52 @@ def _hardware(scn: LoadedScenario, drafters: frozenset[str]) -> Hardware:
     return load_hardware(scn, set(drafters))
 
 
+SOURCE_ARGS = ("scenario", "drafter", "gamma", "mix", "calibrated", "rng")
+
+
 def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generator) -> AcceptanceSource:
+    """The acceptance source of one run of ``system``: built in, or a plug-in constructed with the keyword
+    arguments of SOURCE_ARGS plus ``acceptance.options`` (errors name the scenario's field and the system)."""
     acc = scn.model.acceptance
     mix = list(scn.model.workload.mix)
     calibrated = acc.confidence == "calibrated"
     drafter = system.drafter
     if drafter == "none" and acc.source in ("profile", "trace"):
         return NoDrafts()
+    field = f"{scn.path}: acceptance"
+    cls = resolve_source(acc.source, what=f"{field}.source")
+    policy_cls, _ = resolve_policy(system.policy)
+    if policy_cls.needs_outcome and not cls.draws_outcome:
+        raise UserError(f"{field}.source: system {system.name!r} runs policy {system.policy!r}, which reads realised "
+                        f"outcomes (needs_outcome), but source {acc.source!r} does not draw them (draws_outcome)")
+    if acc.source in BUILTIN_SOURCES and acc.options:
+        raise UserError(f"{field}.options: the built-in source {acc.source!r} takes no options "
+                        f"(got {', '.join(acc.options)})")
     if acc.source == "profile":
         return ProfileSource(load_profile(acc.profile, scn.base), drafter, system.gamma, mix, calibrated, rng)
     if acc.source == "trace":
-        policy_cls, _ = resolve_policy(system.policy)
         return TraceSource(scn.resolve(acc.trace), drafter, system.gamma, mix, calibrated, rng,
-                           need_confidence=getattr(policy_cls, "reads_confidence", True))
-    module, _, attr = acc.source.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise UserError(f"{scn.path}: acceptance.source: cannot import {acc.source!r} ({exc})") from None
+                           need_confidence=policy_cls.reads_confidence)
     if drafter == "none" and not getattr(cls, "decodes_without_drafter", False):
         return NoDrafts()
     options = {**acc.options, **(acc.model_extra or {})}
-    return cls(scenario=scn, drafter=drafter, gamma=system.gamma, mix=mix, calibrated=calibrated, rng=rng, **options)
+    clash = [k for k in options if k in SOURCE_ARGS]
+    if clash:
+        raise UserError(f"{field}.options.{clash[0]}: set by the simulator for every source; not an option")
+    kwargs = dict(scenario=scn, drafter=drafter, gamma=system.gamma, mix=mix, calibrated=calibrated, rng=rng,
+                  **options)
+    source = construct(cls, kwargs, f"{field}.options (source {acc.source!r}, system {system.name!r})")
+    if getattr(source, "gamma", None) != system.gamma:
+        raise UserError(f"{field}.source: {acc.source!r} set gamma {getattr(source, 'gamma', None)!r}; system "
+                        f"{system.name!r} drafts {system.gamma} tokens (a source must keep the gamma it is given)")
+    return source
 
 
 def check_live_clock(scn: LoadedScenario, source: AcceptanceSource) -> bool:
     """``hardware.clock: live`` needs a source that measures its own forwards (``step_ms``)."""
     if scn.model.hardware.clock != "live":
         return False
-    if not callable(getattr(source, "step_ms", None)):
+    if not source.measures_time:
         raise UserError(f"{scn.path}: hardware.clock: 'live' needs a source that runs real forwards "
                         f"(acceptance.source: live); {scn.model.acceptance.source!r} measures nothing")
     return True
@@ -120,7 +138,7 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         draft=hw.draft[spec.system.drafter],
         clock=hw.clock,
         policy_grid=hw.policy,
-        make_policy=lambda: make_policy(spec.system.policy, spec.system.params),
+        make_policy=lambda: make_policy(spec.system.policy, spec.system.params, spec.system.name),
         policy_label=spec.system.name,
         replicas=hw.replicas,
         router=m.hardware.router,
@@ -145,9 +163,7 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
     """Run and summarise. Returns the runs.csv row and the simulation (its logs)."""
     t0 = time.perf_counter()
     sim, hw, duration, warmup = build(scn, spec)
-    recording = records_dir is not None and callable(getattr(sim.source, "start_recording", None))
-    if recording:
-        sim.source.start_recording()  # a live source verifies whole blocks to write its trace
+    recording = records_dir is not None and sim.source.start_recording()  # live: verify whole blocks, record
     sim.run(until=duration)
     wall = time.perf_counter() - t0
     m = scn.model
@@ -185,9 +201,8 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
         write_records(records_dir, spec, req, steps, m.workload.mix)
         if recording:
             sim.source.write_trace(records_dir / f"{records_stem(spec)}.trace.csv")
-    measured = getattr(sim.source, "measured_tables", None)
-    if callable(measured) and m.hardware.clock == "live":
-        row["live_tables"] = measured()  # written beside the results by the command (simulator/live_tables.py)
+    if m.hardware.clock == "live":
+        row["live_tables"] = sim.source.measured_tables()  # written beside the results by the command (simulator/live_tables.py)
     return row, sim
 
 

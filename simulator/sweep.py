@@ -23,10 +23,13 @@ import pandas as pd
 import hw_profile
 import simulator
 from hw_profile.files import atomic_write, atomic_write_text
+from simulator.acceptance import resolve_source
 from simulator.acceptance.profile import resolve_profile_path
 from simulator.config import LoadedScenario
+from simulator.plugins import source_files
+from simulator.policies import resolve as resolve_policy
 from simulator.run import RunSpec, load_points, run_one
-from simulator.systems import resolve_systems
+from simulator.systems import SystemSpec, resolve_systems
 
 RUN_COLUMNS = [
     "policy", "policy_impl", "drafter", "gamma", "seed", "load_point", "concurrency", "arrival_rate", "replicas",
@@ -40,14 +43,38 @@ def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else "missing"
 
 
+PROJECT_ROOTS = tuple(Path(pkg.__file__).resolve().parent for pkg in (simulator, hw_profile))
+
+
 def _code_digest() -> str:
     h = hashlib.sha256()
-    for pkg in (simulator, hw_profile):
-        root = Path(pkg.__file__).parent
+    for root in PROJECT_ROOTS:
         for f in sorted(root.rglob("*.py")):
             h.update(f.relative_to(root).as_posix().encode())
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
+
+
+def plugin_digest(classes: list[type]) -> str:
+    """A digest of the source files these classes load that the project digest does not cover (a plug-in's
+    module or package), by path and content; '' when there are none (built-ins only)."""
+    files = sorted({f for cls in classes for f in source_files(cls)
+                    if not any(f.is_relative_to(root) for root in PROJECT_ROOTS)})
+    if not files:
+        return ""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.as_posix().encode())
+        h.update(f.read_bytes() if f.is_file() else b"missing")
+    return h.hexdigest()[:16]
+
+
+def run_classes(scn: LoadedScenario, system: SystemSpec) -> list[type]:
+    """The policy and acceptance-source classes a run of ``system`` loads."""
+    policy_cls, _ = resolve_policy(system.policy)
+    if system.drafter == "none":
+        return [policy_cls]
+    return [policy_cls, resolve_source(scn.model.acceptance.source, what=f"{scn.path}: acceptance.source")]
 
 
 def input_files(scn: LoadedScenario) -> list[Path]:
@@ -109,10 +136,14 @@ class Sweep:
         # hashed once per sweep: the scenario, its input files and the code do not change while a command runs
         base = self._base_key()
         traffic = self.scn.model.traffic.model_dump(mode="json") if self.scn.model.traffic else None
+        systems = {s.system.name: s.system for s in self.specs}
+        plugins = {name: plugin_digest(run_classes(self.scn, system)) for name, system in systems.items()}
         out = []
         for s in self.specs:
             doc = {**base, "system": s.system.key(), "seed": s.seed, "quick": s.quick,
                    "point": s.point.concurrency if s.point.concurrency is not None else traffic}
+            if plugins[s.system.name]:  # absent for built-ins, so keys of stored built-in runs stay valid
+                doc["plugins"] = plugins[s.system.name]
             out.append(hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20])
         return out
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from simulator.config import LoadedScenario, System
 from simulator.drafters import DRAFTER_KINDS
-from simulator.errors import PolicyError, UserError
+from simulator.errors import UserError
 from simulator.policies import resolve
 
 SHORTHANDS = {"ar": ("none", "ar"), "mtp-1": ("mtp", "static-1")}
@@ -46,10 +46,7 @@ def resolve_systems(scn: LoadedScenario) -> list[SystemSpec]:
             gamma = kind.fixed_gamma
         else:
             gamma = entry.gamma or m.drafter.gamma
-        try:
-            cls, implied = resolve(entry.policy)
-        except PolicyError as exc:
-            raise UserError(f"{where}.policy: {exc}") from None
+        cls, implied = resolve(entry.policy, what=f"{where}.policy")
         if drafter == "none" and cls.name != "ar":
             raise UserError(f"{where}: drafter 'none' proposes nothing to verify; use policy 'ar' or a drafter")
         name = entry.name or (entry.policy if not (drafter == "mtp" and entry.policy == "static-1") else "mtp-1")

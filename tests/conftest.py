@@ -10,6 +10,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_TABLE = ROOT / "scenarios" / "hardware" / "h200-qwen3-8b-bf16.csv"
+EXAMPLES = ROOT / "docs" / "examples"
 
 BASE = {
     "hardware": {"table": str(H200_TABLE)},
@@ -41,3 +42,10 @@ def scenario_file(tmp_path):
         return path
 
     return make
+
+
+@pytest.fixture
+def examples_on_path(monkeypatch):
+    """docs/examples importable, as a user's PYTHONPATH=docs/examples would make it."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    return EXAMPLES

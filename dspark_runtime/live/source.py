@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from simulator.acceptance.base import GrowingArrays, Proposal
+from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
 from simulator.calibration import sts_apply
 from simulator.errors import UserError
 
@@ -53,9 +53,10 @@ def _max_output(scn, where: str) -> int:
                     f"allocated once); give the {out.dist} length a 'max'")
 
 
-class LiveSource:
+class LiveSource(AcceptanceSource):
     #: the drafter-less system (``ar``) also decodes for real: one target forward per step
     decodes_without_drafter = True
+    measures_time = True
 
     def __init__(self, *, scenario, drafter: str, gamma: int, mix: list[str], calibrated: bool,
                  rng: np.random.Generator, runtime: str = "tiny", device: str = "cpu", temperature: float = 1.0,
@@ -211,8 +212,9 @@ class LiveSource:
         """Measured milliseconds of the last step's forwards (prefill, draft, verify)."""
         return self._last_ms
 
-    def start_recording(self) -> None:
-        self.recording = True
+    def start_recording(self) -> bool:
+        self.recording = self.gamma > 0
+        return self.recording
 
     def prompt_of(self, rid: int) -> list[int]:
         s = self.state

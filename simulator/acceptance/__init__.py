@@ -10,10 +10,31 @@ The engine talks to a source through four calls, always with arrays across the b
 - ``detach(ids)`` when requests finish.
 
 Built in: ``profile`` (statistical, fitted to the paper) and ``trace`` (replay of recorded verifications, e.g.
-exported by ``dspark eval``). A scenario may name any other class by import string (``package.module:Class``),
-which is how the torch runtime plugs in without the simulator importing it.
+exported by ``dspark eval``). A scenario may name any other ``AcceptanceSource`` subclass by an entry point of
+the ``dspark_sim.acceptance`` group or by import string (``package.module:Class``), which is how the torch runtime
+plugs in without the simulator importing it (see simulator/plugins.py and docs/adding-an-acceptance-source.md).
 """
 
-from simulator.acceptance.base import AcceptanceSource, Proposal
+from __future__ import annotations
 
-__all__ = ["AcceptanceSource", "Proposal"]
+from simulator.acceptance.base import AcceptanceSource, Proposal
+from simulator.plugins import ACCEPTANCE_GROUP, load_plugin
+
+BUILTIN_SOURCES = ("profile", "trace")
+
+
+def resolve_source(spec: str, what: str = "acceptance.source") -> type[AcceptanceSource]:
+    """The class of a scenario's ``acceptance.source``: a built-in name, an entry point or module:Class."""
+    if spec == "profile":
+        from simulator.acceptance.profile import ProfileSource
+
+        return ProfileSource
+    if spec == "trace":
+        from simulator.acceptance.trace import TraceSource
+
+        return TraceSource
+    return load_plugin(spec, group=ACCEPTANCE_GROUP, base=AcceptanceSource, what=what, noun="acceptance source",
+                       known=BUILTIN_SOURCES)
+
+
+__all__ = ["BUILTIN_SOURCES", "AcceptanceSource", "Proposal", "resolve_source"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar
 
 import numpy as np
 
@@ -26,17 +26,63 @@ class Proposal:
     ended: np.ndarray | None = None
 
 
-@runtime_checkable
-class AcceptanceSource(Protocol):
-    gamma: int
+class AcceptanceSource:
+    """Base class of acceptance sources (built-in and plug-in); see the package docstring for the calls.
 
-    def attach(self, ids: np.ndarray, mix_index: np.ndarray) -> None: ...
+    The engine calls, with arrays across the batch: ``attach`` when requests are created, ``propose`` every step
+    for the decoding requests, ``verify`` with the lengths the policy chose, ``detach`` when requests finish.
+    ``gamma`` is the block length the system drafts; ``propose`` returns (R, gamma) confidences.
 
-    def propose(self, ids: np.ndarray) -> Proposal: ...
+    A plug-in source is constructed once per run with keyword arguments: ``scenario`` (the LoadedScenario),
+    ``drafter`` (name), ``gamma``, ``mix`` (the workload's mix keys, in order), ``calibrated`` (bool), ``rng`` (a
+    numpy Generator it must draw all its randomness from), plus the scenario's ``acceptance.options``. A bad
+    option value should raise ValueError (reported as one line naming the field).
+    """
 
-    def verify(self, proposal: Proposal, lengths: np.ndarray) -> np.ndarray: ...
+    gamma: int = 0
+    #: ``propose`` fills Proposal.outcome (the accepted prefix were the whole block verified): policies that
+    #: read it (``needs_outcome``, the oracle) can run on this source
+    draws_outcome: ClassVar[bool] = False
 
-    def detach(self, ids: np.ndarray) -> None: ...
+    def attach(self, ids: np.ndarray, mix_index: np.ndarray) -> None:
+        """New requests: ids (n,) request ids (dense, increasing), mix_index (n,) index of their mix entry."""
+
+    def propose(self, ids: np.ndarray) -> Proposal:
+        raise NotImplementedError
+
+    def verify(self, proposal: Proposal, lengths: np.ndarray) -> np.ndarray:
+        """Accepted draft tokens (R,) int, each in 0..lengths[r], when lengths (R,) were verified."""
+        raise NotImplementedError
+
+    def detach(self, ids: np.ndarray) -> None:
+        """Requests that finished (their state may be dropped)."""
+
+    # --- for sources that generate real tokens (hardware in the loop) -----------------------------------------
+    #: the drafter-less system (``ar``) is served by this source too (propose gives (R, 0), verify lengths 0)
+    decodes_without_drafter: ClassVar[bool] = False
+    #: ``step_ms`` measures the step's real forwards, which ``hardware.clock: live`` uses as the step's time
+    measures_time: ClassVar[bool] = False
+
+    def preempt(self, ids: np.ndarray) -> None:
+        """Requests evicted by recompute preemption; they return later through ``propose`` (and finish with
+        ``detach``). A source that holds real caches frees them here."""
+
+    def step_ms(self) -> float:
+        """Milliseconds the last propose/verify pair spent in its forwards (sources with ``measures_time``)."""
+        raise NotImplementedError
+
+    def measured_tables(self) -> dict:
+        """What ``measures_time`` sources measured, as step-time table rows: {"target": [...], "drafter": [...],
+        "meta": {...}} (written by simulator/live_tables.py)."""
+        raise NotImplementedError
+
+    def start_recording(self) -> bool:
+        """Begin recording each step's full-block outcome for ``write_trace`` (``simulate --records``); False
+        when the source records nothing (replaying or sampling sources: their inputs are already known)."""
+        return False
+
+    def write_trace(self, path) -> None:
+        """Write what was recorded in the trace format that ``source: trace`` reads."""
 
 
 class GrowingArrays:
@@ -62,19 +108,13 @@ class GrowingArrays:
         self._cap = cap
 
 
-class NoDrafts:
+class NoDrafts(AcceptanceSource):
     """The source of the drafter-less system: nothing is ever proposed."""
 
     gamma = 0
-
-    def attach(self, ids: np.ndarray, mix_index: np.ndarray) -> None:
-        pass
 
     def propose(self, ids: np.ndarray) -> Proposal:
         raise RuntimeError("a system without a drafter proposes nothing")
 
     def verify(self, proposal: Proposal, lengths: np.ndarray) -> np.ndarray:
         raise RuntimeError("a system without a drafter verifies nothing")
-
-    def detach(self, ids: np.ndarray) -> None:
-        pass

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from simulator.acceptance.base import GrowingArrays, Proposal
+from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
 from simulator.acceptance.latent import HeadModel, Variation
 from simulator.acceptance.normal_table import standard_normal
 from simulator.errors import UserError
@@ -98,12 +98,14 @@ def load_profile(name_or_path: str, base: Path | None = None) -> Profile:
                    description=str(raw.get("description", "")), variation=var, domains=domains, drafters=drafters)
 
 
-class ProfileSource:
+class ProfileSource(AcceptanceSource):
     """Samples acceptance and confidences per request-step from a profile's latent model (vectorised).
 
     A system's gamma may differ from the profile's block: shorter blocks use the first gamma positions (prefix
     acceptance is unaffected by what is not drafted); longer ones repeat the last position's parameters.
     """
+
+    draws_outcome = True
 
     def __init__(self, profile: Profile, drafter: str, gamma: int, mix: list[str], calibrated: bool,
                  rng: np.random.Generator):
@@ -169,9 +171,6 @@ class ProfileSource:
         # acceptance of token j depends on the token, not on how many follow it: verifying l tokens accepts
         # the first min(l, outcome) of them
         return np.minimum(lengths, proposal.outcome)
-
-    def detach(self, ids: np.ndarray) -> None:
-        pass
 
 
 def _logistic(x: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.acceptance.base import GrowingArrays, Proposal
+from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
 from simulator.errors import UserError
 
 TRACE_COLUMNS = ["domain", "benchmark", "drafter", "gamma", "accepted"]
@@ -33,7 +33,9 @@ def read_trace(path: Path) -> pd.DataFrame:
     return df
 
 
-class TraceSource:
+class TraceSource(AcceptanceSource):
+    draws_outcome = True
+
     def __init__(self, path: Path, drafter: str, gamma: int, mix: list[str], calibrated: bool,
                  rng: np.random.Generator, need_confidence: bool = True):
         df = read_trace(path)
@@ -90,6 +92,3 @@ class TraceSource:
 
     def verify(self, proposal: Proposal, lengths: np.ndarray) -> np.ndarray:
         return np.minimum(lengths, proposal.outcome)
-
-    def detach(self, ids: np.ndarray) -> None:
-        pass

@@ -6,10 +6,10 @@ on the command line as ``module:Class`` (see docs/adding-a-policy.md).
 
 from __future__ import annotations
 
-import importlib
 import re
 
-from simulator.errors import PolicyError
+from simulator.errors import PolicyError, UserError
+from simulator.plugins import POLICY_GROUP, construct, load_plugin
 from simulator.policies.base import Policy, PolicyView, checked_lengths
 from simulator.policies.greedy import (
     algorithm1_reference,
@@ -27,18 +27,11 @@ def register(cls: type[Policy]) -> type[Policy]:
     return cls
 
 
-def resolve(spec: str) -> tuple[type[Policy], dict]:
+def resolve(spec: str, what: str | None = None) -> tuple[type[Policy], dict]:
     """A policy class and the parameters its name implies: 'dspark', 'static-3' (k=3), 'threshold-0.7'
-    (value=0.7) or 'package.module:Class'."""
-    if ":" in spec:
-        module, _, attr = spec.partition(":")
-        try:
-            obj = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise PolicyError(f"policy {spec!r}: cannot import ({exc})") from None
-        if not (isinstance(obj, type) and hasattr(obj, "choose")):
-            raise PolicyError(f"policy {spec!r}: {attr} is not a policy class (it needs a choose(view) method)")
-        return obj, {}
+    (value=0.7), a name an installed package registers in the ``dspark_sim.policies`` entry-point group, or
+    'package.module:Class' (see simulator/plugins.py). Unknown names raise a PolicyError that starts with
+    ``what`` (default: the policy's name)."""
     if spec in REGISTRY:
         return REGISTRY[spec], {}
     m = re.fullmatch(r"([a-z][a-z0-9_-]*?)-([0-9]+(?:\.[0-9]+)?)", spec)
@@ -46,16 +39,20 @@ def resolve(spec: str) -> tuple[type[Policy], dict]:
         cls = REGISTRY[m.group(1)]
         value = float(m.group(2))
         return cls, {cls.positional: int(value) if value.is_integer() and "." not in m.group(2) else value}
-    raise PolicyError(f"unknown policy {spec!r}; known: {', '.join(describe_names())}, or module:Class")
+    try:
+        return load_plugin(spec, group=POLICY_GROUP, base=Policy, what=what or f"policy {spec!r}",
+                           noun="policy", known=describe_names()), {}
+    except UserError as exc:
+        raise PolicyError(str(exc)) from None
 
 
-def make_policy(spec: str, params: dict | None = None) -> Policy:
+def make_policy(spec: str, params: dict | None = None, label: str | None = None) -> Policy:
+    """The policy a system runs. Bad parameters (unknown names, values the constructor rejects with ValueError)
+    raise a PolicyError naming the system (``label``) and what the class accepts."""
     cls, implied = resolve(spec)
     kwargs = {**implied, **(params or {})}
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise PolicyError(f"policy {spec!r}: bad parameters {kwargs} ({exc})") from None
+    who = f"system {label!r} (policy {spec!r})" if label and label != spec else f"policy {spec!r}"
+    return construct(cls, kwargs, who, PolicyError)
 
 
 def display_name(name: str, cls: type[Policy]) -> str:

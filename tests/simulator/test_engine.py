@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from simulator.errors import PolicyError
+from simulator.policies import Policy
 from tests.conftest import ROOT
 from tests.simulator.engine_helpers import simulate
 
@@ -134,17 +135,11 @@ def test_dspark_budget_falls_with_load(scenario_file):
     assert low["mean_verify_budget"] > high["mean_verify_budget"] + 0.5
 
 
-class ReturnsTooLong:
+class ReturnsTooLong(Policy):
     """A researcher's policy with a bug: it ignores view.max_lengths."""
-
-    sync_stall = False
-    needs_outcome = False
 
     def choose(self, view):
         return np.full(view.remaining.shape[0], view.gamma + 1)
-
-    def observe(self, lengths, accepted):
-        pass
 
 
 class ReturnsFloats(ReturnsTooLong):
@@ -159,8 +154,8 @@ def test_custom_policy_with_invalid_lengths_gets_a_clear_error(scenario_file, cl
         simulate(path)
 
 
-def test_custom_policy_from_module_path_runs(scenario_file):
-    path = scenario_file(systems=[{"name": "half", "policy": "tests.simulator.custom_policy:HalfBlock"}])
+def test_custom_policy_from_module_path_runs(scenario_file, examples_on_path):
+    path = scenario_file(systems=[{"name": "half", "policy": "half_block:HalfBlock"}])
     row, _ = simulate(path)
     assert 1.0 < row["mean_verify_budget"] <= 1 + 4
 
