@@ -100,7 +100,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     from simulator.config import load_scenario
     from simulator.hardware import load_hardware
     from simulator.policies import make_policy
-    from simulator.run import check_engine_limits, load_points, make_source
+    from simulator.run import check_engine_limits, check_live_clock, load_points, make_source
     from simulator.systems import resolve_systems
 
     scn = load_scenario(scenario, sets)
@@ -109,7 +109,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     for s in systems:
         check_engine_limits(scn, s)
         make_policy(s.policy, s.params, s.name)  # its parameters, as a run builds it
-        make_source(scn, s, np.random.default_rng(0))  # loads the profile or trace and checks the mix
+        check_live_clock(scn, make_source(scn, s, np.random.default_rng(0)))  # loads the profile or trace and checks the mix
     points = load_points(scn)
     m = scn.model
     click.echo(f"{scenario}: ok")

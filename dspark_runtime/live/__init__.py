@@ -2,10 +2,10 @@
 (``source.LiveSource``; ``session.py`` the batched forwards, ``timing.py`` the live clock and measured tables,
 ``world.py`` which built world is used)."""
 
-import importlib.util
-
 from simulator.errors import UserError
 
-if importlib.util.find_spec("torch") is None:
+try:
+    import torch  # noqa: F401
+except ImportError:
     raise UserError("acceptance.source: live needs torch: install the runtime extra "
-                    "(pip install 'dspark-sim[runtime]'; ./run does it for you)")
+                    "(pip install 'dspark-sim[runtime]'; ./run does it for you)") from None
