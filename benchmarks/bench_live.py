@@ -43,7 +43,7 @@ def batched_vs_single(runtime: str, device: str, requests: int, steps: int) -> d
                           timer=StepTimer(torch.device(device)))
         slots = torch.arange(requests, device=device)
         batch.load(slots, prompts)
-        batch.prefill(slots, torch.ones(requests, dtype=torch.bool, device=device))
+        batch.prefill(slots)
         return batch, slots
 
     lengths = torch.full((requests,), 3, dtype=torch.long)

@@ -276,6 +276,8 @@ class Replica:
             accepted = sim.source.verify(proposal, lengths)
             verified = int(lengths.sum())
         batch = rows + verified + prefill_tokens
+        if self.prefilling:  # the requests whose prefill completes in this step's forward
+            sim.source.prefilled(self.ids[:n][prefill_mask & (self.to_prefill[:n] == chunks)])
         step_ms = draft_ms + stall + sim.clock.lookup(batch, kv) if sim.step_ms is None else sim.step_ms() + stall
         yield env.timeout(step_ms * 1e-3)
         now = env.now

@@ -7,7 +7,8 @@ when it finishes or is preempted; a preempted request keeps its tokens outside t
 prompt and emitted tokens prefilled again) when it decodes next, as vLLM's recompute preemption does.
 
 One step, for the R slots a replica decodes:
-1. ``prefill``: the slots that hold no cache yet run their context in one batched forward;
+1. ``prefill``: the slots that hold no cache yet run their context in one batched forward and sample their next
+   token (a fresh request's first token; a recomputed request's next one, as the engine counts it);
 2. ``draft``: one drafting forward for all R (gamma tokens each, raw confidences);
 3. ``verify``: one target forward over [anchor, x_1..x_l] of exactly the chosen prefixes, then batched rejection
    sampling (``verify.verify_block_full``); only the anchor and the accepted tokens are committed (the rollback).
@@ -101,14 +102,12 @@ class LiveBatch:
 
     # --- the step ---------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def prefill(self, slots: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
-        """Run the cached-nothing slots' contexts through the target in one forward. ``fresh`` (R,) bool: the slot
-        holds only its prompt and samples its first token from the prefill; otherwise (recompute) the last emitted
-        token is the anchor and everything before it is prefilled. Returns (R,) bool: a fresh request whose first
-        token is EOS."""
+    def prefill(self, slots: torch.Tensor) -> torch.Tensor:
+        """Run the contexts of slots that hold no cache through the target in one forward and sample each one's
+        next token from it (a fresh request's first token; after a recompute preemption the token the recompute
+        emits, as vLLM's does). Returns (R,) bool on the host: the sampled token is EOS."""
         dev = self.device
-        total = self.seq_len[slots]
-        counts = torch.where(fresh, total, total - 1)
+        counts = self.seq_len[slots].clone()
         width = int(counts.max())
         cols = torch.arange(width, device=dev)
         tokens = torch.where(cols[None, :] < counts[:, None], self.seq[slots, :width], 0)
@@ -116,22 +115,20 @@ class LiveBatch:
             logits, feats, nk, nv = self.runner.forward(self.tcache, slots, tokens, counts, logits_at=counts - 1)
         self.tcache.commit(slots, nk, nv, counts)
         first = sample_tokens(logits, self.temperature, self.gen)
-        anchor = torch.where(fresh, first, self.seq[slots, (total - 1).clamp(min=0)])
-        self.anchor[slots] = anchor
-        r = slots.numel()
-        idx = torch.arange(r, device=dev)
-        self.seq[slots[fresh], total[fresh]] = first[fresh]
-        self.seq_len[slots] = total + fresh.long()
+        self.anchor[slots] = first
+        self.seq[slots, counts] = first
+        self.seq_len[slots] = counts + 1
         if self.drafter is not None:
             # position j's entry pairs its features with the token at j + 1 (the autoregressive drafter reads it)
+            r = slots.numel()
             after = torch.zeros(r, width, dtype=torch.long, device=dev)
             after[:, : width - 1] = tokens[:, 1:]
-            after[idx, counts - 1] = anchor
+            after[torch.arange(r, device=dev), counts - 1] = first
             with self.timer.span("prefill"):
                 self.drafter.add_context(self.dctx, slots, feats, after, counts)
         if self.eos_id is None:
-            return torch.zeros(r, dtype=torch.bool)
-        return (fresh & (first == self.eos_id)).cpu()
+            return torch.zeros(slots.numel(), dtype=torch.bool)
+        return (first == self.eos_id).cpu()
 
     @torch.no_grad()
     def draft(self, slots: torch.Tensor) -> Drafted:

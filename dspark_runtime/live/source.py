@@ -118,7 +118,7 @@ class LiveSource(AcceptanceSource):
         self.trace: list[dict[str, np.ndarray]] = []
         self.target_table, self.drafter_table = MeasuredTable(), MeasuredTable()
         self._pending = None
-        self._last_ms = 0.0
+        self._unclaimed_ms = 0.0
         self.sampler = None
         if dev.type == "cuda":
             from hw_profile.telemetry import NvmlSampler
@@ -162,13 +162,13 @@ class LiveSource(AcceptanceSource):
                                 full=self.recording and drafted is not None)
         emitted = out.emitted.numpy()
         ended = out.ended.numpy()
-        if self.eos_first:  # a first token (from the prefill) that was EOS ends the request now
+        if self.eos_first:  # a token sampled by the prefill that was EOS ends the request now
             first = np.fromiter((int(i) in self.eos_first for i in ids), dtype=bool, count=len(ids))
             ended = ended | first
         proposal.ended = ended
         ms = self.timer.end_step()
         tel = self.sampler.stop() if self.sampler is not None and self.sampler.available else None
-        self._last_ms = float(sum(ms.values()))
+        self._unclaimed_ms += float(sum(ms.values()))
         rows = len(ids)
         self.target_table.add(out.verified, out.kv_read, rows, ms.get("verify", 0.0), tel)
         if drafted is not None:
@@ -208,9 +208,17 @@ class LiveSource(AcceptanceSource):
             self.free.append(slot)
             s.slot[rid] = -1
 
+    def prefilled(self, ids: np.ndarray) -> None:
+        """The engine's prefill of these requests completed: prefill them for real now (one batched forward) and
+        sample the token the engine just counted. (A request prefilled by a disaggregated pool is prefilled here
+        lazily, when it first decodes.)"""
+        self._slots(ids)
+
     def step_ms(self) -> float:
-        """Measured milliseconds of the last step's forwards (prefill, draft, verify)."""
-        return self._last_ms
+        """Measured milliseconds of this step's forwards (prefill, draft, verify) since the last call."""
+        ms = self._unclaimed_ms + float(sum(self.timer.end_step().values()))
+        self._unclaimed_ms = 0.0
+        return ms
 
     def start_recording(self) -> bool:
         self.recording = self.gamma > 0
@@ -222,6 +230,7 @@ class LiveSource(AcceptanceSource):
 
     # --- internals --------------------------------------------------------------------------------------------
     def _slots(self, ids: np.ndarray) -> torch.Tensor:
+        """The requests' cache slots, taking and prefilling one for each that has none."""
         s = self.state
         slot = s.slot[ids]
         new = np.flatnonzero(slot < 0)
@@ -230,14 +239,10 @@ class LiveSource(AcceptanceSource):
                 raise RuntimeError(f"live source: {len(new)} requests need a slot, {len(self.free)} are free")
             taken = [self.free.pop() for _ in range(len(new))]
             s.slot[ids[new]] = taken
-            contexts, fresh = [], []
-            for rid in ids[new].tolist():
-                saved = self.saved.pop(rid, None)
-                contexts.append(saved if saved is not None else self.prompt_of(rid))
-                fresh.append(saved is None)
+            contexts = [self.saved.pop(rid, None) or self.prompt_of(rid) for rid in ids[new].tolist()]
             t = torch.tensor(taken, device=self.batch.device)
             self.batch.load(t, contexts)
-            eos = self.batch.prefill(t, torch.tensor(fresh, device=self.batch.device))
+            eos = self.batch.prefill(t)
             for rid in ids[new][eos.numpy()].tolist():
                 self.eos_first.add(rid)
             slot = s.slot[ids]

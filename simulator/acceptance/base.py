@@ -63,6 +63,10 @@ class AcceptanceSource:
     #: ``step_ms`` measures the step's real forwards, which ``hardware.clock: live`` uses as the step's time
     measures_time: ClassVar[bool] = False
 
+    def prefilled(self, ids: np.ndarray) -> None:
+        """These requests' prefill on a replica completed: the engine counts the token it yields (the first token,
+        or the next one after a recompute). A source that generates real tokens samples it here."""
+
     def preempt(self, ids: np.ndarray) -> None:
         """Requests evicted by recompute preemption; they return later through ``propose`` (and finish with
         ``detach``). A source that holds real caches frees them here."""

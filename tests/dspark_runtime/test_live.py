@@ -75,12 +75,14 @@ def greedy(target, prompts: list[list[int]], steps: int, eos: int) -> list[list[
 def test_temperature_zero_is_the_targets_greedy_decoding_with_preemptions(smoke_world, smoke_models, tmp_path):
     paths, _, _ = smoke_world
     target, _, tokenizer = smoke_models
-    # a KV cache of 300 tokens for 6 users of 32 + up to 20 tokens forces recompute preemptions
-    path = live_scenario(tmp_path, paths.root, **{"engine.kv_capacity_tokens": 300,
+    # a KV cache of 200 tokens for 6 users of 32 + up to 20 tokens (+ 8 lookahead) forces recompute preemptions
+    path = live_scenario(tmp_path, paths.root, **{"engine.kv_capacity_tokens": 200,
                                                   "acceptance.options": {"keep_outputs": True}})
     row, sim = run(path)
     src = sim.source
-    assert row["preemptions"] > 0 and row["tau"] > 1.0
+    # drafts were verified every step (the smoke drafter rarely matches the smoke target's argmax, so the
+    # corrections are what this checks here; the temperature-1 test below checks accepted drafts)
+    assert row["preemptions"] > 0 and sim.steps.frame()["verified"].sum() > 0
     req = sim.requests.frame()
     done = [rid for rid in src.outputs if not np.isnan(req["finish"][rid])]
     assert len(done) >= 6
