@@ -4,6 +4,7 @@
                    --context 512,4096 --out h200-qwen3-8b.csv
     hw-profile analytic --gpu H200 --model qwen3-8b [--gpus N] [--dtype bf16] --out TABLE.csv
     hw-profile fit TABLE.csv                     # writes TABLE.smooth.csv (+ .json) beside it
+    hw-profile calibrate TELEMETRY.csv --tau 1.9 --verify-budget 2 --context 3000 --out TABLE.csv
     hw-profile show TABLE.csv [OTHER.csv] --out view.html
     hw-profile compare TABLE.csv OTHER.csv       # T(TABLE) / T(OTHER) at TABLE's points, per context and B
     hw-profile peaks --device cpu --dtype fp32 --out cpu.json   # achieved rates, a device file for `analytic`
@@ -64,7 +65,7 @@ def cli() -> None:
 
 @cli.command(help="Measure T(B, K) by timing real verification forwards of a target- or drafter-shaped model.")
 @click.option("--model", required=True, help="built-in shape (qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-14b, "
-              "gemma4-12b, deepseek-v3) or a transformers config.json")
+              "gemma4-12b, deepseek-v3; deepseek-v4-flash/pro for `analytic` only) or a transformers config.json")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
 @click.option("--requests", "requests_", default="1,2,4,8,16", show_default=True,
@@ -180,9 +181,9 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, max_batch_tokens,
             params = replace(params, **{key: value})
     table = analytic_table(shape, device, dtype=dtype, gpus=gpus, params=params, name=name, ep=ep,
                            b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens))
-    from hw_profile.roofline import DTYPE_BYTES
+    from hw_profile.roofline import stored_weight_bytes
 
-    weights_gb = shape.total_params * DTYPE_BYTES[dtype] / 1e9
+    weights_gb = stored_weight_bytes(shape, dtype) / 1e9
     table.meta["weights_gb_per_gpu"] = round(weights_gb / gpus, 2)
     if obj and obj.get("command"):
         table.meta["command"] = obj["command"]
@@ -193,6 +194,67 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, max_batch_tokens,
     path = table.write(out)
     b1 = table.grid.step_ms(1, 0)
     click.echo(f"{path}: {len(table.points)} points; T(B=1, K=0) = {b1:.3f} ms")
+
+
+@cli.command(help="Fit a step-time table T(B, K) to telemetry of a deployed system (see docs/hw-profile.md).")
+@click.argument("telemetry", type=click.Path())
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="TABLE.csv (sidecar TABLE.json beside it)")
+@click.option("--tau", type=float, default=None, help="mean emitted tokens per request-step of the system in service")
+@click.option("--verify-budget", type=float, default=None, help="mean verified tokens per request-step (MTP-1: 2)")
+@click.option("--context", type=float, default=None, help="mean KV tokens per running request")
+@click.option("--gpus-per-replica", type=int, default=1, show_default=True,
+              help="GPUs stepping together on one batch (1 for a data-parallel rank)")
+@click.option("--system", default=None, help="runs.csv: the system (policy column) to read")
+@click.option("--where", multiple=True, help="CSV: keep rows with COLUMN=VALUE (repeatable)")
+@click.option("--step-from", type=click.Choice(["tpot", "throughput"]), default="tpot", show_default=True,
+              help="vLLM results: step time from mean TPOT or from output throughput")
+@click.option("--kv-ns-per-token", type=float, default=None,
+              help="per-KV-token cost (ns) to use instead of fitting it")
+@click.option("--draft-layers", type=float, default=0.0, show_default=True,
+              help="the deployed drafter's layers (one token per request per step), removed from the target's cost")
+@click.option("--layers", type=int, default=0, help="the target's layers (with --draft-layers)")
+@click.option("--draft-window", type=int, default=0, help="KV tokens per request the deployed drafter reads (0: all)")
+@click.option("--form", type=click.Choice(["auto", "linear", "isotonic"]), default="auto", show_default=True)
+@click.option("--max-batch-tokens", type=int, default=None, help="the table's largest B (default: 4x observed, >= 16384)")
+@click.option("--name", default=None)
+@click.pass_obj
+def calibrate(obj, telemetry, out, tau, verify_budget, context, gpus_per_replica, system, where, step_from,
+              kv_ns_per_token, draft_layers, layers, draft_window, form, max_batch_tokens, name) -> None:
+    from hw_profile.calibrate import DraftShare, calibrated_table, fit
+    from hw_profile.observations import Assumptions, read_telemetry
+
+    for flag, value in (("--tau", tau), ("--verify-budget", verify_budget)):
+        if value is not None and value < 1:
+            raise HwProfileError(f"{flag}: expected a number >= 1 (tokens per request-step), got {value}")
+    if context is not None and context < 0:
+        raise HwProfileError(f"--context: expected KV tokens >= 0, got {context}")
+    if kv_ns_per_token is not None and kv_ns_per_token < 0:
+        raise HwProfileError(f"--kv-ns-per-token: expected ns >= 0, got {kv_ns_per_token}")
+    if draft_layers < 0 or draft_window < 0 or (draft_layers and layers < 1):
+        raise HwProfileError("--draft-layers: expected layers >= 0, with --layers (the target's layers) >= 1")
+    filters = {}
+    for item in where:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise HwProfileError(f"--where: expected COLUMN=VALUE, got {item!r}")
+        filters[key] = value
+    assume = Assumptions(tau=tau, verify_budget=verify_budget, context=context, gpus_per_replica=gpus_per_replica,
+                         step_from=step_from)
+    obs, inputs = read_telemetry(telemetry, assume, system=system, where=filters)
+    inputs.update({"where": filters or None, "assumed": {k: v for k, v in (("tau", tau), (
+        "verify_budget", verify_budget), ("context", context), ("gpus_per_replica", gpus_per_replica)) if v}})
+    cal = fit(obs, kv_ns_per_token=kv_ns_per_token, draft=DraftShare(draft_layers, layers, draft_window), form=form)
+    table = calibrated_table(cal, name=name, inputs=inputs, max_batch_tokens=max_batch_tokens)
+    if obj and obj.get("command"):
+        table.meta["command"] = obj["command"]
+    path = table.write(out)
+    s = cal.summary()
+    p, e = s["parameters"], s["stderr"]
+    click.echo(f"{path}: {len(obs)} observations, {cal.form} fit: {p['fixed_ms']:.3f} ms (+-{e['fixed_ms']:.3f}) "
+               f"+ {p['us_per_token']:.2f} us/token (+-{e['us_per_token']:.2f}) + {p['ns_per_kv_token']:.3f} "
+               f"ns/KV token; residuals rms {s['residuals_pct']['rms']:.2f}%, max {s['residuals_pct']['max_abs']:.2f}%")
+    for note in cal.notes:
+        click.echo(f"hw-profile: note: {note}", err=True)
 
 
 @cli.command(help="Write TABLE.smooth.csv: the table made monotone non-decreasing in B and K.")

@@ -30,7 +30,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from hw_profile.gpus import GPU
-from hw_profile.roofline import DTYPE_BYTES, RooflineParams, default_b_axis, default_k_axis
+from hw_profile.roofline import (
+    DTYPE_BYTES,
+    RooflineParams,
+    attention_bytes_flops,
+    default_b_axis,
+    default_k_axis,
+    expert_bytes,
+)
 from hw_profile.shapes import ModelShape
 from hw_profile.table import StepTable, table_meta
 
@@ -52,19 +59,26 @@ class DpEpParams:
 
 def weights_per_gpu(shape: ModelShape, batch_tokens: np.ndarray | float, ep: int) -> np.ndarray:
     """Matmul parameters one rank reads in a step where every rank runs ``batch_tokens`` tokens."""
+    dense, routed = weight_parts_per_gpu(shape, batch_tokens, ep)
+    return dense + routed
+
+
+def weight_parts_per_gpu(shape: ModelShape, batch_tokens: np.ndarray | float,
+                         ep: int) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, routed) matmul parameters one rank reads, routed experts apart since they may be stored narrower."""
     b = np.asarray(batch_tokens, dtype=float)
     if not shape.is_moe:
-        return np.full_like(b, float(shape.matmul_params))
+        return np.full_like(b, float(shape.matmul_params)), np.zeros_like(b)
     frac = 1.0 - (1.0 - shape.experts_per_token / shape.experts) ** np.maximum(b * ep, 0.0)
     routed = shape.moe_layers * (shape.experts / ep) * shape.expert_params * frac
-    return shape.dense_params + routed
+    return np.full_like(b, float(shape.dense_params)), routed
 
 
 def stored_bytes_per_gpu(shape: ModelShape, ep: int, dtype: str) -> float:
     """Weights one rank stores (embedding included), for sizing its KV cache."""
     embedding = 0 if shape.tie_embeddings else shape.vocab * shape.hidden
     routed = shape.moe_layers * (shape.experts / ep) * shape.expert_params if shape.is_moe else 0.0
-    return (shape.dense_params + routed + embedding) * DTYPE_BYTES[dtype]
+    return (shape.dense_params + embedding) * DTYPE_BYTES[dtype] + routed * expert_bytes(shape, dtype)
 
 
 def step_time_ms(shape: ModelShape, gpu: GPU, batch_tokens: np.ndarray | float, kv_tokens: np.ndarray | float,
@@ -73,9 +87,10 @@ def step_time_ms(shape: ModelShape, gpu: GPU, batch_tokens: np.ndarray | float, 
     """Step time (ms) and energy (J, this GPU) of one rank's forward, elementwise over arrays of B and K."""
     b = np.asarray(batch_tokens, dtype=float)
     k = np.asarray(kv_tokens, dtype=float)
-    wbytes = DTYPE_BYTES[dtype]
-    bytes_read = weights_per_gpu(shape, b, params.ep) * wbytes + k * shape.kv_bytes_per_token * (wbytes / 2.0)
-    flops = 2.0 * shape.matmul_params * b + shape.attn_flops_per_kv_token * k
+    dense, routed = weight_parts_per_gpu(shape, b, params.ep)
+    kv_read, attn_flops = attention_bytes_flops(shape, b, k, dtype)
+    bytes_read = dense * DTYPE_BYTES[dtype] + routed * expert_bytes(shape, dtype) + kv_read
+    flops = 2.0 * shape.matmul_params * b + attn_flops
     t_mem = bytes_read / (gpu.hbm_tb_s * 1e12 * roofline.mem_eff)
     t_comp = flops / (gpu.peak_tflops(dtype) * 1e12 * roofline.comp_eff)
     if shape.is_moe and params.ep > 1:

@@ -2,9 +2,11 @@
 
 - an H200 serving a Qwen3-8B-shaped dense target in bf16, and its drafters' costs, from the roofline model
   (hw_profile/roofline.py);
-- one H800 rank of a DeepSeek-style decode deployment (DeepSeek-V3 shape, fp8, data-parallel attention over an
-  expert-parallel group of 64 GPUs; hw_profile/dp_ep.py) with a DSpark drafter of three MoE layers with
-  128-token sliding-window attention (the paper's V4 drafter, section 5.1) and the one-MoE-layer MTP module.
+- one H800 rank of a DeepSeek-style decode deployment (the real DeepSeek-V4-Flash shape, fp8 with fp4 experts,
+  data-parallel attention over an expert-parallel group of 64 GPUs; hw_profile/dp_ep.py) with a DSpark drafter of
+  three MoE layers with 128-token sliding-window attention (the paper's V4 drafter, section 5.1) and the
+  one-MoE-layer MTP module: the first-principles alternative to the tables calibrated on the paper's telemetry
+  (hw_profile/paper_v4.py; docs/paper-v4.md says why their per-token costs differ).
 
     python -m hw_profile.embedded        # regenerate both sets under scenarios/hardware/
 
@@ -57,13 +59,15 @@ def write_embedded(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H200", model: 
 
 
 def write_deepseek_dp_ep(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H800", dtype: str = "fp8",
-                         params: DpEpParams = DpEpParams()) -> list[Path]:
+                         params: DpEpParams = DpEpParams(), model: str = "deepseek-v4-flash") -> list[Path]:
     gpu = get_gpu(gpu_name)
-    target = get_shape("deepseek-v3")
-    stem = f"{gpu_name.lower()}-deepseek-v3-ep{params.ep}-{dtype}"
-    # drafters built from the target's own MoE layers (drafter_shape would make them dense)
-    dspark = replace(target, name="dspark-3moe-swa128", layers=3, dense_layers=0, sliding_window=128)
-    mtp = replace(target, name="mtp-1moe", layers=1, dense_layers=0)
+    target = get_shape(model)
+    stem = f"{gpu_name.lower()}-{model}-ep{params.ep}-{dtype}"
+    # drafters built from the target's own MoE layers (drafter_shape would make them dense); their attention is
+    # the 128-token window only (no compressed rows), which the simulator applies through attention_window
+    window_only = dict(dense_layers=0, sliding_window=128, csa_layers=0, hca_layers=0)
+    dspark = replace(target, name="dspark-3moe-swa128", layers=3, **window_only)
+    mtp = replace(target, name="mtp-1moe", layers=1, **window_only)
     written = []
     for key, shape in (("drafter-dspark-3moe", dspark), ("drafter-mtp-1moe", mtp)):
         written.append(dp_ep_table(shape, gpu, dtype=dtype, params=params, name=f"{stem}.{key}").write(
@@ -72,7 +76,7 @@ def write_deepseek_dp_ep(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H800", d
     main = dp_ep_table(target, gpu, dtype=dtype, params=params, name=stem)
     main.meta["drafter_tables"] = {
         "dspark": {"table": f"{stem}.drafter-dspark-3moe.csv", "sequential_head": head, "attention_window": 128},
-        "mtp": {"table": f"{stem}.drafter-mtp-1moe.csv"},
+        "mtp": {"table": f"{stem}.drafter-mtp-1moe.csv", "attention_window": 128},
     }
     written.append(main.write(out_dir / f"{stem}.csv"))
     return written

@@ -25,6 +25,11 @@ Every GPU holds all B hidden states after the attention all-reduce, so an MoE la
 a dense MLP (no all-to-all: DeepSeek's data-parallel attention with all-to-all dispatch is not modelled), and the
 busiest group's extra load (routing imbalance) is not modelled either.
 
+Compressed sparse attention (DeepSeek-V4, see hw_profile.shapes) reads per context token only the indexer's keys
+and the most compressed rows (``kv_read_bytes_per_token``), and per query token its selected rows and window
+(``attn_read_bytes_per_query_token``, ``attn_flops_per_query_token``); routed experts stored in fp4 are read at
+half a byte (``expert_bytes``).
+
 Attention FLOPs per KV token are the shape's (``ModelShape.attn_flops_per_kv_token``: GQA 4 x layers x heads x
 head_dim; MLA in its weight-absorbed decode form). They are counted at one query per request: B/R queries per
 request would multiply them by B/R, but the table's axes (B, K) do not carry R, and at decode this term is small
@@ -52,7 +57,7 @@ from hw_profile.moe import routed_weight_params
 from hw_profile.shapes import ModelShape, get_shape
 from hw_profile.table import StepTable, table_meta
 
-DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0}
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "fp4": 0.5}  # fp4: storage only (expert_dtype)
 _REFERENCE_NVLINK_GB_S = 900.0  # the link RooflineParams.nvlink_gb_s was set for (H100/H200 SXM)
 
 
@@ -65,6 +70,17 @@ class RooflineParams:
     allreduce_us: float = 8.0  # latency of one small all-reduce
 
 
+def expert_bytes(shape: ModelShape, dtype: str) -> float:
+    """Bytes per routed-expert weight: the shape's ``expert_dtype`` where it stores experts narrower (V4's fp4)."""
+    return min(DTYPE_BYTES[shape.expert_dtype], DTYPE_BYTES[dtype]) if shape.expert_dtype else DTYPE_BYTES[dtype]
+
+
+def stored_weight_bytes(shape: ModelShape, dtype: str) -> float:
+    """Bytes of every stored weight, routed experts at their own storage type."""
+    routed = shape.moe_layers * shape.experts * shape.expert_params
+    return (shape.total_params - routed) * DTYPE_BYTES[dtype] + routed * expert_bytes(shape, dtype)
+
+
 def weight_bytes(shape: ModelShape, batch_tokens: np.ndarray | float, dtype: str = "bf16", gpus: int = 1,
                  ep: int | None = None) -> np.ndarray:
     """Weight bytes one GPU reads in a step of B tokens (elementwise over B)."""
@@ -72,7 +88,17 @@ def weight_bytes(shape: ModelShape, batch_tokens: np.ndarray | float, dtype: str
     wbytes = DTYPE_BYTES[dtype]
     if not shape.is_moe:
         return np.full_like(b, shape.matmul_params * wbytes / gpus)
-    return (shape.dense_params / gpus + routed_weight_params(shape, b, gpus=gpus, ep=ep)) * wbytes
+    return (shape.dense_params / gpus * wbytes
+            + routed_weight_params(shape, b, gpus=gpus, ep=ep) * expert_bytes(shape, dtype))
+
+
+def attention_bytes_flops(shape: ModelShape, b: np.ndarray, k: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """KV bytes read and attention FLOPs of a step (all GPUs together): per KV token of context, and, under
+    compressed sparse attention, per query token (selected rows and window)."""
+    kv_scale = DTYPE_BYTES[dtype] / 2.0  # the cache in the table's dtype
+    read = (k * shape.kv_read_bytes_per_token + b * shape.attn_read_bytes_per_query_token) * kv_scale
+    flops = shape.attn_flops_per_kv_token * k + shape.attn_flops_per_query_token * b
+    return read, flops
 
 
 def step_time_ms(
@@ -97,10 +123,12 @@ def step_time_ms(
             raise ValueError(f"expert-parallel groups ({ep}) must divide the GPUs ({gpus})")
         # per GPU already; scale back up so the common division by gpus below applies to the KV part only
         per_gpu_weights = weight_bytes(shape, b, dtype=dtype, gpus=gpus, ep=ep)
-        bytes_read = per_gpu_weights * gpus + k * shape.kv_bytes_per_token * (wbytes / 2.0)
+        bytes_read = per_gpu_weights * gpus
     else:
-        bytes_read = shape.matmul_params * wbytes + k * shape.kv_bytes_per_token * (wbytes / 2.0)
-    flops = 2.0 * shape.matmul_params * b + shape.attn_flops_per_kv_token * k
+        bytes_read = shape.matmul_params * wbytes
+    kv_read, attn_flops = attention_bytes_flops(shape, b, k, dtype)
+    bytes_read = bytes_read + kv_read
+    flops = 2.0 * shape.matmul_params * b + attn_flops
     t_mem = bytes_read / (gpus * gpu.hbm_tb_s * 1e12 * params.mem_eff)
     t_comp = flops / (gpus * gpu.peak_tflops(dtype) * 1e12 * params.comp_eff)
     if gpus > 1:

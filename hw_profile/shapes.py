@@ -15,6 +15,18 @@ Beyond the dense GQA transformer (Qwen3), a shape can describe:
   key, ``kv_lora_rank + qk_rope_head_dim`` values, and attention is counted in the weight-absorbed form serving
   engines use for decode (FlashMLA, vLLM, SGLang): each query head scores against the latent directly. See
   ``kv_bytes_per_token`` and ``attn_flops_per_kv_token``.
+- **Compressed sparse attention** (DeepSeek-V4, ``csa_layers + hca_layers > 0``): one shared KV head of
+  ``head_dim`` (rotary part included) per layer; every layer attends to its last ``sliding_window`` tokens
+  uncompressed, and ``csa_layers`` layers also to compressed KV rows, one per ``csa_ratio`` tokens, of which a
+  lightning indexer (``index_heads`` x ``index_head_dim``, scanning one small key per compressed row) selects the
+  ``index_topk`` each query reads; ``hca_layers`` layers read every compressed row, one per ``hca_ratio``
+  tokens; the rest (``layers - csa - hca``) only the window. Queries go through a low-rank ``q_lora_rank``; the
+  output through ``o_groups`` grouped projections of rank ``o_lora_rank``. What a step reads therefore splits
+  into a part per context token (index keys and heavily compressed rows: ``kv_read_bytes_per_token``) and a
+  part per query token (the selected rows and the window: ``attn_read_bytes_per_query_token``), which the K axis
+  alone cannot carry. The window's rows (``sliding_window`` per request and layer) are counted per query token,
+  an upper bound when a request verifies several tokens that share them. Routed experts may be stored in a
+  narrower type than the rest (``expert_dtype``, fp4 in V4).
 - **Sliding-window attention** (Gemma 3): all but every ``sliding_pattern``-th layer attend to the last
   ``sliding_window`` tokens only. The profiler builds it faithfully; the roofline, whose K axis is the sum of
   contexts and cannot tell how it splits over requests, counts every layer as full attention (an upper bound on
@@ -57,6 +69,17 @@ class ModelShape:
     # sliding-window attention: every `sliding_pattern`-th layer is global, the others see `sliding_window` tokens
     sliding_window: int = 0
     sliding_pattern: int = 0
+    # compressed sparse attention (DeepSeek-V4); csa_layers == hca_layers == 0: not used
+    csa_layers: int = 0
+    hca_layers: int = 0
+    csa_ratio: int = 4
+    hca_ratio: int = 128
+    index_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    o_lora_rank: int = 0
+    o_groups: int = 0
+    expert_dtype: str = ""  # storage type of routed experts when narrower than the rest ("fp4"); "" = dtype
 
     @property
     def is_moe(self) -> bool:
@@ -67,7 +90,26 @@ class ModelShape:
         return self.kv_lora_rank > 0
 
     @property
+    def is_compressed(self) -> bool:
+        return self.csa_layers + self.hca_layers > 0
+
+    def _compressed_attn_params(self) -> int:
+        """All layers' attention parameters of a compressed-sparse-attention model (DeepSeek-V4)."""
+        q = self.hidden * self.q_lora_rank + self.q_lora_rank * self.heads * self.head_dim
+        kv = self.hidden * self.head_dim
+        o = self.heads * self.head_dim * self.o_lora_rank + self.o_groups * self.o_lora_rank * self.hidden
+        # compressors: KV and gate projections to the compressed row (overlapping windows double it on CSA)
+        csa_comp = 2 * self.hidden * 2 * self.head_dim
+        hca_comp = 2 * self.hidden * self.head_dim
+        indexer = (self.q_lora_rank * self.index_heads * self.index_head_dim + self.hidden * self.index_heads
+                   + 2 * self.hidden * 2 * self.index_head_dim)
+        return (self.layers * (q + kv + o) + self.csa_layers * (csa_comp + indexer)
+                + self.hca_layers * hca_comp)
+
+    @property
     def attn_params_per_layer(self) -> int:
+        if self.is_compressed:
+            return self._compressed_attn_params() // self.layers
         if self.is_mla:
             qk = self.head_dim + self.qk_rope_head_dim
             if self.q_lora_rank:
@@ -137,17 +179,57 @@ class ModelShape:
         GQA: K and V, ``kv_heads x head_dim`` each. MLA: the compressed latent plus the shared rotary key,
         ``kv_lora_rank + qk_rope_head_dim`` values, one copy for all heads (what FlashMLA/vLLM/SGLang cache; the
         expanded per-head K and V would be ``heads x (qk_head_dim + v_head_dim)``, 71x more for DeepSeek-V3, and
-        no serving engine stores that)."""
+        no serving engine stores that). Compressed sparse attention: per CSA layer a row of ``head_dim`` plus an
+        index key of ``index_head_dim`` per ``csa_ratio`` tokens, per HCA layer a row per ``hca_ratio`` tokens (the
+        window's ``sliding_window`` rows per request and layer are bounded and not counted here)."""
+        if self.is_compressed:
+            return 2.0 * (self.csa_layers * (self.head_dim + self.index_head_dim) / self.csa_ratio
+                          + self.hca_layers * self.head_dim / self.hca_ratio)
         if self.is_mla:
             return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * 2.0
         return 2.0 * self.layers * self.kv_heads * self.head_dim * 2.0
+
+    @property
+    def kv_read_bytes_per_token(self) -> float:
+        """Bytes of KV cache a step reads per context token (2-byte precision), once per request. Every layer reads
+        its whole cache (``kv_bytes_per_token``) except under compressed sparse attention, where per context token
+        only the indexer's keys (CSA) and the heavily compressed rows (HCA) are read; the selected rows are a cost
+        per query token (``attn_read_bytes_per_query_token``)."""
+        if self.is_compressed:
+            return 2.0 * (self.csa_layers * self.index_head_dim / self.csa_ratio
+                          + self.hca_layers * self.head_dim / self.hca_ratio)
+        return self.kv_bytes_per_token
+
+    @property
+    def attn_read_bytes_per_query_token(self) -> float:
+        """KV bytes (2-byte precision) each query token reads beyond ``kv_read_bytes_per_token``: under compressed
+        sparse attention, the ``index_topk`` selected rows of each CSA layer and the window of every layer
+        (contexts assumed longer than both). Zero for other attention kinds."""
+        if not self.is_compressed:
+            return 0.0
+        return 2.0 * self.head_dim * (self.csa_layers * self.index_topk + self.layers * self.sliding_window)
+
+    @property
+    def attn_flops_per_query_token(self) -> float:
+        """Attention FLOPs per query token that do not grow with the context: scores and weighted sums over the
+        selected rows and the window under compressed sparse attention (one KV head shared by all query heads).
+        Zero for other attention kinds."""
+        if not self.is_compressed:
+            return 0.0
+        rows = self.csa_layers * self.index_topk + self.layers * self.sliding_window
+        return 4.0 * self.heads * self.head_dim * rows
 
     @property
     def attn_flops_per_kv_token(self) -> float:
         """FLOPs of attention per query token per context token, all layers.
 
         GQA: scores and weighted sum, 2 x 2 x heads x head_dim. MLA in absorbed form: each head scores against the
-        latent and the rotary key (2 x (kv_lora_rank + rope)) and sums the latent (2 x kv_lora_rank)."""
+        latent and the rotary key (2 x (kv_lora_rank + rope)) and sums the latent (2 x kv_lora_rank). Compressed
+        sparse attention: the indexer scores every compressed row of a CSA layer (2 x index heads x index dim per
+        ``csa_ratio`` tokens) and HCA layers attend to every compressed row."""
+        if self.is_compressed:
+            return (self.csa_layers * 2.0 * self.index_heads * self.index_head_dim / self.csa_ratio
+                    + self.hca_layers * 4.0 * self.heads * self.head_dim / self.hca_ratio)
         if self.is_mla:
             return self.layers * self.heads * (4.0 * self.kv_lora_rank + 2.0 * self.qk_rope_head_dim)
         return 4.0 * self.layers * self.heads * self.head_dim
@@ -168,6 +250,8 @@ class ModelShape:
 _OPTIONAL = {
     "family", "experts", "experts_per_token", "shared_experts", "expert_intermediate", "dense_layers",
     "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_pattern",
+    "csa_layers", "hca_layers", "csa_ratio", "hca_ratio", "index_heads", "index_head_dim", "index_topk",
+    "o_lora_rank", "o_groups", "expert_dtype",
 }
 
 SHAPES: dict[str, ModelShape] = {
@@ -192,6 +276,30 @@ SHAPES: dict[str, ModelShape] = {
                               experts=256, experts_per_token=8, shared_experts=1, expert_intermediate=2048,
                               dense_layers=3, kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
                               v_head_dim=128),
+    # deepseek-ai/DeepSeek-V4-Flash config.json: 43 layers, hidden 4096, 64 query heads over one 512-wide KV head
+    # (rotary 64 inside), q_lora_rank 1024, output in 8 groups of rank 1024, 256 routed experts (fp4) + 1 shared,
+    # 6 per token, width 2048 (the first 3 hash-routed, still experts), compress_ratios [0, 0] + [4, 128] x 20 +
+    # [4] (2 window-only, 21 CSA, 20 HCA layers), window 128, indexer 64 x 128 selecting the top 512, one MTP
+    # layer (not counted). Totals come out at 284B stored and 13.2B active matmul parameters (+0.5B embedding: 13.8B,
+    # the card's ~13.9B; mHC mixing and norms are not counted).
+    "deepseek-v4-flash": ModelShape("deepseek-v4-flash", layers=43, hidden=4096, heads=64, kv_heads=1, head_dim=512,
+                                    intermediate=0, vocab=129280, family="deepseek_v4", experts=256,
+                                    experts_per_token=6, shared_experts=1, expert_intermediate=2048,
+                                    q_lora_rank=1024, qk_rope_head_dim=64, sliding_window=128, csa_layers=21,
+                                    hca_layers=20, index_heads=64, index_head_dim=128, index_topk=512,
+                                    o_lora_rank=1024, o_groups=8, expert_dtype="fp4"),
+    # deepseek-ai/DeepSeek-V4-Pro: the card states 1.6T total and 49B active. Shape as its config.json is
+    # reproduced in public inference code (not checked against the card here): 61 layers, hidden 7168, 128 query
+    # heads x 512, q_lora_rank 1536, output in 16 groups of rank 1024, 384 routed experts (fp4) + 1 shared, 6 per
+    # token, width 3072, compress_ratios [128, 128] + [4, 128] x 29 + [4] (30 CSA, 31 HCA, no window-only layer),
+    # indexer 64 x 128 selecting the top 1024. Consistency check: 1.57T stored (the card's 1.6T) and 48.8B active
+    # matmul parameters + 0.9B embedding = 49.7B (the card's 49B).
+    "deepseek-v4-pro": ModelShape("deepseek-v4-pro", layers=61, hidden=7168, heads=128, kv_heads=1, head_dim=512,
+                                  intermediate=0, vocab=129280, family="deepseek_v4", experts=384,
+                                  experts_per_token=6, shared_experts=1, expert_intermediate=3072,
+                                  q_lora_rank=1536, qk_rope_head_dim=64, sliding_window=128, csa_layers=30,
+                                  hca_layers=31, index_heads=64, index_head_dim=128, index_topk=1024,
+                                  o_lora_rank=1024, o_groups=16, expert_dtype="fp4"),
 }
 
 # Names that resolve to another entry. Google's Gemma 4 family (ai.google.dev/gemma/docs/core) has E2B, E4B, a

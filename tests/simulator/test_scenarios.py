@@ -8,11 +8,23 @@ from simulator.cli import cli
 from tests.conftest import ROOT
 
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
-LIBRARY = {"offpeak", "midday", "peak", "tide-24h", "azure-conv", "azure-code", "paper-v4-flash"}
+LIBRARY = {"offpeak", "midday", "peak", "tide-24h", "azure-conv", "azure-code"}
+PAPER = {"paper-v4-flash", "paper-v4-pro"}  # prediction tests: MTP-1 (calibrated on) against DSpark (predicted)
 
 
 def test_the_library_is_complete():
-    assert LIBRARY <= {p.stem for p in SCENARIOS}
+    assert LIBRARY | PAPER <= {p.stem for p in SCENARIOS}
+
+
+@pytest.mark.parametrize("stem", sorted(PAPER))
+def test_paper_scenarios_run_on_calibrated_tables_and_compare_dspark_with_mtp1(stem):
+    from simulator.config import load_scenario
+    from simulator.hardware import load_target_table
+
+    scn = load_scenario(ROOT / "scenarios" / f"{stem}.yaml")
+    assert load_target_table(scn).meta["kind"] == "calibrated"
+    text = (ROOT / "scenarios" / f"{stem}.yaml").read_text()
+    assert "mtp-1" in text and "dspark-async" in text and scn.model.sla.baseline == "mtp-1"
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
