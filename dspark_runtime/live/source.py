@@ -61,7 +61,7 @@ class LiveSource(AcceptanceSource):
     def __init__(self, *, scenario, drafter: str, gamma: int, mix: list[str], calibrated: bool,
                  rng: np.random.Generator, runtime: str = "tiny", device: str = "cpu", temperature: float = 1.0,
                  dtype: str = "float32", prompts_per_entry: int | None = None, threads: int | None = None,
-                 keep_outputs: bool = False):
+                 keep_outputs: bool = False, ignore_eos: bool = False):
         where = f"{scenario.path}: acceptance"
         if not isinstance(temperature, int | float) or temperature < 0:
             raise UserError(f"{where}.temperature: expected a number >= 0, got {temperature!r}")
@@ -108,7 +108,7 @@ class LiveSource(AcceptanceSource):
         gen = torch.Generator(device=dev).manual_seed(int(rng.integers(2**63 - 1)))
         runner = TargetRunner(world.target, world.layer_ids)
         self.batch = LiveBatch(runner, world.drafter, slots=slots, capacity=capacity, temperature=self.temperature,
-                               eos_id=world.tokenizer.eos_token_id, generator=gen, timer=self.timer)
+                               eos_id=None if ignore_eos else world.tokenizer.eos_token_id, generator=gen, timer=self.timer)
         self.state = GrowingArrays(mix=np.int64, prompt=np.int64, slot=np.int64)
         self.free = list(range(slots - 1, -1, -1))
         self.saved: dict[int, list[int]] = {}  # preempted requests: their context, recomputed on readmission

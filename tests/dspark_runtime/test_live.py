@@ -144,7 +144,8 @@ def test_live_trace_and_fitted_profile_agree(smoke_world, tmp_path):
     from simulator.acceptance.trace_fit import fit_profile_file
 
     paths, _, _ = smoke_world
-    over = {"acceptance.temperature": 1.0, "frontier.concurrency": [8], "run.duration_s": 2.0,
+    # ignore_eos: replays do not know where a real sequence ends, so every run keeps its drawn lengths
+    over = {"acceptance.temperature": 1.0, "acceptance.ignore_eos": True, "frontier.concurrency": [8], "run.duration_s": 2.0,
             "run.warmup_s": 0.2, "workload.output": 64, "workload.prompt": 64, "engine.max_running": 8}
     live_path = live_scenario(tmp_path, paths.root, "live", systems=["static-3"], **over)
     rec = tmp_path / "rec"
