@@ -70,7 +70,14 @@ def simulator_share(requests: int, seconds: float) -> dict:
     from simulator.systems import resolve_systems
 
     spent = {"source": 0.0, "forwards_ms": 0.0}
-    propose, verify = LiveSource.propose, LiveSource.verify
+    propose, verify, prefilled = LiveSource.propose, LiveSource.verify, LiveSource.prefilled
+
+    def timed_prefilled(self, ids):
+        t0 = time.perf_counter()
+        try:
+            return prefilled(self, ids)
+        finally:
+            spent["source"] += time.perf_counter() - t0
 
     def timed_propose(self, ids):
         t0 = time.perf_counter()
@@ -87,7 +94,7 @@ def simulator_share(requests: int, seconds: float) -> dict:
             spent["source"] += time.perf_counter() - t0
             spent["forwards_ms"] += self.step_ms()
 
-    LiveSource.propose, LiveSource.verify = timed_propose, timed_verify
+    LiveSource.propose, LiveSource.verify, LiveSource.prefilled = timed_propose, timed_verify, timed_prefilled
     try:
         scn = load_scenario(ROOT / "scenarios" / "hil-tiny.yaml", [f"run.duration_s={seconds}", "run.warmup_s=0.1"])
         system = next(s for s in resolve_systems(scn) if s.name == "dspark")
@@ -96,7 +103,7 @@ def simulator_share(requests: int, seconds: float) -> dict:
         sim.run(until=duration)
         wall = time.perf_counter() - t0
     finally:
-        LiveSource.propose, LiveSource.verify = propose, verify
+        LiveSource.propose, LiveSource.verify, LiveSource.prefilled = propose, verify, prefilled
     forwards = spent["forwards_ms"] / 1e3
     return {"wall": wall, "forwards": forwards, "glue": spent["source"] - forwards,
             "simulator": wall - spent["source"], "steps": sim.steps.n}
