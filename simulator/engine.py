@@ -1,19 +1,21 @@
 """The SimPy engine: a router over replicas, each a step-level continuous-batching loop with speculative decoding.
 
-One replica step (one SimPy timeout):
+A replica's loop admits waiting requests (oldest first, while the batch is under ``max_running`` and the KV cache
+can reserve the request's context plus gamma + 1 lookahead slots), then runs one step, in phases
+(``Replica.step``; a ``StepPlan`` carries what one phase hands the next, and nothing else crosses the clock):
 
-1. admission: waiting requests join the running batch, oldest first, while the batch is under ``max_running`` and
-   the KV cache can reserve the request's context plus gamma + 1 lookahead slots;
-2. chunked prefill: requests still prefilling get up to ``prefill_chunk`` prompt tokens each, within what the
-   batch-token cap leaves after every decoding request's worst case (1 + gamma tokens);
-3. draft -> policy -> verify for the decoding requests: the acceptance source proposes confidences, the policy
-   picks prefix lengths l (R,), the source says how many are accepted;
-4. the clock advances by draft + scheduling stall (policies that need this step's confidences) + T(B, K), with
-   B = sum(1 + l) + prefill tokens and K = KV tokens read;
-5. each decoding request emits its accepted prefix plus one target token; a request whose prefill completes emits
-   its first token; finished requests leave; if the KV cache overflows, the most recently admitted request is
+1. ``plan_batch``: which rows decode; requests still prefilling get up to ``prefill_chunk`` prompt tokens each,
+   within what the batch-token cap leaves after every decoding request's worst case (1 + gamma tokens);
+2. ``speculate``: draft -> policy -> verify for the decoding requests: the acceptance source proposes
+   confidences, the policy picks prefix lengths l (R,), the source says how many are accepted;
+3. ``step_time``, then the clock advances (one SimPy timeout) by draft + scheduling stall (policies that need
+   this step's confidences) + T(B, K), with B = sum(1 + l) + prefill tokens and K = KV tokens read;
+4. ``apply_outcomes``: each decoding request emits its accepted prefix plus one target token; a request whose
+   prefill completes emits its first token; the step is logged;
+5. ``retire``: finished requests leave; if the KV cache overflows, the most recently admitted request is
    preempted and later recomputed (vLLM's default).
 
+Per-request state is declared once in ``REQUEST_FIELDS`` (see ``simulator/columns.py`` and docs/engine.md).
 Everything across the batch is numpy; there is no per-token Python loop.
 """
 
@@ -27,46 +29,36 @@ import simpy
 
 from hw_profile.table import StepCurve, StepTimeGrid
 from simulator.acceptance.base import AcceptanceSource
+from simulator.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.drafters import DraftCost
 from simulator.policies.base import Policy, PolicyView, checked_lengths
 
-
-class Growable:
-    """Columns of a log, extended by blocks of rows, grown geometrically."""
-
-    def __init__(self, columns: dict[str, type], capacity: int = 4096):
-        self.columns = columns
-        self.n = 0
-        self.capacity = capacity
-        self.data = {k: np.zeros(capacity, dtype=t) for k, t in columns.items()}
-
-    def _grow(self, need: int) -> None:
-        if need <= self.capacity:
-            return
-        self.capacity = max(need, 2 * self.capacity)
-        for k, v in self.data.items():
-            new = np.zeros(self.capacity, dtype=v.dtype)
-            new[: self.n] = v[: self.n]
-            self.data[k] = new
-
-    def extend(self, count: int, **cols) -> np.ndarray:
-        start = self.n
-        self._grow(start + count)
-        for k, v in cols.items():
-            self.data[k][start : start + count] = v
-        self.n = start + count
-        return np.arange(start, start + count)
-
-    def frame(self) -> dict[str, np.ndarray]:
-        return {k: v[: self.n].copy() for k, v in self.data.items()}
-
-
-REQUEST_COLUMNS = {
-    "arrival": np.float64, "prompt": np.int64, "output": np.int64, "mix": np.int64, "replica": np.int64,
-    "admitted": np.float64, "first_token": np.float64, "finish": np.float64, "generated": np.int64,
-    "preemptions": np.int64, "rejected": np.bool_, "decode_steps": np.int64, "accepted": np.int64,
-    "kv_ready": np.bool_,
+# Every per-request field, declared once. The request log holds them all; those with ``batch`` set are also
+# columns of a replica's running batch (COPY: read at admission; LIVE: also written back when the request leaves
+# the batch or the run ends). Add a field here and the log, admission, eviction, compaction and the records
+# carry it (docs/engine.md).
+REQUEST_FIELDS = {
+    "arrival": Field(np.float64, np.nan),
+    "prompt": Field(np.int64, batch=COPY),
+    "output": Field(np.int64, batch=COPY),
+    "mix": Field(np.int64),
+    "replica": Field(np.int64, -1),
+    "admitted": Field(np.float64, np.nan),
+    "first_token": Field(np.float64, np.nan),
+    "finish": Field(np.float64, np.nan),
+    "generated": Field(np.int64, batch=LIVE),
+    "preemptions": Field(np.int64),
+    "rejected": Field(np.bool_, False),
+    "decode_steps": Field(np.int64, batch=LIVE),
+    "accepted": Field(np.int64, batch=LIVE),
+    "kv_ready": Field(np.bool_, False),
 }
+# Columns a request has only while it runs on a replica (``rid``, its row in the request log, is implied).
+BATCH_LOCAL = {
+    "to_prefill": np.int64,  # prompt tokens still to prefill here (0 once decoding)
+}
+REQUEST_COLUMNS = {k: f.dtype for k, f in REQUEST_FIELDS.items()}
+# One row per replica step, written by name (``RowLog.append``).
 STEP_COLUMNS = {
     "replica": np.int64, "start": np.float64, "end": np.float64, "running": np.int64, "decoding": np.int64,
     "prefill_tokens": np.int64, "prefill_done": np.int64, "batch_tokens": np.int64, "kv_tokens": np.int64,
@@ -75,34 +67,14 @@ STEP_COLUMNS = {
 }
 
 
-class RowLog:
-    """A log written one whole row at a time into a 2-D float array (one numpy assignment per row); ``frame``
-    returns typed columns."""
+class RequestLog(ColumnLog):
+    """Every request of a run, one row each (its id), columns ``REQUEST_FIELDS``."""
 
-    def __init__(self, columns: dict[str, type], capacity: int = 4096):
-        self.columns = columns
-        self.n = 0
-        self.data = np.zeros((capacity, len(columns)))
-
-    def append(self, row: tuple) -> None:
-        if self.n == len(self.data):
-            self.data = np.concatenate([self.data, np.zeros_like(self.data)])
-        self.data[self.n] = row
-        self.n += 1
-
-    def frame(self) -> dict[str, np.ndarray]:
-        return {k: self.data[: self.n, i].astype(t) for i, (k, t) in enumerate(self.columns.items())}
-
-
-class Requests(Growable):
     def __init__(self):
-        super().__init__(REQUEST_COLUMNS)
+        super().__init__(REQUEST_FIELDS)
 
     def add(self, now: float, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> np.ndarray:
-        n = len(prompt)
-        return self.extend(n, arrival=now, prompt=prompt, output=output, mix=mix, replica=-1, admitted=np.nan,
-                           first_token=np.nan, finish=np.nan, generated=0, preemptions=0, rejected=False,
-                           decode_steps=0, accepted=0, kv_ready=False)
+        return self.extend(len(prompt), arrival=now, prompt=prompt, output=output, mix=mix)
 
 
 class StepRate:
@@ -122,8 +94,37 @@ class StepRate:
         return 1000.0 / self.step_ms(batch)
 
 
+class StepPlan:
+    """One step, from planning to retirement: what ``Replica.plan_batch`` and ``Replica.speculate`` decide before
+    the forward, and the only state carried across the clock's ``yield`` to ``apply_outcomes``.
+
+    decode_rows: the batch rows that decode this step (a slice of all rows, or an index array when some prefill);
+    remaining, context, ids: (rows,) of those requests; prefill_chunks: (running,) prompt tokens each row
+    prefills this step, None when nothing prefills; lengths, accepted: (rows,) the policy's verification lengths
+    and the accepted draft tokens, None without speculation; ended: (rows,) bool, requests a token-generating
+    source ended at EOS this step (``Proposal.ended``), or None.
+    """
+
+    __slots__ = ("accepted", "batch_tokens", "context", "decode_rows", "draft_ms", "ended", "ids", "kv", "kv_used",
+                 "lengths", "prefill_chunks", "prefill_tokens", "remaining", "rows", "running", "stall_ms", "start",
+                 "step_ms", "verified")
+
+    def __init__(self, start: float, running: int, kv_used: int):
+        self.start = start
+        self.running = running
+        self.kv_used = kv_used
+        self.prefill_chunks: np.ndarray | None = None
+        self.prefill_tokens = 0
+        self.lengths: np.ndarray | None = None
+        self.accepted: np.ndarray | None = None
+        self.verified = 0
+        self.draft_ms = 0.0
+        self.stall_ms = 0.0
+        self.ended: np.ndarray | None = None
+
+
 class Replica:
-    """One serving replica: its running batch (arrays of capacity max_running, oldest admitted first) and queue.
+    """One serving replica: its running batch (``Batch``, rows in admission order, at most max_running) and queue.
 
     ``tokens`` (sum of prompt + generated over the running batch) and ``prefilling`` (how many still prefill) are
     kept incrementally so that a plain decode step does no bookkeeping reductions.
@@ -135,15 +136,7 @@ class Replica:
         self.env = sim.env
         self.policy = policy
         self.label = policy_label
-        cap = sim.max_running
-        self.ids = np.zeros(cap, dtype=np.int64)
-        self.prompt = np.zeros(cap, dtype=np.int64)
-        self.output = np.zeros(cap, dtype=np.int64)
-        self.generated = np.zeros(cap, dtype=np.int64)
-        self.to_prefill = np.zeros(cap, dtype=np.int64)  # tokens still to prefill (0 once decoding)
-        self.decode_steps = np.zeros(cap, dtype=np.int64)
-        self.accepted = np.zeros(cap, dtype=np.int64)
-        self.n = 0
+        self.batch = Batch(REQUEST_FIELDS, BATCH_LOCAL, sim.max_running)
         self.tokens = 0
         self.prefilling = 0
         self.queue: deque[int] = deque()
@@ -152,7 +145,7 @@ class Replica:
         self.idle_checks: list[tuple[float, int]] = []  # (time, queued) whenever the replica goes idle
         self.process = self.env.process(self.loop())
 
-    # --- queue and admission --------------------------------------------------------------------------------
+    # --- queue, admission, eviction -------------------------------------------------------------------------
     def enqueue(self, rid: int, front: bool = False) -> None:
         (self.queue.appendleft if front else self.queue.append)(rid)
         if self.wake is not None and not self.wake.triggered:
@@ -160,72 +153,69 @@ class Replica:
 
     @property
     def load(self) -> int:
-        return self.n + len(self.queue)
+        return self.batch.n + len(self.queue)
 
     def kv_used(self) -> int:
         """KV slots held: every running request's context plus gamma + 1 lookahead slots."""
-        return self.tokens + self.n * self.sim.lookahead
+        return self.tokens + self.batch.n * self.sim.lookahead
 
     def admit(self) -> None:
-        sim = self.sim
-        if not self.queue or self.n >= sim.max_running:
+        """Waiting requests join the batch, oldest first, while it has room and the cache can reserve their
+        context plus the lookahead slots."""
+        sim, batch = self.sim, self.batch
+        room = sim.max_running - batch.n
+        if not self.queue or room <= 0:
             return
         req = sim.requests.data
         used = self.kv_used()
-        while self.queue and self.n < sim.max_running:
+        rids, prefill = [], []
+        while self.queue and len(rids) < room:
             rid = self.queue[0]
             context = int(req["prompt"][rid] + req["generated"][rid])
             if used + context + sim.lookahead > sim.kv_capacity:
                 break
             self.queue.popleft()
-            i = self.n
-            self.ids[i] = rid
-            self.prompt[i] = req["prompt"][rid]
-            self.output[i] = req["output"][rid]
-            self.generated[i] = req["generated"][rid]
-            self.decode_steps[i] = req["decode_steps"][rid]
-            self.accepted[i] = req["accepted"][rid]
+            rids.append(rid)
             # the prompt, plus generated tokens when recomputing; nothing when a prefill pool sent the KV
-            self.to_prefill[i] = 0 if req["kv_ready"][rid] else context
-            if np.isnan(req["admitted"][rid]):
-                req["admitted"][rid] = self.env.now
-            self.n = i + 1
+            prefill.append(0 if req["kv_ready"][rid] else context)
             self.tokens += context
-            self.prefilling += int(self.to_prefill[i] > 0)
             used += context + sim.lookahead
+        if not rids:
+            return
+        batch.admit(sim.requests, rids, to_prefill=prefill)
+        self.prefilling += sum(p > 0 for p in prefill)
+        ids = np.array(rids)
+        first_time = ids[np.isnan(req["admitted"][ids])]
+        req["admitted"][first_time] = self.env.now
 
     def preempt_overflow(self) -> None:
         """Recompute preemption: while the cache overflows, evict the most recently admitted request."""
-        sim = self.sim
+        sim, batch = self.sim, self.batch
         if self.kv_used() <= sim.kv_capacity:
             return
         req = sim.requests.data
-        while self.kv_used() > sim.kv_capacity and self.n > 1:
-            i = self.n - 1
-            rid = int(self.ids[i])
-            self.tokens -= int(self.prompt[i] + self.generated[i])
-            self.prefilling -= int(self.to_prefill[i] > 0)
-            self.save(slice(i, i + 1))
+        while self.kv_used() > sim.kv_capacity and batch.n > 1:
+            i = batch.n - 1
+            self.tokens -= int(batch.prompt[i] + batch.generated[i])
+            self.prefilling -= int(batch.to_prefill[i] > 0)
+            batch.save(sim.requests, slice(i, i + 1))
+            rid = batch.drop_last()
             req["kv_ready"][rid] = False  # its cache is dropped: recomputed here on readmission
-            sim.source_preempt(np.array([rid]))
+            sim.source.preempt(np.array([rid]))
             req["preemptions"][rid] += 1
             sim.preemptions += 1
-            self.n = i
             self.enqueue(rid, front=True)
 
-    def save(self, rows: slice | np.ndarray) -> None:
-        """Write the live per-request counters of these rows back to the request log."""
-        req, ids = self.sim.requests.data, self.ids[rows]
-        req["generated"][ids] = self.generated[rows]
-        req["decode_steps"][ids] = self.decode_steps[rows]
-        req["accepted"][ids] = self.accepted[rows]
+    def save(self) -> None:
+        """Write the running requests' live columns back to the request log (at the end of a run)."""
+        self.batch.save(self.sim.requests, slice(0, self.batch.n))
 
     # --- the loop -------------------------------------------------------------------------------------------
     def loop(self):
         env = self.env
         while True:
             self.admit()
-            if self.n == 0:
+            if self.batch.n == 0:
                 # idle: by construction nothing in the queue could run (the invariant checker verifies it)
                 self.idle_checks.append((env.now, len(self.queue)))
                 self.wake = env.event()
@@ -235,99 +225,125 @@ class Replica:
             yield from self.step()
 
     def step(self):
-        env, sim = self.env, self.sim
-        n, gamma = self.n, sim.gamma
-        start = env.now
-        kv_used = self.kv_used()
-        if self.prefilling:
-            prefill_mask = self.to_prefill[:n] > 0
-            dec = np.flatnonzero(~prefill_mask)
-            rows = len(dec)
-            remaining = self.output[dec] - self.generated[dec]
-            context = self.prompt[dec] + self.generated[dec]
-            # chunked prefill in admission order, after reserving every decoding request's worst case
-            budget = sim.max_batch_tokens - rows - int(np.minimum(gamma, remaining - 1).sum())
-            want = np.minimum(self.to_prefill[:n], sim.prefill_chunk)
-            chunks = np.clip(budget - (np.cumsum(want) - want), 0, want)
-            prefill_tokens = int(chunks.sum())
-            kv = self.tokens - int(self.to_prefill[:n].sum())  # prefilling requests read what is prefilled
-            ids = self.ids[dec]
-        else:
-            rows = n
-            remaining = self.output[:n] - self.generated[:n]
-            context = self.prompt[:n] + self.generated[:n]
-            prefill_tokens = 0
-            kv = self.tokens
-            ids = self.ids[:n]
+        """One step: plan the batch, speculate, advance the clock, apply the outcomes, retire."""
+        plan = self.plan_batch()
+        self.speculate(plan)
+        plan.step_ms = self.step_time(plan)
+        yield self.env.timeout(plan.step_ms * 1e-3)
+        self.apply_outcomes(plan)
+        self.retire()
 
-        draft_ms = sim.draft.ms(rows, gamma, kv)
-        stall = sim.stall_ms if (self.policy.sync_stall and rows) else 0.0
-        verified = 0
+    def plan_batch(self) -> StepPlan:
+        """Which rows decode and how many prompt tokens each prefilling row gets: chunked prefill in admission
+        order, within what the batch-token cap leaves after every decoding request's worst case (1 + gamma)."""
+        sim, b = self.sim, self.batch
+        n = b.n
+        plan = StepPlan(self.env.now, n, self.kv_used())
+        if self.prefilling:
+            to_prefill = b.to_prefill[:n]
+            dec = np.flatnonzero(to_prefill == 0)
+            remaining = b.output[dec] - b.generated[dec]
+            budget = sim.max_batch_tokens - len(dec) - int(np.minimum(sim.gamma, remaining - 1).sum())
+            want = np.minimum(to_prefill, sim.prefill_chunk)
+            plan.prefill_chunks = np.clip(budget - (np.cumsum(want) - want), 0, want)
+            plan.prefill_tokens = int(plan.prefill_chunks.sum())
+            plan.kv = self.tokens - int(to_prefill.sum())  # prefilling requests read what is prefilled
+        else:
+            dec = slice(0, n)
+            remaining = b.output[:n] - b.generated[:n]
+            plan.kv = self.tokens
+        plan.decode_rows = dec
+        plan.rows = len(remaining)
+        plan.remaining = remaining
+        plan.context = b.prompt[dec] + b.generated[dec]
+        plan.ids = b.rid[dec]
+        return plan
+
+    def speculate(self, plan: StepPlan) -> None:
+        """Draft -> policy -> verify for the decoding rows: the source proposes confidences, the policy picks
+        prefix lengths, the source says how many draft tokens are accepted."""
+        sim, gamma, rows = self.sim, self.sim.gamma, plan.rows
+        plan.draft_ms = sim.draft.ms(rows, gamma, plan.kv)
+        plan.stall_ms = sim.stall_ms if (self.policy.sync_stall and rows) else 0.0
         if rows and (gamma or sim.source_decodes):
+            remaining = plan.remaining
             maxl = np.minimum(gamma, remaining - 1)
-            proposal = sim.source.propose(ids)
+            proposal = sim.source.propose(plan.ids)
             conf = proposal.confidence
             if maxl.min() < gamma:
                 conf = conf * (sim.positions < maxl[:, None])
-            sps = StepRate(sim.policy_grid.curve(kv), prefill_tokens, draft_ms + stall)
-            view = PolicyView(conf, remaining, context, sps, gamma, self.step_no,
+            sps = StepRate(sim.policy_grid.curve(plan.kv), plan.prefill_tokens, plan.draft_ms + plan.stall_ms)
+            view = PolicyView(conf, remaining, plan.context, sps, gamma, self.step_no,
                               proposal.outcome if self.policy.needs_outcome else None, maxl)
-            lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
-            accepted = sim.source.verify(proposal, lengths)
-            verified = int(lengths.sum())
-        batch = rows + verified + prefill_tokens
-        if self.prefilling:  # the requests whose prefill completes in this step's forward
-            sim.source.prefilled(self.ids[:n][prefill_mask & (self.to_prefill[:n] == chunks)])
-        step_ms = draft_ms + stall + sim.clock.lookup(batch, kv) if sim.step_ms is None else sim.step_ms() + stall
-        yield env.timeout(step_ms * 1e-3)
-        now = env.now
+            plan.lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
+            plan.accepted = sim.source.verify(proposal, plan.lengths)
+            plan.ended = proposal.ended
+            plan.verified = int(plan.lengths.sum())
+        plan.batch_tokens = rows + plan.verified + plan.prefill_tokens
+        if plan.prefill_chunks is not None:  # requests whose prefill completes in this step's forward
+            left = self.batch.to_prefill[: plan.running]
+            sim.source.prefilled(self.batch.rid[: plan.running][(left > 0) & (left == plan.prefill_chunks)])
 
-        # apply the step's outcome
-        req = sim.requests.data
+    def step_time(self, plan: StepPlan) -> float:
+        """Milliseconds: draft + scheduling stall + the target's forward T(B, K) from the clock's table."""
+        if self.sim.live_clock is not None:  # the measured time of the step's real forwards (clock: live)
+            return self.sim.live_clock() + plan.stall_ms
+        return plan.draft_ms + plan.stall_ms + self.sim.clock.lookup(plan.batch_tokens, plan.kv)
+
+    def apply_outcomes(self, plan: StepPlan) -> None:
+        """After the forward: each decoding row emits its accepted prefix plus one target token, a row whose
+        prefill completes emits its first token; the step is logged."""
+        sim, b, n, rows = self.sim, self.batch, plan.running, plan.rows
+        now = self.env.now
         acc_sum = 0
         if rows:
-            if gamma or sim.source_decodes:
+            dec = plan.decode_rows
+            if plan.accepted is not None:
+                accepted = plan.accepted
                 acc_sum = int(accepted.sum())
-                self.policy.observe(lengths, accepted)
-                gained = accepted + 1
+                self.policy.observe(plan.lengths, accepted)
+                b.generated[dec] += accepted + 1
+                b.accepted[dec] += accepted
+                if plan.ended is not None and plan.ended.any():  # the real sequence reached its end token
+                    done = np.arange(n)[dec][plan.ended]
+                    b.output[done] = b.generated[done]
             else:
-                accepted, gained = 0, 1
-            rows_of = dec if self.prefilling else slice(0, n)
-            self.generated[rows_of] += gained
-            self.decode_steps[rows_of] += 1
-            self.accepted[rows_of] += accepted
-            if sim.source_decodes and proposal.ended is not None and proposal.ended.any():
-                ended = (dec if self.prefilling else np.arange(n))[proposal.ended]
-                self.output[ended] = self.generated[ended]  # the real sequence reached its end token
+                b.generated[dec] += 1
+            b.decode_steps[dec] += 1
         done_prefill = 0
-        if self.prefilling:
-            self.to_prefill[:n] -= chunks
-            completed = prefill_mask & (self.to_prefill[:n] == 0)
+        if plan.prefill_chunks is not None:
+            prefilling = b.to_prefill[:n] > 0
+            b.to_prefill[:n] -= plan.prefill_chunks
+            completed = prefilling & (b.to_prefill[:n] == 0)
             done_prefill = int(completed.sum())
             if done_prefill:
-                self.generated[:n] += completed  # the prefill's last position yields one token
-                first = self.ids[:n][completed]
-                fresh = first[np.isnan(req["first_token"][first])]
-                req["first_token"][fresh] = now
+                b.generated[:n] += completed  # the prefill's last position yields one token
+                first = b.rid[:n][completed]
+                req = sim.requests.data
+                req["first_token"][first[np.isnan(req["first_token"][first])]] = now
                 self.prefilling -= done_prefill
         emitted = acc_sum + rows + done_prefill
         self.tokens += emitted
-        sim.steps.append((self.index, start, now, n, rows, prefill_tokens, done_prefill, batch, kv, verified,
-                          acc_sum, emitted, draft_ms, step_ms, len(self.queue), kv_used))  # STEP_COLUMNS order
+        sim.steps.append(
+            replica=self.index, start=plan.start, end=now, running=n, decoding=rows,
+            prefill_tokens=plan.prefill_tokens, prefill_done=done_prefill, batch_tokens=plan.batch_tokens,
+            kv_tokens=plan.kv, verified=plan.verified, accepted=acc_sum, emitted=emitted, draft_ms=plan.draft_ms,
+            step_ms=plan.step_ms, queued=len(self.queue), kv_used=plan.kv_used,
+        )
         self.step_no += 1
 
-        finished = self.generated[:n] >= self.output[:n]
+    def retire(self) -> None:
+        """Finished requests leave the batch (their live columns saved); then, if the cache overflows, the most
+        recently admitted requests are preempted (vLLM's recompute)."""
+        sim, b = self.sim, self.batch
+        n = b.n
+        finished = b.generated[:n] >= b.output[:n]
         if finished.any():
-            gone = self.ids[:n][finished]
-            req["finish"][gone] = now
-            self.save(np.flatnonzero(finished))
-            self.tokens -= int((self.prompt[:n][finished] + self.output[:n][finished]).sum())
-            keep = ~finished
-            m = int(keep.sum())
-            for arr in (self.ids, self.prompt, self.output, self.generated, self.to_prefill, self.decode_steps,
-                        self.accepted):
-                arr[:m] = arr[:n][keep]
-            self.n = m
+            gone = b.rid[:n][finished]
+            sim.requests.data["finish"][gone] = self.env.now
+            b.save(sim.requests, np.flatnonzero(finished))
+            self.tokens -= int((b.prompt[:n][finished] + b.output[:n][finished]).sum())
+            b.keep(~finished)
             sim.source.detach(gone)
             sim.on_finish(len(gone))
         self.preempt_overflow()
@@ -367,15 +383,14 @@ class Simulation:
         self.kv_capacity = kv_capacity
         self.prefill_chunk = prefill_chunk
         self.stall_ms = stall_ms
-        self.requests = Requests()
+        self.requests = RequestLog()
         self.steps = RowLog(STEP_COLUMNS)
         self.remote_prefill_ms = remote_prefill_ms
         # hooks of a source that generates real tokens (hardware in the loop): it decodes even without a drafter,
-        # may end a request at its end token (Proposal.ended), frees real caches on preemption, and under
-        # ``clock: live`` its measured forward time is the step's time instead of the table's T(B, K)
+        # may end a request at EOS (Proposal.ended), frees real caches on preemption, and under ``clock: live``
+        # the measured time of its forwards is the step's time instead of the table's T(B, K)
         self.source_decodes = source.decodes_without_drafter
-        self.source_preempt = source.preempt
-        self.step_ms = source.step_ms if live_clock else None
+        self.live_clock = source.step_ms if live_clock else None
         self.preemptions = 0
         self.rejected = 0
         self.remote_tokens = 0  # first tokens emitted by a disaggregated prefill pool
@@ -439,4 +454,4 @@ class Simulation:
     def run(self, until: float) -> None:
         self.env.run(until=until)
         for rep in self.replicas:  # requests still running keep their counts in the log too
-            rep.save(slice(0, rep.n))
+            rep.save()

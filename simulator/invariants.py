@@ -58,7 +58,7 @@ def check_invariants(sim: Simulation) -> None:
     # every token a request holds came from a step
     held = rq["generated"].copy()
     for rep in sim.replicas:
-        held[rep.ids[: rep.n]] = rep.generated[: rep.n]  # running requests hold their live count
+        held[rep.batch.col("rid")] = rep.batch.col("generated")  # running requests hold their live count
     if held.sum() != st["emitted"].sum() + sim.remote_tokens:
         bad.append(f"tokens held by requests ({held.sum()}) != tokens emitted by steps ({st['emitted'].sum()}) "
                    f"+ first tokens of remote prefills ({sim.remote_tokens})")
