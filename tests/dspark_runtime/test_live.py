@@ -172,7 +172,10 @@ def test_live_clock_charges_measured_time_and_writes_a_table(smoke_world, tmp_pa
     from simulator.live_tables import write_live_tables
 
     paths, _, _ = smoke_world
-    path = live_scenario(tmp_path, paths.root, systems=["ar", "static-3"], **{"hardware.clock": "live"})
+    # under the live clock a simulated second is a second of real forwards: long enough for several steps on a
+    # busy machine
+    path = live_scenario(tmp_path, paths.root, systems=["ar", "static-3"],
+                         **{"hardware.clock": "live", "run.duration_s": 4.0, "run.warmup_s": 0.5})
     rows = []
     for system in (0, 1):
         row, sim = run(path, system)
