@@ -1,6 +1,9 @@
 """The `simulate` command.
 
     simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2]
+             [--backend local|ray [--address auto|HOST:PORT]]
+    simulate plan SCENARIO.yaml [--sla TPS] [--attainment A] [--ttft-p99 S] [--gpu-hour-cost USD] [--max-gpus N]
+             [--out DIR] [--backend ...] [--set path=value]...
     simulate check SCENARIO.yaml [--set path=value]...
     simulate fit-profile TRACE --out PROFILE.yaml
     simulate list
@@ -17,7 +20,7 @@ import click
 
 from simulator.errors import UserError
 
-SUBCOMMANDS = ("check", "list", "fit-profile")
+SUBCOMMANDS = ("check", "list", "plan", "fit-profile")
 
 
 class ScenarioFirst(click.Group):
@@ -39,6 +42,32 @@ overrides = click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
                          help="override a scenario field (value parsed as YAML), e.g. --set run.duration_s=60")
 
 
+def backend_options(f):
+    f = click.option("--address", metavar="auto|HOST:PORT",
+                     help="--backend ray: an existing Ray cluster [default: start a local Ray]")(f)
+    f = click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                     help="where runs execute: a local process pool or Ray tasks")(f)
+    return f
+
+
+def default_out(scenario: Path, sets: tuple[str, ...]) -> Path:
+    """results/<stem>, or results/<stem>-set-<hash of the overrides> so that overrides never overwrite the base
+    scenario's results."""
+    out = Path("results") / scenario.stem
+    if not sets:
+        return out
+    import hashlib
+
+    return out.with_name(f"{scenario.stem}-set-{hashlib.sha256(chr(0).join(sets).encode()).hexdigest()[:8]}")
+
+
+def make_backend(backend: str, address: str | None, jobs: int | None):
+    from simulator.backends import Backend
+    from simulator.sweep import default_jobs
+
+    return Backend(backend, jobs or default_jobs(), address)
+
+
 @cli.command("run")
 @click.argument("scenario", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), help="output directory [default: results/<scenario stem>]")
@@ -47,21 +76,27 @@ overrides = click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
 @click.option("--replicates", type=click.IntRange(min=1), help="seeds per load point [default: run.replicates]")
 @click.option("--jobs", type=click.IntRange(min=1), help="parallel runs [default: all cores]")
 @click.option("--records", type=click.Path(path_type=Path), help="also write per-request and per-step Parquet records here")
+@backend_options
 @overrides
 def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, replicates: int | None,
-            jobs: int | None, records: Path | None, sets: tuple[str, ...]) -> None:
+            jobs: int | None, records: Path | None, backend: str, address: str | None, sets: tuple[str, ...]) -> None:
     """Run a scenario (also: `simulate SCENARIO`)."""
     from tqdm import tqdm
 
     from simulator.config import load_scenario
     from simulator.hardware import load_target_table
     from simulator.live_tables import write_live_tables
+    from simulator.plan import matching_plan
     from simulator.report import write_report
-    from simulator.summary import format_headline, headline_table, write_outputs
-    from simulator.sweep import Sweep, default_jobs
+    from simulator.summary import flag_lines, format_headline, headline_table, write_outputs
+    from simulator.sweep import Sweep
 
     scn = load_scenario(scenario, sets)
-    out = out or Path("results") / scenario.stem
+    runner = make_backend(backend, address, jobs)
+    if out is None:
+        out = default_out(scenario, sets)
+        if sets:
+            click.echo(f"overrides given: writing to {out} (--out to choose)", err=True)
     sweep = Sweep.plan(scn, out, quick, seed, replicates, records)
     done_before = len(sweep.specs) - len(sweep.pending())
     if done_before:
@@ -72,7 +107,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
                     disable=None)
 
     try:
-        sweep.execute(jobs or default_jobs(), progress)
+        sweep.execute(runner.jobs, progress, runner)
     except KeyboardInterrupt:
         kept = len(sweep.specs) - len(sweep.pending())
         click.echo(f"\ninterrupted: {kept} of {len(sweep.specs)} runs are stored in {out}; run the same command to resume",
@@ -83,11 +118,77 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     for table in write_live_tables(out, runs):
         click.echo(f"measured step-time table: {table}", err=True)
     summary, frontier = write_outputs(out, scn, runs)
-    report = write_report(out / "report.html", scn, runs, frontier, summary, load_target_table(scn))
+    capacity = matching_plan(out, scn, quick)
+    report = write_report(out / "report.html", scn, runs, frontier, summary, load_target_table(scn), capacity)
     click.echo(format_headline(headline_table(summary)).to_string(index=False))
+    for line in flag_lines(summary):
+        click.echo(line)
     if summary["quick"]:
         click.echo("(--quick: short smoke runs; do not plan on these numbers)")
+    if summary["overrides"]:
+        click.echo("overrides: " + " ".join(f"--set {s}" for s in summary["overrides"]))
     click.echo(f"\nruns: {path}\nfrontier: {out / 'frontier.csv'}\nsummary: {out / 'summary.json'}\nreport: {report}")
+
+
+@cli.command("plan")
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option("--sla", "sla_tps", type=click.FloatRange(min=0, min_open=True), metavar="TPS",
+              help="tok/s/user each request must reach [default: the scenario's first sla.tps_targets]")
+@click.option("--attainment", type=click.FloatRange(0, 1, min_open=True), default=0.99, show_default=True,
+              help="share of requests that must reach it")
+@click.option("--ttft-p99", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              metavar="SECONDS", help="limit on TTFT p99 (sizes the prefill pool when prefill is disaggregated)")
+@click.option("--gpu-hour-cost", type=click.FloatRange(min=0), default=1.0, show_default=True, metavar="USD",
+              help="price of one GPU-hour, for the cost per million output tokens")
+@click.option("--max-gpus", type=click.IntRange(min=1), default=64, show_default=True,
+              help="largest deployment (prefill + decode) the search tries")
+@click.option("--rate-tolerance", type=click.FloatRange(min=0.001, max=1.0), default=0.05, show_default=True,
+              help="relative precision of the headroom search")
+@click.option("--out", type=click.Path(path_type=Path), help="output directory [default: results/<scenario stem>]")
+@click.option("--quick", is_flag=True, help="short runs for a smoke test (run.quick_duration_s)")
+@click.option("--seed", type=int, help="seed of every run [default: the scenario's]")
+@click.option("--jobs", type=click.IntRange(min=1), help="parallel runs [default: all cores]")
+@backend_options
+@overrides
+def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99: float, gpu_hour_cost: float,
+             max_gpus: int, rate_tolerance: float, out: Path | None, quick: bool, seed: int | None,
+             jobs: int | None, backend: str, address: str | None, sets: tuple[str, ...]) -> None:
+    """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
+    import time
+
+    from tqdm import tqdm
+
+    from simulator.config import load_scenario
+    from simulator.plan import Planner, Target, format_plan, write_plan, write_plan_report
+
+    scn = load_scenario(scenario, sets)
+    runner = make_backend(backend, address, jobs)
+    if out is None:
+        out = default_out(scenario, sets)
+        if sets:
+            click.echo(f"overrides given: writing to {out} (--out to choose)", err=True)
+    target = Target(tps=sla_tps or scn.model.sla.tps_targets[0], attainment=attainment, ttft_p99=ttft_p99,
+                    max_gpus=max_gpus, gpu_hour_cost=gpu_hour_cost, rate_tolerance=rate_tolerance)
+    bar = tqdm(desc=f"{scn.name}: plan runs", unit="run", file=sys.stderr, dynamic_ncols=True, disable=None)
+    planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1))
+    t0 = time.perf_counter()
+    try:
+        doc = planner.run()
+    except KeyboardInterrupt:
+        bar.close()
+        click.echo(f"\ninterrupted: finished runs are stored in {out / '.runs'}; run the same command to resume",
+                   err=True)
+        sys.exit(130)
+    bar.close()
+    doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
+    csv, js = write_plan(out, doc)
+    report = write_plan_report(out, scn, doc, quick, seed)
+    click.echo(format_plan(doc).to_string(index=False))
+    click.echo("\n" + doc["verdict"])
+    if quick:
+        click.echo("(--quick: short smoke runs; do not plan on these numbers)")
+    click.echo(f"\n{planner.runs} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)"
+               f"\nplan: {csv}\n      {js}\nreport: {report}")
 
 
 @cli.command("check")
@@ -100,7 +201,13 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     from simulator.config import load_scenario
     from simulator.hardware import load_hardware
     from simulator.policies import make_policy
-    from simulator.run import check_engine_limits, check_live_clock, load_points, make_source
+    from simulator.run import (
+        check_engine_limits,
+        check_live_clock,
+        load_points,
+        make_source,
+        prefill_pool_factory,
+    )
     from simulator.systems import resolve_systems
 
     scn = load_scenario(scenario, sets)
@@ -110,6 +217,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
         check_engine_limits(scn, s)
         make_policy(s.policy, s.params, s.name)  # its parameters, as a run builds it
         check_live_clock(scn, make_source(scn, s, np.random.default_rng(0)))  # loads the profile or trace and checks the mix
+    prefill_pool_factory(scn, hw)  # reads hardware.prefill_table when one is named
     points = load_points(scn)
     m = scn.model
     click.echo(f"{scenario}: ok")
@@ -119,6 +227,11 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
                f"{m.run.duration_s:g} s simulated each ({m.run.quick_duration_s:g} s with --quick)")
     click.echo(f"  hardware: {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s), table "
                f"{m.hardware.table}, KV capacity {hw.kv_capacity:,} tokens per replica")
+    if m.engine.prefill == "disaggregated":
+        pool = (f"{m.hardware.prefill_replicas} replica(s) x {m.hardware.prefill_gpus_per_replica or m.hardware.gpus_per_replica}"
+                f" GPU(s), table {m.hardware.prefill_table or m.hardware.table}" if m.hardware.prefill_replicas
+                else "unbounded (hardware.prefill_replicas sizes it)")
+        click.echo(f"  prefill: disaggregated, pool {pool}")
     click.echo(f"  acceptance: {m.acceptance.source} {m.acceptance.profile if m.acceptance.source == 'profile' else m.acceptance.trace or ''}"
                f" ({m.acceptance.confidence} confidences); SLA targets {', '.join(f'{t:g}' for t in m.sla.tps_targets)} tok/s/user")
 

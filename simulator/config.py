@@ -84,6 +84,10 @@ class Hardware(Strict):
     router: Literal["round-robin", "least-loaded"] = "least-loaded"
     clock: Literal["table", "live"] = Field(
         "table", description="step time: from `table` (simulated hardware), or the measured time of a live source's forwards")
+    prefill_replicas: PositiveInt | None = Field(
+        None, description="engine.prefill disaggregated: replicas of the prefill pool (default: unbounded)")
+    prefill_table: str | None = Field(None, description="step-time table of a prefill replica (default: `table`)")
+    prefill_gpus_per_replica: PositiveInt | None = Field(None, description="GPUs of one prefill replica (default: gpus_per_replica)")
 
     @field_validator("drafter_tables")
     @classmethod
@@ -227,6 +231,8 @@ class Scenario(Strict):
     def _load_points(self) -> Scenario:
         if self.frontier is None and self.traffic is None:
             raise ValueError("a scenario needs a 'frontier' (closed loop), a 'traffic' (open loop) or both")
+        if self.hardware.prefill_replicas is not None and self.engine.prefill != "disaggregated":
+            raise ValueError("hardware.prefill_replicas sizes a disaggregated prefill pool; set engine.prefill: disaggregated")
         return self
 
 

@@ -32,6 +32,7 @@ from simulator.acceptance.base import AcceptanceSource
 from simulator.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.drafters import DraftCost
 from simulator.policies.base import Policy, PolicyView, checked_lengths
+from simulator.prefill import PrefillPool
 
 # Every per-request field, declared once. The request log holds them all; those with ``batch`` set are also
 # columns of a replica's running batch (COPY: read at admission; LIVE: also written back when the request leaves
@@ -369,7 +370,9 @@ class Simulation:
     def __init__(self, *, gamma: int, source: AcceptanceSource, draft: DraftCost, clock: StepTimeGrid,
                  policy_grid: StepTimeGrid, make_policy: Callable[[], Policy], policy_label: str, replicas: int,
                  router: str, max_running: int, max_batch_tokens: int, kv_capacity: int, prefill_chunk: int,
-                 stall_ms: float, remote_prefill_ms: Callable[[int], float] | None = None, live_clock: bool = False):
+                 stall_ms: float, remote_prefill_ms: Callable[[int], float] | None = None,
+                 prefill_pool: Callable[[simpy.Environment, Callable[[int], None]], PrefillPool] | None = None,
+                 live_clock: bool = False):
         self.env = simpy.Environment()
         self.gamma = gamma
         self.positions = np.arange(gamma)[None, :]
@@ -394,6 +397,8 @@ class Simulation:
         self.preemptions = 0
         self.rejected = 0
         self.remote_tokens = 0  # first tokens emitted by a disaggregated prefill pool
+        # a finite prefill pool (simulator/prefill.py); without one, remote prefill is unbounded
+        self.prefill_pool = prefill_pool(self.env, self.prefilled) if prefill_pool is not None else None
         self.replicas = [Replica(i, self, make_policy(), policy_label) for i in range(replicas)]
         self.router = Router(self.replicas, router)
         self.on_finish: Callable[[int], None] = lambda count: None
@@ -408,7 +413,9 @@ class Simulation:
                 req["rejected"][rid] = True  # could never fit, even alone
                 self.rejected += 1
                 continue
-            if self.remote_prefill_ms is None:
+            if self.prefill_pool is not None:
+                self.prefill_pool.submit(int(rid), int(req["prompt"][rid]))
+            elif self.remote_prefill_ms is None:
                 self.route(int(rid))
             else:
                 self.env.process(self.prefilled_elsewhere(int(rid)))
@@ -421,8 +428,12 @@ class Simulation:
     def prefilled_elsewhere(self, rid: int):
         """Disaggregated prefill: a separate pool (not counted in this deployment's GPUs) computes the prompt's KV
         in one forward and emits the first token, then the request joins a decode replica's queue."""
+        yield self.env.timeout(self.remote_prefill_ms(int(self.requests.data["prompt"][rid])) * 1e-3)
+        self.prefilled(rid)
+
+    def prefilled(self, rid: int) -> None:
+        """A remote prefill finished now: the first token is out and the request joins a decode queue."""
         req = self.requests.data
-        yield self.env.timeout(self.remote_prefill_ms(int(req["prompt"][rid])) * 1e-3)
         req["first_token"][rid] = self.env.now
         req["generated"][rid] = 1
         req["kv_ready"][rid] = True

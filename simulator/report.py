@@ -56,9 +56,10 @@ def frontier_figure(frontier: pd.DataFrame, runs: pd.DataFrame, anchors: list[fl
             x=pts["tps_per_user"], y=pts["throughput_per_gpu"], mode="markers", name="open-loop operating point",
             marker={"symbol": "star", "size": 15, "color": [col[s] for s in pts.index], "line": {"width": 1, "color": "black"}},
             text=pts.index, hovertemplate="%{text} under the scenario's traffic<br>%{x:.1f} tok/s/user<br>%{y:,.0f} tok/s/GPU"))
-    for i, a in enumerate(anchors):  # labels alternate sides so that close anchors stay readable
-        fig.add_vline(x=a, line={"dash": "dash", "color": "#555"}, annotation_text=f"SLA {a:g}",
-                      annotation_position="top left" if i % 2 else "top right")
+    for i, a in enumerate(sorted(anchors)):  # each label on its own height, so close anchors never overlap
+        fig.add_vline(x=a, line={"dash": "dash", "color": "#555"})
+        fig.add_annotation(x=a, y=1.0 - 0.07 * i, xref="x", yref="paper", text=f"SLA {a:g} tok/s/user",
+                           showarrow=False, xanchor="left", yanchor="top", xshift=4, bgcolor="rgba(255,255,255,0.8)")
     fig.update_layout(title="Throughput per GPU against tokens/s per user (Pareto frontiers, closed-loop sweep)",
                       xaxis_title="TPS per user (tok/s/user)", yaxis_title="throughput (tok/s/GPU)",
                       legend_title="system", height=520)
@@ -114,6 +115,7 @@ def open_loop_figure(runs: pd.DataFrame, col: dict[str, str], time_scale: float)
             fig.add_trace(go.Scatter(x=t, y=s[key], mode="lines", name=system, legendgroup=system,
                                      showlegend=i == 1, line={"color": col[system]}), row=r + 1, col=c + 1)
             fig.update_yaxes(title_text=unit, row=r + 1, col=c + 1)
+    fig.update_yaxes(range=[0, 1], row=1, col=2)  # SLA attainment: a share, always on 0-1
     fig.update_xaxes(title_text="tide time (hours)" if hours else "simulated time (s)", row=3)
     fig.update_layout(title="Open-loop traffic over time (first seed)", height=780, legend_title="system")
     return fig
@@ -140,6 +142,8 @@ def energy_figure(frontier_runs: pd.DataFrame, col: dict[str, str]) -> go.Figure
     if "joules_per_token" not in frontier_runs.columns or frontier_runs["joules_per_token"].isna().all():
         return None
     closed = frontier_runs[frontier_runs["concurrency"].notna()]
+    if closed.empty or closed["joules_per_token"].isna().all():  # open loop only: nothing to draw
+        return None
     fig = go.Figure()
     for system, g in closed.groupby("policy", sort=False):
         m = g.groupby("concurrency")["joules_per_token"].mean()
@@ -154,12 +158,20 @@ def headline_html(summary: dict) -> str:
     return df.to_html(index=False, classes="headline", border=0, escape=True)
 
 
-def write_report(path: Path, scn: LoadedScenario, runs: pd.DataFrame, frontier: pd.DataFrame, summary: dict,
-                 table: StepTable) -> Path:
+def write_report(path: Path, scn: LoadedScenario, runs: pd.DataFrame | None, frontier: pd.DataFrame | None,
+                 summary: dict | None, table: StepTable, capacity: dict | None = None) -> Path:
+    """The whole report; ``runs`` None (no sweep stored yet) gives the capacity section alone."""
     m = scn.model
-    systems = list(dict.fromkeys(runs["policy"]))
+    systems = list(dict.fromkeys(runs["policy"])) if runs is not None else list(capacity["systems"])
     col = colors(systems)
-    figures: list[tuple[str, go.Figure | None]] = []
+    figures: list[tuple[str, go.Figure | str | None]] = []
+    if capacity is not None:
+        from simulator.capacity_report import capacity_html, gpus_figure, search_figure
+
+        figures += [("Capacity", capacity_html(capacity)), ("", gpus_figure(capacity, col)),
+                    ("", search_figure(capacity, col))]
+    if runs is None:
+        return _page(path, scn, figures, None, None)
     if not frontier.empty:
         figures.append(("Frontiers", frontier_figure(frontier, runs, list(m.sla.tps_targets), col)))
         figures.append(("Load", load_figure(frontier, col)))
@@ -170,21 +182,49 @@ def write_report(path: Path, scn: LoadedScenario, runs: pd.DataFrame, frontier: 
     kv_points = sorted({0.0, float(np.round(np.nanmedian(kv), -3)), float(np.round(np.nanmax(kv), -3))})
     figures.append(("Hardware", step_time_figure(table, kv_points)))
     figures.append(("Energy", energy_figure(runs, col)))
+    return _page(path, scn, figures, summary, runs)
+
+
+def _page(path: Path, scn: LoadedScenario, figures: list, summary: dict | None, runs: pd.DataFrame | None) -> Path:
+    m = scn.model
     parts = []
     first = True
     for title, fig in figures:
         if fig is None:
             continue
-        parts.append(f"<section><h2>{html.escape(title)}</h2>")
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=first, post_script=POST_SCRIPT,
-                                 config={"displaylogo": False, "responsive": True}))
+        parts.append("<section>" + (f"<h2>{html.escape(title)}</h2>" if title else ""))
+        if isinstance(fig, str):
+            parts.append(fig)
+        else:
+            parts.append(fig.to_html(full_html=False, include_plotlyjs=first, post_script=POST_SCRIPT,
+                                     config={"displaylogo": False, "responsive": True}))
+            first = False
         parts.append("</section>")
-        first = False
-    seeds = summary["seeds"]
-    baseline = summary["baseline"]
+    seeds = summary["seeds"] if summary else []
+    baseline = summary["baseline"] if summary else m.sla.baseline
     notes = []
-    if summary["quick"]:
+    if summary and summary["quick"]:
         notes.append("<p class='warn'>Quick runs (--quick): short simulations for smoke use; do not plan on these numbers.</p>")
+    if scn.overrides:
+        notes.append("<p class='meta'>Scenario overrides: "
+                     + html.escape(" ".join(f"--set {o}" for o in scn.overrides)) + "</p>")
+    if summary:
+        from simulator.summary import flag_lines
+
+        flags = flag_lines(summary)
+        if flags:
+            notes.append("<div class='warn'><p>Flagged runs (marked ! in the table): do not plan on these numbers "
+                         "without reading why.</p><ul>" + "".join(f"<li>{html.escape(f[2:])}</li>" for f in flags)
+                         + "</ul></div>")
+    if summary is None:
+        notes.append("<p class='meta'>The sweep's sections (headline, frontiers, traffic) appear once "
+                     f"<code>simulate {html.escape(str(scn.path))}</code> has run into this folder.</p>")
+    headline = "" if summary is None else f"""<h2>Headline</h2>
+<p class="meta">Left: each system under the scenario's open-loop traffic. Right: throughput each sustains where its
+frontier crosses an SLA anchor ("-" where it never reaches the anchor; "&gt;=X" where even its largest swept load
+stays faster than the anchor, so it sustains at least X), the gain over {html.escape(str(baseline))}, and the
+per-user speed-up at matched throughput over the range of throughput both frontiers cover.</p>
+{headline_html(summary)}"""
     body = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dspark-sim: {html.escape(scn.name)}</title>
 {ERROR_HOOK}
@@ -202,12 +242,7 @@ acceptance {html.escape(m.acceptance.source)} {html.escape(m.acceptance.profile 
 SLA anchors {', '.join(f'{a:g}' for a in m.sla.tps_targets)} tok/s/user (attainment against {m.sla.tps_targets[0]:g}); baseline {html.escape(str(baseline))};
 {len(seeds)} seed(s) per point{' (95% intervals shown)' if len(seeds) > 1 else ''}; generated {datetime.datetime.now().isoformat(timespec='seconds')}.</p>
 {''.join(notes)}
-<h2>Headline</h2>
-<p class="meta">Left: each system under the scenario's open-loop traffic. Right: throughput each sustains where its
-frontier crosses an SLA anchor ("-" where it never reaches the anchor; "&gt;=X" where even its largest swept load
-stays faster than the anchor, so it sustains at least X), the gain over {html.escape(str(baseline))}, and the
-per-user speed-up at matched throughput.</p>
-{headline_html(summary)}
+{headline}
 {''.join(parts)}
 </body></html>
 """

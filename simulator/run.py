@@ -23,6 +23,7 @@ from simulator.metrics import request_metrics, saturated, step_metrics, tau_by_m
 from simulator.plugins import construct
 from simulator.policies import make_policy
 from simulator.policies import resolve as resolve_policy
+from simulator.prefill import PrefillPool
 from simulator.systems import SystemSpec
 from simulator.workload import RequestMaker, open_loop_arrivals
 
@@ -149,6 +150,7 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         stall_ms=m.engine.sched_stall_ms,
         remote_prefill_ms=(lambda prompt: hw.clock.step_ms(prompt, 0.0)) if m.engine.prefill == "disaggregated" else None,
         live_clock=check_live_clock(scn, source),
+        prefill_pool=prefill_pool_factory(scn, hw),
     )
     maker = RequestMaker(m.workload, scn.resolve, _stream(spec.seed, spec.point.label, "workload"))
     if spec.point.concurrency is not None:
@@ -157,6 +159,22 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         arr = open_loop_arrivals(m.traffic, maker, duration, scn.resolve, _stream(spec.seed, "arrivals"))
         sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix)
     return sim, hw, duration, warmup
+
+
+def prefill_pool_factory(scn: LoadedScenario, hw: Hardware):
+    """A finite prefill pool when the scenario sizes one (hardware.prefill_replicas), else None (unbounded)."""
+    m = scn.model
+    if m.engine.prefill != "disaggregated" or m.hardware.prefill_replicas is None:
+        return None
+    grid = _prefill_grid(scn) if m.hardware.prefill_table else hw.clock
+    return lambda env, on_done: PrefillPool(env, m.hardware.prefill_replicas, grid, m.engine.max_batch_tokens, on_done)
+
+
+@lru_cache(maxsize=4)
+def _prefill_grid(scn: LoadedScenario):
+    from simulator.hardware import _read
+
+    return _read(scn.resolve(scn.model.hardware.prefill_table), "hardware.prefill_table").grid
 
 
 def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None) -> tuple[dict, Simulation]:
@@ -189,7 +207,14 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
     row.update({
         "preemptions": sim.preemptions,
         "rejected": sim.rejected,
-        "saturated": spec.point.concurrency is None and saturated(steps, duration, hw.replicas, m.engine.max_running),
+        # open loop: the decode queue or a finite prefill pool's backlog still growing at the end
+        "saturated": spec.point.concurrency is None and (
+            saturated(steps, duration, hw.replicas, m.engine.max_running)
+            or (sim.prefill_pool is not None and sim.prefill_pool.saturated(duration))),
+        # share of steps beyond the step-time grid (their times are extrapolated): flagged in the headline
+        "beyond_table": float(np.mean((steps["batch_tokens"] > hw.clock.b_axis[-1])
+                                      | (steps["kv_tokens"] > hw.clock.k_axis[-1]))) if len(steps["end"]) else 0.0,
+        "prefill_saturated": sim.prefill_pool is not None and sim.prefill_pool.saturated(duration),
         "steps": len(steps["end"]),
         "sim_seconds": duration,
         "wall_seconds": wall,

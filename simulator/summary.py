@@ -41,6 +41,10 @@ def build_summary(scn: LoadedScenario, runs: pd.DataFrame) -> dict:
                 entry["open_loop"][f"{f}_ci95"] = ci
             entry["open_loop"]["saturated"] = bool(opened["saturated"].any())
         entry.update(frontier.get(system, {}))
+        g = entry.get("tps_gain_at_matched_throughput")
+        if g is not None and "span" not in g and baseline in systems:
+            g["span"] = shared_throughput_span(runs, system, baseline)
+        entry["flags"] = run_flags(mine)
         out_systems[system] = entry
     return {
         "scenario": scn.name,
@@ -49,27 +53,79 @@ def build_summary(scn: LoadedScenario, runs: pd.DataFrame) -> dict:
         "baseline": baseline,
         "seeds": sorted(int(s) for s in runs["seed"].unique()),
         "quick": bool(runs["quick"].any()),
+        "overrides": list(scn.overrides),
         "systems": out_systems,
     }
+
+
+def shared_throughput_span(runs: pd.DataFrame, system: str, baseline: str) -> list[float]:
+    """The throughput range (tok/s/GPU) both closed-loop curves cover: where TPS at matched throughput is read."""
+    closed = runs[runs["concurrency"].notna()]
+    spans = []
+    for s in (system, baseline):
+        thr = closed[closed["policy"] == s].groupby("concurrency")["throughput_per_gpu"].mean()
+        spans.append((float(thr.min()), float(thr.max())) if len(thr) else (math.nan, math.nan))
+    lo, hi = max(spans[0][0], spans[1][0]), min(spans[0][1], spans[1][1])
+    return [lo, hi] if lo <= hi else [math.nan, math.nan]
+
+
+# Why a run's numbers should not be planned on, and what to change.
+FLAG_HINTS = {
+    "no_steps": "no engine steps: run.duration_s is too short or no request arrived (check the traffic rate)",
+    "no_finished": "no request finished inside the measurement window: run.duration_s is too short for the "
+                   "output lengths (or run.warmup_s too long)",
+    "saturated": "the queue was still growing at the end: the traffic is more than this deployment serves "
+                 "(lower traffic.rate or add hardware.replicas; `simulate plan` sizes it)",
+    "beyond_table": "steps ran beyond the step-time table's grid (times extrapolated): measure a larger grid "
+                    "(hw-profile) or lower engine.max_batch_tokens / max_running",
+}
+
+
+def run_flags(runs: pd.DataFrame) -> list[dict]:
+    """Flags of one system's runs, each with the load points it hit and a hint."""
+    checks = {
+        "no_steps": runs["steps"].fillna(0) == 0,
+        "no_finished": (runs["steps"].fillna(0) > 0) & (runs["requests"].fillna(0) == 0),
+        "saturated": runs["saturated"].fillna(False).astype(bool),
+    }
+    if "beyond_table" in runs.columns:
+        checks["beyond_table"] = runs["beyond_table"].fillna(0) > 0.01
+    flags = []
+    for kind, hit in checks.items():
+        if hit.any():
+            points = list(dict.fromkeys(runs.loc[hit, "load_point"]))
+            flags.append({"kind": kind, "load_points": points, "hint": FLAG_HINTS[kind]})
+    return flags
+
+
+def flag_lines(summary: dict) -> list[str]:
+    """One line per flagged system and kind, for the terminal (and the report)."""
+    return [f"! {system} ({', '.join(f['load_points'])}): {f['hint']}"
+            for system, e in summary["systems"].items() for f in e.get("flags", [])]
 
 
 def headline_table(summary: dict) -> pd.DataFrame:
     """One row per system: the open-loop operating point, then throughput and gain at each SLA anchor."""
     rows = []
+    sla = summary["sla_anchors"][0] if summary.get("sla_anchors") else None
+    base = summary.get("baseline")
     for system, e in summary["systems"].items():
-        row = {"system": system}
+        row = {"system": system + (" !" if e.get("flags") else "")}
         ol = e.get("open_loop")
         if ol:
-            row.update({"tok/s/GPU": ol["throughput_per_gpu"], "TPS p10": ol["tps_per_user_p10"],
-                        "TPS p50": ol["tps_per_user_p50"], "TTFT p99 (s)": ol["ttft_p99"],
-                        "SLA": ol["sla_attainment"]})
+            row.update({"tok/s/GPU": ol["throughput_per_gpu"], "TPS p10 (tok/s/user)": ol["tps_per_user_p10"],
+                        "TPS p50 (tok/s/user)": ol["tps_per_user_p50"], "TTFT p99 (s)": ol["ttft_p99"],
+                        f"SLA (share >={sla:g} tok/s/user)": ol["sla_attainment"]})
         for a, v in e.get("anchors", {}).items():
-            row[f"@{a} tok/s/GPU"] = f">={v['at_least']:,.0f}" if v.get("status") == "above" else v["throughput_per_gpu"]
+            row[f"@{a} tok/s/user: tok/s/GPU"] = (f">={v['at_least']:,.0f}" if v.get("status") == "above"
+                                                  else v["throughput_per_gpu"])
             if "gain_vs_baseline" in v:
-                row[f"@{a} gain"] = v["gain_vs_baseline"]
+                row[f"@{a} gain vs {base}"] = v["gain_vs_baseline"]
         g = e.get("tps_gain_at_matched_throughput")
-        if g and not math.isnan(g["min"]):
-            row["TPS gain @matched thr."] = f"{g['min']:+.0%}..{g['max']:+.0%}"
+        if g and g["min"] is not None and not math.isnan(g["min"]):
+            span = [math.nan if x is None else x for x in (g.get("span") or [None, None])]
+            over = (f" over {span[0]:,.0f}-{span[1]:,.0f}" if not any(math.isnan(x) for x in span) else "")
+            row["TPS gain at matched throughput (tok/s/GPU range)"] = f"{g['min']:+.0%}..{g['max']:+.0%}{over}"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -80,9 +136,9 @@ def format_headline(df: pd.DataFrame) -> pd.DataFrame:
             return v
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "-"
-        if col.endswith("gain"):
+        if " gain vs " in col:
             return f"{v:+.0%}"
-        if col == "SLA":
+        if col.startswith("SLA"):
             return f"{v:.0%}"
         if "TTFT" in col:
             return f"{v:.3f}"

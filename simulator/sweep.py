@@ -1,4 +1,4 @@
-"""All runs of a scenario: (system x load point x seed), on a local process pool, resumable.
+"""All runs of a scenario: (system x load point x seed), on a local process pool or Ray, resumable.
 
 Each finished run is stored at once as ``DIR/.runs/<key>.json``, where the key hashes everything that determines
 its numbers: the scenario's settings (not its list of systems or load points, so adding one keeps the others), the
@@ -9,11 +9,11 @@ the simulator's own source. Re-running the same command skips what is stored; an
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,13 +22,14 @@ import pandas as pd
 
 import hw_profile
 import simulator
-from hw_profile.files import atomic_write, atomic_write_text
+from hw_profile.files import atomic_write
 from simulator.acceptance import resolve_source
 from simulator.acceptance.profile import resolve_profile_path
+from simulator.backends import Backend, Task, execute
 from simulator.config import LoadedScenario
 from simulator.plugins import source_files
 from simulator.policies import resolve as resolve_policy
-from simulator.run import RunSpec, load_points, run_one
+from simulator.run import RunSpec, load_points
 from simulator.systems import SystemSpec, resolve_systems
 
 RUN_COLUMNS = [
@@ -46,6 +47,7 @@ def _file_digest(path: Path) -> str:
 PROJECT_ROOTS = tuple(Path(pkg.__file__).resolve().parent for pkg in (simulator, hw_profile))
 
 
+@functools.cache  # once per process: a command's runs are keyed by the code it started with
 def _code_digest() -> str:
     h = hashlib.sha256()
     for root in PROJECT_ROOTS:
@@ -82,7 +84,8 @@ def input_files(scn: LoadedScenario) -> list[Path]:
     files = [scn.resolve(m.hardware.table)]
     table_dir = files[0].parent
     files += sorted(table_dir.glob(files[0].stem + ".*")) if files[0].is_file() else []  # sidecar, drafter tables
-    files += [scn.resolve(p) for p in [m.hardware.policy_table, *m.hardware.drafter_tables.values()] if p]
+    files += [scn.resolve(p) for p in [m.hardware.policy_table, m.hardware.prefill_table,
+                                       *m.hardware.drafter_tables.values()] if p]
     if m.acceptance.source == "profile":
         try:
             files.append(resolve_profile_path(m.acceptance.profile, scn.base))
@@ -150,33 +153,20 @@ class Sweep:
     def pending(self) -> list[tuple[RunSpec, str]]:
         return [(s, k) for s, k in zip(self.specs, self.keys(), strict=True) if not (self.store / f"{k}.json").is_file()]
 
-    def execute(self, jobs: int, progress: Callable[[int, int], object] | None = None) -> int:
-        """Run what is not stored yet. Returns how many runs were executed."""
-        todo = self.pending()
+    def tasks(self) -> list[Task]:
+        """What is not stored yet, as tasks for a backend."""
+        return [Task(self.scn, spec, self.store / f"{key}.json", self.records) for spec, key in self.pending()]
+
+    def execute(self, jobs: int, progress: Callable[[int, int], object] | None = None,
+                backend: Backend | None = None) -> int:
+        """Run what is not stored yet (on ``backend``, default a local pool of ``jobs``). Returns how many runs
+        were executed."""
+        todo = self.tasks()
         self.store.mkdir(parents=True, exist_ok=True)
         if not todo:
             return 0
         bar = progress(len(todo), len(self.specs)) if progress else None
-        if jobs <= 1 or len(todo) == 1:
-            for spec, key in todo:
-                _store(self.store / f"{key}.json", _run(self.scn, spec, self.records))
-                if bar:
-                    bar.update(1)
-        else:
-            with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
-                futures = {pool.submit(_run, self.scn, spec, self.records): key for spec, key in todo}
-                try:
-                    pending = set(futures)
-                    while pending:
-                        done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                        for f in done:
-                            _store(self.store / f"{futures[f]}.json", f.result())
-                            if bar:
-                                bar.update(1)
-                except BaseException:
-                    for f in futures:
-                        f.cancel()
-                    raise
+        execute(todo, backend or Backend("local", jobs), (lambda task: bar.update(1)) if bar else None)
         if bar:
             bar.close()
         return len(todo)
@@ -198,21 +188,6 @@ class Sweep:
         path = self.out / "runs.csv"
         atomic_write(path, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
         return path
-
-
-def _run(scn: LoadedScenario, spec: RunSpec, records: Path | None) -> dict:
-    row, _ = run_one(scn, spec, records)
-    return row
-
-
-def _store(path: Path, row: dict) -> None:
-    atomic_write_text(path, json.dumps(row, default=_json_default) + "\n")
-
-
-def _json_default(o):
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"cannot store {type(o).__name__}")
 
 
 def default_jobs() -> int:

@@ -15,7 +15,9 @@ mu_j (one per benchmark and position) is what a profile fits. The observed posit
 larger than E[q_j] at later positions because survivors skew towards easy requests and steps. Given target
 conditional rates p_1..p_gamma, mu is solved left to right so each p_j holds exactly; expectations use
 Gauss-Hermite quadrature (u + v share one Gaussian, the e_j are independent given it). Verifying the full block
-then emits tau = 1 + sum_j prod_{i<=j} p_i tokens on average, which is how profiles reproduce Table 1.
+then emits tau = 1 + sum_j prod_{i<=j} p_i tokens per request-step of a fresh request on average. A serving run
+pools over request-steps, which weighs hard requests by their many steps: ``pooled.py`` gives that measured tau,
+and it is the one the built-in profiles fit to Table 1.
 
 The confidence head observes o_j = x_j + n_j, n_j ~ N(0, noise_sd^2), and reports the posterior mean of q_j
 (normal prior on x_j, probit approximation) sharpened by ``sharpness`` >= 1: raw heads are overconfident, as the
@@ -90,21 +92,28 @@ def full_block_tau(conditional: np.ndarray) -> float:
 
 
 def solve_latent(conditional: np.ndarray, var: Variation, tol: float = 1e-10) -> np.ndarray:
-    """mu such that conditional_acceptance(mu) == conditional, left to right by bisection."""
+    """mu such that conditional_acceptance(mu) == conditional, left to right by bisection.
+
+    conditional: (..., gamma); the leading axes are solved together (independent rows)."""
+    conditional = np.asarray(conditional, dtype=float)
+    if not np.all((conditional > 0.0) & (conditional < 1.0)):
+        bad = conditional[~((conditional > 0.0) & (conditional < 1.0))].flat[0]
+        raise ValueError(f"conditional acceptance must lie in (0, 1), got {bad}")
+    lead = conditional.shape[:-1]
     w = var.shared_sd * _GH_NODES
-    prefix = np.ones_like(w)
-    mu = np.empty(len(conditional))
-    for j, target in enumerate(conditional):
-        if not 0.0 < target < 1.0:
-            raise ValueError(f"conditional acceptance must lie in (0, 1), got {target}")
+    prefix = np.ones(lead + w.shape)
+    mu = np.empty(conditional.shape)
+    for j in range(conditional.shape[-1]):
+        target = conditional[..., j]
         base = prefix @ _GH_WEIGHTS
-        lo, hi = -30.0, 30.0
-        while hi - lo > tol:
+        lo, hi = np.full(lead, -30.0), np.full(lead, 30.0)
+        while np.max(hi - lo) > tol:
             mid = 0.5 * (lo + hi)
-            rate = (prefix * mean_sigmoid(mid + w, var.token_sd)) @ _GH_WEIGHTS / base
-            lo, hi = (mid, hi) if rate < target else (lo, mid)
-        mu[j] = 0.5 * (lo + hi)
-        prefix = prefix * mean_sigmoid(mu[j] + w, var.token_sd)
+            rate = (prefix * mean_sigmoid(mid[..., None] + w, var.token_sd)) @ _GH_WEIGHTS / base
+            below = rate < target
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        mu[..., j] = 0.5 * (lo + hi)
+        prefix = prefix * mean_sigmoid(mu[..., j, None] + w, var.token_sd)
     return mu
 
 

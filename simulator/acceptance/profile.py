@@ -28,7 +28,7 @@ class DrafterProfile:
     sts_temperatures: np.ndarray | None
     benchmarks: list[str]
     mu: np.ndarray  # (benchmarks, gamma)
-    tau: np.ndarray  # (benchmarks,) full-block tau the profile reproduces
+    tau: np.ndarray  # (benchmarks,) full-block tau pooled over request-steps (runs.csv's), as fitted
     conditional: np.ndarray  # (benchmarks, gamma)
     quality: dict
 

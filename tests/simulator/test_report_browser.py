@@ -57,3 +57,25 @@ def test_report_draws_every_plot_without_js_errors(scenario_file, tmp_path):
     counts = [int(a or b) for a, b in drawn]
     assert len(counts) == n_figures, f"{len(counts)} of {n_figures} figures finished drawing"
     assert all(c > 0 for c in counts), f"a figure drew no trace: {counts}"
+
+
+def test_plan_report_draws_its_capacity_figures(scenario_file, tmp_path):
+    import sys
+
+    path = scenario_file(systems=["mtp-1", "dspark"], frontier=None, traffic={"kind": "poisson", "rate": 30.0},
+                         sla={"tps_targets": [100.0]})
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-m", "simulator.cli", "plan", str(path), "--quick", "--out", str(out),
+                          "--jobs", "2", "--attainment", "0.9", "--max-gpus", "4", "--rate-tolerance", "0.3"],
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    page = (out / "report.html").read_text()
+    n_figures = len(re.findall(r'class="plotly-graph-div"', page))
+    # the plan ran the scenario's own open-loop point (its only sweep run) too, so the sweep's sections join in
+    assert "GPUs needed at the SLA" in page and "<h2>Headline</h2>" in page and n_figures >= 4
+    dom = render(out / "report.html", tmp_path)
+    assert 'data-js-errors="' not in dom
+    counts = [int(a or b) for a, b in re.findall(
+        r'class="plotly-graph-div[^"]*"[^>]*data-drawn="(\d+)"|data-drawn="(\d+)"[^>]*class="plotly-graph-div', dom)]
+    assert len(counts) == n_figures and all(c > 0 for c in counts), counts

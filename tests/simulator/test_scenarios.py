@@ -39,3 +39,26 @@ def test_scenario_checks(path):
     text = path.read_text()
     for system in ("mtp-1", "static-3", "static-5", "threshold-0.7", "batch-table", "goodput-k", "dspark", "dspark-async"):
         assert system in text, f"{path.name} should compare {system}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", ["peak"])
+def test_sla_anchors_separate_the_policies(stem):
+    """The anchors sit where the frontiers differ: MTP-1 and DSpark both cross them (no saturated corner, no
+    'above'), more than 10% apart in throughput per GPU (quick runs, the scenario's own load points)."""
+    import pandas as pd
+
+    from simulator.config import load_scenario
+    from simulator.frontier import anchors_summary
+    from simulator.run import LoadPoint, RunSpec, run_one
+    from simulator.systems import resolve_systems
+
+    scn = load_scenario(ROOT / "scenarios" / f"{stem}.yaml", ("systems=[mtp-1, dspark]",))
+    rows = [run_one(scn, RunSpec(system, LoadPoint(c), 0, True))[0]
+            for system in resolve_systems(scn) for c in scn.model.frontier.concurrency]
+    anchors = scn.model.sla.tps_targets
+    summary = anchors_summary(pd.DataFrame(rows), anchors, "mtp-1")
+    for a in anchors:
+        mtp, dspark = (summary[s]["anchors"][f"{a:g}"] for s in ("mtp-1", "dspark"))
+        assert mtp["status"] == dspark["status"] == "crossed", (stem, a, mtp, dspark)
+        assert abs(dspark["gain_vs_baseline"]) > 0.10, (stem, a, dspark)

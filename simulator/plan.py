@@ -1,0 +1,482 @@
+"""Capacity planning: per system, the fewest GPUs at which the scenario's open-loop traffic meets the SLA.
+
+The SLA holds for a run when at least ``attainment`` of its requests generate at or above ``tps`` tok/s/user, its
+TTFT p99 is within the limit, it is not saturated and it finished requests at all. Per system:
+
+1. decode replicas: an exponential search (1, 2, 4, ... up to ``max_gpus``) finds a replica count that meets the
+   SLA, then bisection between it and the last count that failed finds the fewest (the SLA is taken to be
+   monotone in replicas: more replicas, less load each);
+2. headroom: at that size, a search over a multiplier of the traffic (exponential, then geometric bisection to
+   ``rate_tolerance``) finds the most traffic it sustains at the SLA; headroom is that multiplier minus one, and
+   ``max_rate_per_replica`` that traffic's mean arrival rate divided by the replicas;
+3. with a disaggregated prefill pool, the decode searches run behind an unbounded prefill pool (TTFT is then
+   the prefill pool's business) while the prefill pool is sized, once for all systems (prompts and their
+   prefill do not depend on the system), by the same replica search against the TTFT limit; each system's
+   decode size is then confirmed with that pool in place (one replica more while the SLA fails).
+
+Every candidate is a run of the sweep's run store (``DIR/.runs``, keyed by everything that determines it), so a
+plan resumes where an interrupted one stopped and shares runs with sweeps of the same settings. Each round of
+the search runs one candidate per system in parallel, on the local pool or Ray.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from hw_profile.files import atomic_write, atomic_write_text
+from simulator.backends import Backend, Task, execute
+from simulator.config import LoadedScenario
+from simulator.errors import UserError
+from simulator.frontier import default_baseline
+from simulator.run import LoadPoint, RunSpec
+from simulator.summary import plain
+from simulator.sweep import Sweep
+from simulator.systems import SystemSpec, resolve_systems
+
+MET, UNMET = "met", "unmet_at_max_gpus"
+PLAN_COLUMNS = ["system", "status", "gpus", "decode_gpus", "prefill_gpus", "replicas", "prefill_replicas",
+                "max_rate_per_replica", "headroom", "attainment", "ttft_p99", "tps_per_user_p10",
+                "throughput_per_gpu", "cost_per_mtok"]
+
+
+@dataclass(frozen=True)
+class Target:
+    tps: float                      # tok/s/user a request must reach
+    attainment: float = 0.99        # share of requests that must reach it
+    ttft_p99: float = 1.0           # seconds
+    max_gpus: int = 64
+    gpu_hour_cost: float = 1.0      # USD per GPU-hour
+    rate_tolerance: float = 0.05    # relative precision of the headroom search
+
+
+def shortfall(row: dict, target: Target, ttft: bool = True) -> str | None:
+    """None when the run meets the SLA, else why it does not (short, for plan.json's search log). ``ttft``
+    False leaves TTFT out (a decode pool behind a separately sized prefill pool)."""
+    if not row.get("steps") or not row.get("requests"):
+        return "no finished requests"
+    if row["saturated"]:
+        return "saturated"
+    if row["sla_attainment"] < target.attainment:
+        return f"attainment {row['sla_attainment']:.1%} < {target.attainment:.0%}"
+    if ttft and row["ttft_p99"] > target.ttft_p99:
+        return f"TTFT p99 {row['ttft_p99']:.2f} s > {target.ttft_p99:g} s"
+    return None
+
+
+# --- searches (generators: yield a candidate, receive whether it met the SLA) ----------------------------------
+
+def fewest(cap: int, start: int = 1) -> Generator[int, bool, int | None]:
+    """The smallest count in start..cap that meets, by doubling then bisection; None if even cap fails."""
+    n, failed = start, start - 1
+    while not (yield n):
+        failed = n
+        if n >= cap:
+            return None
+        n = min(2 * n, cap)
+    met = n
+    while met - failed > 1:
+        mid = (failed + met) // 2
+        if (yield mid):
+            met = mid
+        else:
+            failed = mid
+    return met
+
+
+def most_traffic(met_at_one: bool, guess: float, tolerance: float) -> Generator[float, bool, float]:
+    """The largest traffic multiplier that meets (within ``1 + tolerance``), knowing whether 1 does."""
+    if met_at_one:
+        lo, s = 1.0, max(guess, 1.0 + 2 * tolerance)
+        while (yield s):
+            lo, s = s, 2 * s
+        hi = s
+    else:
+        hi, s = 1.0, 0.5
+        while not (yield s):
+            hi, s = s, s / 2
+            if s < 1 / 64:
+                return 0.0
+        lo = s
+    while hi / lo > 1 + tolerance:
+        mid = math.sqrt(lo * hi)
+        if (yield mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass(frozen=True)
+class Candidate:
+    system: SystemSpec
+    replicas: int
+    scale: float = 1.0
+    prefill: int | None = None  # prefill replicas; None: unbounded
+
+
+@dataclass
+class Trial:
+    """One candidate run, as plan.json's search log keeps it."""
+
+    phase: str
+    replicas: int
+    scale: float
+    prefill_replicas: int | None
+    row: dict
+    why_not: str | None
+
+    def log(self) -> dict:
+        r = self.row
+        return {"phase": self.phase, "replicas": self.replicas, "traffic_scale": round(self.scale, 6),
+                "prefill_replicas": self.prefill_replicas, "met": self.why_not is None, "why_not": self.why_not,
+                "attainment": r.get("sla_attainment"), "ttft_p99": r.get("ttft_p99"),
+                "saturated": bool(r.get("saturated")), "arrival_rate": r.get("arrival_rate")}
+
+
+@dataclass
+class SystemPlan:
+    system: SystemSpec
+    trials: list[Trial] = field(default_factory=list)
+    replicas: int | None = None
+    met: bool = False
+    final: dict | None = None
+    max_scale: float | None = None
+
+
+class Planner:
+    """Drives the searches of every system in rounds over the run store."""
+
+    def __init__(self, scn: LoadedScenario, out: Path, target: Target, backend: Backend, quick: bool = False,
+                 seed: int | None = None, on_stored: Callable[[Task], None] | None = None):
+        m = scn.model
+        if m.traffic is None:
+            raise UserError(f"{scn.path}: traffic: simulate plan sizes a deployment for open-loop traffic; the "
+                            "scenario has none")
+        self.key = scenario_key(scn, out)  # of the scenario as given, so that the sweep's report finds the plan
+        if target.tps != m.sla.tps_targets[0]:
+            targets = [target.tps, *(t for t in m.sla.tps_targets if t != target.tps)]
+            scn = LoadedScenario(m.model_copy(update={"sla": m.sla.model_copy(update={"tps_targets": targets})}),
+                                 scn.path, scn.overrides)
+        self.scn = scn
+        self.out = out
+        self.target = target
+        self.backend = backend
+        self.quick = quick
+        self.seed = scn.model.seed if seed is None else seed
+        self.on_stored = on_stored
+        self.systems = resolve_systems(scn)
+        hw = scn.model.hardware
+        self.gpr = hw.gpus_per_replica
+        self.prefill_gpr = hw.prefill_gpus_per_replica or hw.gpus_per_replica
+        self.disaggregated = scn.model.engine.prefill == "disaggregated"
+        self.runs = 0
+
+    # --- candidates -> runs ----------------------------------------------------------------------------------
+    def variant(self, c: Candidate) -> LoadedScenario:
+        m = self.scn.model
+        hw = m.hardware.model_copy(update={"replicas": c.replicas, "prefill_replicas": c.prefill})
+        update: dict = {"hardware": hw}
+        if c.scale != 1.0:
+            t = m.traffic
+            if t.kind == "trace":
+                update["traffic"] = t.model_copy(update={"rate_scale": t.rate_scale * c.scale})
+            elif t.segments is not None:
+                update["traffic"] = t.model_copy(update={"segments": [
+                    s.model_copy(update={"rate": s.rate * c.scale}) for s in t.segments]})
+            else:
+                update["traffic"] = t.model_copy(update={"rate": t.rate * c.scale})
+        return LoadedScenario(m.model_copy(update=update), self.scn.path, self.scn.overrides)
+
+    def evaluate(self, cands: list[Candidate]) -> list[dict]:
+        tasks = []
+        for c in cands:
+            sweep = Sweep(self.variant(c), [RunSpec(c.system, LoadPoint(None), self.seed, self.quick)], self.out)
+            tasks.append(Task(sweep.scn, sweep.specs[0], sweep.store / f"{sweep.keys()[0]}.json"))
+        todo = list({t.store: t for t in tasks if not t.store.is_file()}.values())
+        execute(todo, self.backend, self.on_stored)
+        self.runs += len(todo)
+        return [json.loads(t.store.read_text()) for t in tasks]
+
+    def drive(self, searches: dict[str, Generator]) -> dict[str, object]:
+        """Advance every search a round at a time (one candidate each, run together) until all return."""
+        results: dict[str, object] = {}
+        asked: dict[str, Candidate] = {}
+        for k, g in searches.items():
+            try:
+                asked[k] = next(g)
+            except StopIteration as stop:
+                results[k] = stop.value
+        while asked:
+            rows = self.evaluate(list(asked.values()))
+            nxt = {}
+            for (k, _), row in zip(asked.items(), rows, strict=True):
+                try:
+                    nxt[k] = searches[k].send(row)
+                except StopIteration as stop:
+                    results[k] = stop.value
+            asked = nxt
+        return results
+
+    # --- the searches, in candidates ------------------------------------------------------------------------
+    def _probe(self, plan: SystemPlan, phase: str, c: Candidate,
+               judge: Callable[[dict], str | None]) -> Generator[Candidate, dict, bool]:
+        row = yield c
+        why = judge(row)
+        plan.trials.append(Trial(phase, c.replicas, c.scale, c.prefill, row, why))
+        return why is None
+
+    def _counts(self, plan: SystemPlan, phase: str, make: Callable[[int], Candidate], cap: int,
+                judge: Callable[[dict], str | None]) -> Generator[Candidate, dict, int | None]:
+        search = fewest(cap)
+        n = next(search)
+        try:
+            while True:
+                ok = yield from self._probe(plan, phase, make(n), judge)
+                n = search.send(ok)
+        except StopIteration as stop:
+            return stop.value
+
+    def _judge(self, ttft: bool) -> Callable[[dict], str | None]:
+        return lambda row: shortfall(row, self.target, ttft)
+
+    def _prefill_judge(self, row: dict) -> str | None:
+        """A prefill pool is judged by TTFT alone (and its own backlog): decode speed is not its business."""
+        if not row.get("requests"):
+            return "no finished requests"
+        if row.get("prefill_saturated"):
+            return "prefill pool saturated"
+        if row["ttft_p99"] > self.target.ttft_p99:
+            return f"TTFT p99 {row['ttft_p99']:.2f} s > {self.target.ttft_p99:g} s"
+        return None
+
+    def prefill_search(self) -> tuple[SystemPlan, Generator]:
+        """The search for the fewest prefill replicas whose TTFT p99 meets the limit, with the scenario's decode
+        pool: prompts and their prefill are the same for every system, so one system (the baseline) stands for
+        all."""
+        names = [s.name for s in self.systems]
+        base = self.systems[names.index(default_baseline(names, self.scn.model.sla.baseline) or names[0])]
+        plan = SystemPlan(base)
+        cap = max(self.target.max_gpus // self.prefill_gpr, 1)
+        decode = self.scn.model.hardware.replicas
+        return plan, self._counts(plan, "prefill", lambda p: Candidate(base, decode, 1.0, p), cap,
+                                  self._prefill_judge)
+
+    def decode_alone(self, plan: SystemPlan) -> Generator[Candidate, dict, None]:
+        """The fewest decode replicas, then the headroom at that size. With a disaggregated prefill pool the
+        decode pool is searched behind an unbounded one (TTFT is the prefill pool's business) while the prefill
+        pool is sized, and confirmed with it afterwards (``with_prefill``)."""
+        s = plan.system
+        cap = max(self.target.max_gpus // self.gpr, 1)
+        n = yield from self._counts(plan, "decode", lambda k: Candidate(s, k), cap, self._judge(not self.disaggregated))
+        plan.met = n is not None
+        plan.replicas = n if n is not None else cap
+        plan.final = yield Candidate(s, plan.replicas)  # from the store: the search ran it
+        yield from self.headroom(plan)
+
+    def headroom(self, plan: SystemPlan) -> Generator[Candidate, dict, None]:
+        """The largest traffic multiplier the chosen decode pool sustains at the SLA."""
+        n = plan.replicas
+        guess = n / (n - 1) if plan.met and n > 1 else 2.0
+        search = most_traffic(plan.met, guess, self.target.rate_tolerance)
+        scale = next(search)
+        try:
+            while True:
+                ok = yield from self._probe(plan, "headroom", Candidate(plan.system, n, scale),
+                                            self._judge(not self.disaggregated))
+                scale = search.send(ok)
+        except StopIteration as stop:
+            plan.max_scale = stop.value
+
+    def with_prefill(self, plan: SystemPlan, prefill: int) -> Generator[Candidate, dict, None]:
+        """Confirm the decode size with the sized prefill pool in place, one replica more while it fails."""
+        cap = max(self.target.max_gpus // self.gpr, 1)
+        n = plan.replicas
+        first = n
+        while True:
+            ok = yield from self._probe(plan, "with-prefill", Candidate(plan.system, n, 1.0, prefill), self._judge(True))
+            if ok or n >= cap or not plan.met:
+                break
+            n += 1
+        plan.met = plan.met and ok
+        plan.replicas = n
+        plan.final = plan.trials[-1].row
+        if n != first:
+            yield from self.headroom(plan)
+
+    def run(self) -> dict:
+        plans = {s.name: SystemPlan(s) for s in self.systems}
+        searches = {k: self.decode_alone(p) for k, p in plans.items()}
+        prefill_plan = prefill = None
+        if self.disaggregated:
+            prefill_plan, search = self.prefill_search()
+            searches["\0prefill"] = search
+        found = self.drive(searches)
+        if self.disaggregated:
+            prefill = found["\0prefill"] or max(self.target.max_gpus // self.prefill_gpr, 1)
+            self.drive({k: self.with_prefill(p, prefill) for k, p in plans.items()})
+        return self.document(plans, prefill_plan, prefill)
+
+    # --- output ----------------------------------------------------------------------------------------------
+    def row_of(self, plan: SystemPlan, prefill: int | None) -> dict:
+        f = plan.final
+        decode_gpus = plan.replicas * self.gpr
+        prefill_gpus = (prefill or 0) * self.prefill_gpr
+        gpus = decode_gpus + prefill_gpus
+        tokens_per_s = f["throughput_per_gpu"] * decode_gpus
+        cost = gpus * self.target.gpu_hour_cost / (tokens_per_s * 3600) * 1e6 if tokens_per_s > 0 else float("nan")
+        rate = f.get("arrival_rate") or float("nan")
+        met = plan.met and gpus <= self.target.max_gpus
+        return {
+            "system": plan.system.name, "status": MET if met else UNMET, "gpus": gpus, "decode_gpus": decode_gpus,
+            "prefill_gpus": prefill_gpus, "replicas": plan.replicas, "prefill_replicas": prefill,
+            "max_rate_per_replica": (plan.max_scale or 0.0) * rate / plan.replicas,
+            "headroom": (plan.max_scale or 0.0) - 1.0,
+            "attainment": f["sla_attainment"], "ttft_p99": f["ttft_p99"], "tps_per_user_p10": f["tps_per_user_p10"],
+            "throughput_per_gpu": f["throughput_per_gpu"], "cost_per_mtok": cost,
+        }
+
+    def document(self, plans: dict[str, SystemPlan], prefill_plan: SystemPlan | None, prefill: int | None) -> dict:
+        rows = [self.row_of(p, prefill) for p in plans.values()]
+        names = [r["system"] for r in rows]
+        m = self.scn.model
+        doc = {
+            "scenario": self.scn.name,
+            "scenario_key": self.key,
+            "target": {"tps_per_user": self.target.tps, "attainment": self.target.attainment,
+                       "ttft_p99_s": self.target.ttft_p99, "max_gpus": self.target.max_gpus,
+                       "gpu_hour_cost_usd": self.target.gpu_hour_cost, "rate_tolerance": self.target.rate_tolerance},
+            "traffic": m.traffic.model_dump(mode="json"),
+            "arrival_rate": next((r["arrival_rate"] for p in plans.values() for r in [p.final] if r), None),
+            "gpus_per_replica": self.gpr,
+            "prefill": None if not self.disaggregated else {
+                "replicas": prefill, "gpus_per_replica": self.prefill_gpr,
+                "search": [t.log() for t in prefill_plan.trials] if prefill_plan else []},
+            "baseline": default_baseline(names, m.sla.baseline),
+            "quick": self.quick, "seed": self.seed, "overrides": list(self.scn.overrides),
+            "runs_executed": self.runs,
+            "systems": {r["system"]: {**r, "search": [t.log() for t in plans[r["system"]].trials]} for r in rows},
+        }
+        doc["verdict"] = verdict(doc)
+        return doc
+
+
+def plan_table(doc: dict) -> pd.DataFrame:
+    return pd.DataFrame([{k: v for k, v in e.items() if k != "search"} for e in doc["systems"].values()],
+                        columns=PLAN_COLUMNS)
+
+
+def verdict(doc: dict) -> str:
+    t = doc["target"]
+    rows = [e for e in doc["systems"].values()]
+    sla = f"{t['attainment']:.0%} of requests at >= {t['tps_per_user']:g} tok/s/user, TTFT p99 <= {t['ttft_p99_s']:g} s"
+    rate = doc.get("arrival_rate")
+    load = f"{rate:,.1f} requests/s" if rate else "the scenario's traffic"
+    met = [e for e in rows if e["status"] == MET]
+    if not met:
+        best = max(rows, key=lambda e: (e["attainment"] if e["attainment"] is not None else -1))
+        return (f"No system meets {sla} at {load} within {t['max_gpus']} GPUs; the closest is {best['system']} "
+                f"({best['attainment']:.1%} of requests at the target with {best['gpus']} GPUs).")
+    # equal GPUs serve the same traffic at the same cost: the headroom tells them apart
+    best = min(met, key=lambda e: (e["gpus"], -e["headroom"], e["cost_per_mtok"]))
+    split = (f" ({best['prefill_gpus']} prefill + {best['decode_gpus']} decode)" if best["prefill_gpus"] else "")
+    text = (f"At {load} with {sla}, {best['system']} needs the fewest GPUs: {best['gpus']}{split}, with "
+            f"{best['headroom']:+.0%} headroom, at ${best['cost_per_mtok']:.3f} per million output tokens "
+            f"(${t['gpu_hour_cost_usd']:g}/GPU-hour)")
+    ties = [e["system"] for e in met if e["gpus"] == best["gpus"] and e is not best]
+    if ties:
+        text += (f"; {len(ties)} other system{'s need' if len(ties) > 1 else ' needs'} as many, with less "
+                 "headroom")
+    base = doc["systems"].get(doc["baseline"]) if doc.get("baseline") else None
+    if base is not None and base["system"] != best["system"]:
+        if base["status"] != MET:
+            text += f"; the baseline {base['system']} does not meet it within {t['max_gpus']} GPUs"
+        elif base["gpus"] > best["gpus"]:
+            saved = base["gpus"] - best["gpus"]
+            text += (f"; that is {saved} GPU{'s' if saved != 1 else ''} ({saved / base['gpus']:.0%}) fewer than "
+                     f"{base['system']}'s {base['gpus']}")
+        else:
+            text += f"; the baseline {base['system']} needs as many, with {base['headroom']:+.0%} headroom"
+    return text + "."
+
+
+HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus": "decode GPUs",
+           "prefill_gpus": "prefill GPUs", "replicas": "replicas", "prefill_replicas": "prefill replicas",
+           "max_rate_per_replica": "max req/s per replica", "headroom": "headroom",
+           "attainment": "SLA attainment", "ttft_p99": "TTFT p99 (s)", "tps_per_user_p10": "TPS p10 (tok/s/user)",
+           "throughput_per_gpu": "tok/s/GPU", "cost_per_mtok": "$/M output tok"}
+
+
+def format_plan(doc: dict) -> pd.DataFrame:
+    df = plan_table(doc)
+    if doc.get("prefill") is None:
+        df = df.drop(columns=["decode_gpus", "prefill_gpus", "prefill_replicas"])
+
+    def fmt(col: str, v):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        if col in ("attainment", "headroom"):
+            return f"{v:+.0%}" if col == "headroom" else f"{v:.1%}"
+        if col == "ttft_p99":
+            return f"{v:.3f}"
+        if col == "cost_per_mtok":
+            return f"{v:.3f}"
+        if col == "max_rate_per_replica":
+            return f"{v:.1f}"
+        if isinstance(v, float):
+            return f"{v:,.0f}"
+        return str(v)
+
+    return pd.DataFrame({HEADERS[c]: [fmt(c, v) for v in df[c]] for c in df.columns})
+
+
+def write_plan(out: Path, doc: dict) -> tuple[Path, Path]:
+    csv, js = out / "plan.csv", out / "plan.json"
+    df = plan_table(doc)
+    atomic_write(csv, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
+    atomic_write_text(js, json.dumps(plain(doc), indent=2, allow_nan=False) + "\n")
+    return csv, js
+
+
+def scenario_key(scn: LoadedScenario, out: Path) -> str:
+    """What a plan was made from (settings, input files, code), to tell whether a sweep's report may show it."""
+    base = Sweep(scn, [], out)._base_key()
+    return hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def matching_plan(out: Path, scn: LoadedScenario, quick: bool) -> dict | None:
+    """plan.json in ``out`` when it was made from this scenario (and --quick setting), else None."""
+    path = out / "plan.json"
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if doc.get("scenario_key") != scenario_key(scn, out) or bool(doc.get("quick")) != quick:
+        return None
+    return doc
+
+
+def write_plan_report(out: Path, scn: LoadedScenario, doc: dict, quick: bool, seed: int | None) -> Path:
+    """report.html with the capacity section: the whole report when the scenario's sweep is stored in ``out``,
+    else the capacity section alone (``simulate`` on the same scenario adds the rest)."""
+    from simulator.hardware import load_target_table
+    from simulator.report import write_report
+    from simulator.summary import write_outputs
+
+    doc = json.loads(json.dumps(plain(doc)))  # as plan.json has it (NaN as null)
+    sweep = Sweep.plan(scn, out, quick, seed, None)
+    table = load_target_table(scn)
+    if sweep.specs and not sweep.pending():
+        runs = sweep.results()
+        sweep.write_runs_csv(runs)
+        summary, frontier = write_outputs(out, scn, runs)
+        return write_report(out / "report.html", scn, runs, frontier, summary, table, doc)
+    return write_report(out / "report.html", scn, None, None, None, table, doc)

@@ -1,0 +1,99 @@
+"""A disaggregated prefill pool of finite capacity.
+
+With ``engine.prefill: disaggregated`` a separate pool computes each prompt's KV cache and first token, then hands
+the request to a decode replica. Without ``hardware.prefill_replicas`` that pool is unbounded (every prompt is
+prefilled at once, as on an idle pool). With it, the pool has that many replicas, each running one forward at a
+time over a batch of waiting prompts packed first-come first-served up to ``max_batch_tokens`` (a prompt longer
+than what is left is chunked and continues in the next forward, reading its earlier chunks' KV). A forward over B
+prompt tokens reading K cached tokens takes T(B, K) from the prefill step-time table. New prompts go to the
+replica with the fewest tokens outstanding, so TTFT grows with the queue when the pool is too small: the capacity
+``simulate plan`` sizes against a TTFT limit.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+
+from hw_profile.table import StepTimeGrid
+
+
+class PrefillPool:
+    """``replicas`` prefill replicas; ``on_done(rid)`` is called when a request's prompt is fully prefilled."""
+
+    def __init__(self, env: simpy.Environment, replicas: int, clock: StepTimeGrid, max_batch_tokens: int,
+                 on_done: Callable[[int], None]):
+        self.env = env
+        self.clock = clock
+        self.max_batch_tokens = max_batch_tokens
+        self.on_done = on_done
+        # per replica: FIFO of [rid, tokens left, tokens done]
+        self.queues: list[deque[list[int]]] = [deque() for _ in range(replicas)]
+        self.outstanding = np.zeros(replicas, dtype=np.int64)  # prompt tokens queued or in the running forward
+        self.wakes: list[simpy.Event | None] = [None] * replicas
+        self.forwards = 0
+        self.busy_s = 0.0
+        self.backlog_log: list[tuple[float, int]] = []  # (time, tokens outstanding in the pool) at each forward
+        for r in range(replicas):
+            env.process(self._loop(r))
+
+    @property
+    def replicas(self) -> int:
+        return len(self.queues)
+
+    def submit(self, rid: int, prompt: int) -> None:
+        r = int(np.argmin(self.outstanding))  # ties: lowest index
+        self.queues[r].append([rid, int(prompt), 0])
+        self.outstanding[r] += int(prompt)
+        wake = self.wakes[r]
+        if wake is not None and not wake.triggered:
+            wake.succeed()
+
+    def _batch(self, queue: deque[list[int]]) -> list[tuple[list[int], int]]:
+        """The next forward's (request, tokens) pairs: whole prompts first-come first-served, the last one
+        possibly chunked (it stays at the head of the queue)."""
+        budget = self.max_batch_tokens
+        batch = []
+        for item in queue:
+            if budget <= 0:
+                break
+            take = min(item[1], budget)
+            batch.append((item, take))
+            budget -= take
+        return batch
+
+    def _loop(self, r: int):
+        env, queue = self.env, self.queues[r]
+        while True:
+            if not queue:
+                self.wakes[r] = env.event()
+                yield self.wakes[r]
+                self.wakes[r] = None
+                continue
+            batch = self._batch(queue)
+            tokens = sum(take for _, take in batch)
+            kv = sum(item[2] for item, _ in batch)  # earlier chunks of a continued prompt
+            ms = self.clock.lookup(tokens, kv)
+            self.backlog_log.append((env.now, int(self.outstanding.sum())))
+            yield env.timeout(ms * 1e-3)
+            self.forwards += 1
+            self.busy_s += ms * 1e-3
+            self.outstanding[r] -= tokens
+            for item, take in batch:
+                item[1] -= take
+                item[2] += take
+            while queue and queue[0][1] == 0:
+                self.on_done(queue.popleft()[0])
+
+    def saturated(self, end: float) -> bool:
+        """The pool's backlog is still growing at the end: over a full forward per replica, and above mid-run."""
+        if not self.backlog_log:
+            return False
+        t = np.array([x[0] for x in self.backlog_log])
+        backlog = np.array([x[1] for x in self.backlog_log])
+        mid = backlog[max(int(np.searchsorted(t, end / 2, side="right")) - 1, 0)]
+        last = backlog[-1]
+        return bool(last > self.replicas * self.max_batch_tokens and last > mid)

@@ -1,0 +1,84 @@
+"""A headline that does not mislead: flagged runs with hints, units in headers, the matched-throughput range's
+span, --quick and --set recorded, overrides in their own folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pandas as pd
+from click.testing import CliRunner
+
+from simulator.cli import cli, default_out
+from simulator.config import load_scenario
+from simulator.summary import FLAG_HINTS, build_summary, flag_lines, format_headline, headline_table
+from simulator.sweep import Sweep
+
+
+def test_saturated_and_empty_runs_are_flagged_with_a_hint_in_the_terminal_and_the_report(scenario_file, tmp_path):
+    # one replica of 8 requests cannot serve 400 requests/s: the open-loop queue grows
+    path = scenario_file(systems=["dspark"], engine={"max_running": 8, "max_batch_tokens": 4096},
+                         traffic={"kind": "poisson", "rate": 400.0})
+    out = tmp_path / "o"
+    res = CliRunner().invoke(cli, [str(path), "--quick", "--out", str(out), "--jobs", "1"])
+    assert res.exit_code == 0, res.output
+    assert "dspark !" in res.output
+    assert f"! dspark (open): {FLAG_HINTS['saturated']}" in res.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert "saturated" in {f["kind"] for f in summary["systems"]["dspark"]["flags"]}
+    page = (out / "report.html").read_text()
+    assert "Flagged runs" in page and "the queue was still growing" in page
+
+
+def test_no_finished_requests_is_flagged_not_averaged(scenario_file, tmp_path):
+    # outputs of 4000 tokens cannot finish in 2 simulated seconds
+    path = scenario_file(workload={"prompt": 128, "output": 4000})
+    scn = load_scenario(path)
+    sweep = Sweep.plan(scn, tmp_path / "o", quick=True, seed=None, replicates=None)
+    sweep.execute(jobs=1)
+    runs = sweep.results()
+    assert (runs["requests"] == 0).all()
+    summary = build_summary(scn, runs)
+    assert [f["kind"] for f in summary["systems"]["dspark"]["flags"]] == ["no_finished"]
+    assert any("run.duration_s is too short" in line for line in flag_lines(summary))
+
+
+def test_headers_carry_units_and_the_matched_range_says_what_it_spans(scenario_file, tmp_path):
+    path = scenario_file(systems=["mtp-1", "dspark"], frontier={"concurrency": [2, 16, 64]},
+                         sla={"tps_targets": [80.0, 120.0]})
+    scn = load_scenario(path)
+    sweep = Sweep.plan(scn, tmp_path / "o", quick=True, seed=None, replicates=None)
+    sweep.execute(jobs=2)
+    runs = sweep.results()
+    summary = build_summary(scn, runs)
+    table = format_headline(headline_table(summary))
+    for col in table.columns[1:]:
+        assert re.search(r"tok/s|\(s\)|gain vs mtp-1|share", col), col
+    span = summary["systems"]["dspark"]["tps_gain_at_matched_throughput"]["span"]
+    thr = runs[runs["concurrency"].notna()].groupby(["policy", "concurrency"])["throughput_per_gpu"].mean()
+    assert span[0] == max(thr["dspark"].min(), thr["mtp-1"].min())
+    assert span[1] == min(thr["dspark"].max(), thr["mtp-1"].max())
+    cell = table.loc[table["system"] == "dspark", "TPS gain at matched throughput (tok/s/GPU range)"].iloc[0]
+    assert f"over {span[0]:,.0f}-{span[1]:,.0f}" in cell
+
+
+def test_overrides_go_to_their_own_folder_and_are_recorded(scenario_file, tmp_path):
+    path = scenario_file()
+    assert default_out(path, ()) == os.path.join("results", path.stem) or str(default_out(path, ())) == f"results/{path.stem}"
+    a = default_out(path, ("engine.max_running=32",))
+    b = default_out(path, ("engine.max_running=48",))
+    assert a != b and a.name.startswith(f"{path.stem}-set-") and a.parent.name == "results"
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        res = CliRunner().invoke(cli, [str(path), "--quick", "--jobs", "1", "--set", "engine.max_running=32"])
+    finally:
+        os.chdir(cwd)
+    assert res.exit_code == 0, res.output
+    out = tmp_path / a
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["overrides"] == ["engine.max_running=32"] and summary["quick"] is True
+    assert not (tmp_path / "results" / path.stem).exists()  # the base scenario's folder is untouched
+    assert "--set engine.max_running=32" in (out / "report.html").read_text()
+    assert len(pd.read_csv(out / "runs.csv")) == 1
