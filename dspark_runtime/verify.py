@@ -40,11 +40,26 @@ def verify_block(
     next_token (R,) long, the token the target adds after them (correction or bonus). Request r emits
     draft_tokens[r, :accepted[r]] followed by next_token[r].
     """
+    accepted, next_token, _ = verify_block_full(target_probs, draft_probs, draft_tokens, lengths, generator, greedy)
+    return accepted, next_token
+
+
+def verify_block_full(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    lengths: torch.Tensor,
+    generator: torch.Generator | None = None,
+    greedy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``verify_block`` that also returns ``full`` (R,): the draft tokens the same draws would have accepted had all
+    gamma been verified. The tests are sequential and each uses its own uniform, so cutting the run of passes at
+    lengths[r] (what is emitted) leaves the output's law unchanged; ``full`` is what a recorded trace stores."""
     rows, gamma = _check_shapes(target_probs, draft_probs, draft_tokens, lengths)
     device = target_probs.device
     if rows == 0:
         empty = torch.zeros(0, dtype=torch.long, device=device)
-        return empty, empty.clone()
+        return empty, empty.clone(), empty.clone()
     # Low-precision probabilities (bf16/fp16 on a GPU) lose too much in p - q; do the arithmetic in float32.
     work = torch.float32 if target_probs.dtype in (torch.float16, torch.bfloat16) else target_probs.dtype
     p_all = target_probs.to(work)
@@ -68,7 +83,7 @@ def verify_block(
     rows_idx = torch.arange(rows, device=device)
     p_next = p_all[rows_idx, accepted]  # (R, V): target at the position after the kept prefix
     if greedy:
-        return accepted, p_next.argmax(dim=-1)
+        return accepted, p_next.argmax(dim=-1), leading
 
     rejected = accepted < lengths
     if gamma > 0:
@@ -82,7 +97,7 @@ def verify_block(
     else:
         dist = p_next
     next_token = torch.multinomial(dist, 1, generator=generator).squeeze(-1)
-    return accepted, next_token
+    return accepted, next_token, leading
 
 
 def _check_shapes(target_probs, draft_probs, draft_tokens, lengths) -> tuple[int, int]:

@@ -82,7 +82,7 @@ SIZES: dict[str, WorldSize] = {
         max_answer_chars=200, max_prompt_chars=160, vocab_size=320, hidden_size=32, target_layers=3, heads=2, kv_heads=1,
         head_dim=16, intermediate_size=64, seq_len=96, target_steps=25, target_batch=8, target_lr=3e-3,
         regen_prompts_per_domain=8, regen_max_new=24, target_layer_ids=(0, 1), drafter_layers=1,
-        markov_rank=8, gamma=4, num_anchors=6, drafter_steps=12, drafter_batch=4, drafter_lr=3e-3,
+        markov_rank=8, gamma=7, num_anchors=6, drafter_steps=12, drafter_batch=4, drafter_lr=3e-3,
         calib_prompts_per_domain=6, eval_prompts_per_domain=4, eval_max_new=16, eval_batch=12,
     ),
 }

@@ -5,6 +5,7 @@
     simulate plan SCENARIO.yaml [--sla TPS] [--attainment A] [--ttft-p99 S] [--gpu-hour-cost USD] [--max-gpus N]
              [--out DIR] [--backend ...] [--set path=value]...
     simulate check SCENARIO.yaml [--set path=value]...
+    simulate fit-profile TRACE --out PROFILE.yaml
     simulate list
 
 User mistakes (a bad scenario, a missing file, an unknown policy) print one line and exit with code 2.
@@ -19,7 +20,7 @@ import click
 
 from simulator.errors import UserError
 
-SUBCOMMANDS = ("check", "list", "plan")
+SUBCOMMANDS = ("check", "list", "plan", "fit-profile")
 
 
 class ScenarioFirst(click.Group):
@@ -87,6 +88,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 
     from simulator.config import load_scenario
     from simulator.hardware import load_target_table, scenario_grid_warnings
+    from simulator.live_tables import write_live_tables
     from simulator.plan import matching_plan
     from simulator.report import write_report
     from simulator.summary import flag_lines, format_headline, headline_table, write_outputs
@@ -118,6 +120,8 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
         sys.exit(130)
     runs = sweep.results()
     path = sweep.write_runs_csv(runs)
+    for table in write_live_tables(out, runs):
+        click.echo(f"measured step-time table: {table}", err=True)
     summary, frontier = write_outputs(out, scn, runs)
     capacity = matching_plan(out, scn, quick)
     report = write_report(out / "report.html", scn, runs, frontier, summary, load_target_table(scn), capacity)
@@ -202,7 +206,13 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     from simulator.config import load_scenario
     from simulator.hardware import load_hardware, scenario_grid_warnings
     from simulator.policies import make_policy
-    from simulator.run import check_engine_limits, load_points, make_source, prefill_pool_factory
+    from simulator.run import (
+        check_engine_limits,
+        check_live_clock,
+        load_points,
+        make_source,
+        prefill_pool_factory,
+    )
     from simulator.systems import resolve_systems
 
     scn = load_scenario(scenario, sets)
@@ -211,7 +221,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     for s in systems:
         check_engine_limits(scn, s)
         make_policy(s.policy, s.params, s.name)  # its parameters, as a run builds it
-        make_source(scn, s, np.random.default_rng(0))  # loads the profile or trace and checks the mix
+        check_live_clock(scn, make_source(scn, s, np.random.default_rng(0)))  # loads the profile or trace and checks the mix
     prefill_pool_factory(scn, hw)  # reads hardware.prefill_table when one is named
     points = load_points(scn)
     m = scn.model
@@ -231,6 +241,20 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
         click.echo(f"  prefill: disaggregated, pool {pool}")
     click.echo(f"  acceptance: {m.acceptance.source} {m.acceptance.profile if m.acceptance.source == 'profile' else m.acceptance.trace or ''}"
                f" ({m.acceptance.confidence} confidences); SLA targets {', '.join(f'{t:g}' for t in m.sla.tps_targets)} tok/s/user")
+
+
+@cli.command("fit-profile")
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="the acceptance profile to write (YAML)")
+def fit_profile_cmd(trace: Path, out: Path) -> None:
+    """Fit an acceptance profile to a recorded trace (`simulate --records` of a live run, or `dspark eval`)."""
+    from simulator.acceptance.trace_fit import fit_profile_file
+
+    profile = fit_profile_file(trace, out)
+    for name, d in profile["drafters"].items():
+        taus = ", ".join(f"{k} {v['tau']:.3f}" for k, v in d["benchmarks"].items() if k in profile["domains"].values())
+        click.echo(f"{name}: gamma {d['gamma']}, full-block tau {taus}")
+    click.echo(f"profile: {out}")
 
 
 @cli.command("list")

@@ -85,6 +85,8 @@ class Hardware(Strict):
     replicas: PositiveInt = 1
     gpus_per_replica: PositiveInt = Field(1, description="GPUs of one replica (its TP/EP size)")
     router: Literal["round-robin", "least-loaded"] = "least-loaded"
+    clock: Literal["table", "live"] = Field(
+        "table", description="step time: from `table` (simulated hardware), or the measured time of a live source's forwards")
     prefill_replicas: PositiveInt | None = Field(
         None, description="engine.prefill disaggregated: replicas of the prefill pool (default: unbounded)")
     prefill_table: str | None = Field(None, description="step-time table of a prefill replica (default: `table`)")
@@ -110,6 +112,10 @@ class Engine(Strict):
 
 
 class Acceptance(Strict):
+    # a plug-in source's own settings may sit beside `source` (e.g. `runtime`, `device`, `temperature` of the live
+    # runtime): they join `options`; the built-in sources take none
+    model_config = ConfigDict(extra="allow", frozen=True)
+
     source: str = Field("profile", description="'profile', 'trace', a plug-in's entry-point name, or package.module:Class")
     profile: str = "paper-qwen3-8b"
     trace: str | None = None
@@ -122,6 +128,9 @@ class Acceptance(Strict):
             raise ValueError("source 'trace' needs a 'trace' path")
         if not self.source.strip():
             raise ValueError("source must be 'profile', 'trace', an installed plug-in's name or module:Class")
+        extra = sorted(self.model_extra or {})
+        if extra and self.source in ("profile", "trace"):
+            raise ValueError(f"unknown field {extra[0]!r} (the {self.source} source takes none)")
         return self
 
 

@@ -86,10 +86,11 @@ class StepPlan:
     decode_rows: the batch rows that decode this step (a slice of all rows, or an index array when some prefill);
     remaining, context, ids: (rows,) of those requests; prefill_chunks: (running,) prompt tokens each row
     prefills this step, None when nothing prefills; lengths, accepted: (rows,) the policy's verification lengths
-    and the accepted draft tokens, None without speculation.
+    and the accepted draft tokens, None without speculation; ended: (rows,) bool, requests a token-generating
+    source ended at EOS this step (``Proposal.ended``), or None.
     """
 
-    __slots__ = ("accepted", "batch_tokens", "context", "decode_rows", "draft_ms", "ids", "kv", "kv_used",
+    __slots__ = ("accepted", "batch_tokens", "context", "decode_rows", "draft_ms", "ended", "ids", "kv", "kv_used",
                  "lengths", "prefill_chunks", "prefill_tokens", "remaining", "rows", "running", "stall_ms", "start",
                  "step_ms", "verified")
 
@@ -104,6 +105,7 @@ class StepPlan:
         self.verified = 0
         self.draft_ms = 0.0
         self.stall_ms = 0.0
+        self.ended: np.ndarray | None = None
 
 
 class Replica:
@@ -184,6 +186,7 @@ class Replica:
             batch.save(sim.requests, slice(i, i + 1))
             rid = batch.drop_last()
             req["kv_ready"][rid] = False  # its cache is dropped: recomputed here on readmission
+            sim.source.preempt(np.array([rid]))
             req["preemptions"][rid] += 1
             sim.preemptions += 1
             self.enqueue(rid, front=True)
@@ -247,7 +250,7 @@ class Replica:
         sim, gamma, rows = self.sim, self.sim.gamma, plan.rows
         plan.draft_ms = sim.draft.ms(rows, gamma, plan.kv)
         plan.stall_ms = sim.stall_ms if (self.policy.sync_stall and rows) else 0.0
-        if rows and gamma:
+        if rows and (gamma or sim.source_decodes):
             remaining = plan.remaining
             maxl = np.minimum(gamma, remaining - 1)
             proposal = sim.source.propose(plan.ids)
@@ -259,11 +262,17 @@ class Replica:
                               proposal.outcome if self.policy.needs_outcome else None, maxl)
             plan.lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
             plan.accepted = checked_accepted(sim.source, sim.source.verify(proposal, plan.lengths), plan.lengths)
+            plan.ended = proposal.ended
             plan.verified = int(plan.lengths.sum())
         plan.batch_tokens = rows + plan.verified + plan.prefill_tokens
+        if plan.prefill_chunks is not None:  # requests whose prefill completes in this step's forward
+            left = self.batch.to_prefill[: plan.running]
+            sim.source.prefilled(self.batch.rid[: plan.running][(left > 0) & (left == plan.prefill_chunks)])
 
     def step_time(self, plan: StepPlan) -> float:
         """Milliseconds: draft + scheduling stall + the target's forward T(B, K) from the clock's table."""
+        if self.sim.live_clock is not None:  # the measured time of the step's real forwards (clock: live)
+            return self.sim.live_clock() + plan.stall_ms
         return plan.draft_ms + plan.stall_ms + self.sim.clock.lookup(plan.batch_tokens, plan.kv)
 
     def apply_outcomes(self, plan: StepPlan) -> None:
@@ -280,6 +289,9 @@ class Replica:
                 self.policy.observe(plan.lengths, accepted)
                 b.generated[dec] += accepted + 1
                 b.accepted[dec] += accepted
+                if plan.ended is not None and plan.ended.any():  # the real sequence reached its end token
+                    done = np.arange(n)[dec][plan.ended]
+                    b.output[done] = b.generated[done]
             else:
                 b.generated[dec] += 1
             b.decode_steps[dec] += 1
@@ -343,7 +355,8 @@ class Simulation:
                  policy_grid: StepTimeGrid, make_policy: Callable[[], Policy], policy_label: str, replicas: int,
                  router: str, max_running: int, max_batch_tokens: int, kv_capacity: int, prefill_chunk: int,
                  stall_ms: float, remote_prefill_ms: Callable[[int], float] | None = None,
-                 prefill_pool: Callable[[simpy.Environment, Callable[[int], None]], PrefillPool] | None = None):
+                 prefill_pool: Callable[[simpy.Environment, Callable[[int], None]], PrefillPool] | None = None,
+                 live_clock: bool = False):
         self.env = simpy.Environment()
         self.gamma = gamma
         self.positions = np.arange(gamma)[None, :]
@@ -360,6 +373,11 @@ class Simulation:
         self.requests = RequestLog()
         self.steps = RowLog(STEP_COLUMNS)
         self.remote_prefill_ms = remote_prefill_ms
+        # hooks of a source that generates real tokens (hardware in the loop): it decodes even without a drafter,
+        # may end a request at EOS (Proposal.ended), frees real caches on preemption, and under ``clock: live``
+        # the measured time of its forwards is the step's time instead of the table's T(B, K)
+        self.source_decodes = source.decodes_without_drafter
+        self.live_clock = source.step_ms if live_clock else None
         self.preemptions = 0
         self.rejected = 0
         self.remote_tokens = 0  # first tokens emitted by a disaggregated prefill pool

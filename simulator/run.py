@@ -76,7 +76,7 @@ def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generato
     mix = list(scn.model.workload.mix)
     calibrated = acc.confidence == "calibrated"
     drafter = system.drafter
-    if drafter == "none":
+    if drafter == "none" and acc.source in ("profile", "trace"):
         return NoDrafts()
     field = f"{scn.path}: acceptance"
     cls = resolve_source(acc.source, what=f"{field}.source")
@@ -94,11 +94,14 @@ def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generato
     if acc.source == "trace":
         return TraceSource(scn.resolve(acc.trace), drafter, system.gamma, mix, calibrated, rng,
                            need_confidence=policy_cls.reads_confidence)
-    clash = [k for k in acc.options if k in SOURCE_ARGS]
+    if drafter == "none" and not getattr(cls, "decodes_without_drafter", False):
+        return NoDrafts()
+    options = {**acc.options, **(acc.model_extra or {})}
+    clash = [k for k in options if k in SOURCE_ARGS]
     if clash:
         raise UserError(f"{field}.options.{clash[0]}: set by the simulator for every source; not an option")
     kwargs = dict(scenario=scn, drafter=drafter, gamma=system.gamma, mix=mix, calibrated=calibrated, rng=rng,
-                  **acc.options)
+                  **options)
     source = construct(cls, kwargs, f"{field}.options (source {acc.source!r}, system {system.name!r})")
     if getattr(source, "gamma", None) != system.gamma:
         raise UserError(f"{field}.source: {acc.source!r} set gamma {getattr(source, 'gamma', None)!r}; system "
@@ -114,6 +117,16 @@ def check_mix(scn: LoadedScenario, profile: Profile) -> None:
             raise UserError(f"{scn.path}: workload.mix.{key}: not a domain or benchmark of acceptance profile "
                             f"{profile.name!r}{did_you_mean(key, [*domains, *profile.domains])}; domains: "
                             f"{', '.join(domains)}; benchmarks: {', '.join(profile.domains)}")
+
+
+def check_live_clock(scn: LoadedScenario, source: AcceptanceSource) -> bool:
+    """``hardware.clock: live`` needs a source that measures its own forwards (``step_ms``)."""
+    if scn.model.hardware.clock != "live":
+        return False
+    if not source.measures_time:
+        raise UserError(f"{scn.path}: hardware.clock: 'live' needs a source that runs real forwards "
+                        f"(acceptance.source: live); {scn.model.acceptance.source!r} measures nothing")
+    return True
 
 
 def check_engine_limits(scn: LoadedScenario, system: SystemSpec) -> None:
@@ -152,6 +165,7 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         prefill_chunk=m.engine.prefill_chunk,
         stall_ms=m.engine.sched_stall_ms,
         remote_prefill_ms=(lambda prompt: hw.clock.step_ms(prompt, 0.0)) if m.engine.prefill == "disaggregated" else None,
+        live_clock=check_live_clock(scn, source),
         prefill_pool=prefill_pool_factory(scn, hw),
     )
     window = None  # one window of a replayed trace for the frontier and the open loop (workload.py)
@@ -214,6 +228,7 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
     """Run and summarise. Returns the runs.csv row and the simulation (its logs)."""
     t0 = time.perf_counter()
     sim, hw, duration, warmup = build(scn, spec)
+    recording = records_dir is not None and sim.source.start_recording()  # live: verify whole blocks, record
     warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup)
     wall = time.perf_counter() - t0
     m = scn.model
@@ -231,6 +246,8 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
         "replicas": hw.replicas,
         "gpus": gpus,
         "quick": spec.quick,
+        "acceptance_source": m.acceptance.source,
+        "clock": m.hardware.clock,
     }
     row.update(step_metrics(steps, warmup, duration, gpus, hw.energy, hw.clock))
     row.update(request_metrics(req, warmup, duration, stop, m.sla.tps_targets[0]))
@@ -255,6 +272,10 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
         row["series"] = time_series(steps, req, duration, hw.replicas, gpus, m.sla.tps_targets[0])
     if records_dir is not None:
         write_records(records_dir, spec, req, steps, m.workload.mix)
+        if recording:
+            sim.source.write_trace(records_dir / f"{records_stem(spec)}.trace.csv")
+    if m.hardware.clock == "live":
+        row["live_tables"] = sim.source.measured_tables()  # written beside the results by the command (simulator/live_tables.py)
     return row, sim
 
 

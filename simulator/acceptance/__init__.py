@@ -9,6 +9,12 @@ The engine talks to a source through four calls, always with arrays across the b
 - ``verify(proposal, lengths) -> accepted`` (R,) after the policy chose lengths (R,);
 - ``detach(ids)`` when requests finish.
 
+Sources that generate real tokens (the runtime's ``live``, hardware in the loop; docs/hil.md) also get
+``prefilled(ids)`` when a replica's prefill of requests completes, ``preempt(ids)`` on recompute preemption, end
+requests at EOS through ``Proposal.ended``, serve the drafter-less system (``decodes_without_drafter``), and may
+time their forwards (``measures_time``, ``step_ms``; ``hardware.clock: live``) and record what a trace holds
+(``start_recording``, ``write_trace``; ``simulate --records``). The base class gives every hook a default.
+
 Built in: ``profile`` (statistical, fitted to the paper) and ``trace`` (replay of recorded verifications, e.g.
 exported by ``dspark eval``). A scenario may name any other ``AcceptanceSource`` subclass by an entry point of
 the ``dspark_sim.acceptance`` group or by import string (``package.module:Class``), which is how the torch runtime

@@ -18,11 +18,14 @@ class Proposal:
     outcome:    (R,) accepted draft tokens if all gamma were verified, when the source draws it in advance (the
                 oracle needs it); None otherwise.
     truth:      (R, gamma) true conditional acceptance probabilities where the source knows them; None otherwise.
+    ended:      (R,) bool, set by ``verify`` of a source that generates real tokens: the request's emitted tokens
+                reached its end-of-sequence token, so it finishes now whatever its drawn length; None otherwise.
     """
 
     confidence: np.ndarray
     outcome: np.ndarray | None = None
     truth: np.ndarray | None = None
+    ended: np.ndarray | None = None
 
 
 class AcceptanceSource:
@@ -55,6 +58,37 @@ class AcceptanceSource:
 
     def detach(self, ids: np.ndarray) -> None:
         """Requests that finished (their state may be dropped)."""
+
+    # --- for sources that generate real tokens (hardware in the loop) -----------------------------------------
+    #: the drafter-less system (``ar``) is served by this source too (propose gives (R, 0), verify lengths 0)
+    decodes_without_drafter: ClassVar[bool] = False
+    #: ``step_ms`` measures the step's real forwards, which ``hardware.clock: live`` uses as the step's time
+    measures_time: ClassVar[bool] = False
+
+    def prefilled(self, ids: np.ndarray) -> None:
+        """These requests' prefill on a replica completed: the engine counts the token it yields (the first token,
+        or the next one after a recompute). A source that generates real tokens samples it here."""
+
+    def preempt(self, ids: np.ndarray) -> None:
+        """Requests evicted by recompute preemption; they return later through ``propose`` (and finish with
+        ``detach``). A source that holds real caches frees them here."""
+
+    def step_ms(self) -> float:
+        """Milliseconds the last propose/verify pair spent in its forwards (sources with ``measures_time``)."""
+        raise NotImplementedError
+
+    def measured_tables(self) -> dict:
+        """What ``measures_time`` sources measured, as step-time table rows: {"target": [...], "drafter": [...],
+        "meta": {...}} (written by simulator/live_tables.py)."""
+        raise NotImplementedError
+
+    def start_recording(self) -> bool:
+        """Begin recording each step's full-block outcome for ``write_trace`` (``simulate --records``); False
+        when the source records nothing (replaying or sampling sources: their inputs are already known)."""
+        return False
+
+    def write_trace(self, path) -> None:
+        """Write what was recorded in the trace format that ``source: trace`` reads."""
 
 
 def checked_accepted(source: AcceptanceSource, accepted: object, lengths: np.ndarray) -> np.ndarray:

@@ -1,0 +1,289 @@
+"""``LiveSource``: the simulator's acceptance-source interface served by real drafting and verification.
+
+A scenario selects it with ``acceptance: {source: live, runtime: tiny | smoke | DIR, device: cpu | cuda,
+temperature: 1.0}`` (the simulator finds ``live`` through the ``dspark_sim.acceptance`` entry point and never
+imports this package). Each simulated request is given a real held-out prompt of its mix entry (a domain such as
+``math`` or a benchmark such as ``arith``) when it arrives; when it first decodes its prompt is prefilled into a
+slot of the real caches; each engine step of a replica is one ``propose`` (prefill of newcomers, one drafting
+forward for all its decoding requests, the drafter's STS-calibrated confidences -- raw under
+``confidence: raw``) and one ``verify`` (one target forward over exactly the chosen prefixes, batched lossless
+rejection sampling, the accepted tokens and the correction or bonus token appended to the real sequences).
+
+What the engine learns back:
+- ``verify`` returns accepted draft tokens per request; ``proposal.ended`` marks requests whose emitted tokens
+  include EOS (the engine ends them there). An accepted EOS inside the drafts ends the request after it, with no
+  bonus: the engine is told ``emitted - 1`` so that its count of tokens equals the real sequence's.
+- ``step_ms()``: the measured milliseconds of the step's forwards (the engine's clock under ``clock: live``).
+- ``preempt(ids)``: the engine evicted these requests; their caches are dropped and recomputed on readmission.
+- With ``start_recording()`` every step also verifies the whole block (untimed, see session.py) and
+  ``write_trace`` writes the rows in the trace format ``source: trace`` replays.
+
+The policy ``oracle`` needs every outcome before it chooses; a live source cannot know it in advance and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
+from simulator.calibration import sts_apply
+from simulator.errors import UserError
+
+from ..target import TargetRunner, resolve_device, resolve_dtype
+from .session import LiveBatch
+from .timing import MeasuredTable, StepTimer
+from .world import load_world, resolve_world
+
+
+def _max_output(scn, where: str) -> int:
+    out = scn.model.workload.output
+    if out.dist == "fixed":
+        return int(out.value)
+    if out.dist == "uniform":
+        return int(out.high)
+    if getattr(out, "max", None):
+        return int(out.max)
+    raise UserError(f"{scn.path}: workload.output.max: a live run needs bounded output lengths (its caches are "
+                    f"allocated once); give the {out.dist} length a 'max'")
+
+
+class LiveSource(AcceptanceSource):
+    #: the drafter-less system (``ar``) also decodes for real: one target forward per step
+    decodes_without_drafter = True
+    measures_time = True
+
+    def __init__(self, *, scenario, drafter: str, gamma: int, mix: list[str], calibrated: bool,
+                 rng: np.random.Generator, runtime: str = "tiny", device: str = "cpu", temperature: float = 1.0,
+                 dtype: str = "float32", prompts_per_entry: int | None = None, threads: int | None = None,
+                 keep_outputs: bool = False, ignore_eos: bool = False):
+        where = f"{scenario.path}: acceptance"
+        if not isinstance(temperature, int | float) or temperature < 0:
+            raise UserError(f"{where}.temperature: expected a number >= 0, got {temperature!r}")
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            raise UserError(f"{where}.device: {device!r} requested but torch sees no CUDA device "
+                            "(use device: cpu, or a machine with a GPU and a CUDA build of torch)")
+        try:
+            dev = resolve_device(str(device))
+            resolve_dtype(dtype)
+        except UserError as exc:
+            raise UserError(f"{where}: {exc}".replace("--device", "device").replace("--dtype", "dtype")) from None
+        # one thread by default on the CPU: a sweep runs one process per core, and tiny forwards lose more to
+        # threads waiting on each other than they gain (measured: 40x slower linears with 2 threads on 2 busy cores)
+        if threads is not None or str(device) == "cpu":
+            torch.set_num_threads(int(threads or 1))
+        kind = drafter if drafter != "none" else "dspark"
+        if drafter not in ("none", "dspark", "dflash", "eagle3"):
+            raise UserError(f"{where}: the live runtime has no {drafter!r} drafter (it has dspark, dflash, eagle3)")
+        paths = resolve_world(runtime, kind, where)
+        world = load_world(str(paths.root), drafter, str(dev), dtype)
+        self.world = world
+        self.drafter_name = drafter
+        self.gamma = 0 if drafter == "none" else int(gamma)
+        if world.drafter is not None and self.gamma != world.drafter.gamma:
+            raise UserError(f"{scenario.path}: systems: the live {drafter} drafter of {paths.root} drafts "
+                            f"{world.drafter.gamma} tokens; set gamma {world.drafter.gamma} (got {gamma})")
+        self.calibrated = calibrated and world.temperatures is not None
+        self.temperature = float(temperature)
+        self.mix = list(mix)
+        pools = []
+        for key in self.mix:
+            if key not in world.prompts:
+                have = ", ".join(sorted(world.prompts))
+                raise UserError(f"{scenario.path}: workload.mix: {key!r} is neither a domain nor a benchmark of the "
+                                f"live world's held-out prompts (it has: {have})")
+            pool = world.prompts[key][: prompts_per_entry] if prompts_per_entry else world.prompts[key]
+            pools.append(pool)
+        self.pools = pools
+        self.rng = rng
+        slots = scenario.model.engine.max_running * scenario.model.hardware.replicas
+        longest = max(len(t) for pool in pools for _, t in pool)
+        capacity = longest + _max_output(scenario, where) + self.gamma + 2
+        self.timer = StepTimer(dev)
+        gen = torch.Generator(device=dev).manual_seed(int(rng.integers(2**63 - 1)))
+        runner = TargetRunner(world.target, world.layer_ids)
+        self.batch = LiveBatch(runner, world.drafter, slots=slots, capacity=capacity, temperature=self.temperature,
+                               eos_id=None if ignore_eos else world.tokenizer.eos_token_id, generator=gen, timer=self.timer)
+        self.state = GrowingArrays(mix=np.int64, prompt=np.int64, slot=np.int64)
+        self.free = list(range(slots - 1, -1, -1))
+        self.saved: dict[int, list[int]] = {}  # preempted requests: their context, recomputed on readmission
+        self.eos_first: set[int] = set()
+        self.outputs: dict[int, list[int]] | None = {} if keep_outputs else None
+        self.recording = False
+        self.trace: list[dict[str, np.ndarray]] = []
+        self.target_table, self.drafter_table = MeasuredTable(), MeasuredTable()
+        self._pending = None
+        self._unclaimed_ms = 0.0
+        self.sampler = None
+        if dev.type == "cuda":
+            from hw_profile.telemetry import NvmlSampler
+
+            self.sampler = NvmlSampler.open("cuda", index=dev.index or 0)
+        self.meta = {"runtime": str(paths.root), "device": str(dev), "dtype": dtype, "drafter": drafter,
+                     "temperature": self.temperature, "torch": torch.__version__, "host": platform.node(),
+                     "target_parameters": int(sum(p.numel() for p in world.target.parameters()))}
+
+    # --- the interface ------------------------------------------------------------------------------------
+    def attach(self, ids: np.ndarray, mix_index: np.ndarray) -> None:
+        if len(ids) == 0:
+            return
+        s = self.state
+        s.ensure(int(ids.max()))
+        sizes = np.array([len(p) for p in self.pools])[mix_index]
+        s.mix[ids] = mix_index
+        s.prompt[ids] = (self.rng.random(len(ids)) * sizes).astype(np.int64)
+        s.slot[ids] = -1
+
+    def propose(self, ids: np.ndarray) -> Proposal:
+        if self.sampler is not None and self.sampler.available:
+            self.sampler.start()
+        slots = self._slots(ids)
+        if self.gamma == 0:
+            self._pending = (ids, slots, None)
+            return Proposal(confidence=np.zeros((len(ids), 0)))
+        drafted = self.batch.draft(slots)
+        raw = drafted.raw.numpy() if drafted.raw is not None else None
+        if raw is None:
+            conf = np.zeros((len(ids), self.gamma))
+        else:
+            conf = sts_apply(raw, self.world.temperatures) if self.calibrated else raw.astype(float)
+        self._pending = (ids, slots, drafted, raw, conf)
+        return Proposal(confidence=np.asarray(conf, dtype=float))
+
+    def verify(self, proposal: Proposal, lengths: np.ndarray) -> np.ndarray:
+        ids, slots, drafted, *seen = self._pending
+        self._pending = None
+        out = self.batch.verify(slots, drafted, torch.from_numpy(np.asarray(lengths, dtype=np.int64)),
+                                full=self.recording and drafted is not None)
+        emitted = out.emitted.numpy()
+        ended = out.ended.numpy()
+        if self.eos_first:  # a token sampled by the prefill that was EOS ends the request now
+            first = np.fromiter((int(i) in self.eos_first for i in ids), dtype=bool, count=len(ids))
+            ended = ended | first
+        proposal.ended = ended
+        ms = self.timer.end_step()
+        tel = self.sampler.stop() if self.sampler is not None and self.sampler.available else None
+        self._unclaimed_ms += float(sum(ms.values()))
+        rows = len(ids)
+        self.target_table.add(out.verified, out.kv_read, rows, ms.get("verify", 0.0), tel)
+        if drafted is not None:
+            ctx = int(self.batch.dctx.lengths[slots].sum())
+            self.drafter_table.add(rows * self.gamma, ctx, rows, ms.get("draft", 0.0), tel)
+        if self.recording and drafted is not None:
+            raw, conf = seen
+            mix = self.state.mix[ids]
+            self.trace.append({"mix": mix, "prompt": self.state.prompt[ids], "accepted": out.full.numpy(),
+                               "c": conf if raw is not None else None, "raw": raw})
+        return emitted - 1
+
+    def detach(self, ids: np.ndarray) -> None:
+        s = self.state
+        for rid in ids.tolist():  # bookkeeping of finished requests, no forwards
+            slot = int(s.slot[rid]) if rid < len(s.slot) else -1
+            if slot >= 0:
+                if self.outputs is not None:
+                    prompt = self.pools[int(s.mix[rid])][int(s.prompt[rid])][1]
+                    self.outputs[rid] = self.batch.tokens(slot, len(prompt))
+                self.batch.release(torch.tensor([slot]))
+                self.free.append(slot)
+                s.slot[rid] = -1
+            self.saved.pop(rid, None)
+            self.eos_first.discard(rid)
+
+    # --- hooks beyond the base interface ---------------------------------------------------------------------
+    def preempt(self, ids: np.ndarray) -> None:
+        """The engine evicted these requests: free their caches, keep their tokens for the recompute."""
+        s = self.state
+        for rid in ids.tolist():
+            slot = int(s.slot[rid])
+            if slot < 0:
+                continue
+            self.saved[rid] = self.batch.tokens(slot)
+            self.batch.release(torch.tensor([slot]))
+            self.free.append(slot)
+            s.slot[rid] = -1
+
+    def prefilled(self, ids: np.ndarray) -> None:
+        """The engine's prefill of these requests completed: prefill them for real now (one batched forward) and
+        sample the token the engine just counted. (A request prefilled by a disaggregated pool is prefilled here
+        lazily, when it first decodes.)"""
+        self._slots(ids)
+
+    def step_ms(self) -> float:
+        """Measured milliseconds of this step's forwards (prefill, draft, verify) since the last call."""
+        ms = self._unclaimed_ms + float(sum(self.timer.end_step().values()))
+        self._unclaimed_ms = 0.0
+        return ms
+
+    def start_recording(self) -> bool:
+        self.recording = self.gamma > 0
+        return self.recording
+
+    def prompt_of(self, rid: int) -> list[int]:
+        s = self.state
+        return list(self.pools[int(s.mix[rid])][int(s.prompt[rid])][1])
+
+    # --- internals --------------------------------------------------------------------------------------------
+    def _slots(self, ids: np.ndarray) -> torch.Tensor:
+        """The requests' cache slots, taking and prefilling one for each that has none."""
+        s = self.state
+        slot = s.slot[ids]
+        new = np.flatnonzero(slot < 0)
+        if len(new):
+            if len(new) > len(self.free):
+                raise RuntimeError(f"live source: {len(new)} requests need a slot, {len(self.free)} are free")
+            taken = [self.free.pop() for _ in range(len(new))]
+            s.slot[ids[new]] = taken
+            contexts = [self.saved.pop(rid, None) or self.prompt_of(rid) for rid in ids[new].tolist()]
+            t = torch.tensor(taken, device=self.batch.device)
+            self.batch.load(t, contexts)
+            eos = self.batch.prefill(t)
+            for rid in ids[new][eos.numpy()].tolist():
+                self.eos_first.add(rid)
+            slot = s.slot[ids]
+        return torch.from_numpy(slot.copy()).to(self.batch.device)
+
+    # --- outputs of a run -------------------------------------------------------------------------------------
+    def write_trace(self, path: Path) -> Path | None:
+        """The recorded full-block verifications, one row per request-step, in the trace format."""
+        import pandas as pd
+
+        from hw_profile.files import atomic_write
+
+        if not self.trace:
+            return None
+        g = self.gamma
+        mix = np.concatenate([t["mix"] for t in self.trace])
+        prompt = np.concatenate([t["prompt"] for t in self.trace])
+        df = pd.DataFrame({
+            "domain": np.array(self.mix)[mix],
+            "benchmark": [self.pools[m][p][0] for m, p in zip(mix.tolist(), prompt.tolist(), strict=True)],
+            "drafter": self.drafter_name, "gamma": g,
+            "accepted": np.concatenate([t["accepted"] for t in self.trace]),
+        })
+        has = self.trace[0]["raw"] is not None
+        c = np.concatenate([t["c"] for t in self.trace]) if has else np.full((len(df), g), np.nan)
+        raw = np.concatenate([t["raw"] for t in self.trace]) if has else np.full((len(df), g), np.nan)
+        for j in range(g):
+            df[f"c_{j + 1}"] = c[:, j]
+        for j in range(g):
+            df[f"raw_{j + 1}"] = raw[:, j]
+        return atomic_write(path, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
+
+    def measured_tables(self) -> dict:
+        """The step-time tables this run measured (hw_profile's rows) and their metadata (``kind: live``)."""
+        shape = self.world.target.config
+        meta = {**self.meta, "kind": "live", "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "pid": os.getpid(), "model_shape_tiny": {
+                    "layers": int(shape.num_hidden_layers), "hidden": int(shape.hidden_size),
+                    "heads": int(shape.num_attention_heads), "kv_heads": int(shape.num_key_value_heads),
+                    "vocab": int(shape.vocab_size)},
+                "telemetry": (self.sampler.device_info() if self.sampler is not None
+                              else {"telemetry": "no NVML telemetry: measuring on the CPU"})}
+        return {"target": self.target_table.points(),
+                "drafter": self.drafter_table.points() if self.gamma else [], "meta": meta}
