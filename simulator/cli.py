@@ -61,6 +61,16 @@ def default_out(scenario: Path, sets: tuple[str, ...]) -> Path:
     return out.with_name(f"{scenario.stem}-set-{hashlib.sha256(chr(0).join(sets).encode()).hexdigest()[:8]}")
 
 
+def output_dir(scenario: Path, sets: tuple[str, ...], out: Path | None) -> Path:
+    """``--out`` when given, else the default folder (saying so when overrides moved it)."""
+    if out is not None:
+        return out
+    out = default_out(scenario, sets)
+    if sets:
+        click.echo(f"overrides given: writing to {out} (--out to choose)", err=True)
+    return out
+
+
 def make_backend(backend: str, address: str | None, jobs: int | None):
     from simulator.backends import Backend
     from simulator.sweep import default_jobs
@@ -96,10 +106,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
-    if out is None:
-        out = default_out(scenario, sets)
-        if sets:
-            click.echo(f"overrides given: writing to {out} (--out to choose)", err=True)
+    out = output_dir(scenario, sets, out)
     sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh)
     for line in scenario_grid_warnings(scn):
         click.echo(f"warning: {line}", err=True)
@@ -168,10 +175,7 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
 
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
-    if out is None:
-        out = default_out(scenario, sets)
-        if sets:
-            click.echo(f"overrides given: writing to {out} (--out to choose)", err=True)
+    out = output_dir(scenario, sets, out)
     target = Target(tps=sla_tps or scn.model.sla.tps_targets[0], attainment=attainment, ttft_p99=ttft_p99,
                     max_gpus=max_gpus, gpu_hour_cost=gpu_hour_cost, rate_tolerance=rate_tolerance)
     bar = tqdm(desc=f"{scn.name}: plan runs", unit="run", file=sys.stderr, dynamic_ncols=True, disable=None)

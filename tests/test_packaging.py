@@ -59,7 +59,7 @@ def test_non_editable_install_runs_without_the_source_tree(tmp_path):
     assert "paper-qwen3-8b     target Qwen3-8B" in listing and "h200-qwen3-8b-bf16.csv" in listing
     for name in ("peak", "scenarios/azure-conv.yaml", "tiny-world-trace.yaml"):  # tables, traces, profiles
         assert ": ok" in run([str(env_dir / "bin" / "simulate"), "check", name], elsewhere, env).stdout
-    run([str(env_dir / "bin" / "simulate"), "peak", "--quick", "--jobs", "1", "--set", "systems=[mtp-1, dspark]",
+    run([str(env_dir / "bin" / "simulate"), "peak", "--quick", "--jobs", "1", "--out", "results/peak", "--set", "systems=[mtp-1, dspark]",
          "--set", "frontier.concurrency=[8]", "--set", "run.quick_duration_s=3", "--set", "run.quick_warmup_s=1"],
         elsewhere, env)
     assert (elsewhere / "results" / "peak" / "runs.csv").is_file()

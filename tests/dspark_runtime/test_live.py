@@ -78,7 +78,7 @@ def test_temperature_zero_is_the_targets_greedy_decoding_with_preemptions(smoke_
     # a KV cache of 200 tokens for 6 users of 32 + up to 20 tokens (+ 8 lookahead) forces recompute preemptions
     path = live_scenario(tmp_path, paths.root, **{"engine.kv_capacity_tokens": 200,
                                                   "acceptance.options": {"keep_outputs": True}})
-    row, sim = run(path, records=tmp_path / "rec")  # recording: the whole-block forward runs too, untimed
+    _, sim = run(path, records=tmp_path / "rec")  # recording: the whole-block forward runs too, untimed
     src = sim.source
     assert (tmp_path / "rec" / "dspark__closed-6__seed0.trace.csv").is_file()
     # drafts were verified every step (the smoke drafter rarely matches the smoke target's argmax, so the
