@@ -186,7 +186,10 @@ def test_sigint_keeps_the_points(tiny_config, tmp_path):
          "--requests", "1..64", "--tokens-per-request", "1,2,4,8", "--context", "16,64,256", "--repeats", "50",
          "--threads", "1", "--quiet", "--out", str(out)],
         cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+        env={**__import__("os").environ, "PYTHONPATH": str(repo)},
+        # a shell without job control starts background commands with SIGINT ignored, and the child would inherit
+        # that: give it the default disposition, as a terminal's Ctrl-C target has
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline and not (out.is_file() and len(out.read_text().splitlines()) >= 3):
         time.sleep(0.2)

@@ -81,8 +81,10 @@ def test_cli_ctrl_c_keeps_finished_runs_and_rerun_completes(scenario_file, tmp_p
     out = tmp_path / "cli"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "simulator.cli", str(path), "--quick", "--out", str(out), "--jobs", "2"]
+    # preexec_fn: SIGINT's default disposition even when this test runs in the background of a shell without job
+    # control (which starts it ignored, and children inherit that)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline and len(list((out / ".runs").glob("*.json"))) < 2:
         time.sleep(0.05)
