@@ -265,7 +265,7 @@ class Replica:
             plan.ended = proposal.ended
             plan.verified = int(plan.lengths.sum())
         plan.batch_tokens = rows + plan.verified + plan.prefill_tokens
-        if plan.prefill_chunks is not None:  # requests whose prefill completes in this step's forward
+        if plan.prefill_chunks is not None and sim.source_tracks_prefill:  # prefills completing in this forward
             left = self.batch.to_prefill[: plan.running]
             sim.source.prefilled(self.batch.rid[: plan.running][(left > 0) & (left == plan.prefill_chunks)])
 
@@ -377,6 +377,8 @@ class Simulation:
         # may end a request at EOS (Proposal.ended), frees real caches on preemption, and under ``clock: live``
         # the measured time of its forwards is the step's time instead of the table's T(B, K)
         self.source_decodes = source.decodes_without_drafter
+        # only a source that overrides `prefilled` (the live runtime) needs the per-step mask of completed prefills
+        self.source_tracks_prefill = type(source).prefilled is not AcceptanceSource.prefilled
         self.live_clock = source.step_ms if live_clock else None
         self.preemptions = 0
         self.rejected = 0
