@@ -180,16 +180,22 @@ class StepTimeGrid:
 
     def row(self, kv_tokens: float) -> np.ndarray:
         """Step times over b_axis at one K (linear in K between rows)."""
-        k = self.k_axis
-        if len(k) == 1 or kv_tokens <= k[0]:
-            return self.ms[0]
-        j = min(int(np.searchsorted(k, kv_tokens)), len(k) - 1)
-        j = max(j, 1)
-        w = (kv_tokens - k[j - 1]) / (k[j] - k[j - 1])
-        lo, hi = self.ms[j - 1], self.ms[j]
+        lo, hi, w = self.row_blend(kv_tokens)
+        if lo is hi:
+            return lo
         if w > 1.0:  # beyond the last row: extrapolate, never downwards
             return hi + np.maximum(hi - lo, 0.0) * (w - 1.0)
         return lo + (hi - lo) * w
+
+    def row_blend(self, kv_tokens: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """The rows ``row(K)`` is made of: ``lo + (hi - lo) * w``, or beyond the last row (w > 1)
+        ``hi + max(hi - lo, 0) * (w - 1)``; ``lo is hi`` (w = 0) at or below the first row. A compiled caller
+        blends only the entries it reads, with the same arithmetic."""
+        k = self._lists[1]
+        if len(k) == 1 or kv_tokens <= k[0]:
+            return self.ms[0], self.ms[0], 0.0
+        j = min(max(bisect.bisect_left(k, kv_tokens), 1), len(k) - 1)
+        return self.ms[j - 1], self.ms[j], (kv_tokens - k[j - 1]) / (k[j] - k[j - 1])
 
     def curve(self, kv_tokens: float) -> StepCurve:
         return StepCurve(self.b_axis, self.row(kv_tokens))

@@ -41,15 +41,15 @@ def greedy_prefix_lengths(confidence: np.ndarray, sps: SPS, early_stop: bool = T
     """
     c = _as_matrix(confidence)
     if type(sps) is StepRate:
-        curve = sps.curve
-        return _walk(c, EARLY_STOP if early_stop else GLOBAL, 0, curve.b_axis, curve.ms, float(sps.prefill),
+        lo, hi, w = sps.grid.row_blend(sps.kv)  # the kernel blends T(B) at this K itself: no numpy row per step
+        return _walk(c, EARLY_STOP if early_stop else GLOBAL, 0, sps.grid.b_axis, lo, hi, w, float(sps.prefill),
                      float(sps.fixed_ms))
     return _numpy_prefix_lengths(_checked(c), sps, early_stop)
 
 
 def top_k_prefix_lengths(confidence: np.ndarray, capacity: int) -> np.ndarray:
     """The first ``capacity`` candidates of the admission order, as per-request lengths (dspark-async)."""
-    return _walk(_as_matrix(confidence), TOP_K, max(int(capacity), 0), _NO_AXIS, _NO_AXIS, 0.0, 0.0)
+    return _walk(_as_matrix(confidence), TOP_K, max(int(capacity), 0), _NO_AXIS, _NO_AXIS, _NO_AXIS, 0.0, 0.0, 0.0)
 
 
 _NO_AXIS = np.zeros(1)
@@ -72,10 +72,11 @@ def _checked(c: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def _walk(c, mode, capacity, b_axis, ms, prefill, fixed):
+def _walk(c, mode, capacity, b_axis, ms_lo, ms_hi, w, prefill, fixed):
     """Walk the candidates in (-a, r, j) order with a heap of row heads; lengths (R,) for ``mode``: EARLY_STOP
-    and GLOBAL price SPS(B) = 1000 / (StepCurve(B + prefill) + fixed) on the curve (b_axis, ms), TOP_K takes the
-    first ``capacity`` candidates."""
+    and GLOBAL price SPS(B) = 1000 / (StepCurve(B + prefill) + fixed) on the curve (b_axis, ms), ms the grid's
+    row at this K blended from (ms_lo, ms_hi, w) as ``StepTimeGrid.row`` does; TOP_K takes the first
+    ``capacity`` candidates."""
     rows, gamma = c.shape
     for r in range(rows):
         for j in range(gamma):
@@ -97,6 +98,13 @@ def _walk(c, mode, capacity, b_axis, ms, prefill, fixed):
         _sift(key, row, size, i, key[i], row[i])
 
     nb = b_axis.shape[0]
+    ms = np.empty(nb)
+    for i in range(nb):
+        if w > 1.0:
+            d = ms_hi[i] - ms_lo[i]
+            ms[i] = ms_hi[i] + (d if d > 0.0 else 0.0) * (w - 1.0)
+        else:
+            ms[i] = ms_lo[i] + (ms_hi[i] - ms_lo[i]) * w
     slope = 0.0  # StepCurve.last_slope
     if nb >= 2:
         s = (ms[nb - 1] - ms[nb - 2]) / (b_axis[nb - 1] - b_axis[nb - 2])
