@@ -10,6 +10,12 @@ run that pays the one-time costs (``first_run_s``: loading the compiled kernels,
 install). The scheduler: the compiled greedy on confidences drawn from that profile at R=256, gamma=7 with a
 step's SPS of that run, against a plain-Python transcription of Algorithm 1 on the same inputs. For scale, the
 same engine run without speculation (system `ar`) is timed too.
+
+Where a step's time goes (``phase_us``, from one more run of each system with a timer around each phase; shares
+hold, the timers add a little): ``speculate`` (draft confidences, policy, verify) is the speculative work proper;
+``turnover`` (retiring finished requests, creating their successors, admission) and the prefill branches of
+``plan_batch`` / ``apply_outcomes`` scale with ``finished_per_step``, which speculation multiplies by tau (each
+step emits tau tokens per request, so requests finish tau times as often per step).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +34,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from simulator import engine  # noqa: E402
 from simulator.config import load_scenario  # noqa: E402
 from simulator.policies import algorithm1_reference, greedy_prefix_lengths  # noqa: E402
 from simulator.policies.base import StepRate  # noqa: E402
@@ -63,6 +71,42 @@ def bench_engine(sim_seconds: float, system: str = "dspark") -> tuple[dict, obje
     steps = sim.steps.n
     return {"steps": steps, "us_per_step": wall / steps * 1e6, "realtime_factor": sim_seconds / wall,
             "engine_wall_s": wall}, sim
+
+
+PHASES = {"plan_batch": "plan_batch", "speculate": "speculate", "step_time": "step_time",
+          "apply_outcomes": "apply_outcomes", "retire": "turnover", "admit": "turnover"}
+
+
+@contextmanager
+def phase_timers(totals: dict[str, float]):
+    """Time each phase of ``Replica.step`` (and admission) into ``totals`` (seconds) while inside."""
+    saved = {name: getattr(engine.Replica, name) for name in PHASES}
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            totals[PHASES[name]] = totals.get(PHASES[name], 0.0) + time.perf_counter() - t0
+            return out
+        return wrapper
+
+    try:
+        for name, fn in saved.items():
+            setattr(engine.Replica, name, timed(name, fn))
+        yield totals
+    finally:
+        for name, fn in saved.items():
+            setattr(engine.Replica, name, fn)
+
+
+def phase_split(sim_seconds: float, system: str) -> dict:
+    with phase_timers({}) as totals:
+        r, sim = bench_engine(sim_seconds, system)
+    steps = r["steps"]
+    split = {k: v / steps * 1e6 for k, v in totals.items()}
+    split["simpy_and_rest"] = r["us_per_step"] - sum(split.values())
+    finished = int((~np.isnan(sim.requests.data["finish"][: sim.requests.n])).sum())
+    return {"phase_us": split, "finished_per_step": finished / steps}
 
 
 def bench_greedy(sim) -> dict:
@@ -114,6 +158,10 @@ def main() -> int:
     plain = min(plains, key=lambda r: r["us_per_step"])
     result["us_per_step_plain_decoding"] = plain["us_per_step"]
     result["dspark_step_cost_vs_plain"] = result["us_per_step"] / plain["us_per_step"]
+    for name, system in (("dspark", "dspark"), ("plain", "ar")):
+        split = phase_split(args.sim_seconds, system)
+        result[f"phase_us_{name}"] = {k: round(v, 1) for k, v in split["phase_us"].items()}
+        result[f"finished_per_step_{name}"] = split["finished_per_step"]
     result = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in result.items()}
     if args.json:
         print(json.dumps(result))
