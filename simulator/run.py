@@ -69,6 +69,12 @@ def _hardware(scn: LoadedScenario, drafters: frozenset[str]) -> Hardware:
 SOURCE_ARGS = ("scenario", "drafter", "gamma", "mix", "calibrated", "rng")
 
 
+def source_options(scn: LoadedScenario) -> dict:
+    """A plug-in source's options: ``acceptance.options`` plus the keys beside ``source`` it does not define."""
+    acc = scn.model.acceptance
+    return {**acc.options, **(acc.model_extra or {})}
+
+
 def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generator) -> AcceptanceSource:
     """The acceptance source of one run of ``system``: built in, or a plug-in constructed with the keyword
     arguments of SOURCE_ARGS plus ``acceptance.options`` (errors name the scenario's field and the system)."""
@@ -96,7 +102,7 @@ def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generato
                            need_confidence=policy_cls.reads_confidence)
     if drafter == "none" and not getattr(cls, "decodes_without_drafter", False):
         return NoDrafts()
-    options = {**acc.options, **(acc.model_extra or {})}
+    options = source_options(scn)
     clash = [k for k in options if k in SOURCE_ARGS]
     if clash:
         raise UserError(f"{field}.options.{clash[0]}: set by the simulator for every source; not an option")

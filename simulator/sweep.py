@@ -23,13 +23,13 @@ import pandas as pd
 import hw_profile
 import simulator
 from hw_profile.files import atomic_write
-from simulator.acceptance import resolve_source
+from simulator.acceptance import BUILTIN_SOURCES, resolve_source
 from simulator.acceptance.profile import resolve_profile_path
 from simulator.backends import Backend, Task, execute
 from simulator.config import LoadedScenario
 from simulator.plugins import source_files
 from simulator.policies import resolve as resolve_policy
-from simulator.run import RunSpec, load_points, records_written
+from simulator.run import RunSpec, load_points, records_written, source_options
 from simulator.systems import SystemSpec, resolve_systems
 
 RUN_COLUMNS = [
@@ -144,14 +144,25 @@ class Sweep:
         traffic = self.scn.model.traffic.model_dump(mode="json") if self.scn.model.traffic else None
         systems = {s.system.name: s.system for s in self.specs}
         plugins = {name: plugin_digest(run_classes(self.scn, system)) for name, system in systems.items()}
+        inputs = self._source_inputs()
         out = []
         for s in self.specs:
             doc = {**base, "system": s.system.key(), "seed": s.seed, "quick": s.quick,
                    "point": s.point.concurrency if s.point.concurrency is not None else traffic}
             if plugins[s.system.name]:  # absent for built-ins, so keys of stored built-in runs stay valid
                 doc["plugins"] = plugins[s.system.name]
+            if inputs:
+                doc["inputs"] = inputs
             out.append(hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20])
         return out
+
+    def _source_inputs(self) -> str:
+        """A plug-in source's digest of the data it reads (``AcceptanceSource.input_digest``; a built world)."""
+        acc = self.scn.model.acceptance
+        if acc.source in BUILTIN_SOURCES:
+            return ""
+        cls = resolve_source(acc.source, what=f"{self.scn.path}: acceptance.source")
+        return cls.input_digest(source_options(self.scn))
 
     def pending(self) -> list[tuple[RunSpec, str]]:
         """Runs to execute: those not stored, those whose records were asked for and are missing (a stored row

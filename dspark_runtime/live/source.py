@@ -38,7 +38,7 @@ from simulator.errors import UserError
 from ..target import TargetRunner, resolve_device, resolve_dtype
 from .session import LiveBatch
 from .timing import MeasuredTable, StepTimer
-from .world import load_world, resolve_world
+from .world import load_world, resolve_world, world_digest
 
 
 def _max_output(scn, where: str) -> int:
@@ -57,6 +57,10 @@ class LiveSource(AcceptanceSource):
     #: the drafter-less system (``ar``) also decodes for real: one target forward per step
     decodes_without_drafter = True
     measures_time = True
+
+    @classmethod
+    def input_digest(cls, options: dict) -> str:
+        return world_digest(str(options.get("runtime", "tiny")))
 
     def __init__(self, *, scenario, drafter: str, gamma: int, mix: list[str], calibrated: bool,
                  rng: np.random.Generator, runtime: str = "tiny", device: str = "cpu", temperature: float = 1.0,

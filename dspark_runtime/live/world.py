@@ -9,6 +9,7 @@ seconds, saying so); ``smoke`` = the smoke world; anything else = a world direct
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,6 +25,21 @@ from ..world import SIZES, WorldPaths, world_paths
 def _complete(paths: WorldPaths, drafter: str) -> bool:
     return paths.manifest.is_file() and "total_seconds" in paths.manifest.read_text() and \
         (paths.drafter(drafter) / "config.json").is_file()
+
+
+def world_digest(runtime: str) -> str:
+    """Which world ``runtime`` names now and a digest of its build manifest (sizes, seeds, losses, timings: a
+    rebuild changes it), without building anything: the run key's ``inputs`` (``LiveSource.input_digest``), so
+    runs stored from the smoke world are not reused once the full world is built, nor across rebuilds."""
+    if runtime in ("tiny", "smoke"):
+        full = world_paths(None, "full")
+        paths = full if runtime == "tiny" and _complete(full, "dspark") else world_paths(None, "smoke")
+    else:
+        paths = WorldPaths(Path(runtime))
+    root = paths.root.resolve()
+    if not paths.manifest.is_file():
+        return f"{root}:unbuilt"
+    return f"{root}:{hashlib.sha256(paths.manifest.read_bytes()).hexdigest()[:16]}"
 
 
 def resolve_world(runtime: str, drafter: str, where: str) -> WorldPaths:

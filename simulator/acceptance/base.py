@@ -46,6 +46,13 @@ class AcceptanceSource:
     #: read it (``needs_outcome``, the oracle) can run on this source
     draws_outcome: ClassVar[bool] = False
 
+    @classmethod
+    def input_digest(cls, options: dict) -> str:
+        """A short string that changes whenever data this source would read with these ``acceptance`` options
+        changes, beyond the scenario, its named files and the code (which the run key already hashes): e.g. a
+        built model it loads. Stored runs are reused only while it is unchanged. '' when there is no such data."""
+        return ""
+
     def attach(self, ids: np.ndarray, mix_index: np.ndarray) -> None:
         """New requests: ids (n,) request ids (dense, increasing), mix_index (n,) index of their mix entry."""
 
@@ -65,9 +72,11 @@ class AcceptanceSource:
     #: ``step_ms`` measures the step's real forwards, which ``hardware.clock: live`` uses as the step's time
     measures_time: ClassVar[bool] = False
 
-    def prefilled(self, ids: np.ndarray) -> None:
+    def prefilled(self, ids: np.ndarray) -> np.ndarray | None:
         """These requests' prefill on a replica completed: the engine counts the token it yields (the first token,
-        or the next one after a recompute). A source that generates real tokens samples it here."""
+        or the next one after a recompute). A source that generates real tokens samples it here, and returns
+        (n,) bool: the requests that token ended (end-of-sequence), which the engine finishes in this step; None
+        when none did."""
 
     def preempt(self, ids: np.ndarray) -> None:
         """Requests evicted by recompute preemption; they return later through ``propose`` (and finish with

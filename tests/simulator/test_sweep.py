@@ -180,3 +180,44 @@ def test_records_of_stored_runs_are_written_and_fresh_ignores_the_store(scenario
     assert fresh.execute(jobs=1) == 2 and fresh.pending() == []
     for name, t in stored.items():
         assert (out / ".runs" / name).stat().st_mtime_ns > t  # re-run and overwritten
+
+
+
+BUILT_SOURCE = """
+import numpy as np
+from simulator.acceptance import AcceptanceSource, Proposal
+
+class Built(AcceptanceSource):
+    # stands for a source that loads a built model: its digest is that of the file it would load
+
+    @classmethod
+    def input_digest(cls, options):
+        with open(options["model"]) as f:
+            return f.read()
+
+    def __init__(self, *, scenario, drafter, gamma, mix, calibrated, rng, model):
+        self.gamma = gamma
+
+    def propose(self, ids):
+        return Proposal(confidence=np.full((len(ids), self.gamma), 0.5))
+
+    def verify(self, proposal, lengths):
+        return lengths * 0
+"""
+
+
+def test_a_sources_input_digest_keys_its_runs(scenario_file, tmp_path, monkeypatch):
+    """Rebuilding the data a plug-in source loads (the live runtime's world) invalidates its stored runs."""
+    (tmp_path / "builtmodel.py").write_text(BUILT_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    model = tmp_path / "model.txt"
+    model.write_text("build 1")
+    path = scenario_file(acceptance={"source": "builtmodel:Built", "options": {"model": str(model)}})
+
+    def keys():
+        return Sweep.plan(load_scenario(path), tmp_path / "o", quick=True, seed=None, replicates=None).keys()
+
+    first = keys()
+    assert keys() == first
+    model.write_text("build 2")
+    assert not set(keys()) & set(first)
