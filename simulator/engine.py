@@ -41,7 +41,7 @@ from simulator.prefill import PrefillPool
 REQUEST_FIELDS = {
     "arrival": Field(np.float64, np.nan),
     "prompt": Field(np.int64, batch=COPY),
-    "output": Field(np.int64, batch=COPY),
+    "output": Field(np.int64, batch=COPY),  # drawn length; the real one when a source ends it early (end_early)
     "mix": Field(np.int64),
     "replica": Field(np.int64, -1),
     "admitted": Field(np.float64, np.nan),
@@ -87,12 +87,13 @@ class StepPlan:
     remaining, context, ids: (rows,) of those requests; prefill_chunks: (running,) prompt tokens each row
     prefills this step, None when nothing prefills; lengths, accepted: (rows,) the policy's verification lengths
     and the accepted draft tokens, None without speculation; ended: (rows,) bool, requests a token-generating
-    source ended at EOS this step (``Proposal.ended``), or None.
+    source ended at EOS this step (``Proposal.ended``), or None; prefill_ended: batch rows whose completing
+    prefill sampled an end-of-sequence token (``AcceptanceSource.prefilled``), or None.
     """
 
     __slots__ = ("accepted", "batch_tokens", "context", "decode_rows", "draft_ms", "ended", "ids", "kv", "kv_used",
-                 "lengths", "prefill_chunks", "prefill_tokens", "remaining", "rows", "running", "stall_ms", "start",
-                 "step_ms", "verified")
+                 "lengths", "prefill_chunks", "prefill_ended", "prefill_tokens", "remaining", "rows", "running",
+                 "stall_ms", "start", "step_ms", "verified")
 
     def __init__(self, start: float, running: int, kv_used: int):
         self.start = start
@@ -106,6 +107,7 @@ class StepPlan:
         self.draft_ms = 0.0
         self.stall_ms = 0.0
         self.ended: np.ndarray | None = None
+        self.prefill_ended: np.ndarray | None = None
 
 
 class Replica:
@@ -267,7 +269,10 @@ class Replica:
         plan.batch_tokens = rows + plan.verified + plan.prefill_tokens
         if plan.prefill_chunks is not None and sim.source_tracks_prefill:  # prefills completing in this forward
             left = self.batch.to_prefill[: plan.running]
-            sim.source.prefilled(self.batch.rid[: plan.running][(left > 0) & (left == plan.prefill_chunks)])
+            done = np.flatnonzero((left > 0) & (left == plan.prefill_chunks))
+            ended = sim.source.prefilled(self.batch.rid[done])
+            if ended is not None and np.any(ended):
+                plan.prefill_ended = done[np.asarray(ended, dtype=bool)]
 
     def step_time(self, plan: StepPlan) -> float:
         """Milliseconds: draft + scheduling stall + the target's forward T(B, K) from the clock's table."""
@@ -290,8 +295,7 @@ class Replica:
                 b.generated[dec] += accepted + 1
                 b.accepted[dec] += accepted
                 if plan.ended is not None and plan.ended.any():  # the real sequence reached its end token
-                    done = np.arange(n)[dec][plan.ended]
-                    b.output[done] = b.generated[done]
+                    self.end_early(np.arange(n)[dec][plan.ended])
             else:
                 b.generated[dec] += 1
             b.decode_steps[dec] += 1
@@ -307,6 +311,8 @@ class Replica:
                 req = sim.requests.data
                 req["first_token"][first[np.isnan(req["first_token"][first])]] = now
                 self.prefilling -= done_prefill
+                if plan.prefill_ended is not None:  # that token ended the real sequence: it finishes now
+                    self.end_early(plan.prefill_ended)
         emitted = acc_sum + rows + done_prefill
         self.tokens += emitted
         sim.steps.append(
@@ -316,6 +322,13 @@ class Replica:
             step_ms=plan.step_ms, queued=len(self.queue), kv_used=plan.kv_used,
         )
         self.step_no += 1
+
+    def end_early(self, rows: np.ndarray) -> None:
+        """These rows' real sequences reached their end token: their length is what they hold now (in the batch,
+        which retires them, and in the request log, where ``output`` is otherwise the drawn length)."""
+        b = self.batch
+        b.output[rows] = b.generated[rows]
+        self.sim.requests.data["output"][b.rid[rows]] = b.generated[rows]
 
     def retire(self) -> None:
         """Finished requests leave the batch (their live columns saved); then, if the cache overflows, the most

@@ -201,7 +201,9 @@ class LiveSource(AcceptanceSource):
 
     # --- hooks beyond the base interface ---------------------------------------------------------------------
     def preempt(self, ids: np.ndarray) -> None:
-        """The engine evicted these requests: free their caches, keep their tokens for the recompute."""
+        """The engine evicted these requests: free their caches, keep their tokens for the recompute. (A request a
+        disaggregated pool prefilled decodes in every step it is admitted to, so it holds its cache here before
+        it can be evicted: the engine preempts only after a step.)"""
         s = self.state
         for rid in ids.tolist():
             slot = int(s.slot[rid])
@@ -212,11 +214,13 @@ class LiveSource(AcceptanceSource):
             self.free.append(slot)
             s.slot[rid] = -1
 
-    def prefilled(self, ids: np.ndarray) -> None:
+    def prefilled(self, ids: np.ndarray) -> np.ndarray:
         """The engine's prefill of these requests completed: prefill them for real now (one batched forward) and
-        sample the token the engine just counted. (A request prefilled by a disaggregated pool is prefilled here
-        lazily, when it first decodes.)"""
-        self._slots(ids)
+        sample the token the engine just counted; those whose token is EOS end now (returned mask). (A request
+        prefilled by a disaggregated pool is prefilled here lazily, when it first decodes.)"""
+        ended = np.zeros(len(ids), dtype=bool)
+        self._slots(ids, ended)
+        return ended
 
     def step_ms(self) -> float:
         """Measured milliseconds of this step's forwards (prefill, draft, verify) since the last call."""
@@ -233,8 +237,10 @@ class LiveSource(AcceptanceSource):
         return list(self.pools[int(s.mix[rid])][int(s.prompt[rid])][1])
 
     # --- internals --------------------------------------------------------------------------------------------
-    def _slots(self, ids: np.ndarray) -> torch.Tensor:
-        """The requests' cache slots, taking and prefilling one for each that has none."""
+    def _slots(self, ids: np.ndarray, ended: np.ndarray | None = None) -> torch.Tensor:
+        """The requests' cache slots, taking and prefilling one for each that has none. A prefill's token that is
+        EOS is reported in ``ended`` (n,) when given (the engine ends the request in this step), else the request
+        ends at its next verify (``eos_first``: a disaggregated pool's request, prefilled when it first decodes)."""
         s = self.state
         slot = s.slot[ids]
         new = np.flatnonzero(slot < 0)
@@ -246,9 +252,11 @@ class LiveSource(AcceptanceSource):
             contexts = [self.saved.pop(rid, None) or self.prompt_of(rid) for rid in ids[new].tolist()]
             t = torch.tensor(taken, device=self.batch.device)
             self.batch.load(t, contexts)
-            eos = self.batch.prefill(t)
-            for rid in ids[new][eos.numpy()].tolist():
-                self.eos_first.add(rid)
+            eos = self.batch.prefill(t).numpy()
+            if ended is not None:
+                ended[new] = eos
+            else:
+                self.eos_first.update(ids[new][eos].tolist())
             slot = s.slot[ids]
         return torch.from_numpy(slot.copy()).to(self.batch.device)
 

@@ -23,6 +23,7 @@ import yaml
 
 from dspark_runtime.chi_square import goodness_of_fit
 from simulator.config import load_scenario
+from simulator.invariants import check_invariants
 from simulator.run import LoadPoint, RunSpec, run_one
 from simulator.systems import resolve_systems
 
@@ -72,13 +73,17 @@ def greedy(target, prompts: list[list[int]], steps: int, eos: int) -> list[list[
     return out
 
 
-def test_temperature_zero_is_the_targets_greedy_decoding_with_preemptions(smoke_world, smoke_models, tmp_path):
+@pytest.mark.parametrize("prefill", ["colocated", "disaggregated"])
+def test_temperature_zero_is_the_targets_greedy_decoding_with_preemptions(smoke_world, smoke_models, tmp_path,
+                                                                          prefill):
     paths, _, _ = smoke_world
     target, _, tokenizer = smoke_models
-    # a KV cache of 200 tokens for 6 users of 32 + up to 20 tokens (+ 8 lookahead) forces recompute preemptions
-    path = live_scenario(tmp_path, paths.root, **{"engine.kv_capacity_tokens": 200,
+    # a KV cache of 200 tokens for 6 users of 32 + up to 20 tokens (+ 8 lookahead) forces recompute preemptions;
+    # disaggregated, some are evicted before their first decode here (the pool emitted their first token)
+    path = live_scenario(tmp_path, paths.root, **{"engine.kv_capacity_tokens": 200, "engine.prefill": prefill,
                                                   "acceptance.options": {"keep_outputs": True}})
     _, sim = run(path, records=tmp_path / "rec")  # recording: the whole-block forward runs too, untimed
+    check_invariants(sim)
     src = sim.source
     assert (tmp_path / "rec" / "dspark__closed-6__seed0.trace.csv").is_file()
     # drafts were verified every step (the smoke drafter rarely matches the smoke target's argmax, so the

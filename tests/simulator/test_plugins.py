@@ -249,3 +249,36 @@ def test_bad_policy_parameters_stop_check_and_run_with_one_line(scenario_file, t
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().count("\n") == 0 and "Traceback" not in res.stderr
     assert "system 'thr' (policy 'threshold-1.5'): value must be in [0, 1], got 1.5" in res.stderr
+
+
+class EndsAtPrefill(AcceptanceSource):
+    """A token-generating source whose prefill samples the end-of-sequence token for every third request: nothing
+    is accepted, and those requests must end in the step their prefill completes."""
+
+    def __init__(self, *, scenario, drafter, gamma, mix, calibrated, rng):
+        self.gamma = gamma
+        self.prefill_ids: list[int] = []
+
+    def propose(self, ids):
+        return Proposal(confidence=np.full((len(ids), self.gamma), 0.5))
+
+    def verify(self, proposal, lengths):
+        return lengths * 0
+
+    def prefilled(self, ids):
+        self.prefill_ids.extend(ids.tolist())
+        return ids % 3 == 0
+
+
+def test_a_prefill_that_samples_eos_ends_its_request_in_that_step(scenario_file):
+    path = scenario_file(systems=["static-2"], acceptance={"source": f"{__name__}:EndsAtPrefill"},
+                         engine={"prefill_chunk": 64})  # a 128-token prompt prefills over two steps
+    _, sim = simulate(path, quick=True)
+    req = sim.requests.frame()
+    ended = np.array([rid for rid in sim.source.prefill_ids if rid % 3 == 0])
+    kept = np.array([rid for rid in sim.source.prefill_ids if rid % 3 and not np.isnan(req["finish"][rid])])
+    assert len(ended) > 5 and len(kept) > 5
+    # the prefill's token is the request's only token: it finishes when that token is out, one token long
+    assert np.array_equal(req["finish"][ended], req["first_token"][ended])
+    assert (req["generated"][ended] == 1).all() and (req["decode_steps"][ended] == 0).all()
+    assert (req["generated"][kept] == req["output"][kept]).all() and (req["decode_steps"][kept] > 0).all()
