@@ -21,7 +21,9 @@ and it is the one the built-in profiles fit to Table 1.
 
 The confidence head observes o_j = x_j + n_j, n_j ~ N(0, noise_sd^2), and reports the posterior mean of q_j
 (normal prior on x_j, probit approximation) sharpened by ``sharpness`` >= 1: raw heads are overconfident, as the
-paper's Figure 6 shows. STS temperatures fitted on simulated blocks calibrate it.
+paper's Figure 6 shows. STS temperatures fitted on simulated blocks calibrate it. A profile fitted to a trace may
+also carry a per-benchmark ``head_bias`` b_j added to the raw logit: a real head's miscalibration can differ by
+domain (more confident on one domain than its acceptance warrants), which one shared mapping cannot express.
 """
 
 from __future__ import annotations
@@ -132,10 +134,12 @@ def scale_shape_to_tau(shape: np.ndarray, tau: float, tol: float = 1e-12) -> np.
 
 
 def sample_blocks(mu: np.ndarray, var: Variation, head: HeadModel, n: int, rng: np.random.Generator,
-                  request_effect: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  request_effect: np.ndarray | None = None,
+                  head_bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Draw n independent full blocks: (raw confidences (n, gamma), accepted draft tokens (n,)).
 
-    mu: (gamma,) or (n, gamma). request_effect: (n,) per-row u, drawn fresh when None."""
+    mu: (gamma,) or (n, gamma). request_effect: (n,) per-row u, drawn fresh when None. head_bias: like mu, added
+    to the raw logit (none when None)."""
     mu = np.broadcast_to(np.asarray(mu, dtype=float), (n, np.shape(mu)[-1]))
     gamma = mu.shape[1]
     u = rng.normal(0.0, var.request_sd, n) if request_effect is None else request_effect
@@ -144,5 +148,7 @@ def sample_blocks(mu: np.ndarray, var: Variation, head: HeadModel, n: int, rng: 
     accept = rng.random((n, gamma)) < sigmoid(x)
     accepted = np.logical_and.accumulate(accept, axis=1).sum(axis=1)
     a, bo = head.raw_logit_coefficients(mu, var)
+    if head_bias is not None:
+        a = a + head_bias
     raw = sigmoid(a + bo * (x + rng.normal(0.0, head.noise_sd, (n, gamma))))
     return raw, accepted

@@ -34,6 +34,7 @@ class DrafterProfile:
     tau: np.ndarray  # (benchmarks,) full-block tau pooled over request-steps (runs.csv's), as fitted
     conditional: np.ndarray  # (benchmarks, gamma)
     quality: dict
+    head_bias: np.ndarray | None = None  # (benchmarks, gamma) raw-logit shift per benchmark (latent.py), if fitted
 
 
 @dataclass
@@ -92,6 +93,9 @@ def load_profile(name_or_path: str, base: Path | None = None) -> Profile:
                 tau=np.array([d["benchmarks"][b]["tau"] for b in benches], dtype=float),
                 conditional=np.array([d["benchmarks"][b]["conditional"] for b in benches], dtype=float),
                 quality=dict(d.get("quality", {})),
+                head_bias=(np.array([d["benchmarks"][b].get("head_bias", [0.0] * int(d["gamma"])) for b in benches],
+                                    dtype=float)
+                           if any("head_bias" in d["benchmarks"][b] for b in benches) else None),
             )
     except UserError:
         raise
@@ -119,6 +123,8 @@ class ProfileSource(AcceptanceSource):
         cols = np.minimum(np.arange(self.gamma), d.gamma - 1)
         self.mu = np.ascontiguousarray(d.mu[:, cols])
         a, b_obs = d.head.raw_logit_coefficients(self.mu, profile.variation)
+        if d.head_bias is not None:
+            a = a + d.head_bias[:, cols]
         temps = d.sts_temperatures[cols] if (calibrated and d.sts_temperatures is not None) else np.ones(self.gamma)
         # the policy's logit is (A + Bo * o) / T: fold the temperatures in once
         self.a_over_t = np.ascontiguousarray(a / temps[None, :])

@@ -7,10 +7,14 @@ the same pieces the built-in ``paper-*`` profiles are made of (``fitting.py``):
 - per drafter and per mix key (each domain, pooled over its benchmarks, and each benchmark on its own), the
   observed position-wise conditional acceptance p_j = #(accepted >= j) / #(accepted >= j - 1), from which
   ``solve_latent`` gives the latent means mu exactly (so the full-block tau of the trace is reproduced);
-- the confidence head (drafters that recorded raw confidences): observation noise and sharpness chosen on a grid so
-  that blocks simulated from the fitted model have the trace's mean raw AUROC and raw ECE; STS temperatures fitted
-  on those simulated blocks, as for the built-in profiles. A drafter without a head gets the built-in max-prob
-  head model.
+- the confidence head (drafters that recorded raw confidences): a raw-logit bias per mix key and position
+  (``head_bias``) so that simulated blocks have the trace's mean raw confidence per key and position (a real
+  head's miscalibration differs by domain: the tiny world's is most overconfident on math), and the observation
+  noise and sharpness chosen on a grid so that blocks simulated with those biases have the trace's raw AUROC
+  and raw ECE within each domain; the STS temperatures are those the trace's confidences were calibrated with
+  (recovered from its raw and calibrated columns, so a replay's policy sees confidences calibrated as the
+  recorded run's were), or, for a trace without them, fitted on those simulated blocks as for the built-in
+  profiles. A drafter without a head gets the built-in max-prob head model.
 
 The variation (request, step and token spread of the latent) is the built-in profiles' (``fitting.VARIATION``).
 Domain keys map to themselves in the profile's ``domains`` table, so a mix entry naming a domain draws the pooled
@@ -28,12 +32,14 @@ import yaml
 from simulator.acceptance.fitting import HEADS, VARIATION
 from simulator.acceptance.latent import HeadModel, conditional_acceptance, sample_blocks, solve_latent
 from simulator.acceptance.trace import read_trace
-from simulator.calibration import confidence_report, sts_apply, sts_fit
+from simulator.calibration import confidence_report, logit, sts_apply, sts_fit
 from simulator.errors import UserError
 
 NOISE_GRID = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 9.0, 14.0)
 SHARPNESS_GRID = (0.6, 0.8, 1.0, 1.3, 1.6, 2.0, 2.5)
 HEAD_SAMPLES = 20_000
+GRID_BIAS_SAMPLES = 4_000  # per key and round while searching the grid; the chosen head's biases use HEAD_SAMPLES
+BIAS_ROUNDS = 4
 MIN_RATE, MAX_RATE = 1e-3, 1 - 1e-3
 
 
@@ -59,22 +65,66 @@ def _mean_quality(raw: np.ndarray, accepted: np.ndarray) -> tuple[float, float]:
     return float(np.nanmean(rep["auroc"])), float(np.nanmean(rep["ece"]))
 
 
-def fit_head(mu: np.ndarray, weights: np.ndarray, raw: np.ndarray, accepted: np.ndarray,
-             rng: np.random.Generator) -> tuple[HeadModel, dict]:
-    """The (noise_sd, sharpness) of the grid whose simulated blocks come closest to the trace's mean raw AUROC and
-    raw ECE. mu: (keys, gamma), weights: (keys,) each key's share of the trace's blocks."""
-    want_auroc, want_ece = _mean_quality(raw, accepted)
+def fit_head_bias(mu: np.ndarray, head: HeadModel, mean_raw: np.ndarray, samples: int = HEAD_SAMPLES,
+                  rounds: int = BIAS_ROUNDS) -> np.ndarray:
+    """Raw-logit biases (keys, gamma) under which blocks simulated from mu (keys, gamma) have the mean raw
+    confidences mean_raw (keys, gamma): a fixed-point iteration on the logit gap, with the same draws each round."""
+    mean_raw = np.clip(mean_raw, MIN_RATE, MAX_RATE)
+    bias = np.zeros_like(mu)
+    for _ in range(rounds):
+        for k in range(len(mu)):
+            sim_raw, _ = sample_blocks(mu[k], VARIATION, head, samples, np.random.default_rng(11), head_bias=bias[k])
+            bias[k] += logit(mean_raw[k]) - logit(np.clip(sim_raw.mean(axis=0), MIN_RATE, MAX_RATE))
+    return bias
+
+
+def _within_key_quality(raw: np.ndarray, accepted: np.ndarray, key: np.ndarray, weights: np.ndarray
+                        ) -> tuple[float, float]:
+    """Mean raw AUROC and ECE within each key (key (n,) its index), averaged with the keys' weights: with each
+    key's bias fitted, this is what the head's noise and sharpness still have to match (pooled, the differences
+    between keys would count as discrimination)."""
+    quality = np.array([_mean_quality(raw[key == k], accepted[key == k]) for k in range(len(weights))])
+    return tuple(np.nansum(quality * weights[:, None], axis=0) / weights.sum())
+
+
+def fit_head(mu: np.ndarray, weights: np.ndarray, mean_raw: np.ndarray, raw: np.ndarray, accepted: np.ndarray,
+             key: np.ndarray, rng: np.random.Generator) -> tuple[HeadModel, dict]:
+    """The (noise_sd, sharpness) of the grid whose simulated blocks, with each key's raw-logit bias fitted to its
+    mean raw confidences (``fit_head_bias``), come closest to the trace's raw AUROC and raw ECE within keys. mu,
+    mean_raw: (keys, gamma); weights: (keys,) each key's share of the trace's blocks; raw, accepted: the trace's
+    blocks, key (n,) the index of each block's key."""
+    want_auroc, want_ece = _within_key_quality(raw, accepted, key, weights)
     pick = rng.choice(len(mu), size=HEAD_SAMPLES, p=weights)
     best = None
     for noise in NOISE_GRID:
         for sharp in SHARPNESS_GRID:
             head = HeadModel(noise_sd=noise, sharpness=sharp)
-            sim_raw, sim_acc = sample_blocks(mu[pick], VARIATION, head, HEAD_SAMPLES, np.random.default_rng(7))
-            a, e = _mean_quality(sim_raw, sim_acc)
+            bias = fit_head_bias(mu, head, mean_raw, samples=GRID_BIAS_SAMPLES)
+            sim_raw, sim_acc = sample_blocks(mu[pick], VARIATION, head, HEAD_SAMPLES, np.random.default_rng(7),
+                                             head_bias=bias[pick])
+            a, e = _within_key_quality(sim_raw, sim_acc, pick, weights)
             err = (a - want_auroc) ** 2 + (e - want_ece) ** 2
             if best is None or err < best[0]:
                 best = (err, head)
-    return best[1], {"trace_raw_auroc": round(want_auroc, 6), "trace_raw_ece": round(want_ece, 6)}
+    return best[1], {"trace_raw_auroc_within_domain": round(float(want_auroc), 6),
+                     "trace_raw_ece_within_domain": round(float(want_ece), 6)}
+
+
+def deployed_temperatures(raw: np.ndarray, calibrated: np.ndarray, tolerance: float = 1e-3) -> np.ndarray | None:
+    """The STS temperatures (gamma,) the trace's policy saw its confidences through, when ``calibrated`` is
+    ``raw`` temperature-scaled per position (logit c = logit raw / T on every row, within ``tolerance``), else
+    None. The fitted profile keeps them: a replay's policy then sees confidences calibrated as the recorded
+    run's were, rather than by temperatures refitted to the model."""
+    if not np.isfinite(calibrated).all():
+        return None
+    zr, zc = logit(raw), logit(np.clip(calibrated, 1e-6, 1 - 1e-6))
+    usable = np.abs(zc) > 0.05  # near 1/2 the ratio is ill-conditioned
+    if not usable.any(axis=0).all():
+        return None
+    temps = np.array([np.median(zr[usable[:, j], j] / zc[usable[:, j], j]) for j in range(raw.shape[1])])
+    if not (temps > 0).all() or np.abs(zr / temps - zc)[usable].max() > tolerance * max(1.0, np.abs(zc).max()):
+        return None
+    return temps
 
 
 def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -> dict:
@@ -94,27 +144,38 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
         for b in sorted(set(benches) - set(domains)):
             keys[b] = benches == b
             domain_of[b] = str(domains[benches == b][0])
-        entries, mus, counts = {}, [], []
+        entries, key_mu = {}, {}
         for key, sel in keys.items():
             cond = conditional_from_accepted(acc[sel], gamma)
-            mu = solve_latent(cond, VARIATION)
+            key_mu[key] = solve_latent(cond, VARIATION)
             entries[key] = {"tau": round(float(1 + np.cumprod(cond).sum()), 6), "conditional": _round(cond),
-                            "mu": _round(mu), "blocks": int(sel.sum())}
-            if key in set(domains):
-                mus.append(mu)
-                counts.append(int(sel.sum()))
+                            "mu": _round(key_mu[key]), "blocks": int(sel.sum())}
+        domain_keys = sorted(set(domains))
+        mus = np.array([key_mu[d] for d in domain_keys])
+        w = np.array([entries[d]["blocks"] for d in domain_keys], dtype=float)
+        w /= w.sum()
         raw_cols = [f"raw_{j}" for j in range(1, gamma + 1)]
         has_raw = all(c in rows.columns for c in raw_cols) and not rows[raw_cols].isna().any().any()
         entry: dict = {"gamma": gamma}
         if has_raw:
             raw = np.clip(rows[raw_cols].to_numpy(dtype=float), 1e-6, 1 - 1e-6)
-            w = np.array(counts, dtype=float)
-            head, seen = fit_head(np.array(mus), w / w.sum(), raw, acc, rng)
+            mean_raw = {key: raw[sel].mean(axis=0) for key, sel in keys.items()}
+            key = np.searchsorted(np.array(domain_keys), domains)  # each block's domain, an index into mus
+            head, seen = fit_head(mus, w, np.array([mean_raw[d] for d in domain_keys]), raw, acc, key, rng)
             entry["head"] = {"kind": "confidence-head", "noise_sd": head.noise_sd, "sharpness": head.sharpness}
-            sim_raw, sim_acc = sample_blocks(np.array(mus)[rng.choice(len(mus), HEAD_SAMPLES, p=w / w.sum())],
-                                             VARIATION, head, HEAD_SAMPLES, rng)
+            bias = fit_head_bias(np.array(list(key_mu.values())), head, np.array(list(mean_raw.values())))
+            for key, b in zip(keys, bias, strict=True):
+                entries[key]["head_bias"] = _round(b)
+            domain_bias = np.array([bias[list(keys).index(d)] for d in domain_keys])
+            pick = rng.choice(len(mus), HEAD_SAMPLES, p=w)
+            sim_raw, sim_acc = sample_blocks(mus[pick], VARIATION, head, HEAD_SAMPLES, rng,
+                                             head_bias=domain_bias[pick])
             half = HEAD_SAMPLES // 2
-            temps = sts_fit(sim_raw[:half], sim_acc[:half])
+            c_cols = [f"c_{j}" for j in range(1, gamma + 1)]
+            temps = deployed_temperatures(raw, rows[c_cols].to_numpy(dtype=float)) if all(
+                c in rows.columns for c in c_cols) else None
+            if temps is None:  # the trace's policy saw no temperature-scaled confidences: fit STS on the model
+                temps = sts_fit(sim_raw[:half], sim_acc[:half])
             entry["sts_temperatures"] = _round(temps)
             before = confidence_report(sim_raw[half:], sim_acc[half:])
             after = confidence_report(sts_apply(sim_raw[half:], temps), sim_acc[half:])
@@ -133,7 +194,7 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
         "target": "",
         "description": (f"Fitted to the acceptance trace {source} ({len(df)} request-steps) by "
                         "`simulate fit-profile`: conditional acceptance per domain and benchmark, confidence head "
-                        "matched to the trace's raw AUROC and ECE."),
+                        "matched to the trace's mean raw confidence per key and position, raw AUROC and ECE."),
         "variation": {"request_sd": VARIATION.request_sd, "step_sd": VARIATION.step_sd, "token_sd": VARIATION.token_sd},
         "domains": domain_of,
         "drafters": drafters,

@@ -14,21 +14,27 @@ import pytest
 from simulator.acceptance.fitting import VARIATION
 from simulator.acceptance.latent import HeadModel, conditional_acceptance, sample_blocks
 from simulator.acceptance.profile import ProfileSource, load_profile
-from simulator.acceptance.trace_fit import conditional_from_accepted, fit_profile_file
+from simulator.acceptance.trace_fit import conditional_from_accepted, deployed_temperatures, fit_profile_file
+from simulator.calibration import confidence_report, sts_apply
 
 ROOT = Path(__file__).resolve().parents[2]
 MU = {"math": np.array([2.5, 2.2, 2.0, 1.8, 1.5]), "chat": np.array([0.8, 0.6, 0.5, 0.4, 0.3])}
 
 
-def synthetic_trace(path: Path, n: int = 30_000) -> pd.DataFrame:
+def synthetic_trace(path: Path, n: int = 30_000, bias: dict[str, float] | None = None,
+                    temperatures: np.ndarray | None = None) -> pd.DataFrame:
+    """Blocks drawn from the latent model with a known head: ``bias`` shifts a domain's raw logit, and the policy
+    saw the raw confidences scaled by ``temperatures`` (none: the raw ones)."""
     rng = np.random.default_rng(0)
     frames = []
     for domain, mu in MU.items():
-        raw, acc = sample_blocks(mu, VARIATION, HeadModel(noise_sd=1.0, sharpness=1.3), n, rng)
+        head_bias = np.full(5, (bias or {}).get(domain, 0.0))
+        raw, acc = sample_blocks(mu, VARIATION, HeadModel(noise_sd=1.0, sharpness=1.3), n, rng, head_bias=head_bias)
+        seen = raw if temperatures is None else sts_apply(raw, temperatures)
         df = pd.DataFrame({"domain": domain, "benchmark": f"{domain}-bench", "drafter": "dspark", "gamma": 5,
                            "accepted": acc})
         for j in range(5):
-            df[f"c_{j + 1}"] = raw[:, j]
+            df[f"c_{j + 1}"] = seen[:, j]
         for j in range(5):
             df[f"raw_{j + 1}"] = raw[:, j]
         frames.append(df)
@@ -61,9 +67,48 @@ def test_fitted_profile_reproduces_the_trace(tmp_path):
     for k, domain in enumerate(MU):
         tau_trace = 1 + trace[trace.domain == domain]["accepted"].mean()
         assert 1 + acc[k * 10_000:(k + 1) * 10_000].mean() == pytest.approx(tau_trace, rel=0.03)
-    # the head: discrimination close to the trace's
-    q = d.quality
-    assert np.mean(q["raw_auroc"]) == pytest.approx(q["trace_raw_auroc"], abs=0.05)
+    # the head: the synthetic one has no domain bias and no temperatures, and its discrimination within a domain
+    # is recovered
+    assert np.abs(d.head_bias).max() < 0.3
+    assert np.array_equal(d.sts_temperatures, np.ones(5))
+    head = d.head
+    for domain, mu in MU.items():
+        part = trace[trace.domain == domain]
+        want = np.mean(confidence_report(part[[f"raw_{j}" for j in range(1, 6)]].to_numpy(), part["accepted"])["auroc"])
+        raw, acc = sample_blocks(mu, VARIATION, head, 20_000, np.random.default_rng(2),
+                                 head_bias=d.head_bias[d.benchmarks.index(domain)])
+        assert np.mean(confidence_report(raw, acc)["auroc"]) == pytest.approx(want, abs=0.03)
+
+
+def test_fit_recovers_a_domain_biased_head_and_the_deployed_temperatures(tmp_path):
+    """A head more confident on chat than its acceptance warrants, calibrated by known temperatures: the fit keeps
+    those temperatures, and a replay's policy sees each domain's confidences as the trace's did."""
+    temps = np.array([1.6, 1.3, 1.1, 1.0, 0.9])
+    trace = synthetic_trace(tmp_path / "trace.csv", n=20_000, bias={"chat": 1.5}, temperatures=temps)
+    fit_profile_file(tmp_path / "trace.csv", tmp_path / "fit.yaml")
+    prof = load_profile(str(tmp_path / "fit.yaml"))
+    d = prof.drafters["dspark"]
+    assert d.sts_temperatures == pytest.approx(temps, abs=1e-6)
+    # the bias lands on chat (its size in logits depends on the sharpness the grid picks)
+    gap = d.head_bias[d.benchmarks.index("chat")] - d.head_bias[d.benchmarks.index("math")]
+    assert (gap > 0.5).all()
+    src = ProfileSource(prof, "dspark", 5, ["math", "chat"], True, np.random.default_rng(1))
+    ids = np.arange(20_000)
+    src.attach(ids, np.repeat([0, 1], 10_000))
+    seen = src.propose(ids).confidence
+    for k, domain in enumerate(MU):
+        want = trace[trace.domain == domain][[f"c_{j}" for j in range(1, 6)]].to_numpy().mean(axis=0)
+        assert seen[k * 10_000:(k + 1) * 10_000].mean(axis=0) == pytest.approx(want, abs=0.03)
+
+
+def test_deployed_temperatures_only_for_temperature_scaled_confidences():
+    rng = np.random.default_rng(0)
+    raw = rng.uniform(0.05, 0.95, (500, 3))
+    temps = np.array([2.0, 1.5, 0.8])
+    assert deployed_temperatures(raw, sts_apply(raw, temps)) == pytest.approx(temps)
+    assert deployed_temperatures(raw, raw) == pytest.approx(np.ones(3))
+    assert deployed_temperatures(raw, np.clip(raw + 0.05, 0, 1)) is None  # not a temperature scaling
+    assert deployed_temperatures(raw, np.full((500, 3), np.nan)) is None  # the trace recorded no calibrated ones
 
 
 def test_fit_profile_cli_bad_input_is_one_line(tmp_path):
