@@ -1,13 +1,14 @@
 """How the engine's wall time grows with batch size R, replicas and simulated duration, measured in one run.
 
-    python benchmarks/bench_scaling.py [--json] [--seconds 5]
+    python benchmarks/bench_scaling.py [--json] [--seconds 10]
 
 Each sweep varies one thing from a base of one replica, R = 64 concurrent users (max_running = R), the dspark
 system (gamma 7, paper-qwen3-8b profile, math/code/chat mix), prompts of 512 and outputs of 256 tokens on the H200
 table with prefill disaggregated (so every step is a decode step at R), ``--seconds`` simulated; each point is
-the fastest of two runs:
+the fastest of three runs:
 
-- R in 64, 256, 1024 (one replica, R users): wall per step grows with R far less than R itself, and
+- R in 64, 256, 1024 (one replica, R users, simulated for ``--seconds`` x R / 64 so that every point runs about
+  as many steps: a bigger batch's steps are longer): wall per step grows with R far less than R itself, and
   ``us_per_token`` falls (the batch work is compiled or numpy, the per-step cost is fixed);
 - replicas in 1, 8, 64 (64 users each): ``wall_per_replica`` should stay flat (linear growth);
 - simulated duration x1, x2, x4: ``wall_per_sim_second`` should stay flat.
@@ -51,7 +52,7 @@ def scenario(users: int, replicas: int, seconds: float) -> dict:
     }
 
 
-def timed(users: int, replicas: int, seconds: float, repeats: int = 2) -> dict:
+def timed(users: int, replicas: int, seconds: float, repeats: int = 3) -> dict:
     """The fastest of ``repeats`` identical runs (a shared machine only ever adds time)."""
     walls = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,13 +80,13 @@ def sweep(points: list[dict], per: str) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--seconds", type=float, default=5.0, help="simulated seconds of the base point")
+    ap.add_argument("--seconds", type=float, default=10.0, help="simulated seconds of the base point")
     args = ap.parse_args()
     s = args.seconds
     t0 = time.perf_counter()
     timed(64, 1, 1.0)
     out = {"first_run_s": time.perf_counter() - t0}
-    out["batch"] = sweep([timed(r, 1, s) for r in (64, 256, 1024)], "steps")
+    out["batch"] = sweep([timed(r, 1, s * r / 64) for r in (64, 256, 1024)], "steps")
     out["replicas"] = sweep([timed(64 * n, n, s) for n in (1, 8, 64)], "replicas")
     out["duration"] = sweep([timed(64, 1, s * k) for k in (1, 2, 4)], "sim_seconds")
     if args.json:
