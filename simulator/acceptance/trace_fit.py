@@ -160,8 +160,8 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
         if has_raw:
             raw = np.clip(rows[raw_cols].to_numpy(dtype=float), 1e-6, 1 - 1e-6)
             mean_raw = {key: raw[sel].mean(axis=0) for key, sel in keys.items()}
-            key = np.searchsorted(np.array(domain_keys), domains)  # each block's domain, an index into mus
-            head, seen = fit_head(mus, w, np.array([mean_raw[d] for d in domain_keys]), raw, acc, key, rng)
+            block_domain = np.searchsorted(np.array(domain_keys), domains)  # each block's index into mus
+            head, seen = fit_head(mus, w, np.array([mean_raw[d] for d in domain_keys]), raw, acc, block_domain, rng)
             entry["head"] = {"kind": "confidence-head", "noise_sd": head.noise_sd, "sharpness": head.sharpness}
             bias = fit_head_bias(np.array(list(key_mu.values())), head, np.array(list(mean_raw.values())))
             for key, b in zip(keys, bias, strict=True):
