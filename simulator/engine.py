@@ -343,22 +343,33 @@ class Replica:
             self.tokens -= int((b.prompt[:n][finished] + b.output[:n][finished]).sum())
             b.keep(~finished)
             sim.source.detach(gone)
+            sim.router.finished(self.index, len(gone))
             sim.on_finish(len(gone))
         self.preempt_overflow()
 
 
 class Router:
+    """Sends each new request to a replica: round-robin, or the least loaded (requests running or queued there;
+    ties: lowest index). The loads are counted here as requests are routed and finish, so a pick is one argmin
+    rather than a scan of every replica's state (the invariant checker holds them to ``Replica.load``)."""
+
     def __init__(self, replicas: list[Replica], kind: str):
         self.replicas = replicas
         self.kind = kind
         self._next = 0
+        self.loads = np.zeros(len(replicas), dtype=np.int64)
 
     def pick(self) -> Replica:
         if self.kind == "round-robin":
-            r = self.replicas[self._next % len(self.replicas)]
+            i = self._next % len(self.replicas)
             self._next += 1
-            return r
-        return min(self.replicas, key=lambda r: r.load)  # ties: lowest index
+        else:
+            i = int(np.argmin(self.loads)) if len(self.loads) > 1 else 0  # argmin: the first of equal loads
+        self.loads[i] += 1
+        return self.replicas[i]
+
+    def finished(self, replica: int, count: int) -> None:
+        self.loads[replica] -= count
 
 
 class Simulation:

@@ -3,7 +3,8 @@
 runs ``check_invariants`` on what it simulated, whatever the run's shape.
 
 - INV-1 clock: per replica, steps do not overlap and each ends after it starts; the step log is in time order;
-- INV-2 work-conserving: a replica only waits between steps when it has nothing running and nothing queued;
+- INV-2 work-conserving: a replica only waits between steps when it has nothing running and nothing queued,
+  and the router's count of each replica's load (what least-loaded routing balances) is what it holds;
 - INV-3 step-tokens: emitted = accepted drafts + one target token per request-step + one per completed prefill;
 - INV-4 verify-bounds: accepted <= verified <= gamma x decoding requests;
 - INV-5 batch-cap: B never exceeds the batch-token cap;
@@ -46,6 +47,9 @@ def check_invariants(sim: Simulation) -> None:
             bad.append(f"INV-2 work-conserving: replica {rep.index}: paused between steps without being idle")
         if any(q > 0 for _, q in rep.idle_checks):
             bad.append(f"INV-2 work-conserving: replica {rep.index}: went idle while holding work")
+        if sim.router.loads[rep.index] != rep.load:  # the router balances on its own count of each replica's load
+            bad.append(f"INV-2 work-conserving: replica {rep.index}: the router counts {sim.router.loads[rep.index]} "
+                       f"requests there, it holds {rep.load}")
     if np.any(np.diff(st["end"]) < -eps):
         bad.append("INV-1 clock: step log is not in time order")
 

@@ -97,3 +97,14 @@ def test_docs_model_lists_every_invariant_and_names_real_tests():
                 assert f"def {test}(" in source, (path, test)
                 cited += 1
     assert cited >= 8
+
+
+def test_the_routers_load_count_is_held_to_the_replicas(scenario_file):
+    scn = load_scenario(scenario_file(systems=["static-3"], workload={"prompt": 64, "output": 32},
+                                      hardware={"replicas": 3}, frontier={"concurrency": [10]}))
+    _, sim = run_one(scn, RunSpec(resolve_systems(scn)[0], LoadPoint(10), 0, True))
+    check_invariants(sim)
+    assert sim.router.loads.tolist() == [rep.load for rep in sim.replicas] and sim.router.loads.sum() == 10
+    sim.router.loads[0] += 1
+    with pytest.raises(InvariantViolation, match="INV-2 work-conserving: replica 0: the router counts"):
+        check_invariants(sim)
