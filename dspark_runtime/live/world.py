@@ -27,15 +27,20 @@ def _complete(paths: WorldPaths, drafter: str) -> bool:
         (paths.drafter(drafter) / "config.json").is_file()
 
 
+def named_world(runtime: str, drafter: str = "dspark") -> WorldPaths:
+    """The world ``runtime`` names now, built or not: ``tiny`` is the full world once it is complete for
+    ``drafter``, else the smoke world; ``smoke``; or a directory."""
+    if runtime in ("tiny", "smoke"):
+        full = world_paths(None, "full")
+        return full if runtime == "tiny" and _complete(full, drafter) else world_paths(None, "smoke")
+    return WorldPaths(Path(runtime))
+
+
 def world_digest(runtime: str) -> str:
     """Which world ``runtime`` names now and a digest of its build manifest (sizes, seeds, losses, timings: a
     rebuild changes it), without building anything: the run key's ``inputs`` (``LiveSource.input_digest``), so
     runs stored from the smoke world are not reused once the full world is built, nor across rebuilds."""
-    if runtime in ("tiny", "smoke"):
-        full = world_paths(None, "full")
-        paths = full if runtime == "tiny" and _complete(full, "dspark") else world_paths(None, "smoke")
-    else:
-        paths = WorldPaths(Path(runtime))
+    paths = named_world(runtime)
     root = paths.root.resolve()
     if not paths.manifest.is_file():
         return f"{root}:unbuilt"
@@ -43,15 +48,11 @@ def world_digest(runtime: str) -> str:
 
 
 def resolve_world(runtime: str, drafter: str, where: str) -> WorldPaths:
+    paths = named_world(runtime, drafter)
     if runtime in ("tiny", "smoke"):
-        full = world_paths(None, "full")
-        if runtime == "tiny" and _complete(full, drafter):
-            return full
-        smoke = world_paths(None, "smoke")
-        if not _complete(smoke, drafter):
-            _build_smoke(smoke, runtime)
-        return smoke
-    paths = WorldPaths(Path(runtime))
+        if not _complete(paths, drafter):  # only the smoke world is ever built here
+            _build_smoke(paths, runtime)
+        return paths
     if not paths.root.is_dir():
         raise UserError(f"{where}.runtime: world directory {paths.root} not found; build one with "
                         "`./run dspark build-tiny` (or name `tiny` or `smoke`)")
