@@ -163,10 +163,11 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
             block_domain = np.searchsorted(np.array(domain_keys), domains)  # each block's index into mus
             head, seen = fit_head(mus, w, np.array([mean_raw[d] for d in domain_keys]), raw, acc, block_domain, rng)
             entry["head"] = {"kind": "confidence-head", "noise_sd": head.noise_sd, "sharpness": head.sharpness}
-            bias = fit_head_bias(np.array(list(key_mu.values())), head, np.array(list(mean_raw.values())))
-            for key, b in zip(keys, bias, strict=True):
+            bias = dict(zip(keys, fit_head_bias(np.array([key_mu[k] for k in keys]), head,
+                                                np.array([mean_raw[k] for k in keys])), strict=True))
+            for key, b in bias.items():
                 entries[key]["head_bias"] = _round(b)
-            domain_bias = np.array([bias[list(keys).index(d)] for d in domain_keys])
+            domain_bias = np.array([bias[d] for d in domain_keys])
             pick = rng.choice(len(mus), HEAD_SAMPLES, p=w)
             sim_raw, sim_acc = sample_blocks(mus[pick], VARIATION, head, HEAD_SAMPLES, rng,
                                              head_bias=domain_bias[pick])
