@@ -29,6 +29,7 @@ import simpy
 
 from hw_profile.table import StepTimeGrid
 from simulator.acceptance.base import AcceptanceSource, checked_accepted
+from simulator.batch_kernels import advance_prefill, emit_decoded, plan_prefill
 from simulator.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.drafters import DraftCost
 from simulator.policies.base import Policy, PolicyView, StepRate, checked_lengths
@@ -227,23 +228,19 @@ class Replica:
         n = b.n
         plan = StepPlan(self.env.now, n, self.kv_used())
         if self.prefilling:
-            to_prefill = b.to_prefill[:n]
-            dec = np.flatnonzero(to_prefill == 0)
-            remaining = b.output[dec] - b.generated[dec]
-            budget = sim.max_batch_tokens - len(dec) - int(np.minimum(sim.gamma, remaining - 1).sum())
-            want = np.minimum(to_prefill, sim.prefill_chunk)
-            plan.prefill_chunks = np.clip(budget - (np.cumsum(want) - want), 0, want)
-            plan.prefill_tokens = int(plan.prefill_chunks.sum())
-            plan.kv = self.tokens - int(to_prefill.sum())  # prefilling requests read what is prefilled
+            dec, remaining, plan.context, plan.ids, plan.prefill_chunks, plan.prefill_tokens, left = plan_prefill(
+                b.to_prefill, b.output, b.generated, b.prompt, b.rid, n, sim.gamma, sim.max_batch_tokens,
+                sim.prefill_chunk)
+            plan.kv = self.tokens - left  # prefilling requests read what is prefilled
         else:
             dec = slice(0, n)
             remaining = b.output[:n] - b.generated[:n]
             plan.kv = self.tokens
+            plan.context = b.prompt[:n] + b.generated[:n]
+            plan.ids = b.rid[:n]
         plan.decode_rows = dec
         plan.rows = len(remaining)
         plan.remaining = remaining
-        plan.context = b.prompt[dec] + b.generated[dec]
-        plan.ids = b.rid[dec]
         return plan
 
     def speculate(self, plan: StepPlan) -> None:
@@ -290,24 +287,26 @@ class Replica:
             dec = plan.decode_rows
             if plan.accepted is not None:
                 accepted = plan.accepted
-                acc_sum = int(accepted.sum())
                 self.policy.observe(plan.lengths, accepted)
-                b.generated[dec] += accepted + 1
-                b.accepted[dec] += accepted
+                if type(dec) is slice:
+                    acc_sum = int(accepted.sum())
+                    b.generated[dec] += accepted + 1
+                    b.accepted[dec] += accepted
+                    b.decode_steps[dec] += 1
+                else:
+                    acc_sum = int(emit_decoded(dec, accepted, b.generated, b.accepted, b.decode_steps))
                 if plan.ended is not None and plan.ended.any():  # the real sequence reached its end token
                     self.end_early(np.arange(n)[dec][plan.ended])
             else:
                 b.generated[dec] += 1
-            b.decode_steps[dec] += 1
+                b.decode_steps[dec] += 1
         done_prefill = 0
         if plan.prefill_chunks is not None:
-            prefilling = b.to_prefill[:n] > 0
-            b.to_prefill[:n] -= plan.prefill_chunks
-            completed = prefilling & (b.to_prefill[:n] == 0)
-            done_prefill = int(completed.sum())
+            # rows whose prefill completes emit the token of the prefill's last position
+            completed = advance_prefill(b.to_prefill, plan.prefill_chunks, b.generated, n)
+            done_prefill = len(completed)
             if done_prefill:
-                b.generated[:n] += completed  # the prefill's last position yields one token
-                first = b.rid[:n][completed]
+                first = b.rid[completed]
                 req = sim.requests.data
                 req["first_token"][first[np.isnan(req["first_token"][first])]] = now
                 self.prefilling -= done_prefill
