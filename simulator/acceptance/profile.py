@@ -153,12 +153,12 @@ class ProfileSource(AcceptanceSource):
         if len(ids) == 0:
             return
         self.state.ensure(int(ids.max()))
-        # a uniform pick among each request's mix entry's benchmarks, all entries at once
-        pick = (self.rng.random(len(ids)) * self._choice_count[mix_index]).astype(np.int64)
-        bench = self._choices_flat[self._choice_start[mix_index] + pick]
+        # a uniform pick among each request's mix entry's benchmarks, and the request's difficulty
+        uniform = self.rng.random(len(ids))
         effect = self.rng.normal(0.0, self.var.request_sd, len(ids))
-        self.state.base[ids] = self.mu[bench] + effect[:, None]
-        self.state.head[ids] = self.a_over_t[bench]
+        _attach(np.asarray(ids, dtype=np.int64), np.asarray(mix_index, dtype=np.int64), uniform, effect,
+                self._choice_count, self._choice_start, self._choices_flat, self.mu, self.a_over_t, self.state.base,
+                self.state.head)
 
     def propose(self, ids: np.ndarray) -> Proposal:
         rows, gamma = len(ids), self.gamma
@@ -167,11 +167,12 @@ class ProfileSource(AcceptanceSource):
         noise = self.rng.integers(0, LEVELS, (rows, 2 * gamma + 1), dtype=np.uint16)
         uniform = self.rng.random((rows, gamma))
         confidence = np.empty((rows, gamma))
-        truth = np.empty((rows, gamma))
         outcome = np.empty(rows, dtype=np.int64)
         _propose(np.asarray(ids, dtype=np.int64), self.state.base, self.state.head, quantiles(), noise, uniform,
-                 self._step_sd, self._token_sd, self._noise_sd, self.b_over_t, confidence, truth, outcome)
-        return Proposal(confidence=confidence, outcome=outcome, truth=truth)
+                 self._step_sd, self._token_sd, self._noise_sd, self.b_over_t, confidence, outcome)
+        # Proposal.truth stays None: nothing in a run reads it, and leaving it out lets the kernel skip the true
+        # probabilities after a block's first rejection
+        return Proposal(confidence=confidence, outcome=outcome)
 
     def verify(self, proposal: Proposal, lengths: np.ndarray) -> np.ndarray:
         # acceptance of token j depends on the token, not on how many follow it: verifying l tokens accepts
@@ -187,11 +188,24 @@ def _times_noise(scale: float) -> np.floating:
 
 
 @njit(cache=True)
-def _propose(ids, base, head, quantiles, noise, uniform, step_sd, token_sd, noise_sd, b_over_t, confidence, truth,
-             outcome):
-    """One step's drafts for the requests ``ids`` (see latent.py): x = base + step_sd v + token_sd e_j, the true
-    conditional acceptance sigmoid(x), the accepted prefix (uniform < truth, up to the first failure) and the
-    head's confidence sigmoid(((x + noise_sd n_j) * b / T) + head). noise: (R, 2 gamma + 1) normal-table indices."""
+def _attach(ids, mix_index, uniform, effect, choice_count, choice_start, choices_flat, mu, a_over_t, base, head):
+    """New requests' state: request i takes benchmark number floor(uniform_i * count) of its mix entry's, and
+    its latent means are that benchmark's mu plus its own effect; its head offsets are the benchmark's."""
+    gamma = mu.shape[1]
+    for i in range(ids.shape[0]):
+        m = mix_index[i]
+        bench = choices_flat[choice_start[m] + np.int64(uniform[i] * choice_count[m])]
+        rid = ids[i]
+        for j in range(gamma):
+            base[rid, j] = mu[bench, j] + effect[i]
+            head[rid, j] = a_over_t[bench, j]
+
+
+@njit(cache=True)
+def _propose(ids, base, head, quantiles, noise, uniform, step_sd, token_sd, noise_sd, b_over_t, confidence, outcome):
+    """One step's drafts for the requests ``ids`` (see latent.py): x = base + step_sd v + token_sd e_j, the
+    accepted prefix (uniform < sigmoid(x), the true conditional acceptance, up to the first failure) and the head's
+    confidence sigmoid(((x + noise_sd n_j) * b / T) + head). noise: (R, 2 gamma + 1) normal-table indices."""
     rows, gamma = confidence.shape
     for i in range(rows):
         rid = ids[i]
@@ -201,10 +215,10 @@ def _propose(ids, base, head, quantiles, noise, uniform, step_sd, token_sd, nois
             x = base[rid, j]
             x += shared
             x += token_sd * quantiles[noise[i, 1 + j]]
-            t = 1.0 / (math.exp(-x) + 1.0)  # logits here stay within about +-25, far from exp's overflow
-            truth[i, j] = t
-            if accepted == gamma and not uniform[i, j] < t:
-                accepted = j
+            if accepted == gamma:  # past the first failure the truth decides nothing
+                t = 1.0 / (math.exp(-x) + 1.0)  # logits here stay within about +-25, far from exp's overflow
+                if not uniform[i, j] < t:
+                    accepted = j
             z = x + noise_sd * quantiles[noise[i, gamma + 1 + j]]
             z *= b_over_t[j]
             z += head[rid, j]

@@ -197,6 +197,6 @@ def test_compiled_draw_equals_the_array_expressions_bit_for_bit(drafter, gamma, 
     for step in range(5):
         rows = np.sort(np.random.default_rng(step).choice(400, 256, replace=False))
         got = src.propose(rows)
-        conf, outcome, truth = propose_as_arrays(src, twin, rows)
-        assert np.array_equal(got.confidence, conf) and np.array_equal(got.truth, truth)
-        assert np.array_equal(got.outcome, outcome)
+        conf, outcome, _ = propose_as_arrays(src, twin, rows)
+        assert np.array_equal(got.confidence, conf) and np.array_equal(got.outcome, outcome)
+        assert got.truth is None  # not returned: the kernel stops computing it at a block's first rejection
