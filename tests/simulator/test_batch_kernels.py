@@ -1,0 +1,70 @@
+"""The compiled step bookkeeping (simulator/batch_kernels.py) against the numpy expressions it replaced."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.batch_kernels import advance_prefill, emit_decoded, plan_prefill
+
+
+def random_batch(rng: np.random.Generator, n: int, capacity: int):
+    """Columns of a batch of n rows (capacity rows allocated, the rest garbage): some rows still prefill."""
+    prompt = rng.integers(1, 3000, capacity)
+    output = rng.integers(2, 600, capacity)
+    generated = np.minimum(rng.integers(0, 600, capacity), output - 1)
+    to_prefill = np.where(rng.random(capacity) < 0.3, rng.integers(1, 3000, capacity), 0)
+    return to_prefill, output, generated, prompt, rng.integers(0, 10**6, capacity)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 300), st.integers(0, 9), st.integers(1, 20000), st.integers(1, 4096), st.integers(0, 2**32 - 1))
+def test_plan_prefill_equals_the_array_expressions(n, gamma, max_batch_tokens, prefill_chunk, seed):
+    rng = np.random.default_rng(seed)
+    to_prefill, output, generated, prompt, rid = random_batch(rng, n, n + 5)
+    dec, remaining, context, ids, chunks, total, left = plan_prefill(
+        to_prefill, output, generated, prompt, rid, n, gamma, max_batch_tokens, prefill_chunk)
+
+    tp = to_prefill[:n]
+    want_dec = np.flatnonzero(tp == 0)
+    want_rem = output[want_dec] - generated[want_dec]
+    budget = max_batch_tokens - len(want_dec) - int(np.minimum(gamma, want_rem - 1).sum())
+    want = np.minimum(tp, prefill_chunk)
+    want_chunks = np.clip(budget - (np.cumsum(want) - want), 0, want)
+    assert np.array_equal(dec, want_dec) and np.array_equal(remaining, want_rem)
+    assert np.array_equal(context, prompt[want_dec] + generated[want_dec]) and np.array_equal(ids, rid[want_dec])
+    assert np.array_equal(chunks, want_chunks) and total == want_chunks.sum() and left == tp.sum()
+    # what the cap allows: the decoding rows' worst case plus the chunks never exceed it, unless the worst case
+    # alone does (then nothing prefills)
+    worst = len(want_dec) + int(np.minimum(gamma, want_rem - 1).sum())
+    assert total == 0 or worst + total <= max_batch_tokens
+    assert np.all(chunks <= np.minimum(tp, prefill_chunk))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 300), st.integers(0, 2**32 - 1))
+def test_emit_and_advance_equal_the_array_expressions(n, seed):
+    rng = np.random.default_rng(seed)
+    to_prefill, _, generated, _, _ = random_batch(rng, n, n + 5)
+    accepted_total = rng.integers(0, 100, n + 5)
+    decode_steps = rng.integers(0, 100, n + 5)
+    dec = np.flatnonzero(to_prefill[:n] == 0)
+    accepted = rng.integers(0, 8, len(dec))
+    chunks = np.minimum(to_prefill[:n], rng.integers(0, 3000, n))
+
+    want_gen, want_acc, want_steps, want_left = generated.copy(), accepted_total.copy(), decode_steps.copy(), to_prefill.copy()
+    want_gen[dec] += accepted + 1
+    want_acc[dec] += accepted
+    want_steps[dec] += 1
+    prefilling = want_left[:n] > 0
+    want_left[:n] -= chunks
+    completed = prefilling & (want_left[:n] == 0)
+    want_gen[:n] += completed
+
+    assert emit_decoded(dec, accepted, generated, accepted_total, decode_steps) == accepted.sum()
+    done = advance_prefill(to_prefill, chunks, generated, n)
+    assert np.array_equal(done, np.flatnonzero(completed))
+    for got, want in ((generated, want_gen), (accepted_total, want_acc), (decode_steps, want_steps),
+                      (to_prefill, want_left)):
+        assert np.array_equal(got, want)  # rows past n untouched too
