@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 #: a batch column read from the request log at admission and never written back (e.g. the prompt length)
 COPY = "copy"
@@ -122,8 +123,15 @@ class Batch:
         if reserved:
             raise ValueError(f"batch column name(s) {reserved} clash with the Batch's own attributes")
         dtypes = {"rid": np.int64, **local, **{k: fields[k].dtype for k in self.copied}}
-        for k in self.names:
-            setattr(self, k, np.zeros(capacity, dtype=dtypes[k]))
+        # columns of one dtype are the rows of one 2-D block (each attribute a view of its row), so that
+        # compaction is one compiled pass per dtype rather than a numpy operation per column
+        self._blocks = []
+        for dt in dict.fromkeys(np.dtype(t) for t in dtypes.values()):
+            names = [k for k in self.names if np.dtype(dtypes[k]) == dt]
+            block = np.zeros((len(names), capacity), dtype=dt)
+            self._blocks.append(block)
+            for i, k in enumerate(names):
+                setattr(self, k, block[i])
 
     def col(self, name: str) -> np.ndarray:
         return getattr(self, name)[: self.n]
@@ -150,16 +158,27 @@ class Batch:
 
     def keep(self, mask: np.ndarray) -> None:
         """Compact: keep the rows where ``mask`` (n,) is true, in order."""
-        n, m = self.n, int(mask.sum())
-        for k in self.names:
-            arr = getattr(self, k)
-            arr[:m] = arr[:n][mask]
+        for block in self._blocks:
+            m = _compact(block, mask, self.n)
         self.n = m
 
     def drop_last(self) -> int:
         """Remove the most recently admitted row; returns its request id."""
         self.n -= 1
         return int(self.rid[self.n])
+
+
+@njit(cache=True)
+def _compact(block, mask, n):
+    """Move the columns i < n of ``block`` where ``mask`` holds to the front, in order; returns how many."""
+    k = 0
+    for i in range(n):
+        if mask[i]:
+            if k != i:
+                for c in range(block.shape[0]):
+                    block[c, k] = block[c, i]
+            k += 1
+    return k
 
 
 _BATCH_ATTRIBUTES = {"n", "copied", "live", "names", *dir(Batch)}
