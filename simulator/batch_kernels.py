@@ -86,3 +86,32 @@ def advance_prefill(to_prefill, chunks, generated, n):
                 done[k] = i
                 k += 1
     return done[:k]
+
+
+@njit(cache=True)
+def verifiable(confidence, remaining, gamma):
+    """Per decoding row, the most draft tokens it may verify, min(gamma, remaining - 1), and the confidences with
+    the positions past that multiplied by 0 (a new array when any is; else the same one)."""
+    rows = remaining.shape[0]
+    max_lengths = np.empty(rows, dtype=np.int64)
+    short = False
+    for i in range(rows):
+        m = min(gamma, remaining[i] - 1)
+        max_lengths[i] = m
+        short |= m < gamma
+    if not short:
+        return max_lengths, confidence
+    masked = np.empty_like(confidence)
+    for i in range(rows):
+        for j in range(confidence.shape[1]):
+            masked[i, j] = confidence[i, j] * (1.0 if j < max_lengths[i] else 0.0)
+    return max_lengths, masked
+
+
+@njit(cache=True)
+def within(counts, hi):
+    """0 <= counts[i] <= hi[i] for every i (int64 arrays of one length)."""
+    for i in range(counts.shape[0]):
+        if counts[i] < 0 or counts[i] > hi[i]:
+            return False
+    return True

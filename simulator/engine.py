@@ -28,8 +28,8 @@ import numpy as np
 import simpy
 
 from hw_profile.table import StepTimeGrid
-from simulator.acceptance.base import AcceptanceSource, checked_accepted
-from simulator.batch_kernels import advance_prefill, emit_decoded, plan_prefill
+from simulator.acceptance.base import AcceptanceSource, checked_accepted, checked_confidence
+from simulator.batch_kernels import advance_prefill, emit_decoded, plan_prefill, verifiable
 from simulator.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.drafters import DraftCost
 from simulator.policies.base import Policy, PolicyView, StepRate, checked_lengths
@@ -251,11 +251,9 @@ class Replica:
         plan.stall_ms = sim.stall_ms if (self.policy.sync_stall and rows) else 0.0
         if rows and (gamma or sim.source_decodes):
             remaining = plan.remaining
-            maxl = np.minimum(gamma, remaining - 1)
             proposal = sim.source.propose(plan.ids)
-            conf = proposal.confidence
-            if maxl.min() < gamma:
-                conf = conf * (sim.positions < maxl[:, None])
+            conf = checked_confidence(sim.source, proposal.confidence, rows, gamma)
+            maxl, conf = verifiable(conf, remaining, gamma)  # positions past a request's end: confidence 0
             sps = StepRate(sim.policy_grid, plan.kv, plan.prefill_tokens, plan.draft_ms + plan.stall_ms)
             view = PolicyView(conf, remaining, plan.context, sps, gamma, self.step_no,
                               proposal.outcome if self.policy.needs_outcome else None, maxl)
@@ -382,7 +380,6 @@ class Simulation:
                  live_clock: bool = False):
         self.env = simpy.Environment()
         self.gamma = gamma
-        self.positions = np.arange(gamma)[None, :]
         self.lookahead = gamma + 1
         self.source = source
         self.draft = draft

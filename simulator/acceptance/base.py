@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from simulator.batch_kernels import within
 from simulator.errors import SourceError
 
 
@@ -100,12 +101,29 @@ class AcceptanceSource:
         """Write what was recorded in the trace format that ``source: trace`` reads."""
 
 
+def checked_confidence(source: AcceptanceSource, confidence: object, rows: int, gamma: int) -> np.ndarray:
+    """A source's ``Proposal.confidence`` as a C-contiguous (rows, gamma) float64 array, or a SourceError that names
+    the source and what is wrong."""
+    if (type(confidence) is np.ndarray and confidence.dtype == np.float64 and confidence.shape == (rows, gamma)
+            and confidence.flags.c_contiguous):
+        return confidence
+    name = type(source).__name__
+    try:
+        arr = np.ascontiguousarray(confidence, dtype=np.float64)
+    except Exception as exc:  # a plug-in may return anything
+        raise SourceError(f"acceptance source {name}: propose() returned confidence of type "
+                          f"{type(confidence).__name__}, expected a float array ({exc})") from None
+    if arr.shape != (rows, gamma):
+        raise SourceError(f"acceptance source {name}: propose() returned confidence of shape {arr.shape}, expected "
+                          f"({rows}, {gamma}) (one row of gamma per request)")
+    return arr
+
+
 def checked_accepted(source: AcceptanceSource, accepted: object, lengths: np.ndarray) -> np.ndarray:
     """A source's verify() answer as an int64 array with 0 <= accepted <= lengths, or a SourceError that names the
     source and what is wrong. lengths: (R,) int64 >= 0, what the policy verified."""
     if type(accepted) is np.ndarray and accepted.dtype == np.int64 and accepted.shape == lengths.shape:
-        # the common case, one comparison: negative counts wrap around to huge unsigned values
-        if not np.any(accepted.view(np.uint64) > lengths.view(np.uint64)):
+        if within(accepted, lengths):  # the common case, one compiled pass
             return accepted
     name = type(source).__name__
     try:

@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from hw_profile.table import StepCurve, StepTimeGrid
+from simulator.batch_kernels import within
 from simulator.errors import PolicyError
 
 
@@ -106,8 +107,7 @@ def checked_lengths(policy: Policy, label: str, lengths: object, view: PolicyVie
     rows = view.remaining.shape[0]
     hi = view.max_lengths
     if type(lengths) is np.ndarray and lengths.dtype == np.int64 and lengths.shape == (rows,):
-        # the common case, one comparison: negative lengths wrap around to huge unsigned values
-        if not np.any(lengths.view(np.uint64) > hi):
+        if within(lengths, hi):  # the common case, one compiled pass
             return lengths
     try:
         arr = np.asarray(lengths)

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.batch_kernels import advance_prefill, emit_decoded, plan_prefill
+from simulator.batch_kernels import advance_prefill, emit_decoded, plan_prefill, verifiable, within
 
 
 def random_batch(rng: np.random.Generator, n: int, capacity: int):
@@ -68,3 +68,25 @@ def test_emit_and_advance_equal_the_array_expressions(n, seed):
     for got, want in ((generated, want_gen), (accepted_total, want_acc), (decode_steps, want_steps),
                       (to_prefill, want_left)):
         assert np.array_equal(got, want)  # rows past n untouched too
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 300), st.integers(0, 9), st.integers(0, 2**32 - 1))
+def test_verifiable_equals_the_array_expressions(rows, gamma, seed):
+    rng = np.random.default_rng(seed)
+    conf = rng.random((rows, gamma))
+    conf[rng.random((rows, gamma)) < 0.05] = np.nan  # a masked NaN stays NaN, as NaN * 0 does
+    remaining = rng.integers(1, 12, rows) if rng.random() < 0.7 else np.full(rows, gamma + 1)
+    maxl, masked = verifiable(conf, remaining, gamma)
+    want = np.minimum(gamma, remaining - 1)
+    assert np.array_equal(maxl, want)
+    assert np.array_equal(masked, conf * (np.arange(gamma)[None, :] < want[:, None]), equal_nan=True)
+    if rows and want.min() == gamma:
+        assert masked is conf  # nothing to mask: no copy
+
+
+def test_within_is_zero_to_hi_inclusive():
+    hi = np.array([0, 3, 7], dtype=np.int64)
+    assert within(np.array([0, 3, 7], dtype=np.int64), hi) and within(np.array([0, 0, 0], dtype=np.int64), hi)
+    assert not within(np.array([0, 4, 7], dtype=np.int64), hi)
+    assert not within(np.array([-1, 0, 0], dtype=np.int64), hi)

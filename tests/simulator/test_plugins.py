@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from simulator.acceptance import AcceptanceSource, Proposal, resolve_source
-from simulator.acceptance.base import checked_accepted
+from simulator.acceptance.base import checked_accepted, checked_confidence
 from simulator.errors import PolicyError, SourceError, UserError
 from simulator.plugins import (
     ACCEPTANCE_GROUP,
@@ -238,6 +238,18 @@ def test_checked_accepted_passes_valid_counts_through_and_names_each_fault():
         checked_accepted(src, np.array([0.0, 1.0, 2.0]), lengths)
     with pytest.raises(SourceError, match=r"1 draft tokens accepted for request 0, outside 0\.\.0"):
         checked_accepted(src, np.array([1, 1, 1]), lengths)
+
+
+def test_checked_confidence_passes_valid_arrays_through_and_names_each_fault():
+    src = Overclaims.__new__(Overclaims)
+    ok = np.full((3, 2), 0.5)
+    assert checked_confidence(src, ok, 3, 2) is ok
+    as_floats = checked_confidence(src, np.full((3, 2), 0.5, dtype=np.float32), 3, 2)
+    assert as_floats.dtype == np.float64 and as_floats.tolist() == ok.tolist()
+    with pytest.raises(SourceError, match=r"^acceptance source Overclaims: .* shape \(3, 1\), expected \(3, 2\)"):
+        checked_confidence(src, np.full((3, 1), 0.5), 3, 2)
+    with pytest.raises(SourceError, match=r"confidence of type str, expected a float array"):
+        checked_confidence(src, "high", 3, 2)
 
 
 @pytest.mark.parametrize("command", [("check",), ("run", "--quick", "--jobs", "2")])
