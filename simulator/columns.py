@@ -36,21 +36,20 @@ class Field:
 
 class ColumnLog:
     """Columns indexed by row (a request id), appended in blocks of rows and grown geometrically. Rows not yet
-    written hold zeros, so only fields with a non-zero default are filled explicitly on ``extend``."""
+    written already hold their field's default, so ``extend`` writes only the columns it is given."""
 
     def __init__(self, fields: dict[str, Field], capacity: int = 4096):
         self.fields = fields
         self.n = 0
         self.capacity = capacity
-        self.data = {k: np.zeros(capacity, dtype=f.dtype) for k, f in fields.items()}
-        self._filled = {k: f.default for k, f in fields.items() if f.default != 0}  # NaN != 0 too
+        self.data = {k: np.full(capacity, f.default, dtype=f.dtype) for k, f in fields.items()}
 
     def _grow(self, need: int) -> None:
         if need <= self.capacity:
             return
         self.capacity = max(need, 2 * self.capacity)
         for k, v in self.data.items():
-            new = np.zeros(self.capacity, dtype=v.dtype)
+            new = np.full(self.capacity, self.fields[k].default, dtype=v.dtype)
             new[: self.n] = v[: self.n]
             self.data[k] = new
 
@@ -63,9 +62,6 @@ class ColumnLog:
         start = self.n
         end = start + rows
         self._grow(end)
-        for k, v in self._filled.items():
-            if k not in cols:
-                self.data[k][start:end] = v
         for k, v in cols.items():
             self.data[k][start:end] = v
         self.n = end

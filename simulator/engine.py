@@ -134,8 +134,9 @@ class Replica:
         self.process = self.env.process(self.loop())
 
     # --- queue, admission, eviction -------------------------------------------------------------------------
-    def enqueue(self, rid: int, front: bool = False) -> None:
-        (self.queue.appendleft if front else self.queue.append)(rid)
+    def enqueue(self, rids: list[int]) -> None:
+        """These requests join the back of the queue, in order."""
+        self.queue.extend(rids)
         if self.wake is not None and not self.wake.triggered:
             self.wake.succeed()
 
@@ -192,7 +193,7 @@ class Replica:
             sim.source.preempt(np.array([rid]))
             req["preemptions"][rid] += 1
             sim.preemptions += 1
-            self.enqueue(rid, front=True)
+            self.queue.appendleft(rid)  # first in line again (the replica is running: no wake-up needed)
 
     def save(self) -> None:
         """Write the running requests' live columns back to the request log (at the end of a run)."""
@@ -356,14 +357,23 @@ class Router:
         self._next = 0
         self.loads = np.zeros(len(replicas), dtype=np.int64)
 
-    def pick(self) -> Replica:
+    def pick(self, count: int) -> np.ndarray:
+        """The replicas (indices) of the next ``count`` requests, each counted in before the next is picked."""
+        r = len(self.replicas)
+        if r == 1:
+            self.loads[0] += count
+            return np.zeros(count, dtype=np.int64)
         if self.kind == "round-robin":
-            i = self._next % len(self.replicas)
-            self._next += 1
-        else:
-            i = int(np.argmin(self.loads)) if len(self.loads) > 1 else 0  # argmin: the first of equal loads
-        self.loads[i] += 1
-        return self.replicas[i]
+            picks = (self._next + np.arange(count)) % r
+            self._next += count
+            self.loads += np.bincount(picks, minlength=r)
+            return picks
+        picks = np.empty(count, dtype=np.int64)
+        for k in range(count):
+            i = int(np.argmin(self.loads))  # argmin: the first of equal loads
+            self.loads[i] += 1
+            picks[k] = i
+        return picks
 
     def finished(self, replica: int, count: int) -> None:
         self.loads[replica] -= count
@@ -414,23 +424,31 @@ class Simulation:
         ids = self.requests.add(self.env.now, prompt, output, mix)
         self.source.attach(ids, mix)
         req = self.requests.data
-        for rid in ids:
-            if req["prompt"][rid] + req["output"][rid] + self.lookahead > self.kv_capacity:
-                req["rejected"][rid] = True  # could never fit, even alone
-                self.rejected += 1
-                continue
-            if self.prefill_pool is not None:
-                self.prefill_pool.submit(int(rid), int(req["prompt"][rid]))
-            elif self.remote_prefill_ms is None:
-                self.route(int(rid))
-            else:
-                self.env.process(self.prefilled_elsewhere(int(rid)))
+        fits = req["prompt"][ids] + req["output"][ids] + self.lookahead <= self.kv_capacity
+        if not fits.all():
+            req["rejected"][ids[~fits]] = True  # could never fit, even alone
+            self.rejected += int((~fits).sum())
+            ids = ids[fits]
+        if self.prefill_pool is not None:
+            for rid in ids.tolist():
+                self.prefill_pool.submit(rid, int(req["prompt"][rid]))
+        elif self.remote_prefill_ms is None:
+            self.route(ids)
+        else:
+            for rid in ids.tolist():
+                self.env.process(self.prefilled_elsewhere(rid))
 
-    def route(self, rid: int) -> None:
-        rep = self.router.pick()
-        self.requests.data["replica"][rid] = rep.index
-        self.requests.data["routed"][rid] = self.env.now
-        rep.enqueue(rid)
+    def route(self, ids: np.ndarray) -> None:
+        """These requests join replicas' queues, in order (each picked as the router would one at a time)."""
+        picks = self.router.pick(len(ids))
+        req = self.requests.data
+        req["replica"][ids] = picks
+        req["routed"][ids] = self.env.now
+        if len(self.replicas) == 1:
+            self.replicas[0].enqueue(ids.tolist())
+        else:
+            for rid, i in zip(ids.tolist(), picks.tolist(), strict=True):
+                self.replicas[i].enqueue([rid])
 
     def prefilled_elsewhere(self, rid: int):
         """Disaggregated prefill: a separate pool (not counted in this deployment's GPUs) computes the prompt's KV
@@ -450,7 +468,7 @@ class Simulation:
             self.source.detach(np.array([rid]))
             self.on_finish(1)
         else:
-            self.route(rid)
+            self.route(np.array([rid]))
 
     def closed_loop(self, users: int, draw: Callable[[int], tuple]) -> None:
         self.on_finish = lambda count: self.submit(*draw(count))
