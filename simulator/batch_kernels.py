@@ -89,6 +89,20 @@ def advance_prefill(to_prefill, chunks, generated, n):
 
 
 @njit(cache=True)
+def finished_rows(generated, output, prompt, n):
+    """Rows 0..n-1 that have emitted their whole output, and the KV tokens they hold (prompt + output)."""
+    rows = np.empty(n, dtype=np.int64)
+    k = 0
+    freed = 0
+    for i in range(n):
+        if generated[i] >= output[i]:
+            rows[k] = i
+            k += 1
+            freed += prompt[i] + output[i]
+    return rows[:k], freed
+
+
+@njit(cache=True)
 def verifiable(confidence, remaining, gamma):
     """Per decoding row, the most draft tokens it may verify, min(gamma, remaining - 1), and the confidences with
     the positions past that multiplied by 0 (a new array when any is; else the same one)."""

@@ -152,10 +152,10 @@ class Batch:
         for k in self.live:
             data[k][ids] = getattr(self, k)[rows]
 
-    def keep(self, mask: np.ndarray) -> None:
-        """Compact: keep the rows where ``mask`` (n,) is true, in order."""
+    def drop(self, rows: np.ndarray) -> None:
+        """Remove these rows (ascending indices); the others move up, in order."""
         for block in self._blocks:
-            m = _compact(block, mask, self.n)
+            m = _compact(block, rows, self.n)
         self.n = m
 
     def drop_last(self) -> int:
@@ -165,15 +165,19 @@ class Batch:
 
 
 @njit(cache=True)
-def _compact(block, mask, n):
-    """Move the columns i < n of ``block`` where ``mask`` holds to the front, in order; returns how many."""
+def _compact(block, drop, n):
+    """Move the columns i < n of ``block`` that are not in ``drop`` (ascending) to the front, in order; returns
+    how many there are."""
     k = 0
+    d = 0
     for i in range(n):
-        if mask[i]:
-            if k != i:
-                for c in range(block.shape[0]):
-                    block[c, k] = block[c, i]
-            k += 1
+        if d < drop.shape[0] and drop[d] == i:
+            d += 1
+            continue
+        if k != i:
+            for c in range(block.shape[0]):
+                block[c, k] = block[c, i]
+        k += 1
     return k
 
 

@@ -29,7 +29,7 @@ import simpy
 
 from hw_profile.table import StepTimeGrid
 from simulator.acceptance.base import AcceptanceSource, checked_accepted, checked_confidence
-from simulator.batch_kernels import advance_prefill, emit_decoded, plan_prefill, verifiable
+from simulator.batch_kernels import advance_prefill, emit_decoded, finished_rows, plan_prefill, verifiable
 from simulator.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.drafters import DraftCost
 from simulator.policies.base import Policy, PolicyView, StepRate, checked_lengths
@@ -332,14 +332,13 @@ class Replica:
         """Finished requests leave the batch (their live columns saved); then, if the cache overflows, the most
         recently admitted requests are preempted (vLLM's recompute)."""
         sim, b = self.sim, self.batch
-        n = b.n
-        finished = b.generated[:n] >= b.output[:n]
-        if finished.any():
-            gone = b.rid[:n][finished]
+        rows, freed = finished_rows(b.generated, b.output, b.prompt, b.n)
+        if len(rows):
+            gone = b.rid[rows]
             sim.requests.data["finish"][gone] = self.env.now
-            b.save(sim.requests, np.flatnonzero(finished))
-            self.tokens -= int((b.prompt[:n][finished] + b.output[:n][finished]).sum())
-            b.keep(~finished)
+            b.save(sim.requests, rows)
+            self.tokens -= freed
+            b.drop(rows)
             sim.source.detach(gone)
             sim.router.finished(self.index, len(gone))
             sim.on_finish(len(gone))

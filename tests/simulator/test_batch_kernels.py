@@ -6,7 +6,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.batch_kernels import advance_prefill, emit_decoded, plan_prefill, verifiable, within
+from simulator.batch_kernels import (
+    advance_prefill,
+    emit_decoded,
+    finished_rows,
+    plan_prefill,
+    verifiable,
+    within,
+)
 
 
 def random_batch(rng: np.random.Generator, n: int, capacity: int):
@@ -90,3 +97,25 @@ def test_within_is_zero_to_hi_inclusive():
     assert within(np.array([0, 3, 7], dtype=np.int64), hi) and within(np.array([0, 0, 0], dtype=np.int64), hi)
     assert not within(np.array([0, 4, 7], dtype=np.int64), hi)
     assert not within(np.array([-1, 0, 0], dtype=np.int64), hi)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 300), st.integers(0, 2**32 - 1))
+def test_finished_rows_and_drop_equal_the_array_expressions(n, seed):
+    from simulator.columns import Batch, Field
+
+    rng = np.random.default_rng(seed)
+    _, output, generated, prompt, _ = random_batch(rng, n, n + 5)
+    generated = np.where(rng.random(n + 5) < 0.1, output + rng.integers(0, 3, n + 5), generated)
+    rows, freed = finished_rows(generated, output, prompt, n)
+    done = generated[:n] >= output[:n]
+    assert np.array_equal(rows, np.flatnonzero(done)) and freed == (prompt[:n] + output[:n])[done].sum()
+
+    b = Batch({"x": Field(np.int64, batch="copy"), "t": Field(np.float64, batch="copy")}, {}, n + 5)
+    b.n = n
+    b.rid[:] = np.arange(n + 5)
+    b.x[:] = rng.integers(0, 100, n + 5)
+    b.t[:] = rng.random(n + 5)
+    want = {k: getattr(b, k)[:n][~done].copy() for k in b.names}
+    b.drop(rows)
+    assert b.n == n - len(rows) and all(np.array_equal(b.col(k), want[k]) for k in b.names)

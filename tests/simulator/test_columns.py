@@ -41,7 +41,7 @@ def test_batch_admit_compact_evict_save_on_any_field():
     assert rows == slice(0, 3) and b.col("size").tolist() == [13, 11, 14] and b.col("slot").tolist() == [7, 8, 9]
     b.count[:3] += 100
     b.size[:3] = 0  # COPY columns are never written back
-    b.keep(np.array([True, False, True]))
+    b.drop(np.array([1]))
     assert b.col("rid").tolist() == [3, 4] and b.col("count").tolist() == [103, 104]
     assert b.col("slot").tolist() == [7, 9]
     b.save(log, slice(0, b.n))
@@ -49,7 +49,7 @@ def test_batch_admit_compact_evict_save_on_any_field():
     assert b.drop_last() == 4 and b.n == 1
     b.admit(log, [0])  # an unnamed local column starts at 0
     assert b.col("rid").tolist() == [3, 0] and b.col("slot").tolist() == [7, 0]
-    for name in ("keep", "n", "_x"):  # a column may not shadow the container's own attributes
+    for name in ("drop", "n", "_x"):  # a column may not shadow the container's own attributes
         with pytest.raises(ValueError, match="clash"):
             Batch({name: Field(np.int64, batch=COPY)}, {}, capacity=1)
 
