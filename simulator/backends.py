@@ -51,7 +51,7 @@ class Backend:
 
 
 def run_task(task: Task) -> dict:
-    row, _ = run_one(task.scn, task.spec, task.records)
+    row, _ = run_one(task.scn, task.spec, task.records, run_key=task.store.stem)
     return row
 
 

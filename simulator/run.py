@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hw_profile.files import atomic_write, atomic_write_text
 from simulator.acceptance import BUILTIN_SOURCES, resolve_source
 from simulator.acceptance.base import AcceptanceSource, NoDrafts
 from simulator.acceptance.profile import Profile, ProfileSource, load_profile
@@ -230,8 +231,10 @@ def run_window(sim: Simulation, scn: LoadedScenario, spec: RunSpec, hw: Hardware
     return warmup, steady, sim.env.now
 
 
-def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None) -> tuple[dict, Simulation]:
-    """Run and summarise. Returns the runs.csv row and the simulation (its logs)."""
+def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
+            run_key: str = "") -> tuple[dict, Simulation]:
+    """Run and summarise. Returns the runs.csv row and the simulation (its logs). With ``records_dir``, the run's
+    records are written there, marked with ``run_key`` (the run store's key) when one is given."""
     t0 = time.perf_counter()
     sim, hw, duration, warmup = build(scn, spec)
     recording = records_dir is not None and sim.source.start_recording()  # live: verify whole blocks, record
@@ -277,29 +280,33 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None)
     if spec.point.concurrency is None:
         row["series"] = time_series(steps, req, duration, hw.replicas, gpus, m.sla.tps_targets[0])
     if records_dir is not None:
-        write_records(records_dir, spec, req, steps, m.workload.mix)
+        stem = records_stem(scn, spec)
+        write_records(records_dir, stem, req, steps, m.workload.mix)
         if recording:
-            sim.source.write_trace(records_dir / f"{records_stem(spec)}.trace.csv")
+            sim.source.write_trace(records_dir / f"{stem}.trace.csv")
+        if run_key:  # last, so that an interrupted write does not count as written (records_written)
+            atomic_write_text(records_dir / f"{stem}.run-key", run_key + "\n")
     if m.hardware.clock == "live":
         row["live_tables"] = sim.source.measured_tables()  # written beside the results by the command (simulator/live_tables.py)
     return row, sim
 
 
-def records_stem(spec: RunSpec) -> str:
+def records_stem(scn: LoadedScenario, spec: RunSpec) -> str:
     quick = "-quick" if spec.quick else ""
-    return f"{spec.system.name}__{spec.point.label}__seed{spec.seed}{quick}"
+    return f"{scn.name}__{spec.system.name}__{spec.point.label}__seed{spec.seed}{quick}"
 
 
-def records_written(out: Path, spec: RunSpec) -> bool:
-    """Whether ``out`` holds this run's records (both files)."""
-    stem = records_stem(spec)
-    return (out / f"{stem}.requests.parquet").is_file() and (out / f"{stem}.steps.parquet").is_file()
+def records_written(out: Path, scn: LoadedScenario, spec: RunSpec, run_key: str) -> bool:
+    """Whether ``out`` holds this run's records: both files, written under this run key. Records of the same
+    scenario name after an edit or a ``--set`` have another key, so they are written again rather than reused."""
+    stem = records_stem(scn, spec)
+    key = out / f"{stem}.run-key"
+    return ((out / f"{stem}.requests.parquet").is_file() and (out / f"{stem}.steps.parquet").is_file()
+            and key.is_file() and key.read_text().strip() == run_key)
 
 
-def write_records(out: Path, spec: RunSpec, req: dict, steps: dict, mix: dict) -> None:
-    from hw_profile.files import atomic_write
-
-    stem = records_stem(spec)
+def write_records(out: Path, stem: str, req: dict, steps: dict, mix: dict) -> None:
+    """The per-request and per-step Parquet files."""
     rdf = pd.DataFrame(req)
     rdf.insert(0, "request", np.arange(len(rdf)))
     rdf["mix"] = np.array(list(mix))[rdf["mix"].to_numpy()]

@@ -170,7 +170,7 @@ class Sweep:
         this command."""
         return [(s, k) for s, k in zip(self.specs, self.keys(), strict=True)
                 if not (self.store / f"{k}.json").is_file() or (self.fresh and k not in self._executed)
-                or (self.records is not None and not records_written(self.records, s))]
+                or (self.records is not None and not records_written(self.records, self.scn, s, k))]
 
     def tasks(self) -> list[Task]:
         """What is not stored yet, as tasks for a backend."""

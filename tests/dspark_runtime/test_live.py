@@ -85,7 +85,7 @@ def test_temperature_zero_is_the_targets_greedy_decoding_with_preemptions(smoke_
     _, sim = run(path, records=tmp_path / "rec")  # recording: the whole-block forward runs too, untimed
     check_invariants(sim)
     src = sim.source
-    assert (tmp_path / "rec" / "dspark__closed-6__seed0.trace.csv").is_file()
+    assert (tmp_path / "rec" / "live__dspark__closed-6__seed0.trace.csv").is_file()
     # drafts were verified every step (the smoke drafter rarely matches the smoke target's argmax, so the
     # corrections are what this checks here; the temperature-1 test below checks accepted drafts)
     # (the whole run's count: runs.csv counts only the measurement window's requests)

@@ -118,8 +118,8 @@ def test_replicates_give_confidence_intervals_and_records_are_written(scenario_f
     assert sorted(runs["seed"].unique()) == [0, 1, 2] and len(runs) == 12
     frontier = pd.read_csv(out / "frontier.csv")
     assert (frontier["seeds"] == 3).all() and frontier["throughput_per_gpu_ci95"].notna().all()
-    steps = pd.read_parquet(rec / "dspark__closed-16__seed1-quick.steps.parquet")
-    reqs = pd.read_parquet(rec / "dspark__closed-16__seed1-quick.requests.parquet")
+    steps = pd.read_parquet(rec / "scn__dspark__closed-16__seed1-quick.steps.parquet")
+    reqs = pd.read_parquet(rec / "scn__dspark__closed-16__seed1-quick.requests.parquet")
     row = runs[(runs.policy == "dspark") & (runs.concurrency == 16) & (runs.seed == 1)].iloc[0]
     assert len(steps) == row["steps"]
     assert set(reqs["mix"]) <= {"math", "code", "chat"}
@@ -169,11 +169,19 @@ def test_records_of_stored_runs_are_written_and_fresh_ignores_the_store(scenario
     assert len(with_records.pending()) == 2  # stored rows, but no records yet
     assert with_records.execute(jobs=1) == 2
     assert sorted(p.name for p in rec.glob("*.steps.parquet")) == [
-        "dspark__closed-4__seed0-quick.steps.parquet", "mtp-1__closed-4__seed0-quick.steps.parquet"]
+        "scn__dspark__closed-4__seed0-quick.steps.parquet", "scn__mtp-1__closed-4__seed0-quick.steps.parquet"]
     assert Sweep.plan(scn, out, quick=True, seed=None, replicates=None, records=rec).pending() == []
-    steps = pd.read_parquet(rec / "dspark__closed-4__seed0-quick.steps.parquet")
+    steps = pd.read_parquet(rec / "scn__dspark__closed-4__seed0-quick.steps.parquet")
     row = with_records.results().set_index("policy").loc["dspark"]
     assert len(steps) == row["steps"]  # the records belong to the stored row (runs are deterministic)
+
+    # another scenario's records, or this one's after an edit, are never taken for this run's: the file names
+    # carry the scenario's name and each run's records its run key
+    other = load_scenario(scenario_file("other", systems=["mtp-1", "dspark"], frontier={"concurrency": [4]}))
+    edited = load_scenario(path, ["engine.max_batch_tokens=3000"])
+    for scn2, out2 in ((other, tmp_path / "o2"), (edited, out)):
+        assert Sweep.plan(scn2, out2, quick=True, seed=None, replicates=None).execute(jobs=1) == 2  # stored
+        assert len(Sweep.plan(scn2, out2, quick=True, seed=None, replicates=None, records=rec).pending()) == 2
 
     fresh = Sweep.plan(scn, out, quick=True, seed=None, replicates=None, fresh=True)
     assert len(fresh.pending()) == 2
