@@ -435,7 +435,7 @@ class Simulation:
             self.route(ids)
         else:
             for rid in ids.tolist():
-                self.env.process(self.prefilled_elsewhere(rid))
+                self.prefill_elsewhere(rid)
 
     def route(self, ids: np.ndarray) -> None:
         """These requests join replicas' queues, in order (each picked as the router would one at a time)."""
@@ -449,11 +449,12 @@ class Simulation:
             for rid, i in zip(ids.tolist(), picks.tolist(), strict=True):
                 self.replicas[i].enqueue([rid])
 
-    def prefilled_elsewhere(self, rid: int):
+    def prefill_elsewhere(self, rid: int) -> None:
         """Disaggregated prefill: a separate pool (not counted in this deployment's GPUs) computes the prompt's KV
-        in one forward and emits the first token, then the request joins a decode replica's queue."""
-        yield self.env.timeout(self.remote_prefill_ms(int(self.requests.data["prompt"][rid])) * 1e-3)
-        self.prefilled(rid)
+        in one forward and emits the first token, then the request joins a decode replica's queue. (A timeout with
+        a callback rather than a SimPy process per request: one event instead of three, in the same order.)"""
+        done = self.env.timeout(self.remote_prefill_ms(int(self.requests.data["prompt"][rid])) * 1e-3)
+        done.callbacks.append(lambda _: self.prefilled(rid))
 
     def prefilled(self, rid: int) -> None:
         """A remote prefill finished now: the first token is out and the request joins a decode queue."""
