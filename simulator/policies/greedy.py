@@ -160,8 +160,8 @@ def _descending_stable(a):
     A positive double orders like its bit pattern, so key = bits(1.0) - bits(a) (in [0, 2^62)) ascending is a
     descending; an LSD radix sort (stable) on the key's top 33 bits, in three 11-bit digits, then one insertion
     pass on the whole key for what those bits left tied: values within 2^-23 of each other, rare, so the sort is
-    linear in practice. On a step's ~2000 candidates this is several times faster than a comparison sort or a
-    heap merge of the rows."""
+    linear in practice. On a step's ~1,800 candidates it takes about half the time of numpy's stable argsort, and
+    the greedy built on it about half that of the heap merge of the rows it replaced."""
     m = a.shape[0]
     key = np.uint64(0x3FF0000000000000) - a.view(np.uint64)
     order = np.arange(m)
