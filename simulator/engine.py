@@ -384,7 +384,7 @@ class Simulation:
     def __init__(self, *, gamma: int, source: AcceptanceSource, draft: DraftCost, clock: StepTimeGrid,
                  policy_grid: StepTimeGrid, make_policy: Callable[[], Policy], policy_label: str, replicas: int,
                  router: str, max_running: int, max_batch_tokens: int, kv_capacity: int, prefill_chunk: int,
-                 stall_ms: float, remote_prefill_ms: Callable[[int], float] | None = None,
+                 stall_ms: float, remote_prefill_ms: Callable[[np.ndarray], np.ndarray] | None = None,
                  prefill_pool: Callable[[simpy.Environment, Callable[[int], None]], PrefillPool] | None = None,
                  live_clock: bool = False):
         self.env = simpy.Environment()
@@ -434,8 +434,9 @@ class Simulation:
         elif self.remote_prefill_ms is None:
             self.route(ids)
         else:
-            for rid in ids.tolist():
-                self.prefill_elsewhere(rid)
+            ms = self.remote_prefill_ms(req["prompt"][ids])  # all at once: one vectorised lookup
+            for rid, t in zip(ids.tolist(), ms.tolist(), strict=True):
+                self.prefill_elsewhere(rid, t)
 
     def route(self, ids: np.ndarray) -> None:
         """These requests join replicas' queues, in order (each picked as the router would one at a time)."""
@@ -449,11 +450,12 @@ class Simulation:
             for rid, i in zip(ids.tolist(), picks.tolist(), strict=True):
                 self.replicas[i].enqueue([rid])
 
-    def prefill_elsewhere(self, rid: int) -> None:
+    def prefill_elsewhere(self, rid: int, ms: float) -> None:
         """Disaggregated prefill: a separate pool (not counted in this deployment's GPUs) computes the prompt's KV
-        in one forward and emits the first token, then the request joins a decode replica's queue. (A timeout with
-        a callback rather than a SimPy process per request: one event instead of three, in the same order.)"""
-        done = self.env.timeout(self.remote_prefill_ms(int(self.requests.data["prompt"][rid])) * 1e-3)
+        in one forward of ``ms`` and emits the first token, then the request joins a decode replica's queue. (A
+        timeout with a callback rather than a SimPy process per request: one event instead of three, in the same
+        order.)"""
+        done = self.env.timeout(ms * 1e-3)
         done.callbacks.append(lambda _: self.prefilled(rid))
 
     def prefilled(self, rid: int) -> None:

@@ -171,7 +171,8 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         kv_capacity=hw.kv_capacity,
         prefill_chunk=m.engine.prefill_chunk,
         stall_ms=m.engine.sched_stall_ms,
-        remote_prefill_ms=(lambda prompt: hw.clock.step_ms(prompt, 0.0)) if m.engine.prefill == "disaggregated" else None,
+        # a remote prefill's forward: T(prompt, K=0), for an array of prompts
+        remote_prefill_ms=hw.clock.curve(0.0) if m.engine.prefill == "disaggregated" else None,
         live_clock=check_live_clock(scn, source),
         prefill_pool=prefill_pool_factory(scn, hw),
     )
