@@ -22,7 +22,7 @@ Everything across the batch is numpy; there is no per-token Python loop.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import simpy
@@ -134,7 +134,7 @@ class Replica:
         self.process = self.env.process(self.loop())
 
     # --- queue, admission, eviction -------------------------------------------------------------------------
-    def enqueue(self, rids: list[int]) -> None:
+    def enqueue(self, rids: Iterable[int]) -> None:
         """These requests join the back of the queue, in order."""
         self.queue.extend(rids)
         if self.wake is not None and not self.wake.triggered:
@@ -367,12 +367,20 @@ class Router:
             self._next += count
             self.loads += np.bincount(picks, minlength=r)
             return picks
-        picks = np.empty(count, dtype=np.int64)
-        for k in range(count):
+        return np.array([self.pick_one() for _ in range(count)], dtype=np.int64)
+
+    def pick_one(self) -> int:
+        """``pick(1)``'s replica, as an int."""
+        r = len(self.replicas)
+        if r == 1:
+            i = 0
+        elif self.kind == "round-robin":
+            i = self._next % r
+            self._next += 1
+        else:
             i = int(np.argmin(self.loads))  # argmin: the first of equal loads
-            self.loads[i] += 1
-            picks[k] = i
-        return picks
+        self.loads[i] += 1
+        return i
 
     def finished(self, replica: int, count: int) -> None:
         self.loads[replica] -= count
@@ -469,8 +477,11 @@ class Simulation:
             req["finish"][rid] = self.env.now
             self.source.detach(np.array([rid]))
             self.on_finish(1)
-        else:
-            self.route(np.array([rid]))
+        else:  # one request: route it without the array machinery of route()
+            i = self.router.pick_one()
+            req["replica"][rid] = i
+            req["routed"][rid] = self.env.now
+            self.replicas[i].enqueue((rid,))
 
     def closed_loop(self, users: int, draw: Callable[[int], tuple]) -> None:
         self.on_finish = lambda count: self.submit(*draw(count))
