@@ -378,7 +378,7 @@ class Router:
             i = self._next % r
             self._next += 1
         else:
-            i = int(np.argmin(self.loads))  # argmin: the first of equal loads
+            i = int(self.loads.argmin())  # argmin: the first of equal loads
         self.loads[i] += 1
         return i
 
