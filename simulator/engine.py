@@ -287,15 +287,10 @@ class Replica:
             if plan.accepted is not None:
                 accepted = plan.accepted
                 self.policy.observe(plan.lengths, accepted)
-                if type(dec) is slice:
-                    acc_sum = int(accepted.sum())
-                    b.generated[dec] += accepted + 1
-                    b.accepted[dec] += accepted
-                    b.decode_steps[dec] += 1
-                else:
-                    acc_sum = int(emit_decoded(dec, accepted, b.generated, b.accepted, b.decode_steps))
+                rows_at = np.arange(n)[dec]  # the decoding rows as indices (dec may be a slice)
+                acc_sum = int(emit_decoded(rows_at, accepted, b.generated, b.accepted, b.decode_steps))
                 if plan.ended is not None and plan.ended.any():  # the real sequence reached its end token
-                    self.end_early(np.arange(n)[dec][plan.ended])
+                    self.end_early(rows_at[plan.ended])
             else:
                 b.generated[dec] += 1
                 b.decode_steps[dec] += 1
