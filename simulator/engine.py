@@ -353,15 +353,9 @@ class Router:
 
     def pick(self, count: int) -> np.ndarray:
         """The replicas (indices) of the next ``count`` requests, each counted in before the next is picked."""
-        r = len(self.replicas)
-        if r == 1:
+        if len(self.replicas) == 1:
             self.loads[0] += count
             return np.zeros(count, dtype=np.int64)
-        if self.kind == "round-robin":
-            picks = (self._next + np.arange(count)) % r
-            self._next += count
-            self.loads += np.bincount(picks, minlength=r)
-            return picks
         return np.array([self.pick_one() for _ in range(count)], dtype=np.int64)
 
     def pick_one(self) -> int:
@@ -441,6 +435,14 @@ class Simulation:
             for rid, t in zip(ids.tolist(), ms.tolist(), strict=True):
                 self.prefill_elsewhere(rid, t)
 
+    def route_one(self, rid: int) -> None:
+        """``route`` of one request, without the array machinery."""
+        i = self.router.pick_one()
+        req = self.requests.data
+        req["replica"][rid] = i
+        req["routed"][rid] = self.env.now
+        self.replicas[i].enqueue((rid,))
+
     def route(self, ids: np.ndarray) -> None:
         """These requests join replicas' queues, in order (each picked as the router would one at a time)."""
         picks = self.router.pick(len(ids))
@@ -472,11 +474,8 @@ class Simulation:
             req["finish"][rid] = self.env.now
             self.source.detach(np.array([rid]))
             self.on_finish(1)
-        else:  # one request: route it without the array machinery of route()
-            i = self.router.pick_one()
-            req["replica"][rid] = i
-            req["routed"][rid] = self.env.now
-            self.replicas[i].enqueue((rid,))
+        else:
+            self.route_one(rid)
 
     def closed_loop(self, users: int, draw: Callable[[int], tuple]) -> None:
         self.on_finish = lambda count: self.submit(*draw(count))
