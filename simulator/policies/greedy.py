@@ -150,7 +150,7 @@ def _walk(c, mode, capacity, b_axis, ms_lo, ms_hi, w, prefill, fixed):
 
 
 _RADIX_BITS = 11
-_TOP_SHIFT = 29  # the radix passes order by bits 29..61 of the key; the last pass settles what they leave tied
+_TOP_SHIFT = 29  # the radix passes order by bits 29..61 of the key; the insertion pass settles what they leave tied
 
 
 @njit(cache=True)
@@ -161,15 +161,37 @@ def _descending_stable(a):
     descending; an LSD radix sort (stable) on the key's top 33 bits, in three 11-bit digits, then one insertion
     pass on the whole key for what those bits left tied: values within 2^-23 of each other, rare, so the sort is
     linear in practice. On a step's ~1,800 candidates it takes about half the time of numpy's stable argsort, and
-    the greedy built on it about half that of the heap merge of the rows it replaced."""
+    the greedy built on it about half that of the heap merge of the rows it replaced. When many values agree in
+    their top bits (confidences equal up to 1e-7 but not exactly), the insertion pass would grow quadratically:
+    past a budget of moves it gives up and the radix passes cover every bit instead (six, still linear)."""
     m = a.shape[0]
     key = np.uint64(0x3FF0000000000000) - a.view(np.uint64)
+    order = _radix_passes(key, _TOP_SHIFT, 3)
+    moved = 0
+    for i in range(1, m):  # stable insertion on the whole key: moves only what the top bits left tied
+        k = order[i]
+        if key[k] < key[order[i - 1]]:
+            h = i
+            while h > 0 and key[order[h - 1]] > key[k]:
+                order[h] = order[h - 1]
+                h -= 1
+            order[h] = k
+            moved += i - h
+            if moved > 8 * m + 64:
+                return _radix_passes(key, 0, 6)
+    return order
+
+
+@njit(cache=True)
+def _radix_passes(key, first_shift, passes):
+    """Positions of ``key`` stably sorted by its bits first_shift .. first_shift + 11 * passes - 1 (LSD)."""
+    m = key.shape[0]
     order = np.arange(m)
     other = np.empty(m, dtype=np.int64)
     size = 1 << _RADIX_BITS
     count = np.zeros(size, dtype=np.int64)
-    for p in range(3):
-        shift = np.uint64(_TOP_SHIFT + p * _RADIX_BITS)
+    for p in range(passes):
+        shift = np.uint64(first_shift + p * _RADIX_BITS)
         count[:] = 0
         for i in range(m):
             count[(key[i] >> shift) & np.uint64(size - 1)] += 1
@@ -186,14 +208,6 @@ def _descending_stable(a):
             other[count[d]] = k
             count[d] += 1
         order, other = other, order
-    for i in range(1, m):  # stable insertion on the whole key: moves only what the top bits left tied
-        k = order[i]
-        if key[k] < key[order[i - 1]]:
-            h = i
-            while h > 0 and key[order[h - 1]] > key[k]:
-                order[h] = order[h - 1]
-                h -= 1
-            order[h] = k
     return order
 
 

@@ -166,3 +166,19 @@ def test_compiled_walk_rejects_malformed_confidence():
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         top_k_prefix_lengths(np.array([[1.5, 0.5]]), 1)
     assert greedy_prefix_lengths(np.zeros((0, 4)), sps).shape == (0,)
+
+
+@pytest.mark.parametrize(("rows", "gamma"), [(256, 7), (600, 12)])
+def test_candidate_sort_stays_exact_and_linear_when_confidences_agree_to_many_digits(rows, gamma):
+    """Confidences equal to 1e-9: the radix passes on the top bits leave almost everything tied, the insertion
+    pass gives up past its budget and the sort covers every bit; the order is still numpy's stable one."""
+    from simulator.policies.greedy import _descending_stable
+
+    rng = np.random.default_rng(rows)
+    conf = 0.9 + rng.random((rows, gamma)) * 1e-9
+    a = np.cumprod(conf, axis=1).ravel()
+    assert np.array_equal(_descending_stable(a), np.argsort(-a, kind="stable"))
+    sps = random_step_rate(rng)
+    for early_stop in (True, False):
+        assert np.array_equal(greedy_prefix_lengths(conf, sps, early_stop),
+                              greedy_prefix_lengths(conf, lambda b: sps(b), early_stop))
