@@ -444,16 +444,16 @@ class Simulation:
         self.replicas[i].enqueue((rid,))
 
     def route(self, ids: np.ndarray) -> None:
-        """These requests join replicas' queues, in order (each picked as the router would one at a time)."""
-        picks = self.router.pick(len(ids))
+        """These requests join replicas' queues, in order; with one replica, all at once."""
+        if len(self.replicas) > 1:
+            for rid in ids.tolist():
+                self.route_one(rid)
+            return
+        self.router.pick(len(ids))  # counts them in (all to replica 0)
         req = self.requests.data
-        req["replica"][ids] = picks
+        req["replica"][ids] = 0
         req["routed"][ids] = self.env.now
-        if len(self.replicas) == 1:
-            self.replicas[0].enqueue(ids.tolist())
-        else:
-            for rid, i in zip(ids.tolist(), picks.tolist(), strict=True):
-                self.replicas[i].enqueue([rid])
+        self.replicas[0].enqueue(ids.tolist())
 
     def prefill_elsewhere(self, rid: int, ms: float) -> None:
         """Disaggregated prefill: a separate pool (not counted in this deployment's GPUs) computes the prompt's KV
