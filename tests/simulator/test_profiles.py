@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -163,11 +165,17 @@ def test_latent_solution_is_exact():
 
 def propose_as_arrays(src: ProfileSource, rng: np.random.Generator, ids: np.ndarray):
     """The source's draw written as numpy array expressions (the pre-kernel implementation), drawing the same
-    stream: normal-table noise (R, 2 gamma + 1), then uniforms (R, gamma)."""
+    stream: normal-table noise (R, 2 gamma + 1), then uniforms (R, gamma).
+
+    exp is the C library's (``math.exp``, which the compiled kernel calls too), not ``np.exp``: on CPUs with
+    AVX-512 numpy's vectorised exp differs from it in the last bit for a few percent of arguments, so the array
+    expressions' numbers depended on the CPU; the kernel's do not."""
     from simulator.acceptance.normal_table import standard_normal
 
+    libm_exp = np.vectorize(math.exp, otypes=[np.float64])
+
     def logistic(x):
-        e = np.exp(-x)
+        e = libm_exp(-x)
         e += 1.0
         return np.reciprocal(e, out=e)
 
