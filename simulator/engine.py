@@ -351,15 +351,8 @@ class Router:
         self._next = 0
         self.loads = np.zeros(len(replicas), dtype=np.int64)
 
-    def pick(self, count: int) -> np.ndarray:
-        """The replicas (indices) of the next ``count`` requests, each counted in before the next is picked."""
-        if len(self.replicas) == 1:
-            self.loads[0] += count
-            return np.zeros(count, dtype=np.int64)
-        return np.array([self.pick_one() for _ in range(count)], dtype=np.int64)
-
-    def pick_one(self) -> int:
-        """``pick(1)``'s replica, as an int."""
+    def pick(self) -> int:
+        """The next request's replica (index), counted in."""
         r = len(self.replicas)
         if r == 1:
             i = 0
@@ -370,6 +363,10 @@ class Router:
             i = int(self.loads.argmin())  # argmin: the first of equal loads
         self.loads[i] += 1
         return i
+
+    def sent(self, replica: int, count: int) -> None:
+        """``count`` requests went to ``replica`` without a pick (it is the only one)."""
+        self.loads[replica] += count
 
     def finished(self, replica: int, count: int) -> None:
         self.loads[replica] -= count
@@ -437,7 +434,7 @@ class Simulation:
 
     def route_one(self, rid: int) -> None:
         """``route`` of one request, without the array machinery."""
-        i = self.router.pick_one()
+        i = self.router.pick()
         req = self.requests.data
         req["replica"][rid] = i
         req["routed"][rid] = self.env.now
@@ -449,7 +446,7 @@ class Simulation:
             for rid in ids.tolist():
                 self.route_one(rid)
             return
-        self.router.pick(len(ids))  # counts them in (all to replica 0)
+        self.router.sent(0, len(ids))
         req = self.requests.data
         req["replica"][ids] = 0
         req["routed"][ids] = self.env.now
