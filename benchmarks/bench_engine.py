@@ -16,6 +16,11 @@ hold, the timers add a little): ``speculate`` (draft confidences, policy, verify
 ``turnover`` (retiring finished requests, creating their successors, admission) and the prefill branches of
 ``plan_batch`` / ``apply_outcomes`` scale with ``finished_per_step``, which speculation multiplies by tau (each
 step emits tau tokens per request, so requests finish tau times as often per step).
+
+What no engine change can remove (``speculative_work_us``): the dspark source's ``propose`` and the policy's
+``choose``, replayed outside the engine on the inputs a run recorded, per step. A dspark step does that on top of
+a plain step's work, so ``floor_vs_plain`` = (plain step + propose + choose) / plain step is the least the dspark
+step can cost against the plain one with this acceptance model and scheduler, even with no engine code between.
 """
 
 from __future__ import annotations
@@ -58,13 +63,15 @@ def scenario(sim_seconds: float, system: str = "dspark") -> dict:
     }
 
 
-def bench_engine(sim_seconds: float, system: str = "dspark") -> tuple[dict, object]:
+def bench_engine(sim_seconds: float, system: str = "dspark", before_run=None) -> tuple[dict, object]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(scenario(sim_seconds, system)))
         scn = load_scenario(path)
         system = resolve_systems(scn)[0]
         sim, *_ = build(scn, RunSpec(system, LoadPoint(USERS), 0, False))
+        if before_run is not None:
+            before_run(sim)
         t0 = time.perf_counter()
         sim.run(until=sim_seconds)
         wall = time.perf_counter() - t0
@@ -107,6 +114,40 @@ def phase_split(sim_seconds: float, system: str) -> dict:
     split["simpy_and_rest"] = r["us_per_step"] - sum(split.values())
     finished = int((~np.isnan(sim.requests.data["finish"][: sim.requests.n])).sum())
     return {"phase_us": split, "finished_per_step": finished / steps}
+
+
+def speculative_work(sim_seconds: float) -> dict:
+    """The source's ``propose`` and the policy's ``choose`` of a dspark step alone, in microseconds per step: each
+    call of a run is recorded (the requests drafted for, the policy's view), then replayed outside the engine.
+    Every dspark step does this work on top of what a plain-decoding step does, so plain + propose + choose is
+    a floor under the dspark step's cost, whatever the engine around them costs."""
+    ids_seen, views = [], []
+
+    def record(sim):
+        source, policy = sim.source, sim.replicas[0].policy
+        propose, choose = source.propose, policy.choose
+
+        def recorded_propose(ids):
+            ids_seen.append(ids.copy())
+            return propose(ids)
+
+        def recorded_choose(view):
+            views.append(view)
+            return choose(view)
+
+        source.propose, policy.choose = recorded_propose, recorded_choose
+
+    _, sim = bench_engine(sim_seconds, before_run=record)
+    source, policy = sim.source, sim.replicas[0].policy
+    propose, choose = type(source).propose, type(policy).choose
+    t0 = time.perf_counter()
+    for ids in ids_seen:
+        propose(source, ids)
+    t1 = time.perf_counter()
+    for view in views:
+        choose(policy, view)
+    t2 = time.perf_counter()
+    return {"propose_us": (t1 - t0) / len(ids_seen) * 1e6, "choose_us": (t2 - t1) / len(views) * 1e6}
 
 
 def bench_greedy(sim) -> dict:
@@ -158,6 +199,10 @@ def main() -> int:
     plain = min(plains, key=lambda r: r["us_per_step"])
     result["us_per_step_plain_decoding"] = plain["us_per_step"]
     result["dspark_step_cost_vs_plain"] = result["us_per_step"] / plain["us_per_step"]
+    work = speculative_work(args.sim_seconds)
+    result["speculative_work_us"] = {k: round(v, 1) for k, v in work.items()}
+    # the dspark step at its cheapest: a plain step's work plus the speculative calls, with no engine glue at all
+    result["floor_vs_plain"] = (plain["us_per_step"] + sum(work.values())) / plain["us_per_step"]
     for name, system in (("dspark", "dspark"), ("plain", "ar")):
         split = phase_split(args.sim_seconds, system)
         result[f"phase_us_{name}"] = {k: round(v, 1) for k, v in split["phase_us"].items()}
