@@ -11,7 +11,7 @@ Theta(n) = tau * SPS(B).
 - early_stop=False (the retrospective "global" search): the first n that maximises Theta. For a fixed B the best
   plan is the top B - R candidates, so this is the exact optimum over all length vectors, for any SPS curve.
 
-How it runs: a numba kernel sorts the candidates with a radix sort on a's bit pattern (linear in R x gamma) and
+How it runs: a numba kernel sorts the candidates with a counting sort on buckets of a (linear in R x gamma) and
 walks them; with the engine's ``StepRate`` it also prices SPS(B) inside the kernel (the same
 piecewise-linear arithmetic as ``StepCurve``). Any other SPS callable takes the numpy path (a stable argsort, SPS
 priced in growing chunks), which gives the same lengths: both accumulate tau in the same chunks, so even the
@@ -150,35 +150,44 @@ def _walk(c, mode, capacity, b_axis, ms_lo, ms_hi, w, prefill, fixed):
 
 
 _RADIX_BITS = 11
-_TOP_SHIFT = 29  # the radix passes order by bits 29..61 of the key; the insertion pass settles what they leave tied
 
 
 @njit(cache=True)
 def _descending_stable(a):
     """Positions of a (all in (0, 1]) sorted by descending value, equal values in ascending position.
 
-    A positive double orders like its bit pattern, so key = bits(1.0) - bits(a) (in [0, 2^62)) ascending is a
-    descending; an LSD radix sort (stable) on the key's top 33 bits, in three 11-bit digits, then one insertion
-    pass on the whole key for what those bits left tied: values within 2^-23 of each other, rare, so the sort is
-    linear in practice. On a step's ~1,800 candidates it takes about half the time of numpy's stable argsort, and
-    the greedy built on it about half that of the heap merge of the rows it replaced. When many values agree in
-    their top bits (confidences equal up to 1e-7 but not exactly), the insertion pass would grow quadratically:
-    past a budget of moves it gives up and the radix passes cover every bit instead (six, still linear)."""
+    One stable counting pass on value buckets, floor(a * K) for K a power of two near 2 m (exact and monotone in
+    a, so the buckets come in the right order), then one insertion pass that settles each bucket's few members on
+    the whole value: linear in practice. When many values share a bucket yet differ (confidences equal up to 1e-7
+    but not exactly), the insertion pass would grow quadratically: past a budget of moves it gives up and an LSD
+    radix sort on every bit of the key bits(1.0) - bits(a) (a positive double orders like its bit pattern) orders
+    them instead, still linear."""
     m = a.shape[0]
-    key = np.uint64(0x3FF0000000000000) - a.view(np.uint64)
-    order = _radix_passes(key, _TOP_SHIFT, 3)
+    buckets = 64
+    while buckets < 2 * m and buckets < 1 << 16:
+        buckets *= 2
+    count = np.zeros(buckets + 2, dtype=np.int64)
+    for i in range(m):  # bucket buckets - floor(a * buckets) ascending is a descending; a = 1 takes bucket 0
+        count[buckets + 1 - np.int64(a[i] * buckets)] += 1
+    for d in range(1, buckets + 2):
+        count[d] += count[d - 1]
+    order = np.empty(m, dtype=np.int64)
+    for i in range(m):  # positions ascending within a bucket: the pass is stable
+        d = buckets - np.int64(a[i] * buckets)
+        order[count[d]] = i
+        count[d] += 1
     moved = 0
-    for i in range(1, m):  # stable insertion on the whole key: moves only what the top bits left tied
+    for i in range(1, m):  # stable insertion on the value: moves only within a bucket
         k = order[i]
-        if key[k] < key[order[i - 1]]:
+        if a[k] > a[order[i - 1]]:
             h = i
-            while h > 0 and key[order[h - 1]] > key[k]:
+            while h > 0 and a[order[h - 1]] < a[k]:
                 order[h] = order[h - 1]
                 h -= 1
             order[h] = k
             moved += i - h
             if moved > 8 * m + 64:
-                return _radix_passes(key, 0, 6)
+                return _radix_passes(np.uint64(0x3FF0000000000000) - a.view(np.uint64), 0, 6)
     return order
 
 
