@@ -156,39 +156,61 @@ _RADIX_BITS = 11
 def _descending_stable(a):
     """Positions of a (all in (0, 1]) sorted by descending value, equal values in ascending position.
 
-    One stable counting pass on value buckets, floor(a * K) for K a power of two near 2 m (exact and monotone in
-    a, so the buckets come in the right order), then one insertion pass that settles each bucket's few members on
-    the whole value: linear in practice. When many values share a bucket yet differ (confidences equal up to 1e-7
-    but not exactly), the insertion pass would grow quadratically: past a budget of moves it gives up and an LSD
-    radix sort on every bit of the key bits(1.0) - bits(a) (a positive double orders like its bit pattern) orders
-    them instead, still linear."""
+    One stable counting pass on buckets (as many as a power of two near 2 m), then one insertion pass that settles
+    each bucket's few members on the whole value: linear in practice. The buckets are slices of value, floor(a K),
+    when most values lie within two decades of 1 (the usual case); when many lie below that (a weak drafter's long
+    blocks), they are slices of the key bits(1.0) - bits(a) (a positive double orders like its bit pattern, so the
+    key ascending is a descending), whose top bits span every decade present. Both are monotone in a. When many
+    values share a bucket yet differ (confidences equal up to 1e-7 but not exactly), the insertion pass would grow
+    quadratically: past a budget of moves it gives up and an LSD radix sort on every bit of the key orders them
+    instead, still linear."""
     m = a.shape[0]
-    buckets = 64
-    while buckets < 2 * m and buckets < 1 << 16:
-        buckets *= 2
+    key = np.uint64(0x3FF0000000000000) - a.view(np.uint64)
+    bits = 6
+    while (1 << bits) < 2 * m and bits < 16:
+        bits += 1
+    top = np.uint64(0)
+    small = 0
+    for i in range(m):
+        top = max(top, key[i])
+        small += a[i] < 0.01
+    by_value = 4 * small < m
+    buckets = 1 << bits
+    shift = np.uint64(0)
+    while (top >> shift) >= np.uint64(buckets):
+        shift += np.uint64(1)
     count = np.zeros(buckets + 2, dtype=np.int64)
-    for i in range(m):  # bucket buckets - floor(a * buckets) ascending is a descending; a = 1 takes bucket 0
-        count[buckets + 1 - np.int64(a[i] * buckets)] += 1
+    for i in range(m):
+        count[_bucket(a[i], key[i], by_value, buckets, shift) + 1] += 1
     for d in range(1, buckets + 2):
         count[d] += count[d - 1]
     order = np.empty(m, dtype=np.int64)
     for i in range(m):  # positions ascending within a bucket: the pass is stable
-        d = buckets - np.int64(a[i] * buckets)
+        d = _bucket(a[i], key[i], by_value, buckets, shift)
         order[count[d]] = i
         count[d] += 1
     moved = 0
-    for i in range(1, m):  # stable insertion on the value: moves only within a bucket
+    for i in range(1, m):  # stable insertion on the whole key: moves only within a bucket
         k = order[i]
-        if a[k] > a[order[i - 1]]:
+        if key[k] < key[order[i - 1]]:
             h = i
-            while h > 0 and a[order[h - 1]] < a[k]:
+            while h > 0 and key[order[h - 1]] > key[k]:
                 order[h] = order[h - 1]
                 h -= 1
             order[h] = k
             moved += i - h
             if moved > 8 * m + 64:
-                return _radix_passes(np.uint64(0x3FF0000000000000) - a.view(np.uint64), 0, 6)
+                return _radix_passes(key, 0, 6)
     return order
+
+
+@njit(cache=True, inline="always")
+def _bucket(a, key, by_value, buckets, shift):
+    """The bucket of a value (0 for the largest): buckets - floor(a * buckets) (a power of two: exact), or the
+    key's top bits."""
+    if by_value:
+        return buckets - np.int64(a * buckets)
+    return np.int64(key >> shift)
 
 
 @njit(cache=True)

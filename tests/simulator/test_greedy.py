@@ -168,12 +168,13 @@ def test_compiled_walk_rejects_malformed_confidence():
     assert greedy_prefix_lengths(np.zeros((0, 4)), sps).shape == (0,)
 
 
-@given(st.integers(1, 5000), st.sampled_from(["uniform", "ties", "ones", "tiny", "survival"]),
+@given(st.integers(1, 5000), st.sampled_from(["uniform", "ties", "ones", "tiny", "survival", "weak"]),
        st.integers(0, 2**32 - 1))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 def test_candidate_sort_is_numpys_stable_descending_order(m, kind, seed):
     """The bucketed sort against numpy's stable argsort on the shapes a step's survivals take: spread, many exact
-    ties, values of exactly 1 (the top bucket), values far below one bucket's width, and cumulative products."""
+    ties, values of exactly 1 (the top bucket), values far below one bucket's width, cumulative products of a
+    good drafter's confidences (buckets of value) and of a weak one's over long blocks (buckets of the key)."""
     from simulator.policies.greedy import _descending_stable
 
     rng = np.random.default_rng(seed)
@@ -181,7 +182,8 @@ def test_candidate_sort_is_numpys_stable_descending_order(m, kind, seed):
          "ties": lambda: rng.choice([0.25, 0.5, 0.9, 1.0], m),
          "ones": lambda: np.where(rng.random(m) < 0.3, 1.0, 1.0 - rng.random(m)),
          "tiny": lambda: (1.0 - rng.random(m)) * 10.0 ** rng.integers(-300, -3, m),
-         "survival": lambda: np.cumprod(0.5 + 0.5 * rng.random((m, 7)), axis=1).ravel()[:m]}[kind]()
+         "survival": lambda: np.cumprod(0.5 + 0.5 * rng.random((m, 7)), axis=1).ravel()[:m],
+         "weak": lambda: np.cumprod(1.0 - rng.random((m, 16)), axis=1).ravel()[:m]}[kind]()
     assert np.array_equal(_descending_stable(a), np.argsort(-a, kind="stable"))
 
 
