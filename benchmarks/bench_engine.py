@@ -18,10 +18,10 @@ hold, the timers add a little): ``speculate`` (draft confidences, policy, verify
 step emits tau tokens per request, so requests finish tau times as often per step).
 
 What no engine change can remove (``speculative_work_us``): the dspark source's ``propose`` and the policy's
-``choose``, replayed outside the engine on the inputs a run recorded (the fastest of ``--rounds`` replays), per
-step. A dspark step does that on top of a plain step's work, so ``floor_vs_plain`` = (plain step + propose +
-choose) / plain step is the least the dspark step can cost against the plain one with this acceptance model and
-scheduler, even with no engine code between.
+``choose``, replayed outside the engine on the inputs a run recorded (the fastest of ``--rounds`` replays,
+alternating with the engine runs), per step. A dspark step does that on top of a plain step's work, so
+``floor_vs_plain`` = (plain step + propose + choose) / plain step is the least the dspark step can cost against
+the plain one with this acceptance model and scheduler, even with no engine code between.
 """
 
 from __future__ import annotations
@@ -117,43 +117,42 @@ def phase_split(sim_seconds: float, system: str) -> dict:
     return {"phase_us": split, "finished_per_step": finished / steps}
 
 
-def speculative_work(sim_seconds: float, rounds: int) -> dict:
-    """The source's ``propose`` and the policy's ``choose`` of a dspark step alone, in microseconds per step: each
-    call of a run is recorded (the requests drafted for, the policy's view), then replayed outside the engine
-    ``rounds`` times (the fastest counts). Every dspark step does this work on top of what a plain-decoding step
-    does, so plain + propose + choose is a floor under the dspark step's cost, whatever the engine around them
-    costs."""
-    ids_seen, views = [], []
+class SpeculativeCalls:
+    """The source's ``propose`` and the policy's ``choose`` of every step of one dspark run (the requests drafted
+    for, the policy's view), to be replayed outside the engine. Every dspark step does this work on top of what a
+    plain-decoding step does, so plain + propose + choose is a floor under the dspark step's cost, whatever the
+    engine around them costs."""
 
-    def record(sim):
+    def __init__(self, sim_seconds: float):
+        self.ids, self.views = [], []
+        _, self.sim = bench_engine(sim_seconds, before_run=self._record)
+
+    def _record(self, sim) -> None:
         source, policy = sim.source, sim.replicas[0].policy
         propose, choose = source.propose, policy.choose
 
         def recorded_propose(ids):
-            ids_seen.append(ids.copy())
+            self.ids.append(ids.copy())
             return propose(ids)
 
         def recorded_choose(view):
-            views.append(view)
+            self.views.append(view)
             return choose(view)
 
         source.propose, policy.choose = recorded_propose, recorded_choose
 
-    _, sim = bench_engine(sim_seconds, before_run=record)
-    source, policy = sim.source, sim.replicas[0].policy
-    propose, choose = type(source).propose, type(policy).choose
-    best = {"propose_us": np.inf, "choose_us": np.inf}
-    for _ in range(max(rounds, 1)):
+    def replay(self) -> dict:
+        """Microseconds per step of each call, replayed once."""
+        source, policy = self.sim.source, self.sim.replicas[0].policy
+        propose, choose = type(source).propose, type(policy).choose
         t0 = time.perf_counter()
-        for ids in ids_seen:
+        for ids in self.ids:
             propose(source, ids)
         t1 = time.perf_counter()
-        for view in views:
+        for view in self.views:
             choose(policy, view)
         t2 = time.perf_counter()
-        best["propose_us"] = min(best["propose_us"], (t1 - t0) / len(ids_seen) * 1e6)
-        best["choose_us"] = min(best["choose_us"], (t2 - t1) / len(views) * 1e6)
-    return best
+        return {"propose_us": (t1 - t0) / len(self.ids) * 1e6, "choose_us": (t2 - t1) / len(self.views) * 1e6}
 
 
 def bench_greedy(sim) -> dict:
@@ -194,9 +193,11 @@ def main() -> int:
     t0 = time.perf_counter()
     bench_engine(2.0)
     result: dict = {"first_run_s": time.perf_counter() - t0}
-    runs, plains = [], []
-    for _ in range(max(args.rounds, 1)):  # alternating, so that a burst of load on a shared machine hits both
+    calls = SpeculativeCalls(args.sim_seconds)
+    runs, plains, replays = [], [], []
+    for _ in range(max(args.rounds, 1)):  # alternating, so that a burst of load on a shared machine hits all
         runs.append(bench_engine(args.sim_seconds))
+        replays.append(calls.replay())
         # the same engine without speculation, for scale (the dspark run's extra cost is drafting, policy, verify)
         plains.append(bench_engine(args.sim_seconds, "ar")[0])
     best, sim = min(runs, key=lambda r: r[0]["us_per_step"])
@@ -205,7 +206,7 @@ def main() -> int:
     plain = min(plains, key=lambda r: r["us_per_step"])
     result["us_per_step_plain_decoding"] = plain["us_per_step"]
     result["dspark_step_cost_vs_plain"] = result["us_per_step"] / plain["us_per_step"]
-    work = speculative_work(args.sim_seconds, args.rounds)
+    work = {k: min(r[k] for r in replays) for k in replays[0]}
     result["speculative_work_us"] = {k: round(v, 1) for k, v in work.items()}
     # the dspark step at its cheapest: a plain step's work plus the speculative calls, with no engine glue at all
     result["floor_vs_plain"] = (plain["us_per_step"] + sum(work.values())) / plain["us_per_step"]
