@@ -160,10 +160,10 @@ def _descending_stable(a):
     each bucket's few members on the whole value: linear in practice. The buckets are slices of value, floor(a K),
     when most values lie within two decades of 1 (the usual case); when many lie below that (a weak drafter's long
     blocks), they are slices of the key bits(1.0) - bits(a) (a positive double orders like its bit pattern, so the
-    key ascending is a descending), whose top bits span every decade present. Both are monotone in a. When many
-    values share a bucket yet differ (confidences equal up to 1e-7 but not exactly), the insertion pass would grow
-    quadratically: past a budget of moves it gives up and an LSD radix sort on every bit of the key orders them
-    instead, still linear."""
+    key ascending is a descending), whose top bits span every decade present. Either way the buckets come in
+    descending order of value. When many values share a bucket yet differ (confidences equal up to 1e-7 but not
+    exactly), the insertion pass would grow quadratically: past a budget of moves it gives up and an LSD radix
+    sort on every bit of the key orders them instead, still linear."""
     m = a.shape[0]
     key = np.uint64(0x3FF0000000000000) - a.view(np.uint64)
     bits = 6
@@ -200,7 +200,7 @@ def _descending_stable(a):
             order[h] = k
             moved += i - h
             if moved > 8 * m + 64:
-                return _radix_passes(key, 0, 6)
+                return _radix_sort(key)
     return order
 
 
@@ -214,15 +214,15 @@ def _bucket(a, key, by_value, buckets, shift):
 
 
 @njit(cache=True)
-def _radix_passes(key, first_shift, passes):
-    """Positions of ``key`` stably sorted by its bits first_shift .. first_shift + 11 * passes - 1 (LSD)."""
+def _radix_sort(key):
+    """Positions of ``key`` (below 2^66) stably sorted: an LSD radix sort in six 11-bit digits."""
     m = key.shape[0]
     order = np.arange(m)
     other = np.empty(m, dtype=np.int64)
     size = 1 << _RADIX_BITS
     count = np.zeros(size, dtype=np.int64)
-    for p in range(passes):
-        shift = np.uint64(first_shift + p * _RADIX_BITS)
+    for p in range(6):
+        shift = np.uint64(p * _RADIX_BITS)
         count[:] = 0
         for i in range(m):
             count[(key[i] >> shift) & np.uint64(size - 1)] += 1
