@@ -137,10 +137,10 @@ def random_step_rate(rng: np.random.Generator):
 @given(st.integers(1, 300), st.integers(1, 9), st.integers(0, 2**32 - 1),
        st.sampled_from(["uniform", "ties", "0/1", "near-ties"]))
 def test_compiled_walk_equals_numpy_path_bit_for_bit(rows, gamma, seed, kind):
-    """With the engine's StepRate the greedy runs compiled (radix sort, SPS priced in the kernel); any other
+    """With the engine's StepRate the greedy runs compiled (bucketed sort, SPS priced in the kernel); any other
     callable takes the numpy path (argsort, SPS priced in chunks). Both must give the same lengths, ties, early
-    stops and chunk-boundary rounding included. "near-ties" differ only in bits the radix passes do not look at,
-    so their order is settled by the kernel's final insertion pass."""
+    stops and chunk-boundary rounding included. "near-ties" differ far below a bucket's width, so their order is
+    settled by the kernel's insertion pass."""
     from simulator.policies.greedy import admission_order
 
     rng = np.random.default_rng(seed)
