@@ -198,9 +198,94 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, max_batch_tokens,
     click.echo(f"{path}: {len(table.points)} points; T(B=1, K=0) = {b1:.3f} ms")
 
 
-@cli.command(help="Fit a step-time table T(B, K) to telemetry of a deployed system (see docs/hw-profile.md).")
-@click.argument("telemetry", type=click.Path())
+@cli.command(help="Estimate step-time tables (target and drafters) for a model, GPU, parallelism and serving engine "
+             "nobody measured: measured kernels where the kernel database covers them, else a kernel-level "
+             "roofline, plus the engine's own costs.")
+@click.option("--model", required=True, help="built-in shape (qwen3-8b, deepseek-v3, deepseek-v4-flash, "
+              "deepseek-v4-pro, ...) or a transformers config.json")
+@click.option("--gpu", required=True, help="H100, H200, H800, H20, B200, B300, ..., or a device .json file")
+@click.option("--gpus", type=int, default=1, show_default=True, help="GPUs per deployment (TP, or DP x EP ranks)")
+@click.option("--ep", type=int, default=None, help="expert-parallel size for an MoE model (default: --gpus)")
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default="vllm", show_default=True)
+@click.option("--dtype", type=click.Choice([*DTYPES, "fp8"]), default=None,
+              help="[default: fp8 for DeepSeek models, bf16 otherwise]")
+@click.option("--parallel", type=click.Choice(["auto", "tp", "dp"]), default="auto", show_default=True,
+              help="dp: data-parallel attention with EP, one table row per GPU (DeepSeek-style decode); "
+                   "auto picks dp for MLA/V4 MoE models when --ep equals --gpus")
+@click.option("--drafters", default="mtp,dspark", show_default=True, help="drafter tables to write beside the "
+              "target's (comma list of mtp, dspark; empty for none)")
+@click.option("--kernels", type=click.Choice(["auto", "db", "roofline"]), default="auto", show_default=True,
+              help="db: require the kernel database (pip install 'dspark-sim[kernels]'); roofline: never use it")
+@click.option("--cost", "costs", multiple=True, help="an engine cost term NAME=VALUE (repeatable; see "
+              "docs/hw-profile.md), e.g. step_fixed_ms=3 or moe_imbalance=1.1")
+@click.option("--max-batch-tokens", type=int, default=16384, show_default=True)
+@click.option("--max-kv-tokens", type=int, default=4_194_304, show_default=True)
+@click.option("--name", default=None, help="label of the tables (default: the file stem)")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="DIR/NAME.csv: the target's table; "
+              "drafters' tables NAME.drafter-<drafter>.csv beside it")
+@click.pass_obj
+def estimate(obj, model, gpu, gpus, ep, engine, dtype, parallel, drafters, kernels, costs, max_batch_tokens,
+             max_kv_tokens, name, out) -> None:
+    from hw_profile.engine_costs import engine_defaults, with_overrides
+    from hw_profile.estimate import Deployment, default_parallel, layout_note, write_estimate_set
+    from hw_profile.gpus import get_gpu
+    from hw_profile.roofline import default_b_axis, default_k_axis
+    from hw_profile.shapes import get_shape
+
+    try:
+        device = get_gpu(gpu)
+    except KeyError as exc:
+        raise HwProfileError(f"--gpu: {exc.args[0]}") from None
+    try:
+        shape = get_shape(model)
+    except KeyError as exc:
+        raise HwProfileError(f"--model: {exc.args[0]}") from None
+    if gpus < 1:
+        raise HwProfileError(f"--gpus: expected a positive integer, got {gpus}")
+    if ep is None:
+        ep = gpus if shape.is_moe else 1
+    if ep < 1 or gpus % ep:
+        raise HwProfileError(f"--ep: expected a divisor of --gpus ({gpus}), got {ep}")
+    if not shape.is_moe and ep > 1:
+        raise HwProfileError(f"--ep: {shape.name} has no experts; leave --ep out")
+    if dtype is None:
+        dtype = "fp8" if shape.is_mla or shape.is_compressed else "bf16"
+    mode = default_parallel(shape, gpus, ep) if parallel == "auto" else parallel
+    if mode == "dp" and not shape.is_moe:
+        raise HwProfileError("--parallel dp: data-parallel attention with expert parallelism needs an MoE model")
+    for flag, value in (("--max-batch-tokens", max_batch_tokens), ("--max-kv-tokens", max_kv_tokens)):
+        if value < 1:
+            raise HwProfileError(f"{flag}: expected a positive integer, got {value}")
+    names = [d.strip() for d in drafters.split(",") if d.strip()]
+    cost_terms = with_overrides(engine_defaults(engine), list(costs))
+    dep = Deployment(gpu=device, gpus=gpus, ep=ep, dtype=dtype, parallel=mode, engine=engine, costs=cost_terms)
+    meta = {"command": obj["command"]} if obj and obj.get("command") else {}
+    if name:
+        meta["label"] = name
+    written = write_estimate_set(shape, dep, out, names, kernels=kernels, meta=meta,
+                                 b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens))
+    from hw_profile.table import StepTable
+
+    for path in written:
+        table = StepTable.read(path)
+        grid = table.grid
+        inside = table.meta.get("inside_share", 0.0)
+        click.echo(f"{path}: T(1, 0) = {grid.step_ms(1, 0):.3f} ms, T(256, 256 x 4096) = "
+                   f"{grid.step_ms(256, 256 * 4096):.2f} ms; kernels: {'; '.join(table.meta.get('sources', []))}"
+                   f" ({inside:.0%} of points inside measured data)")
+    click.echo(f"hw-profile: {layout_note(dep)}", err=True)
+    for note in StepTable.read(written[-1]).meta.get("notes", []):
+        click.echo(f"hw-profile: note: {note}", err=True)
+
+
+@cli.command(help="Fit a step-time table T(B, K) to telemetry of a deployed system, or calibrate an estimate "
+             "(--prior) on one to three measured points (see docs/hw-profile.md).")
+@click.argument("telemetry", type=click.Path(), required=False)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="TABLE.csv (sidecar TABLE.json beside it)")
+@click.option("--prior", type=click.Path(dir_okay=False), default=None,
+              help="an estimated table (hw-profile estimate): fit only what one to three points identify")
+@click.option("--point", "points", multiple=True,
+              help="with --prior: a measured step B,K,MS (batch tokens, KV tokens, ms); repeatable, up to 3")
 @click.option("--tau", type=float, default=None, help="mean emitted tokens per request-step of the system in service")
 @click.option("--verify-budget", type=float, default=None, help="mean verified tokens per request-step (MTP-1: 2)")
 @click.option("--context", type=float, default=None, help="mean KV tokens per running request")
@@ -220,10 +305,15 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, max_batch_tokens,
 @click.option("--max-batch-tokens", type=int, default=None, help="the table's largest B (default: 4x observed, >= 16384)")
 @click.option("--name", default=None)
 @click.pass_obj
-def calibrate(obj, telemetry, out, tau, verify_budget, context, gpus_per_replica, system, where, step_from,
-              kv_ns_per_token, draft_layers, layers, draft_window, form, max_batch_tokens, name) -> None:
+def calibrate(obj, telemetry, out, prior, points, tau, verify_budget, context, gpus_per_replica, system, where,
+              step_from, kv_ns_per_token, draft_layers, layers, draft_window, form, max_batch_tokens, name) -> None:
     from hw_profile.calibrate import DraftShare, calibrated_table, fit
     from hw_profile.observations import Assumptions, read_telemetry
+
+    if points and not prior:
+        raise HwProfileError("--point: give --prior, the estimated table the points calibrate")
+    if telemetry is None and not points:
+        raise HwProfileError("expected a TELEMETRY file, or --prior TABLE with --point B,K,MS")
 
     for flag, value in (("--tau", tau), ("--verify-budget", verify_budget)):
         if value is not None and value < 1:
@@ -242,6 +332,9 @@ def calibrate(obj, telemetry, out, tau, verify_budget, context, gpus_per_replica
         filters[key] = value
     assume = Assumptions(tau=tau, verify_budget=verify_budget, context=context, gpus_per_replica=gpus_per_replica,
                          step_from=step_from)
+    if prior:
+        _calibrate_prior(obj, prior, telemetry, points, assume, system, filters, out, name)
+        return
     obs, inputs = read_telemetry(telemetry, assume, system=system, where=filters)
     inputs.update({"where": filters or None, "assumed": {k: v for k, v in (("tau", tau), (
         "verify_budget", verify_budget), ("context", context), ("gpus_per_replica", gpus_per_replica)) if v}})
@@ -256,6 +349,61 @@ def calibrate(obj, telemetry, out, tau, verify_budget, context, gpus_per_replica
                f"+ {p['us_per_token']:.2f} us/token (+-{e['us_per_token']:.2f}) + {p['ns_per_kv_token']:.3f} "
                f"ns/KV token; residuals rms {s['residuals_pct']['rms']:.2f}%, max {s['residuals_pct']['max_abs']:.2f}%")
     for note in cal.notes:
+        click.echo(f"hw-profile: note: {note}", err=True)
+
+
+def _parse_point(text: str) -> tuple[float, float, float]:
+    try:
+        b, k, ms = (float(x) for x in text.split(","))
+    except ValueError:
+        raise HwProfileError(f"--point: expected B,K,MS (batch tokens, KV tokens, step ms), got {text!r}") from None
+    return b, k, ms
+
+
+def _calibrate_prior(obj, prior_path, telemetry, points, assume, system, filters, out, name) -> None:
+    """An estimate calibrated on 1-3 points: the target's table and its drafters' tables written beside ``out``."""
+    from hw_profile.observations import read_telemetry
+    from hw_profile.prior_fit import apply_fit, fit_on_prior
+    from hw_profile.table import StepTable, TableError
+
+    try:
+        prior = StepTable.read(prior_path)
+    except TableError as exc:
+        raise HwProfileError(f"--prior: {exc}") from None
+    if telemetry is not None:
+        obs, _ = read_telemetry(telemetry, assume, system=system, where=filters)
+        rows = [(float(r.batch_tokens), float(r.kv_tokens), float(r.step_ms)) for r in obs.itertuples()]
+    else:
+        rows = []
+    rows += [_parse_point(p) for p in points]
+    b, k, ms = (list(x) for x in zip(*rows, strict=True))
+    result = fit_on_prior(prior, b, k, ms)
+    out = Path(out)
+    extra = {"calibration": {"points": [{"batch_tokens": x, "kv_tokens": y, "step_ms": z} for x, y, z in rows],
+                             "fitted": result.fitted, "per_step_ms_added": result.f_ms, "per_token_scale": result.s,
+                             "per_kv_token_scale": result.c, "residuals_pct": result.residuals_pct,
+                             "notes": result.notes}}
+    if obj and obj.get("command"):
+        extra["command"] = obj["command"]
+    drafters = prior.meta.get("drafter_tables") if isinstance(prior.meta.get("drafter_tables"), dict) else {}
+    entries = {}
+    for drafter, entry in drafters.items():
+        try:
+            table = StepTable.read(Path(prior_path).parent / entry["table"])
+        except (TableError, KeyError, TypeError):
+            raise HwProfileError(f"--prior: drafter table of {drafter!r} named in {prior_path} not readable") from None
+        new_name = f"{out.stem}.drafter-{drafter}"
+        apply_fit(table, result, with_fixed=False, name=new_name, meta=extra).write(out.with_name(new_name + ".csv"))
+        entries[drafter] = {**entry, "table": new_name + ".csv"}
+    main = apply_fit(prior, result, name=name or out.stem, meta={**extra, **({"drafter_tables": entries} if entries
+                                                                            else {})})
+    path = main.write(out)
+    fixed = float(prior.meta.get("engine_costs", {}).get("step_fixed_ms", 0.0))
+    click.echo(f"{path}: calibrated {', '.join(result.fitted)} on {len(rows)} point(s); residuals "
+               f"{', '.join(f'{r:+.2f}%' for r in result.residuals_pct)}")
+    for line in result.moved(fixed):
+        click.echo(f"  {line}")
+    for note in result.notes:
         click.echo(f"hw-profile: note: {note}", err=True)
 
 

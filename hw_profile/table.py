@@ -52,6 +52,13 @@ COLUMNS = [
     "energy_j",
 ]
 REQUIRED = ["batch_tokens", "kv_tokens", "status", "step_ms"]
+# Written only when a table has them: where an estimated point's kernel time came from, and whether it lay inside
+# measured kernel data (hw_profile.estimate).
+OPTIONAL_COLUMNS = ["source", "inside"]
+
+
+def _columns(df: pd.DataFrame) -> list[str]:
+    return COLUMNS + [c for c in OPTIONAL_COLUMNS if c in df.columns]
 
 
 class TableError(HwProfileError):
@@ -83,7 +90,7 @@ class StepTable:
             if col not in df.columns:
                 df[col] = np.nan if col not in ("status", "throttle_reasons") else ""
         df["status"] = df["status"].replace("", "ok").fillna("ok")
-        return cls(points=df[COLUMNS].copy(), meta=dict(meta or {}))
+        return cls(points=df[_columns(df)].copy(), meta=dict(meta or {}))
 
     @classmethod
     def read(cls, path: str | Path) -> StepTable:
@@ -119,12 +126,14 @@ class StepTable:
                 meta = json.loads(side.read_text())
             except json.JSONDecodeError as exc:
                 raise TableError(f"{side}: sidecar is not valid JSON ({exc})") from None
-        return cls(points=df[COLUMNS].copy(), meta=meta, path=path)
+        if "source" in df.columns:
+            df["source"] = df["source"].astype(object).where(df["source"].notna(), "").astype(str)
+        return cls(points=df[_columns(df)].copy(), meta=meta, path=path)
 
     def write(self, path: str | Path) -> Path:
         """Write the CSV and its JSON sidecar, each atomically."""
         path = Path(path)
-        atomic_write(path, lambda tmp: self.points[COLUMNS].to_csv(tmp, index=False, float_format="%.6g"))
+        atomic_write(path, lambda tmp: self.points[_columns(self.points)].to_csv(tmp, index=False, float_format="%.6g"))
         atomic_write_text(sidecar_path(path), json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
         self.path = path
         return path

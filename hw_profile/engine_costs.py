@@ -1,0 +1,159 @@
+"""What a serving engine adds to the kernels of a step: the costs a kernel database or a roofline does not see.
+
+Each term is named, has a documented default per engine and a source, and can be set from the command line
+(``hw-profile estimate --cost NAME=VALUE``) or fitted (``hw-profile calibrate --points``). All times are per step
+of one replica.
+
+- ``step_fixed_ms``: per-step host cost the engine does not hide: scheduling, input preparation, the sync that
+  reads sampled tokens back, detokenisation handed to other processes. vLLM's V1 engine runs its scheduler and
+  the model in one loop with asynchronous output processing; SGLang overlaps the next batch's scheduling with the
+  current forward ("overlap scheduler"); TensorRT-LLM's executor is C++. Defaults: vLLM 1.5 ms, SGLang 0.8 ms,
+  TensorRT-LLM 0.5 ms, from the engines' own published step breakdowns (vLLM's V1 announcement: CPU overhead the
+  main cost it removed at small models; SGLang's v0.4 overlap-scheduler post: GPU idle between batches near zero),
+  rounded up to cover a speculative step's extra host work. The least certain term: a one-point calibration fixes it.
+- ``graph_max_batch``: the largest token count the engine captures as a CUDA graph. Past it a step runs eagerly
+  and pays ``launch_us`` per kernel, ``kernels_per_layer`` kernels per layer. Defaults: vLLM 512 (its default
+  ``max_capture_size``), SGLang 256 (``cuda_graph_max_bs`` on 80 GB+ parts; it captures batches, and speculative
+  verification multiplies tokens per request), TensorRT-LLM 128 (its default ``cuda_graph_config.max_batch_size``).
+- ``launch_us`` (5 us: a PyTorch-dispatched CUDA kernel launch, host side) and ``kernels_per_layer`` (dense 14,
+  MoE 24: norms, projections, rotary, attention, activation, routing, grouped GEMMs, all-reduce).
+- ``sample_passes``: passes over the fp32 logits per verified token for sampling and the rejection test
+  (softmax, top-k/top-p filtering, the draw, the target-drafter ratio): 6 by default, each pass reading
+  vocab x 4 bytes at the GPU's achieved bandwidth. Per verified token, so it grows with the verify budget.
+- ``moe_imbalance``: the busiest expert-parallel rank's routed-expert work over the mean. ``auto``: tokens
+  routed uniformly at random, n = tokens x experts per token over ep ranks of mean m = n / ep, the busiest
+  rank's expected load about m + sqrt(2 m ln ep) (the maximum of ep near-Poisson counts), so the factor is
+  1 + sqrt(2 ln(ep) / m); a number >= 1 sets it (an expert-parallel load balancer with redundant experts, as
+  DeepSeek's EPLB, brings it towards 1.05-1.1).
+- ``verify_tokens_per_request``: a step-time table has axes (B tokens, K KV tokens), not the request count, yet
+  each verified token attends to its request's whole context: attention compute is sum(q_i x context_i), which is
+  B x K / R. The table takes R = B / q with q this value (2: MTP-1's budget, the most common speculative
+  deployment); plain decoding (q = 1) is then priced up to q x its attention compute, speculative steps with
+  longer proposals below it. Attention reads of the KV are once per request whatever q is.
+- ``a2a_us_per_layer``: expert-parallel dispatch + combine latency per MoE layer at small batches. Default by EP
+  size from DeepEP's published low-latency kernel figures (H800, 128 tokens per rank, fp8 dispatch, bf16 combine):
+  EP8 191 us, EP16 313, EP32 428, EP64 487, EP128 561, EP256 554 (dispatch + combine), interpolated in log(EP);
+  beyond 128 tokens per rank the bandwidth term of the estimate takes over. Set it for NVLink-only EP (NVL72
+  racks, a single node with an NVLink all-to-all) where it is several times lower.
+- ``overlap``: the engine overlaps expert-parallel communication with compute (two micro-batches: DeepSeek's
+  decode, SGLang's ``--enable-two-batch-overlap``): communication is hidden up to the compute it overlaps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
+import numpy as np
+
+from hw_profile.errors import HwProfileError
+
+ENGINES = ("vllm", "sglang", "trtllm")
+
+# DeepEP low-latency dispatch + combine per MoE layer (us) by EP size, H800 with CX7 400 Gb/s (its README's table)
+_DEEPEP_LL_US = {8: 191.0, 16: 313.0, 32: 428.0, 64: 487.0, 128: 561.0, 256: 554.0}
+
+
+@dataclass(frozen=True)
+class EngineCosts:
+    engine: str = "vllm"
+    step_fixed_ms: float = 1.5
+    graph_max_batch: int = 512
+    launch_us: float = 5.0
+    kernels_per_layer: float | None = None  # None: 14 for dense layers, 24 for MoE layers
+    sample_passes: float = 6.0
+    moe_imbalance: float | str = "auto"
+    verify_tokens_per_request: float = 2.0
+    a2a_us_per_layer: float | None = None  # None: from DeepEP's figures by EP size
+    overlap: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+DEFAULTS: dict[str, EngineCosts] = {
+    "vllm": EngineCosts("vllm", step_fixed_ms=1.5, graph_max_batch=512),
+    "sglang": EngineCosts("sglang", step_fixed_ms=0.8, graph_max_batch=256),
+    "trtllm": EngineCosts("trtllm", step_fixed_ms=0.5, graph_max_batch=128),
+}
+
+FLOAT_TERMS = ("step_fixed_ms", "launch_us", "kernels_per_layer", "sample_passes", "verify_tokens_per_request",
+               "a2a_us_per_layer")
+
+
+def engine_defaults(engine: str) -> EngineCosts:
+    key = engine.lower()
+    if key not in DEFAULTS:
+        raise HwProfileError(f"--engine: unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    return DEFAULTS[key]
+
+
+def with_overrides(costs: EngineCosts, items: list[str] | tuple[str, ...]) -> EngineCosts:
+    """``NAME=VALUE`` settings (``--cost``) applied to ``costs``; one-line errors name the term."""
+    known = {f.name for f in fields(EngineCosts)} - {"engine"}
+    changes: dict = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or key not in known:
+            raise HwProfileError(f"--cost: expected NAME=VALUE with NAME one of {', '.join(sorted(known))}; "
+                                 f"got {item!r}")
+        try:
+            if key == "overlap":
+                if text.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError
+                value: object = text.lower() in ("true", "1")
+            elif key == "moe_imbalance" and text == "auto":
+                value = "auto"
+            elif key == "graph_max_batch":
+                value = int(text)
+            else:
+                value = float(text)
+        except ValueError:
+            raise HwProfileError(f"--cost {key}: expected a number, got {text!r}") from None
+        if isinstance(value, float | int) and not isinstance(value, bool) and value < 0:
+            raise HwProfileError(f"--cost {key}: expected a value >= 0, got {text}")
+        if key == "moe_imbalance" and value != "auto" and value < 1:
+            raise HwProfileError(f"--cost moe_imbalance: expected 'auto' or a factor >= 1, got {text}")
+        if key == "verify_tokens_per_request" and value < 1:
+            raise HwProfileError(f"--cost verify_tokens_per_request: expected >= 1, got {text}")
+        changes[key] = value
+    return replace(costs, **changes)
+
+
+def a2a_latency_us(ep: int, costs: EngineCosts) -> float:
+    """Dispatch + combine latency of one MoE layer at small batches (0 without expert parallelism)."""
+    if ep <= 1:
+        return 0.0
+    if costs.a2a_us_per_layer is not None:
+        return float(costs.a2a_us_per_layer)
+    sizes = np.array(sorted(_DEEPEP_LL_US), dtype=float)
+    us = np.array([_DEEPEP_LL_US[int(s)] for s in sizes])
+    return float(np.interp(math.log2(ep), np.log2(sizes), us))
+
+
+def imbalance_factor(routed_tokens: np.ndarray, ep: int, costs: EngineCosts) -> np.ndarray:
+    """Busiest rank's routed work over the mean, for ``routed_tokens`` token-expert assignments over ``ep`` ranks."""
+    n = np.asarray(routed_tokens, dtype=float)
+    if ep <= 1:
+        return np.ones_like(n)
+    if costs.moe_imbalance != "auto":
+        return np.full_like(n, float(costs.moe_imbalance))
+    mean = np.maximum(n / ep, 1e-9)
+    # never more than every assignment landing on one rank
+    return np.minimum(1.0 + np.sqrt(2.0 * math.log(ep) / mean), float(ep))
+
+
+def eager_ms(tokens: np.ndarray, layers: int, moe_layers: int, costs: EngineCosts) -> np.ndarray:
+    """Launch cost of steps too large for the engine's captured CUDA graphs."""
+    b = np.asarray(tokens, dtype=float)
+    if costs.kernels_per_layer is not None:
+        kernels = costs.kernels_per_layer * layers
+    else:
+        kernels = 14.0 * (layers - moe_layers) + 24.0 * moe_layers
+    return np.where(b > costs.graph_max_batch, kernels * costs.launch_us * 1e-3, 0.0)
+
+
+def sampling_ms(tokens: np.ndarray, vocab: int, bandwidth_bytes_s: float, costs: EngineCosts) -> np.ndarray:
+    """Sampling and the rejection test over the vocabulary, per verified token."""
+    b = np.asarray(tokens, dtype=float)
+    return b * vocab * 4.0 * costs.sample_passes / bandwidth_bytes_s * 1e3

@@ -1,0 +1,360 @@
+"""``hw-profile estimate``: step-time tables for a (model, GPU, parallelism, serving engine) nobody here measured.
+
+A step is priced as its kernels plus what the engine adds around them (``hw_profile.engine_costs``):
+
+    T(B, K) = kernels(B, K) + step_fixed + eager launches (B past the captured graphs) + sampling (B x vocab)
+
+The kernels come from the best source available, recorded per point in the table's ``source`` column:
+
+- ``kernels``: the measured kernel database of NVIDIA's aiconfigurator-core (``hw_profile.kernel_db``, the
+  optional extra ``dspark-sim[kernels]``), for the GPUs and engines it covers; ``inside`` says whether every
+  kernel lookup of the point lay inside measured data;
+- ``roofline``: a kernel-level roofline otherwise (H20, H800, AMD parts, a model the database lacks). Unlike the
+  step-level roofline of ``hw-profile analytic`` (one max over the whole step's bytes and FLOPs, a speed bound), each
+  kernel family here is bound by its own resource and the families add, as kernels run one after another: the
+  dense GEMMs (attention projections, dense and shared MLPs, router, LM head), the routed experts (weights of the
+  experts the step touches; FLOPs scaled by the busiest expert-parallel rank's load), attention (KV reads once per
+  request; compute for every verified token over its request's context), and communication (tensor-parallel
+  all-reduces, or expert-parallel dispatch and combine).
+
+Parallelism: ``tp`` splits attention and dense weights over the replica's GPUs (routed experts over ``ep`` groups
+inside it) and the table describes the replica; ``dp`` is DeepSeek-style decode, every GPU a data-parallel
+attention rank holding the dense weights and E/ep routed experts, and the table describes one GPU (a scenario's
+replica is then one GPU, ``gpus_per_replica: 1``, and ``replicas`` counts ranks). MLA and compressed-attention
+caches are replicated over tensor-parallel ranks (one latent per token), so under ``tp`` every GPU reads all of it:
+this is why DeepSeek-style deployments use ``dp``, the default for those models when ep > 1.
+
+Each table's sidecar records the engine costs used, the sources, the notes of the kernel reader, a
+``prefill_cost`` block (prefill tokens priced apart from decode tokens: compute-bound GEMMs per prompt token and
+attention per prompt-token pair), ``kind: estimate`` and, on the target's table, ``drafter_tables`` naming the
+drafters' tables written beside it, so a scenario needs only ``hardware.table``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from hw_profile.engine_costs import (
+    EngineCosts,
+    a2a_latency_us,
+    eager_ms,
+    imbalance_factor,
+    sampling_ms,
+)
+from hw_profile.errors import HwProfileError
+from hw_profile.gpus import GPU
+from hw_profile.moe import expected_distinct_experts, routed_weight_params
+from hw_profile.roofline import (
+    _REFERENCE_NVLINK_GB_S,
+    DTYPE_BYTES,
+    RooflineParams,
+    default_b_axis,
+    default_k_axis,
+    expert_bytes,
+    markov_head_costs,
+    stored_weight_bytes,
+)
+from hw_profile.shapes import ModelShape, drafter_shape
+from hw_profile.table import StepTable, table_meta
+
+MARKOV_RANK = 256  # DSpark's Markov head (paper 5.1)
+DSPARK_LAYERS_MOE = 3  # DSpark's V4 drafter: three MoE layers with a 128-token window (paper 5.1)
+DSPARK_LAYERS_DENSE = 5  # the dense drafter the project's Qwen3 tables use
+DRAFTER_WINDOW = 128
+A2A_TOKENS_AT_LATENCY = 128  # DeepEP's low-latency figures are for 128 tokens per rank
+A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and expert copy
+A2A_GB_S = 43.0  # achieved RDMA all-to-all bandwidth per GPU (DeepEP, 400 Gb/s NICs)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    gpu: GPU
+    gpus: int = 1
+    ep: int = 1
+    dtype: str = "bf16"
+    parallel: str = "tp"  # tp | dp (see the module docstring)
+    engine: str = "vllm"
+    costs: EngineCosts = field(default_factory=EngineCosts)
+    roofline: RooflineParams = field(default_factory=RooflineParams)
+
+    @property
+    def table_gpus(self) -> int:
+        """GPUs one table row describes: the replica under tp, one rank under dp."""
+        return 1 if self.parallel == "dp" else self.gpus
+
+
+def default_parallel(shape: ModelShape, gpus: int, ep: int) -> str:
+    return "dp" if shape.is_moe and (shape.is_mla or shape.is_compressed) and ep > 1 and ep == gpus else "tp"
+
+
+def _bound(bytes_: np.ndarray, flops: np.ndarray, dep: Deployment, dtype: str) -> np.ndarray:
+    """ms of one kernel family bound by the slower of its reads and its arithmetic on one GPU."""
+    bw = dep.gpu.hbm_tb_s * 1e12 * dep.roofline.mem_eff
+    peak = dep.gpu.peak_tflops(dtype) * 1e12 * dep.roofline.comp_eff
+    return np.maximum(bytes_ / bw, flops / peak) * 1e3
+
+
+def attention_queries(b: np.ndarray, costs: EngineCosts) -> np.ndarray:
+    """Query tokens per request the table assumes (see ``verify_tokens_per_request``): q, or B when B < q."""
+    return np.minimum(b, costs.verify_tokens_per_request)
+
+
+def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray) -> dict[str, np.ndarray]:
+    """Kernel time (ms) per family for B tokens over K KV tokens on one GPU of the deployment."""
+    b = np.asarray(b, dtype=float)
+    k = np.asarray(k, dtype=float)
+    wb = DTYPE_BYTES[dep.dtype]
+    g = dep.gpus if dep.parallel == "tp" else 1  # ways the dense part and attention heads are split
+    kv_scale = wb / 2.0
+    parts: dict[str, np.ndarray] = {}
+    parts["dense"] = _bound(np.full_like(b, shape.dense_params * wb / g), 2.0 * shape.dense_params * b / g, dep,
+                            dep.dtype)
+    if shape.is_moe:
+        k_exp, ep = shape.experts_per_token, dep.ep
+        eb = expert_bytes(shape, dep.dtype)
+        if dep.parallel == "dp":
+            group_tokens = b * ep  # every rank runs a batch like this one
+            touched = expected_distinct_experts(group_tokens, shape.experts, k_exp, ep=ep)
+            routed_bytes = shape.moe_layers * touched * shape.expert_params * eb
+            routed_flops = 2.0 * shape.moe_layers * k_exp * shape.expert_params * b
+            imb = imbalance_factor(group_tokens * k_exp, ep, dep.costs)
+        else:
+            routed_bytes = routed_weight_params(shape, b, gpus=dep.gpus, ep=ep) * eb
+            routed_flops = 2.0 * shape.moe_layers * k_exp * shape.expert_params * b / dep.gpus
+            imb = imbalance_factor(b * k_exp, ep, dep.costs)
+        parts["routed"] = _bound(routed_bytes, routed_flops * imb, dep, dep.dtype)
+    latent = shape.is_mla or shape.is_compressed
+    read_split = 1 if latent else g  # a latent cache is replicated over tensor-parallel ranks
+    attn_bytes = (k * shape.kv_read_bytes_per_token + b * shape.attn_read_bytes_per_query_token) * kv_scale / read_split
+    q = attention_queries(b, dep.costs)
+    attn_flops = (shape.attn_flops_per_kv_token * k * q + shape.attn_flops_per_query_token * b) / g
+    parts["attention"] = _bound(attn_bytes, attn_flops, dep, dep.dtype)
+    parts["comm"] = comm_ms(shape, dep, b, parts)
+    return parts
+
+
+def comm_ms(shape: ModelShape, dep: Deployment, b: np.ndarray, parts: dict[str, np.ndarray]) -> np.ndarray:
+    """Tensor-parallel all-reduces (tp) or expert-parallel dispatch and combine (dp), per step."""
+    if dep.parallel == "dp":
+        if not shape.is_moe or dep.ep <= 1:
+            return np.zeros_like(b)
+        lat = a2a_latency_us(dep.ep, dep.costs) * 1e-3
+        volume = b * shape.hidden * A2A_BYTES_PER_VALUE * shape.experts_per_token * (dep.ep - 1) / dep.ep
+        per_layer = np.maximum(lat * np.maximum(b, 1.0) / A2A_TOKENS_AT_LATENCY, lat)
+        per_layer = np.maximum(per_layer, volume / (A2A_GB_S * 1e9) * 1e3)
+        t = shape.moe_layers * per_layer
+        if dep.costs.overlap:  # two micro-batches: communication hides behind the other's compute
+            compute = sum(v for key, v in parts.items() if key != "comm")
+            t = np.maximum(t - compute, 0.0)
+        return t
+    if dep.gpus <= 1:
+        return np.zeros_like(b)
+    wb = DTYPE_BYTES[dep.dtype]
+    link = dep.roofline.nvlink_gb_s * ((dep.gpu.nvlink_gb_s or _REFERENCE_NVLINK_GB_S) / _REFERENCE_NVLINK_GB_S)
+    ar_bytes = b * shape.hidden * wb * 2.0 * (dep.gpus - 1) / dep.gpus
+    return 2 * shape.layers * (dep.roofline.allreduce_us * 1e-3 + ar_bytes / (link * 1e9) * 1e3)
+
+
+def engine_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, costs: EngineCosts) -> dict[str, np.ndarray]:
+    b = np.asarray(b, dtype=float)
+    bw = dep.gpu.hbm_tb_s * 1e12 * dep.roofline.mem_eff
+    return {
+        "fixed": np.full_like(b, costs.step_fixed_ms),
+        "eager": eager_ms(b, shape.layers, shape.moe_layers, costs),
+        "sampling": sampling_ms(b, shape.vocab if shape.lm_head else 0, bw, costs),
+    }
+
+
+@dataclass
+class Estimate:
+    ms: np.ndarray
+    parts: dict[str, np.ndarray]
+    source: np.ndarray  # per point: "kernels" or "roofline"
+    inside: np.ndarray  # per point: every kernel lookup inside measured data (always False for the roofline)
+    sources: list[str]
+    notes: list[str]
+
+
+def kernel_source(kernels: str, gpu: GPU, engine: str):
+    """The kernel database reader when it should be used, else None (roofline). ``kernels``: auto | db | roofline."""
+    if kernels == "roofline":
+        return None
+    try:
+        from hw_profile import kernel_db
+    except ImportError:  # the reader itself is part of this package; only its data is optional
+        kernel_db = None
+    if kernel_db is None:
+        if kernels == "db":
+            raise HwProfileError("--kernels db: this build has no kernel database reader")
+        return None
+    if kernels == "db":
+        kernel_db.require()
+        if not kernel_db.covers(gpu.name, engine):
+            kernel_db.raise_uncovered(gpu.name, engine)
+        return kernel_db
+    if not kernel_db.available() or not kernel_db.covers(gpu.name, engine):
+        return None
+    return kernel_db
+
+
+def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, kernels: str = "auto",
+                    costs: EngineCosts | None = None) -> Estimate:
+    """Step times (ms) at points (B, K) on one table-GPU of ``dep``, with each part and its source."""
+    b = np.asarray(b, dtype=float)
+    k = np.asarray(k, dtype=float)
+    costs = dep.costs if costs is None else costs
+    db = kernel_source(kernels, dep.gpu, dep.engine)
+    notes: list[str] = []
+    if db is not None:
+        requests = np.maximum(1.0, np.round(b / dep.costs.verify_tokens_per_request))
+        context = k / requests
+        try:
+            kt = db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep,
+                                      b, requests, context)
+        except HwProfileError as exc:
+            if kernels == "db":
+                raise
+            kt = None
+            notes.append(f"kernel database not used for {shape.name}: {exc}; roofline instead")
+        if kt is not None:
+            parts = dict(kt.parts)
+            if shape.is_moe and "moe" in parts and dep.ep > 1:
+                group = b * (dep.ep if dep.parallel == "dp" else 1) * shape.experts_per_token
+                parts["moe"] = parts["moe"] * imbalance_factor(group, dep.ep, dep.costs)
+            if dep.parallel == "dp" and shape.is_moe and dep.ep > 1 and "a2a" not in parts:
+                parts["a2a"] = comm_ms(shape, dep, b, {key: v for key, v in parts.items() if key != "comm"})
+                notes.append("expert-parallel dispatch/combine priced by the estimate (DeepEP figures), not the "
+                             "kernel database")
+            parts.update(engine_parts(shape, dep, b, costs))
+            ms = sum(parts.values())
+            return Estimate(ms, parts, np.full(b.shape, "kernels", dtype=object), np.asarray(kt.inside, bool),
+                            [kt.source], [*kt.notes, *notes])
+    parts = roofline_parts(shape, dep, b, k)
+    parts.update(engine_parts(shape, dep, b, costs))
+    ms = sum(parts.values())
+    notes.append("kernels from a kernel-level roofline (no measured kernel data for this GPU/engine/model)")
+    return Estimate(ms, parts, np.full(b.shape, "roofline", dtype=object), np.zeros(b.shape, bool),
+                    [f"roofline: {dep.gpu.name} datasheet, comp_eff {dep.roofline.comp_eff}, "
+                     f"mem_eff {dep.roofline.mem_eff}"], notes)
+
+
+def prefill_cost(shape: ModelShape, dep: Deployment) -> dict:
+    """Prefill tokens priced apart from decode tokens (a mixed step is not T(total tokens)): a prompt token goes
+    through every GEMM compute-bound (chunks are hundreds of tokens) and attends to the prompt before it."""
+    g = dep.gpus if dep.parallel == "tp" else 1
+    peak = dep.gpu.peak_tflops(dep.dtype) * 1e12 * dep.roofline.comp_eff
+    return {
+        "us_per_token": 2.0 * shape.matmul_params / g / peak * 1e6,
+        "ns_per_token_kv": shape.attn_flops_per_kv_token / g / peak * 1e9,
+        "source": f"compute-bound roofline on {dep.gpu.name} ({dep.dtype}, comp_eff {dep.roofline.comp_eff})",
+    }
+
+
+def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str = "auto",
+                   costs: EngineCosts | None = None, b_axis: np.ndarray | None = None,
+                   k_axis: np.ndarray | None = None, meta: dict | None = None) -> StepTable:
+    b_axis = default_b_axis(16384) if b_axis is None else np.asarray(b_axis)
+    k_axis = default_k_axis(4_194_304) if k_axis is None else np.asarray(k_axis)
+    bb, kk = np.meshgrid(b_axis, k_axis)
+    est = estimate_points(shape, dep, bb.ravel(), kk.ravel(), kernels=kernels, costs=costs)
+    rows = {"batch_tokens": bb.ravel(), "kv_tokens": kk.ravel(), "status": "ok", "step_ms": est.ms,
+            "step_ms_p10": est.ms, "step_ms_p90": est.ms, "repeats": 0, "throttled": False,
+            "source": est.source, "inside": est.inside}
+    used = costs if costs is not None else dep.costs
+    weights_per_gpu = _stored_bytes_per_gpu(shape, dep)
+    full = dict(
+        name=name,
+        kind="estimate",
+        forecast=("an estimate: kernels from the source named per point plus the engine costs below; "
+                  "calibrate it on one to three measured points (hw-profile calibrate --points) before planning"),
+        device=dep.gpu.name,
+        gpu=dep.gpu.to_dict(),
+        gpus=dep.table_gpus,
+        deployment={"gpus": dep.gpus, "ep": dep.ep, "parallel": dep.parallel, "engine": dep.engine},
+        dtype=dep.dtype,
+        model_shape=shape.to_dict(),
+        roofline=dep.roofline.__dict__,
+        engine_costs=used.to_dict(),
+        sources=est.sources,
+        notes=est.notes,
+        inside_share=float(np.mean(est.inside)) if len(est.inside) else 0.0,
+        prefill_cost=prefill_cost(shape, dep),
+        weight_bytes_per_gpu=weights_per_gpu,
+        **(meta or {}),
+    )
+    return StepTable.from_points(rows, table_meta(**full))
+
+
+def _stored_bytes_per_gpu(shape: ModelShape, dep: Deployment) -> float:
+    if dep.parallel == "dp" and shape.is_moe:
+        routed = shape.moe_layers * shape.experts * shape.expert_params
+        dense = stored_weight_bytes(shape, dep.dtype) - routed * expert_bytes(shape, dep.dtype)
+        return dense + routed * expert_bytes(shape, dep.dtype) / dep.ep
+    return stored_weight_bytes(shape, dep.dtype) / dep.gpus
+
+
+def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[ModelShape, dict]]:
+    """The drafters' shapes and their sidecar entries: MTP is one layer of the target's kind; DSpark is three MoE
+    layers (V4) or five dense layers, plus its rank-256 Markov head. Under compressed attention both read only a
+    128-token window (V4's MTP and DSpark layers are window-only)."""
+    out: dict[str, tuple[ModelShape, dict]] = {}
+    window: dict = {}
+    if target.is_compressed:
+        window = dict(dense_layers=0, sliding_window=DRAFTER_WINDOW, csa_layers=0, hca_layers=0)
+    for name in drafters:
+        if name == "mtp":
+            layers = 1
+        elif name == "dspark":
+            layers = DSPARK_LAYERS_MOE if target.is_moe else DSPARK_LAYERS_DENSE
+        else:
+            raise HwProfileError(f"--drafters: unknown drafter {name!r}; known: mtp, dspark")
+        if target.is_moe:
+            shape = replace(target, name=f"{target.name}-{name}-{layers}l", layers=layers, **(window or
+                            {"dense_layers": 0}))
+        else:
+            shape = drafter_shape(target, layers, name=f"{target.name}-{name}-{layers}l")
+        entry: dict = {"attention_window": DRAFTER_WINDOW} if target.is_compressed else {}
+        out[name] = (shape, entry)
+    return out
+
+
+def drafter_costs(costs: EngineCosts) -> EngineCosts:
+    """A drafter forward runs inside the engine's step: no scheduler cost of its own, and it takes the argmax or
+    draws from its own distribution in one pass over the vocabulary."""
+    return replace(costs, step_fixed_ms=0.0, sample_passes=1.0)
+
+
+def layout_note(dep: Deployment) -> str:
+    if dep.parallel == "dp":
+        return (f"one row is one GPU of {dep.gpus} (data-parallel attention, EP {dep.ep}): in a scenario set "
+                f"gpus_per_replica: 1 and count ranks as replicas")
+    return f"one row is a replica of {dep.gpus} GPU(s) (tensor parallel)"
+
+
+def write_estimate_set(target: ModelShape, dep: Deployment, out: str | Path, drafters: list[str],
+                       kernels: str = "auto", meta: dict | None = None, b_axis: np.ndarray | None = None,
+                       k_axis: np.ndarray | None = None) -> list[Path]:
+    """The target's table at ``out`` and each drafter's beside it, the target's sidecar naming them."""
+    out = Path(out)
+    if out.suffix != ".csv":
+        raise HwProfileError(f"--out: expected a path ending in .csv, got {out}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stem = out.stem
+    written: list[Path] = []
+    entries: dict[str, dict] = {}
+    for name, (shape, entry) in drafter_shapes(target, drafters).items():
+        table_name = f"{stem}.drafter-{name}"
+        table = estimate_table(shape, dep, table_name, kernels=kernels, costs=drafter_costs(dep.costs), meta=meta,
+                               b_axis=b_axis, k_axis=k_axis)
+        written.append(table.write(out.with_name(f"{table_name}.csv")))
+        entry = {**entry, "table": f"{table_name}.csv"}
+        if name == "dspark":
+            entry["sequential_head"] = markov_head_costs(dep.gpu, MARKOV_RANK, target.vocab, dep.dtype, dep.roofline)
+        entries[name] = entry
+    main = estimate_table(target, dep, stem, kernels=kernels, meta={**(meta or {}), "drafter_tables": entries},
+                          b_axis=b_axis, k_axis=k_axis)
+    written.append(main.write(out))
+    return written
