@@ -16,7 +16,8 @@ Which terms a set of points identifies: one point moves f when it is a single-st
 ``SINGLE_STREAM_TOKENS``) and s otherwise; two points at different B move f and s; a third point whose context
 differs from the others' (share of its prior time spent on context at least ``MIN_CONTEXT_SHARE`` apart) moves
 c too. The rest stay at the prior. Points that do not separate the terms they would move (two at the same B) fit
-least squares on the identified subset and say so. The fit is exact for as many points as terms.
+least squares on the identified subset and say so; so do points between which the estimate hardly changes
+(less than ``FLAT_LOAD_SHARE`` of the step), which move f only. The fit is exact for as many points as terms.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from hw_profile.table import StepTable, StepTimeGrid, table_meta
 
 SINGLE_STREAM_TOKENS = 4
 MIN_CONTEXT_SHARE = 0.05
+FLAT_LOAD_SHARE = 0.05  # below this change of the prior between points (share of the step), no per-token scale
 
 
 @dataclass
@@ -81,6 +83,12 @@ def fit_on_prior(prior: StepTable, b, k, ms) -> PriorFit:
     if len(b) >= 2 and np.ptp(b) == 0:
         terms = ["f"]
         out.notes.append("the points share one batch size: only the per-step cost is identified")
+    if terms == ["f", "s"] and np.ptp(load) < FLAT_LOAD_SHARE * float(np.mean(ms)):
+        # the prior barely changes between the points (a step bound by communication under overlap, say): their
+        # difference says nothing about the price of a token there, and a scale fitted to it explodes
+        terms = ["f"]
+        out.notes.append("the estimate is flat between the points' batch sizes: only the per-step cost is "
+                         "identified; add a point at a batch size where the estimate grows")
     share = context / np.maximum(base + load + context, 1e-12)
     if len(b) == 3 and np.ptp(share) >= MIN_CONTEXT_SHARE:
         terms = ["f", "s", "c"]

@@ -1,0 +1,251 @@
+"""hw-profile estimate: each engine cost term in closed form, the kernel-level roofline's structure, the written
+table set a scenario loads from ``hardware.table`` alone, and calibration on 1-3 points recovering known terms."""
+
+import math
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hw_profile.cli import main
+from hw_profile.engine_costs import (
+    EngineCosts,
+    a2a_latency_us,
+    eager_ms,
+    engine_defaults,
+    imbalance_factor,
+    sampling_ms,
+    with_overrides,
+)
+from hw_profile.errors import HwProfileError
+from hw_profile.estimate import Deployment, estimate_points, prefill_cost, write_estimate_set
+from hw_profile.gpus import get_gpu
+from hw_profile.prior_fit import PriorFit, apply_fit, fit_on_prior
+from hw_profile.shapes import get_shape
+from hw_profile.table import StepTable
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return exc.value.code or 0, out.out, out.err
+
+
+# --- engine cost terms ---------------------------------------------------------------------------------------------
+
+def test_eager_launches_only_past_the_captured_graphs():
+    costs = EngineCosts(graph_max_batch=512, launch_us=5.0, kernels_per_layer=None)
+    ms = eager_ms(np.array([1, 512, 513]), layers=10, moe_layers=4, costs=costs)
+    assert ms[0] == ms[1] == 0.0
+    assert ms[2] == pytest.approx((14 * 6 + 24 * 4) * 5.0e-3)
+    assert eager_ms(np.array([600]), 10, 0, replace(costs, kernels_per_layer=3.0))[0] == pytest.approx(3 * 10 * 5e-3)
+
+
+def test_sampling_reads_the_logits_once_per_pass_per_verified_token():
+    costs = EngineCosts(sample_passes=6.0)
+    ms = sampling_ms(np.array([1.0, 8.0]), vocab=150_000, bandwidth_bytes_s=4e12, costs=costs)
+    assert ms[0] == pytest.approx(150_000 * 4 * 6 / 4e12 * 1e3)
+    assert ms[1] == pytest.approx(8 * ms[0])
+
+
+def test_moe_imbalance_matches_balls_into_bins():
+    rng = np.random.default_rng(0)
+    costs = EngineCosts()
+    assert imbalance_factor(np.array([100.0]), 1, costs)[0] == 1.0
+    assert imbalance_factor(np.array([100.0]), 8, replace(costs, moe_imbalance=1.1))[0] == 1.1
+    for ep, n in ((8, 1024), (8, 8192), (64, 16384)):
+        loads = rng.multinomial(n, np.full(ep, 1.0 / ep), size=4000)
+        brute = loads.max(axis=1).mean() / (n / ep)
+        # the Gaussian tail bound sits a little above the simulated mean maximum, never below, within 10%
+        assert brute <= imbalance_factor(np.array([float(n)]), ep, costs)[0] <= brute * 1.10
+
+
+def test_a2a_latency_interpolates_deepep_figures_in_log_ep():
+    costs = EngineCosts()
+    assert a2a_latency_us(1, costs) == 0.0
+    assert a2a_latency_us(8, costs) == pytest.approx(191.0)
+    assert a2a_latency_us(64, costs) == pytest.approx(487.0)
+    assert 313.0 < a2a_latency_us(24, costs) < 428.0
+    assert a2a_latency_us(64, replace(costs, a2a_us_per_layer=40.0)) == 40.0
+
+
+def test_overrides_and_their_errors():
+    costs = with_overrides(engine_defaults("sglang"), ["step_fixed_ms=3", "moe_imbalance=1.2", "overlap=true"])
+    assert (costs.step_fixed_ms, costs.moe_imbalance, costs.overlap, costs.graph_max_batch) == (3.0, 1.2, True, 256)
+    for bad, words in ((["nope=1"], "NAME=VALUE"), (["step_fixed_ms=x"], "expected a number"),
+                       (["moe_imbalance=0.5"], "factor >= 1"), (["launch_us=-1"], ">= 0")):
+        with pytest.raises(HwProfileError, match=words):
+            with_overrides(costs, bad)
+    with pytest.raises(HwProfileError, match="known: vllm, sglang, trtllm"):
+        engine_defaults("tgi")
+
+
+# --- the estimate --------------------------------------------------------------------------------------------------
+
+def dep(model="qwen3-8b", gpu="H200", **kw):
+    shape = get_shape(model)
+    return shape, Deployment(gpu=get_gpu(gpu), **kw)
+
+
+def test_parts_add_up_and_the_fixed_cost_is_paid_once():
+    shape, d = dep(costs=engine_defaults("vllm"))
+    b, k = np.array([1.0, 64.0, 1024.0]), np.array([0.0, 64 * 4096.0, 1024 * 2048.0])
+    est = estimate_points(shape, d, b, k, kernels="roofline")
+    assert np.allclose(est.ms, sum(est.parts.values()))
+    assert np.allclose(est.parts["fixed"], 1.5)
+    assert (est.source == "roofline").all() and not est.inside.any()
+    # a single stream of a dense 8B model on one H200 reads its weights once: 16.4 GB at 0.8 x 4.8 TB/s
+    weights_ms = shape.dense_params * 2 / (0.8 * 4.8e12) * 1e3
+    assert est.parts["dense"][0] == pytest.approx(weights_ms)
+    assert np.all(np.diff(est.ms) > 0)
+
+
+def test_each_verified_token_attends_to_the_context():
+    """MLA at long context is compute-bound in attention: the table's q per request scales that part."""
+    shape, d = dep("deepseek-v3", gpus=8, ep=8, parallel="dp", dtype="fp8")
+    b, k = np.array([256.0]), np.array([256 * 32768.0])
+    one = estimate_points(shape, replace(d, costs=EngineCosts(verify_tokens_per_request=1.0)), b, k, "roofline")
+    four = estimate_points(shape, replace(d, costs=EngineCosts(verify_tokens_per_request=4.0)), b, k, "roofline")
+    assert four.parts["attention"][0] == pytest.approx(4 * one.parts["attention"][0], rel=1e-9)
+    assert four.parts["dense"][0] == one.parts["dense"][0]
+
+
+def test_latent_cache_is_read_whole_by_every_tensor_parallel_rank():
+    shape, d = dep("deepseek-v3", gpus=8, ep=8, dtype="fp8", costs=EngineCosts(verify_tokens_per_request=1.0))
+    b, k = np.array([1.0]), np.array([2_000_000.0])
+    tp = estimate_points(shape, replace(d, parallel="tp"), b, k, "roofline").parts["attention"][0]
+    kv_bytes = 2e6 * shape.kv_read_bytes_per_token * 0.5  # fp8 cache
+    assert tp == pytest.approx(kv_bytes / (0.8 * 4.8e12) * 1e3)
+    qwen, dq = dep("qwen3-8b", gpus=2)
+    one = estimate_points(qwen, dq, b, k, "roofline").parts["attention"][0]
+    assert one == pytest.approx(2e6 * qwen.kv_read_bytes_per_token / 2 / (0.8 * 4.8e12) * 1e3)
+
+
+def test_prefill_is_priced_per_token_and_per_token_pair():
+    shape, d = dep()
+    cost = prefill_cost(shape, d)
+    peak = 989.4e12 * 0.6
+    assert cost["us_per_token"] == pytest.approx(2 * shape.matmul_params / peak * 1e6)
+    assert cost["ns_per_token_kv"] == pytest.approx(shape.attn_flops_per_kv_token / peak * 1e9)
+
+
+def test_table_set_loads_from_hardware_table_alone(tmp_path):
+    """The sidecars name each other: a scenario that only changes hardware.table gets both drafters, DSpark's head
+    cost included."""
+    from simulator.config import load_scenario
+    from simulator.hardware import load_hardware
+
+    shape, d = dep("qwen3-8b", "B200", engine="sglang", costs=engine_defaults("sglang"))
+    b_axis, k_axis = np.array([1, 8, 64, 512, 4096]), np.array([0, 4096, 262144, 2_000_000])
+    paths = write_estimate_set(shape, d, tmp_path / "b200.csv", ["mtp", "dspark"], kernels="roofline",
+                               b_axis=b_axis, k_axis=k_axis)
+    assert [p.name for p in paths] == ["b200.drafter-mtp.csv", "b200.drafter-dspark.csv", "b200.csv"]
+    main_table = StepTable.read(paths[-1])
+    assert main_table.meta["kind"] == "estimate" and "forecast" in main_table.meta
+    assert set(main_table.points["source"]) == {"roofline"}
+    scn_text = (ROOT / "scenarios" / "peak.yaml").read_text().replace(
+        "hardware/h200-qwen3-8b-bf16.csv", str(paths[-1]))
+    (tmp_path / "s.yaml").write_text(scn_text)
+    scn = load_scenario(tmp_path / "s.yaml")
+    hw = load_hardware(scn, {"mtp", "dspark", "none"})
+    assert hw.draft["dspark"].seq_per_position_ms > 0  # the Markov head is charged
+    assert hw.draft["mtp"].grid.step_ms(1, 0) < hw.draft["dspark"].grid.step_ms(1, 0) < hw.clock.step_ms(1, 0)
+
+
+# --- calibration on 1-3 points -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def prior(tmp_path_factory):
+    shape, d = dep("qwen3-8b", "H200", costs=engine_defaults("vllm"))
+    out = tmp_path_factory.mktemp("prior") / "h200.csv"
+    write_estimate_set(shape, d, out, ["mtp"], kernels="roofline", b_axis=np.array([1, 4, 32, 256, 2048]),
+                       k_axis=np.array([0, 65536, 1_048_576, 4_194_304]))
+    return StepTable.read(out)
+
+
+def truth_at(prior, truth, b, k):
+    return apply_fit(prior, truth).grid.values(np.array(b, float), np.array(k, float))
+
+
+def test_one_single_stream_point_fixes_the_per_step_cost(prior):
+    truth = PriorFit(f_ms=2.5, s=1.4, c=0.7)
+    fit = fit_on_prior(prior, [1], [0], truth_at(prior, truth, [1], [0]))
+    assert fit.fitted == ["f"] and fit.f_ms == pytest.approx(2.5) and (fit.s, fit.c) == (1.0, 1.0)
+
+
+def test_one_loaded_point_fixes_the_per_token_cost(prior):
+    truth = PriorFit(s=1.4)
+    fit = fit_on_prior(prior, [256], [0], truth_at(prior, truth, [256], [0]))
+    assert fit.fitted == ["s"] and fit.s == pytest.approx(1.4)
+
+
+def test_three_points_recover_every_term(prior):
+    truth = PriorFit(f_ms=2.5, s=1.4, c=0.7)
+    b, k = [1, 256, 32], [0, 65536, 4_194_304]
+    fit = fit_on_prior(prior, b, k, truth_at(prior, truth, b, k))
+    assert fit.fitted == ["f", "s", "c"]
+    assert (fit.f_ms, fit.s, fit.c) == pytest.approx((2.5, 1.4, 0.7))
+    assert max(map(abs, fit.residuals_pct)) < 1e-6
+
+
+def test_points_that_cannot_separate_a_term_leave_it_at_the_prior(prior):
+    truth = PriorFit(f_ms=1.0, s=1.2)
+    b, k = [1, 256, 256], [0, 0, 0]
+    fit = fit_on_prior(prior, b, k, truth_at(prior, truth, b, k))
+    assert fit.fitted == ["f", "s"] and fit.c == 1.0 and any("per-KV-token" in n for n in fit.notes)
+    assert (fit.f_ms, fit.s) == pytest.approx((1.0, 1.2))
+
+
+def test_calibrate_cli_writes_the_set_and_says_what_moved(prior, tmp_path, capsys):
+    src = Path(prior.path)
+    for p in src.parent.glob(src.stem + "*"):
+        shutil.copy(p, tmp_path / p.name)
+    code, out, err = run(["calibrate", "--prior", str(tmp_path / src.name), "--point", "1,0,9.5",
+                          "--out", str(tmp_path / "cal.csv")], capsys)
+    assert code == 0, err
+    assert "per-step cost: 1.500 ->" in out and "per-token cost: x1 (prior" in out
+    cal = StepTable.read(tmp_path / "cal.csv")
+    assert cal.grid.step_ms(1, 0) == pytest.approx(9.5)
+    assert cal.meta["drafter_tables"]["mtp"]["table"] == "cal.drafter-mtp.csv"
+    drafter = StepTable.read(tmp_path / "cal.drafter-mtp.csv")  # the per-step cost stays with the target
+    assert drafter.grid.step_ms(1, 0) == pytest.approx(StepTable.read(
+        tmp_path / f"{src.stem}.drafter-mtp.csv").grid.step_ms(1, 0))
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["estimate", "--model", "qwen3-8b", "--gpu", "H300", "--out", "x.csv"], ["--gpu", "H300"]),
+    (["estimate", "--model", "qwen3-8b", "--gpu", "H200", "--ep", "2", "--gpus", "2", "--out", "x.csv"],
+     ["--ep", "no experts"]),
+    (["estimate", "--model", "qwen3-8b", "--gpu", "H200", "--cost", "warp=2", "--out", "x.csv"], ["--cost"]),
+    (["estimate", "--model", "qwen3-8b", "--gpu", "H200", "--drafters", "medusa", "--out", "x.csv"],
+     ["--drafters", "medusa"]),
+    (["estimate", "--model", "qwen3-8b", "--gpu", "H200", "--out", "x.txt"], ["--out", ".csv"]),
+    (["calibrate", "--point", "1,0,3", "--out", "x.csv"], ["--prior"]),
+    (["calibrate", "--prior", "missing.csv", "--point", "1,0,3", "--out", "x.csv"], ["--prior", "missing.csv"]),
+])
+def test_estimate_mistakes_are_one_line(argv, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(argv, capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    for word in words:
+        assert word in err
+
+
+def test_estimate_cli_deepseek_dp_ep(tmp_path, capsys):
+    code, _, err = run(["estimate", "--model", "deepseek-v4-flash", "--gpu", "H800", "--gpus", "8",
+                          "--kernels", "roofline", "--max-batch-tokens", "2048", "--max-kv-tokens", "2000000",
+                          "--out", str(tmp_path / "v4.csv")], capsys)
+    assert code == 0, err
+    assert "data-parallel attention, EP 8" in err
+    table = StepTable.read(tmp_path / "v4.csv")
+    assert table.meta["deployment"] == {"gpus": 8, "ep": 8, "parallel": "dp", "engine": "vllm"}
+    assert table.meta["gpus"] == 1 and table.meta["dtype"] == "fp8"
+    # the expert-parallel exchange: 40 MoE layers of at least the EP8 latency each
+    assert table.grid.step_ms(1, 0) > 40 * 191e-3
+    assert math.isfinite(table.grid.step_ms(2048, 2_000_000))
