@@ -249,3 +249,19 @@ def test_estimate_cli_deepseek_dp_ep(tmp_path, capsys):
     # the expert-parallel exchange: 40 MoE layers of at least the EP8 latency each
     assert table.grid.step_ms(1, 0) > 40 * 191e-3
     assert math.isfinite(table.grid.step_ms(2048, 2_000_000))
+
+
+def test_a_flat_estimate_between_the_points_moves_only_the_per_step_cost(tmp_path):
+    """Under overlap a V4 step is communication-bound over a range of B: the estimate is flat there, and a
+    per-token scale fitted to two points inside it would explode."""
+    shape = get_shape("deepseek-v4-flash")
+    d = Deployment(gpu=get_gpu("H800"), gpus=64, ep=64, dtype="fp8", parallel="dp",
+                   costs=replace(engine_defaults("sglang"), overlap=True))
+    out = tmp_path / "v4.csv"
+    write_estimate_set(shape, d, out, [], kernels="roofline", b_axis=np.array([1, 16, 64, 128, 256, 1024]),
+                       k_axis=np.array([0, 100_000, 1_000_000]))
+    prior = StepTable.read(out)
+    b, k = [16, 128], [0, 0]
+    assert np.ptp(prior.grid.values(np.array(b, float), np.zeros(2))) < 0.05 * prior.grid.step_ms(16, 0)
+    fit = fit_on_prior(prior, b, k, [20.0, 24.0])
+    assert fit.fitted == ["f"] and fit.s == 1.0 and any("flat" in n for n in fit.notes)
