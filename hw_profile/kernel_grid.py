@@ -84,22 +84,23 @@ class Grid:
 
 def _fill(values: np.ndarray, axes: tuple[np.ndarray, ...]) -> np.ndarray:
     """Unmeasured cells filled along the last axis first (KV length for attention, whose measured region is a
-    triangle: the collector stops where batch x KV no longer fits), then the others: linear between measured
-    neighbours, and past the last measured cell the line through the last two continued, as ``lookup`` does."""
+    triangle: the collector stops where batch x KV no longer fits), then the others, wherever the line holds two
+    measured cells: linear between measured neighbours, and past the last one the line through the last two
+    continued, as ``lookup`` does."""
     out = values.copy()
-    for a in reversed(range(len(axes))):
-        if not np.isnan(out).any():
-            break
-        ax = axes[a]
-        moved = np.moveaxis(out, a, -1).copy()
-        flat = moved.reshape(-1, moved.shape[-1])
-        for row in flat:
-            ok = np.isfinite(row)
-            if ok.sum() >= 2 and not ok.all():
-                row[~ok] = _line(ax[ok], row[ok], ax[~ok])
-            elif ok.sum() == 1:
-                row[~ok] = row[ok][0]
-        out = np.moveaxis(flat.reshape(moved.shape), -1, a)
+    for min_points in (2, 1):  # lines first, then holding a lone value where no axis offers two
+        for a in reversed(range(len(axes))):
+            if not np.isnan(out).any():
+                return np.maximum(out, 0.0)
+            ax = axes[a]
+            moved = np.moveaxis(out, a, -1).copy()
+            flat = moved.reshape(-1, moved.shape[-1])
+            for row in flat:
+                ok = np.isfinite(row)
+                if ok.all() or ok.sum() < min_points:
+                    continue
+                row[~ok] = _line(ax[ok], row[ok], ax[~ok]) if ok.sum() >= 2 else row[ok][0]
+            out = np.moveaxis(flat.reshape(moved.shape), -1, a)
     if np.isnan(out).any():
         out = np.where(np.isnan(out), np.nanmean(out), out)
     return np.maximum(out, 0.0)

@@ -1,0 +1,211 @@
+"""hw_profile.kernel_db on a small kernel database written here in aiconfigurator-core's on-disk layout
+(``<system>/<family>/<engine>/<version>/<table>.parquet``, latency in ms), and once on the real one when installed.
+
+The written latencies are closed forms that multilinear interpolation reproduces exactly (affine in M, bilinear in
+N x K; attention trilinear in heads, batch and KV), so every expected number below is computed by hand from them."""
+
+import importlib.util
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hw_profile import kernel_db
+from hw_profile.errors import HwProfileError
+from hw_profile.kernel_db import MISSING_EXTRA, coverage, covers, kernel_step_times
+from hw_profile.kernel_grid import Grid
+from hw_profile.shapes import ModelShape, get_shape
+
+# a dense GQA model small enough to tabulate every GEMM it needs
+TINY = ModelShape("tiny", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=256)
+
+MS, NS, KS = [1, 8, 64], [64, 128, 256], [64, 128]
+HEADS, BATCH, STEPS = [4, 16], [1, 4, 16], [1023, 4095]  # KV length = isl (1) + step: 1024 and 4096
+
+
+def gemm_ms(m, n, k):
+    return 0.004 + 2e-5 * m + 1e-8 * n * k
+
+
+def attn_ms(h, b, kv):
+    return 0.003 + 1e-6 * b * kv + 2e-7 * h * b * kv
+
+
+def allreduce_ms(size):
+    return 0.005 + 1e-8 * size
+
+
+def _write(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path)
+
+
+def _gemm_rows(engine, floor_ms=None):
+    rows = []
+    for dtype in ("bfloat16", "fp8"):
+        for m in MS:
+            for n in NS:
+                for k in KS:
+                    lat = gemm_ms(m, n, k)
+                    if floor_ms is not None and m == 1:
+                        lat = max(lat, floor_ms)
+                    rows.append(dict(framework=engine, version="x", device="NVIDIA H200", op_name="gemm",
+                                     kernel_source="k", gemm_dtype=dtype, m=m, n=n, k=k, latency=lat))
+    return rows
+
+
+@pytest.fixture
+def db(tmp_path):
+    """H200 with vllm 0.24.0 (GEMM with a 0.18 ms floor at M = 1 in fp8, attention, all-reduce) and sglang 0.5.14
+    (GEMM only: the reference the floor is checked against)."""
+    base = tmp_path / "data"
+    sysdir = base / "h200_sxm"
+    vllm_rows = [r for r in _gemm_rows("VLLM", floor_ms=0.18) if r["gemm_dtype"] == "fp8"]
+    vllm_rows += [r for r in _gemm_rows("VLLM") if r["gemm_dtype"] == "bfloat16"]
+    _write(sysdir / "gemm/vllm/0.24.0/gemm_perf.parquet", vllm_rows)
+    _write(sysdir / "gemm/sglang/0.5.14/gemm_perf.parquet", _gemm_rows("SGLang"))
+    attn = []
+    for kvh in (1, 2):
+        for h in HEADS:
+            for b in BATCH:
+                for s in STEPS:
+                    attn.append(dict(framework="VLLM", version="0.24.0", device="NVIDIA H200",
+                                     op_name="generation_attention", kernel_source="fa3", batch_size=b, isl=1,
+                                     num_heads=h // (2 // kvh), num_key_value_heads=kvh, head_dim=16, beam_width=1,
+                                     attn_dtype="bfloat16", kv_cache_dtype="bfloat16", step=s, window_size=0,
+                                     latency=attn_ms(h // (2 // kvh), b, s + 1)))
+    _write(sysdir / "attention/vllm/0.24.0/generation_attention_perf.parquet", attn)
+    ar = [dict(framework="vLLM", version="0.24.0", device="NVIDIA H200", op_name="all_reduce",
+               kernel_source="vLLM_custom_graph", allreduce_dtype="bfloat16", num_gpus=2, message_size=size,
+               latency=allreduce_ms(size), backend="vllm_graph") for size in (64, 1024, 16384)]
+    _write(sysdir / "comm/vllm/0.24.0/custom_allreduce_perf.parquet", ar)
+    return base
+
+
+def _step(db, tokens, requests, context, dtype="bf16", gpus=1, shape=TINY):
+    return kernel_step_times(shape, "H200", "vllm", dtype, gpus, None, np.asarray(tokens, float),
+                             np.asarray(requests, float), np.asarray(context, float), data_dir=db)
+
+
+def _gemm_total(m, gpus=1):
+    """Every GEMM of TINY (per GPU), by hand: qkv, o, gate_up, down per layer."""
+    s, tp = TINY, gpus
+    per_layer = (gemm_ms(m, (s.heads // tp + 2 * max(1, s.kv_heads // tp)) * s.head_dim, s.hidden)
+                 + gemm_ms(m, s.hidden, s.heads * s.head_dim // tp)
+                 + gemm_ms(m, 2 * s.intermediate // tp, s.hidden) + gemm_ms(m, s.hidden, s.intermediate // tp))
+    return s.layers * per_layer
+
+
+def test_coverage_and_covers(db):
+    assert coverage(db) == [("H200", "vllm", "0.24.0")]  # sglang has GEMMs but no attention: not covered
+    assert covers("h200", "VLLM", db) and not covers("H200", "sglang", db) and not covers("B200", "vllm", db)
+
+
+def test_grid_returns_measured_values_and_hand_computed_ones_between():
+    frame = pd.DataFrame([dict(m=m, n=n, k=k, latency=gemm_ms(m, n, k)) for m in MS for n in NS for k in KS])
+    grid = Grid.from_frame(frame, ["m", "n", "k"])
+    m, n, k = np.meshgrid(MS, NS, KS, indexing="ij")
+    val, inside = grid.lookup(m.ravel(), n.ravel(), k.ravel())
+    np.testing.assert_allclose(val, gemm_ms(m.ravel(), n.ravel(), k.ravel()), rtol=1e-12)
+    assert inside.all()
+    # halfway between M = 8 and 64 and N = 128 and 256 at K = 128: the average of the four written corners
+    corners = [gemm_ms(a, b, 128) for a in (8, 64) for b in (128, 256)]
+    val, inside = grid.lookup(36, 192, 128)
+    assert val == pytest.approx(sum(corners) / 4, rel=1e-12) and inside.all()
+
+
+def test_grid_flags_extrapolation_and_unmeasured_cells():
+    frame = pd.DataFrame([dict(b=b, kv=kv, latency=attn_ms(4, b, kv)) for b in (1, 4, 16) for kv in (1024, 4096)
+                          if not (b == 16 and kv == 4096)])  # the triangle the collector leaves
+    grid = Grid.from_frame(frame, ["b", "kv"])
+    val, inside = grid.lookup([4, 4, 32, 16, 4], [4096, 8192, 1024, 4096, 2048])
+    assert list(inside) == [True, False, False, False, True]
+    # beyond the last point: the line through the last two (attn_ms is linear in each axis, so exact)
+    assert val[1] == pytest.approx(attn_ms(4, 4, 8192), rel=1e-9)
+    assert val[2] == pytest.approx(attn_ms(4, 32, 1024), rel=1e-9)
+    # the missing corner is filled along KV from its two measured neighbours
+    assert val[3] == pytest.approx(attn_ms(4, 16, 4096), rel=1e-9)
+
+
+def test_step_is_the_sum_of_written_kernels(db):
+    r = _step(db, [1, 4], [1, 4], [4096, 1024])
+    assert r.inside.all()
+    np.testing.assert_allclose(r.parts["gemm"], [_gemm_total(1), _gemm_total(4)], rtol=1e-9)
+    np.testing.assert_allclose(r.parts["attention"], [TINY.layers * attn_ms(4, 1, 4096),
+                                                      TINY.layers * attn_ms(4, 4, 1024)], rtol=1e-9)
+    np.testing.assert_allclose(r.parts["lm_head"], [gemm_ms(1, 256, 64), gemm_ms(4, 256, 64)], rtol=1e-9)
+    assert not r.parts["comm"].any()  # one GPU: no all-reduce
+    np.testing.assert_allclose(r.ms, sum(r.parts.values()))
+    assert "data" in r.source and "h200_sxm / vllm 0.24.0" in r.source
+
+
+def test_q_tokens_per_request_share_one_read_of_the_kv(db):
+    """(a): 16 tokens from 4 requests (q = 4) over 4096 KV cost the kernel for 4 sequences with 4 x 4 query heads,
+    the written row (heads 16, batch 4, step 4095), not 16 one-query sequences (heads 4, batch 16)."""
+    r = _step(db, [16], [4], [4096])
+    assert r.parts["attention"][0] == pytest.approx(TINY.layers * attn_ms(16, 4, 4096), rel=1e-12)
+    per_token = TINY.layers * attn_ms(4, 16, 4096)  # what pricing qR sequences would give
+    assert r.parts["attention"][0] < per_token
+    assert r.inside.all()
+    assert any(n.startswith("(a)") for n in r.notes)
+
+
+def test_outside_measured_data_is_extrapolated_and_flagged(db):
+    r = _step(db, [1, 32, 1], [1, 32, 1], [4096, 1024, 16384])
+    assert list(r.inside) == [True, False, False]
+    assert r.parts["attention"][2] == pytest.approx(TINY.layers * attn_ms(4, 1, 16384), rel=1e-9)
+    assert r.parts["attention"][1] == pytest.approx(TINY.layers * attn_ms(4, 32, 1024), rel=1e-9)
+    assert any(n.startswith("(b)") and "decode attention" in n for n in r.notes)
+
+
+def test_gemm_floor_is_replaced_by_the_other_engines_data(db):
+    """(c): vllm's fp8 GEMMs sit on a 0.18 ms floor at M = 1; sglang's data for the same shapes replaces them."""
+    r = _step(db, [1, 8], [1, 8], [1024, 1024], dtype="fp8")
+    np.testing.assert_allclose(r.parts["gemm"], [_gemm_total(1), _gemm_total(8)], rtol=1e-9)
+    floored = 0.18 * 4 * TINY.layers
+    assert r.parts["gemm"][0] < floored / 10
+    note = next(n for n in r.notes if n.startswith("(c)"))
+    assert "sglang 0.5.14" in note and "6 of 18" in note  # the M = 1 cells (3 N x 2 K) of the 18 written
+    # bf16 has no floor: nothing replaced, and the note says so
+    r16 = _step(db, [1], [1], [1024])
+    assert any(n.startswith("(c) No implausible") for n in r16.notes)
+
+
+def test_tensor_parallel_step_adds_two_all_reduces_per_layer(db):
+    r = _step(db, [4], [4], [1024], gpus=2)
+    assert r.parts["comm"][0] == pytest.approx(2 * TINY.layers * allreduce_ms(4 * TINY.hidden), rel=1e-9)
+    np.testing.assert_allclose(r.parts["gemm"], [_gemm_total(4, gpus=2)], rtol=1e-9)
+    # 2 local heads over 1 KV head: the kv_heads = 1 rows
+    assert r.parts["attention"][0] == pytest.approx(TINY.layers * attn_ms(2, 4, 1024), rel=1e-9)
+
+
+def test_errors_are_one_line(db, monkeypatch):
+    with pytest.raises(HwProfileError) as exc:
+        kernel_step_times(TINY, "B200", "vllm", "bf16", 1, None, np.ones(1), np.ones(1), np.ones(1), data_dir=db)
+    assert "\n" not in str(exc.value) and "H200/vllm 0.24.0" in str(exc.value)
+    monkeypatch.setattr(kernel_db, "PACKAGE", "aiconfigurator_core_absent_for_this_test")
+    with pytest.raises(HwProfileError) as exc:
+        coverage()
+    assert str(exc.value) == MISSING_EXTRA
+    with pytest.raises(HwProfileError, match="tokens >= requests"):
+        _step(db, [2], [4], [10])
+    with pytest.raises(HwProfileError) as exc:  # a head layout the table does not hold
+        _step(db, [1], [1], [10], shape=ModelShape("odd", layers=1, hidden=64, heads=8, kv_heads=8, head_dim=16,
+                                                   intermediate=128, vocab=256))
+    assert "\n" not in str(exc.value) and "num_key_value_heads=8" in str(exc.value)
+
+
+HAS_AIC = importlib.util.find_spec("aiconfigurator_core") is not None
+
+
+@pytest.mark.skipif(not HAS_AIC, reason="aiconfigurator-core (the optional 'kernels' extra) is not installed")
+def test_real_database_prices_a_sane_qwen3_8b_decode_step():
+    shape = get_shape("qwen3-8b")
+    b = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256], float)
+    r = kernel_step_times(shape, "H200", "vllm", "bf16", 1, None, b, b, np.full(b.shape, 4096.0))
+    # B = 1 is weight-bandwidth bound: every bf16 matmul weight read once at 4.8 TB/s
+    memory_ms = shape.matmul_params * 2 / 4.8e12 * 1e3
+    assert memory_ms < r.ms[0] < 2 * memory_ms
+    assert (np.diff(r.ms) > 0).all()
+    assert r.inside[:8].all() and not r.inside[8]  # batch 256 x 4096 KV lies past the measured triangle
+    assert r.source.startswith("aiconfigurator-core 0.12")
