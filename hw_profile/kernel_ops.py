@@ -88,6 +88,8 @@ def _pick(frame: pd.DataFrame, what: str, **eq) -> pd.DataFrame:
     """Rows matching every column = value; one HwProfileError line naming what the table has otherwise."""
     rows = frame
     for col, val in eq.items():
+        if col not in rows.columns:  # older tables lack some columns (window_size): they hold that case only
+            continue
         sub = rows[rows[col] == val]
         if sub.empty:
             have = sorted(rows[col].unique().tolist(), key=str)
@@ -275,6 +277,15 @@ def _allreduce(ctx, shape, B):
         if "backend" in sub.columns and sub["backend"].astype(str).str.contains("graph").any():
             sub = sub[sub["backend"].astype(str).str.contains("graph")]  # decode runs under CUDA graphs
         rows = densest(sub) if not sub.empty else None
+    if rows is None:
+        nccl = find_table(ctx.base, ctx.system, "comm", "nccl", "", "nccl_perf")
+        if nccl is not None:
+            sub = nccl.frame[(nccl.frame["op_name"] == "all_reduce") & (nccl.frame["num_gpus"] == ctx.gpus)
+                             & (nccl.frame["nccl_dtype"].isin(["half", "bfloat16"]))]
+            if not sub.empty:
+                rows = sub
+                ctx.note(f"All-reduce: {ctx.engine}'s custom all-reduce has no {ctx.gpus}-GPU data on {ctx.system}; "
+                         f"NCCL {nccl.version}'s all-reduce is used.")
     if rows is None:
         raise HwProfileError(f"kernel database: no all-reduce data for {ctx.gpus} GPUs on {ctx.system}/{ctx.engine}")
     v, ins = Grid.from_frame(rows, ["message_size"]).lookup(B * shape.hidden)  # message size counts elements
