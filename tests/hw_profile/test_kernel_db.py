@@ -19,7 +19,7 @@ from hw_profile.shapes import ModelShape, get_shape
 # a dense GQA model small enough to tabulate every GEMM it needs
 TINY = ModelShape("tiny", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=256)
 
-MS, NS, KS = [1, 8, 64], [64, 128, 256], [64, 128]
+MS, NS, KS = [1, 8, 64], [64, 128, 256], [32, 64, 128]
 HEADS, BATCH, STEPS = [4, 16], [1, 4, 16], [1023, 4095]  # KV length = isl (1) + step: 1024 and 4096
 
 
@@ -33,6 +33,20 @@ def attn_ms(h, b, kv):
 
 def allreduce_ms(size):
     return 0.005 + 1e-8 * size
+
+
+def bmm_ms(tokens):
+    return 0.001 + 1e-5 * tokens
+
+
+def moe_ms(tokens):
+    return 0.01 + 1e-4 * tokens
+
+
+# an MLA + MoE model of DeepSeek-V3's kind: 1 dense layer, then MoE layers with one shared expert
+TINY_MLA = ModelShape("tiny-mla", layers=2, hidden=64, heads=4, kv_heads=4, head_dim=16, intermediate=128, vocab=256,
+                      family="deepseek_v3", experts=4, experts_per_token=2, shared_experts=1, expert_intermediate=32,
+                      dense_layers=1, kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=8, v_head_dim=16)
 
 
 def _write(path, rows):
@@ -79,6 +93,19 @@ def db(tmp_path):
                kernel_source="vLLM_custom_graph", allreduce_dtype="bfloat16", num_gpus=2, message_size=size,
                latency=allreduce_ms(size), backend="vllm_graph") for size in (64, 1024, 16384)]
     _write(sysdir / "comm/vllm/0.24.0/custom_allreduce_perf.parquet", ar)
+    mla = [dict(framework="VLLM", version="0.24.0", device="NVIDIA H200", op_name="mla_generation",
+                kernel_source="flashmla", mla_dtype="bfloat16", kv_cache_dtype="bfloat16", num_heads=h, batch_size=b,
+                isl=1, tp_size=1, step=s, latency=attn_ms(h, b, s + 1)) for h in HEADS for b in BATCH for s in STEPS]
+    _write(sysdir / "mla/vllm/0.24.0/generation_mla_perf.parquet", mla)
+    bmm = [dict(framework="VLLM", version="0.24.0", device="NVIDIA H200", op_name=op, kernel_source="torch_bmm",
+                bmm_dtype="bfloat16", num_tokens=t, num_heads=4, latency=bmm_ms(t))
+           for op in ("mla_gen_pre", "mla_gen_post") for t in (1, 64)]
+    _write(sysdir / "mla_bmm/vllm/0.24.0/mla_bmm_perf.parquet", bmm)
+    moe = [dict(framework="VLLM", version="0.24.0", device="NVIDIA H200", op_name="moe", kernel_source="triton",
+                moe_dtype="bfloat16", num_tokens=t, hidden_size=64, inter_size=32, topk=2, num_experts=4,
+                moe_tp_size=1, moe_ep_size=1, distribution=dist, latency=moe_ms(t) * (1 if dist == "balanced" else 2))
+           for t in (1, 16, 256) for dist in ("balanced", "power_law_1.01")]
+    _write(sysdir / "moe/vllm/0.24.0/moe_perf.parquet", moe)
     return base
 
 
@@ -165,10 +192,28 @@ def test_gemm_floor_is_replaced_by_the_other_engines_data(db):
     floored = 0.18 * 4 * TINY.layers
     assert r.parts["gemm"][0] < floored / 10
     note = next(n for n in r.notes if n.startswith("(c)"))
-    assert "sglang 0.5.14" in note and "6 of 18" in note  # the M = 1 cells (3 N x 2 K) of the 18 written
+    assert "sglang 0.5.14" in note and "9 of 27" in note  # the M = 1 cells (3 N x 3 K) of the 27 written
     # bf16 has no floor: nothing replaced, and the note says so
     r16 = _step(db, [1], [1], [1024])
     assert any(n.startswith("(c) No implausible") for n in r16.notes)
+
+
+def test_mla_moe_step_is_the_sum_of_written_kernels(db):
+    """16 tokens from 4 requests over 1024 KV: MLA decode at 4 sequences with 4 x 4 heads (the one latent KV read
+    once per request), its projections and absorption matmuls at 16 tokens, the MoE kernel at 16 tokens."""
+    s = TINY_MLA
+    r = _step(db, [16], [4], [1024], shape=s)
+    assert r.inside.all()
+    assert r.parts["attention"][0] == pytest.approx(s.layers * attn_ms(16, 4, 1024), rel=1e-12)
+    m = 16
+    attn_gemms = gemm_ms(m, 32 + 32 + 8, 64) + gemm_ms(m, 4 * 24, 32) + gemm_ms(m, 64, 4 * 16)
+    dense_mlp = gemm_ms(m, 2 * 128, 64) + gemm_ms(m, 64, 128)
+    shared = gemm_ms(m, 2 * 32, 64) + gemm_ms(m, 64, 32)
+    expected = s.layers * attn_gemms + 1 * dense_mlp + 1 * shared + s.layers * 2 * bmm_ms(m)
+    assert r.parts["gemm"][0] == pytest.approx(expected, rel=1e-9)
+    assert r.parts["moe"][0] == pytest.approx(1 * moe_ms(16), rel=1e-12)  # balanced routing rows
+    assert r.parts["lm_head"][0] == pytest.approx(gemm_ms(m, 256, 64), rel=1e-12)
+    assert any("balanced routing" in n for n in r.notes)
 
 
 def test_tensor_parallel_step_adds_two_all_reduces_per_layer(db):
