@@ -174,12 +174,12 @@ def find_table(base: Path, system: str, family: str, engine: str, version: str, 
     for v in order:
         path = base / system / family / engine / v / f"{name}.parquet"
         if path.is_file():
-            return Table(_read(str(path)), v, path)
+            return Table(_read(str(path), path.stat().st_mtime_ns), v, path)
     return None
 
 
 @functools.lru_cache(maxsize=64)
-def _read(path: str) -> pd.DataFrame:
+def _read(path: str, mtime_ns: int) -> pd.DataFrame:  # the mtime keys the cache: a rewritten file is read again
     try:
         return pd.read_parquet(path)
     except (OSError, ValueError) as exc:

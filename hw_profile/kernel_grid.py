@@ -8,7 +8,9 @@ Interpolation is linear in the raw coordinates and linear in the value, along ev
 exact for the two shapes kernel times take: affine in one size (attention in KV length, a GEMM in M once compute
 bound) and a product of two sizes (a memory-bound GEMM's time grows as N x K, which bilinear interpolation
 reproduces). Log-space interpolation would bend both. Outside an axis's measured range the same formula with the
-last two measured points continues the line (linear extrapolation), and the point is reported not ``inside``.
+last two measured points continues the line (linear extrapolation), and the point is reported not ``inside``;
+below the first measured point the first value is held (a kernel's time has a floor at small sizes), also not
+``inside``.
 
 A grid cell that was not measured (the collector skipped a combination, or stopped where batch x KV ran out of
 memory) is filled from its neighbours along the last axis (then the others), by the same lines; a query that leans
@@ -61,7 +63,9 @@ class Grid:
                 continue
             i = np.clip(np.searchsorted(ax, x, side="right") - 1, 0, len(ax) - 2)
             lo_idx.append(i)
-            weights.append((x - ax[i]) / (ax[i + 1] - ax[i]))
+            # below the first measured size the first time is held (kernel times have a floor at small sizes;
+            # a line continued down would run toward zero), above the last the line continues
+            weights.append(np.where(x < ax[0], 0.0, (x - ax[i]) / (ax[i + 1] - ax[i])))
             inside &= (x >= ax[0]) & (x <= ax[-1])
         out = np.zeros(pts[0].shape)
         d = len(self.axes)

@@ -13,6 +13,12 @@ Per point (B new tokens over R requests, q = B/R query tokens each, ``context`` 
   heads, batch = R, KV = context) in the measured (heads, batch, KV) grid (for MLA, whose one latent KV is shared
   by every head, the same holds). The database's own estimator prices qR sequences of one query instead, reading
   each request's KV q times.
+- DeepSeek-V4 (compressed sparse attention): the measured CSA and HCA decode modules, projections inside (the
+  window-only layers priced as HCA, as the package does). A request's q tokens share what grows with its context
+  (the indexer's scan, HCA's compressed rows) but each reads its own top-k rows and window, so a module is priced at
+  B tokens up to the context where those per-query reads saturate (CSA: ratio x top-k, HCA: the window) plus its
+  growth beyond that at R requests. Its fp4 experts need fp4 MoE rows (none on Hopper); ``mhc`` is its
+  hyper-connection mixing, one pre and one post per layer at B tokens.
 - ``moe``: the routed experts' fused kernel at B tokens for this (hidden, width, top-k, experts, tp, ep) as
   measured, under balanced routing.
 - ``comm``: two all-reduces per layer of B x hidden bf16 values over ``gpus`` (none on one GPU); the same
@@ -49,6 +55,9 @@ from hw_profile.kernel_db import (
 )
 from hw_profile.kernel_grid import Grid
 from hw_profile.shapes import ModelShape
+
+# fp4 routed experts (DeepSeek-V4): MXFP4 weights with fp8 activations first (V4's own format), then NVFP4
+FP4_MOE_DTYPES = ("w4a8_mxfp4_mxfp8", "nvfp4", "w4a16_mxfp4")
 
 
 @dataclass
@@ -131,7 +140,9 @@ def _gemms(shape: ModelShape, tp: int) -> list[tuple[str, int, int, int]]:
     """(name, N, K, layers) of the dense GEMMs of one forward, per GPU."""
     h, L = shape.hidden, shape.layers
     out: list[tuple[str, int, int, int]] = []
-    if shape.is_mla:
+    if shape.is_compressed:
+        pass  # V4's attention projections are inside its measured attention modules
+    elif shape.is_mla:
         qk = shape.head_dim + shape.qk_rope_head_dim
         out.append(("q_a+kv_a", shape.q_lora_rank + shape.kv_lora_rank + shape.qk_rope_head_dim, h, L))
         out.append(("q_b", shape.heads * qk // tp, shape.q_lora_rank, L))
@@ -247,24 +258,85 @@ def _mla_attention(ctx, shape, R, q, c, B, gdtype):
     return t_1 + growth, (p_b - p_r) * shape.layers, True
 
 
+def _v4_attention(ctx, shape, B, R, c):
+    """DeepSeek-V4 decode attention from the measured CSA and HCA modules (projections, compressor, indexer and
+    sparse attention inside), all layers.
+
+    A request's q tokens share what grows with its context (the indexer's scan of the compressed keys, HCA's
+    compressed rows) but each selects its own top-k rows and has its own window. So the module is priced at B
+    tokens over the context at which those per-query reads saturate (CSA: ratio x top-k; HCA: the window), plus
+    its growth from there to the real context at R requests: M(B, min(c, sat)) + M(R, c) - M(R, min(c, sat))."""
+    heads = shape.heads // ctx.gpus
+    variant = "flash" if "flash" in shape.name.lower() else "pro"
+    h = np.full(B.shape, float(heads))
+    window_only = shape.layers - shape.csa_layers - shape.hca_layers
+    total = np.zeros(B.shape)
+    for kind, layers, sat in (("csa", shape.csa_layers, shape.csa_ratio * shape.index_topk),
+                              ("hca", shape.hca_layers + window_only, shape.sliding_window)):
+        if not layers:
+            continue
+        tab = ctx.table("sparse_attention", f"dsv4_{kind}_generation_module_perf")
+        if tab is None:
+            raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no DeepSeek-V4 {kind.upper()} "
+                                 "decode module data")
+        rows = tab[tab["model"].str.lower().str.contains(variant)]
+        if rows.empty:
+            raise HwProfileError(f"kernel database: no DeepSeek-V4 {kind.upper()} rows for {shape.name} on "
+                                 f"{ctx.system}/{ctx.engine} (models: {sorted(set(tab['model']))})")
+        rows = densest(_pick(rows, f"DeepSeek-V4 {kind.upper()} module", num_heads=heads))
+        grid = _head_grid(ctx, rows)
+        c_sat = np.minimum(c, float(sat))
+        parts = []
+        for b, kv in ((B, c_sat), (R, c), (R, c_sat)):
+            v, ins = grid.lookup(h, b, kv)
+            parts.append(ctx.take(f"V4 {kind.upper()} module", v, ins))
+        total = total + layers * (parts[0] + parts[1] - parts[2])
+    ctx.note(f"DeepSeek-V4 attention: the measured CSA and HCA decode modules ({rows['kv_cache_dtype'].iloc[0]} "
+             f"KV, as V4 stores it; the {window_only} window-only layers priced as HCA layers, as the package does) "
+             "at B tokens up to the context where each query's own reads (top-k rows, window) saturate, and their "
+             "growth beyond it at R requests: what grows with the context is read once per request.")
+    return total
+
+
 # --- MoE and communication ----------------------------------------------------------------------------------------
 
 def _moe(ctx, shape, B, ep):
     tab = ctx.table("moe", "moe_perf")
     if tab is None:
         raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no MoE table")
-    moe_dtype = "fp8_block" if ctx.dtype == "fp8" else GEMM_DTYPES.get(ctx.dtype, ctx.dtype)
-    if shape.expert_dtype == "fp4":
-        raise HwProfileError(f"kernel database: {shape.name}'s fp4 experts are not priced by this reader")
     rows = _pick(tab, f"MoE ({shape.name})", hidden_size=shape.hidden, inter_size=shape.expert_intermediate,
-                 topk=shape.experts_per_token, num_experts=shape.experts, moe_dtype=moe_dtype,
-                 moe_tp_size=ctx.gpus // ep, moe_ep_size=ep)
+                 topk=shape.experts_per_token, num_experts=shape.experts, moe_tp_size=ctx.gpus // ep,
+                 moe_ep_size=ep)
+    if shape.expert_dtype == "fp4":
+        have = set(rows["moe_dtype"])
+        moe_dtype = next((d for d in FP4_MOE_DTYPES if d in have), None)
+        if moe_dtype is None:
+            raise HwProfileError(f"kernel database: no fp4 expert data for {shape.name} on {ctx.system}/{ctx.engine} "
+                                 f"(its MoE shape is measured in {sorted(have)} only)")
+    else:
+        moe_dtype = "fp8_block" if ctx.dtype == "fp8" else GEMM_DTYPES.get(ctx.dtype, ctx.dtype)
+    rows = _pick(rows, f"MoE ({shape.name})", moe_dtype=moe_dtype)
     dist = "balanced" if (rows["distribution"] == "balanced").any() else rows["distribution"].iloc[0]
     rows = densest(rows[rows["distribution"] == dist])
     ctx.note(f"Routed experts: the measured fused MoE kernel ({rows['kernel_source'].iloc[0]}, {moe_dtype}, "
              f"tp {ctx.gpus // ep} x ep {ep}) under {dist} routing, at B tokens.")
     v, ins = Grid.from_frame(rows, ["num_tokens"]).lookup(B)
     return ctx.take("MoE", v, ins) * shape.moe_layers
+
+
+def _mhc(ctx, shape, B):
+    """DeepSeek-V4's hyper-connection mixing, one pre and one post per layer, at B tokens."""
+    tab = ctx.table("mhc", "mhc_module_perf")
+    if tab is None:
+        raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no mHC module data")
+    total = np.zeros(B.shape)
+    for op in ("pre", "post"):
+        rows = _pick(tab, "mHC module", op_name=op, hidden_size=shape.hidden)
+        # the engines dispatch to one kernel per token range: the fastest measured source at each size
+        rows = rows.groupby("num_tokens", as_index=False)["latency"].min()
+        v, ins = Grid.from_frame(rows, ["num_tokens"]).lookup(B)
+        total = total + ctx.take("mHC", v, ins)
+    return total * shape.layers
 
 
 def _allreduce(ctx, shape, B):
@@ -297,9 +369,6 @@ def _allreduce(ctx, shape, B):
 def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, ep: int | None,
                tokens, requests, context, data_dir=None) -> KernelTimes:
     base, system, version = system_of(gpu, engine, data_dir)
-    if shape.is_compressed:
-        raise HwProfileError(f"kernel database: {shape.name}'s compressed sparse attention is not priced by this "
-                             "reader yet (only Qwen3-style GQA and DeepSeek-V3 MLA models)")
     if gpus < 1 or (shape.heads % gpus):
         raise HwProfileError(f"--gpus: {gpus} does not divide {shape.name}'s {shape.heads} heads")
     ep = gpus if ep is None else ep
@@ -314,7 +383,9 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
 
     gemm = np.zeros(B.shape)
     gemm_list = _gemms(shape, gpus)
-    if shape.is_mla:
+    if shape.is_compressed:
+        attention = _v4_attention(ctx, shape, B, R, c)
+    elif shape.is_mla:
         attention, extra, module = _mla_attention(ctx, shape, R, q, c, B, gdtype)
         if module:  # the module row holds the projections; the swap in `extra` puts them at M = B
             gemm_list = [g for g in gemm_list if g[0] not in ("q_a+kv_a", "q_b", "o")]
@@ -329,6 +400,8 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     parts = {"gemm": gemm, "attention": attention}
     if shape.is_moe:
         parts["moe"] = _moe(ctx, shape, B, ep)
+    if shape.is_compressed:
+        parts["mhc"] = _mhc(ctx, shape, B)
     parts["comm"] = _allreduce(ctx, shape, B)
     parts["lm_head"] = (_gemm(ctx, "bfloat16", B, shape.vocab // gpus, shape.hidden, "LM head")
                         if shape.lm_head else np.zeros(B.shape))

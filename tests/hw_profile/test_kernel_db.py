@@ -216,6 +216,71 @@ def test_mla_moe_step_is_the_sum_of_written_kernels(db):
     assert any("balanced routing" in n for n in r.notes)
 
 
+# DeepSeek-V4's kind: 1 window-only, 1 CSA and 1 HCA layer, fp4 experts, window 8, CSA ratio 4 x top-16 = 64
+TINY_V4 = ModelShape("tiny-v4-flash", layers=3, hidden=64, heads=4, kv_heads=1, head_dim=16, intermediate=0,
+                     vocab=256, family="deepseek_v4", experts=4, experts_per_token=2, shared_experts=1,
+                     expert_intermediate=32, q_lora_rank=32, sliding_window=8, csa_layers=1, hca_layers=1,
+                     csa_ratio=4, hca_ratio=128, index_heads=2, index_head_dim=8, index_topk=16, o_lora_rank=16,
+                     o_groups=2, expert_dtype="fp4")
+
+
+def csa_ms(b, kv):
+    return 0.02 + 1e-5 * b + 1e-7 * b * kv
+
+
+def hca_ms(b, kv):
+    return 0.01 + 2e-5 * b + 3e-8 * b * kv
+
+
+@pytest.fixture
+def db_v4(db):
+    sysdir = db / "h200_sxm"
+    for kind, fn, ratio in (("csa", csa_ms, 4), ("hca", hca_ms, 128)):
+        rows = [dict(framework="VLLM", version="0.24.0", device="NVIDIA H200", op_name=f"dsv4_{kind}_generation_module",
+                     kernel_source="FLASHMLA_SPARSE_DSV4", model=m, architecture="DeepseekV4ForCausalLM",
+                     mla_dtype="bfloat16", kv_cache_dtype="fp8", gemm_type="fp8_block", num_heads=4, batch_size=b,
+                     isl=1, tp_size=1, step=kv - 1, compress_ratio=ratio,
+                     latency=fn(b, kv) * (1 if "Flash" in m else 3))
+                for m in ("sgl-project/DeepSeek-V4-Flash-FP8", "deepseek-ai/DeepSeek-V4-Pro")
+                for b in (1, 4, 16) for kv in (8, 64, 1024, 4096)]
+        _write(sysdir / f"sparse_attention/vllm/0.24.0/dsv4_{kind}_generation_module_perf.parquet", rows)
+    mhc = [dict(framework="VLLM", version="0.24.0", device="NVIDIA H200", op_name=op, kernel_source=f"mhc_{op}",
+                architecture="DeepseekV4ForCausalLM", num_tokens=t, num_sites=2, hc_mult=4, hidden_size=64,
+                sinkhorn_iters=20, latency=0.002 + 1e-6 * t) for op in ("pre", "post") for t in (1, 64)]
+    _write(sysdir / "mhc/vllm/0.24.0/mhc_module_perf.parquet", mhc)
+    moe = pd.read_parquet(sysdir / "moe/vllm/0.24.0/moe_perf.parquet")
+    moe.loc[moe["moe_dtype"] == "bfloat16", "moe_dtype"] = "w4a8_mxfp4_mxfp8"
+    moe.to_parquet(sysdir / "moe/vllm/0.24.0/moe_perf.parquet")
+    return db
+
+
+def test_v4_context_growth_is_read_once_per_request(db_v4):
+    """16 tokens from 4 requests over 4096: each module at 16 tokens over the context where a query's own reads
+    saturate (CSA 4 x 16 = 64, HCA the window 8), plus the growth beyond it at 4 requests; the window-only layer is
+    priced as HCA; experts from the fp4 (MXFP4 x FP8) rows; one mHC pre and post per layer."""
+    s = TINY_V4
+    r = _step(db_v4, [16], [4], [4096], shape=s)  # bf16 shared experts: the written GEMMs
+    assert r.inside.all()
+    csa = csa_ms(16, 64) + csa_ms(4, 4096) - csa_ms(4, 64)
+    hca = hca_ms(16, 8) + hca_ms(4, 4096) - hca_ms(4, 8)
+    assert r.parts["attention"][0] == pytest.approx(1 * csa + 2 * hca, rel=1e-9)
+    assert r.parts["attention"][0] < 1 * csa_ms(16, 4096) + 2 * hca_ms(16, 4096)  # what 16 sequences would cost
+    assert r.parts["moe"][0] == pytest.approx(3 * moe_ms(16), rel=1e-12)  # every V4 layer is an MoE layer
+    assert r.parts["mhc"][0] == pytest.approx(3 * 2 * (0.002 + 1e-6 * 16), rel=1e-12)
+    shared = gemm_ms(16, 2 * 32, 64) + gemm_ms(16, 64, 32)  # the attention projections are inside the modules
+    assert r.parts["gemm"][0] == pytest.approx(3 * shared, rel=1e-9)
+
+
+def test_v4_without_fp4_experts_is_one_line(db_v4):
+    """The issue's (d): V4's fp4 experts need fp4 MoE rows (none on Hopper in the real database)."""
+    path = db_v4 / "h200_sxm/moe/vllm/0.24.0/moe_perf.parquet"
+    moe = pd.read_parquet(path)
+    moe.assign(moe_dtype="fp8_block").to_parquet(path)
+    with pytest.raises(HwProfileError) as exc:
+        _step(db_v4, [1], [1], [64], shape=TINY_V4)
+    assert "\n" not in str(exc.value) and "no fp4 expert data" in str(exc.value) and "fp8_block" in str(exc.value)
+
+
 def test_tensor_parallel_step_adds_two_all_reduces_per_layer(db):
     r = _step(db, [4], [4], [1024], gpus=2)
     assert r.parts["comm"][0] == pytest.approx(2 * TINY.layers * allreduce_ms(4 * TINY.hidden), rel=1e-9)
