@@ -49,6 +49,9 @@ _GPU_OF_SYSTEM = {v: k for k, v in SYSTEMS.items()}
 # least FLOOR_EXCESS_MS, is taken for a measurement floor, not a kernel property (issue (c)).
 FLOOR_RATIO = 3.0
 FLOOR_EXCESS_MS = 0.015
+# The least a GEMM kernel takes, whatever its size: the smallest GEMMs in aiconfigurator-core 0.12's data take
+# 1.5-2.5 us in bf16 and 3-5 us in fp8 on the data-center GPUs. The roofline replacement never goes below it.
+GEMM_MIN_MS = 0.002
 
 GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "nvfp4"}
 
@@ -237,26 +240,59 @@ def _gemm_grid_cached(base: str, system: str, engine: str, version: str, dtype: 
         better = inside & (vals < best_ref)
         best_ref = np.where(better, vals, best_ref)
         best_name = np.where(better, f"{other} {ov}", best_name)
-    floored = grid.measured & np.isfinite(best_ref) & (grid.values > FLOOR_RATIO * best_ref) & (
-        grid.values - best_ref > FLOOR_EXCESS_MS)
-    if not floored.any():
-        return GemmGrid(grid, None)
-    fixed = np.where(floored, best_ref, grid.values)
-    m_hit = mesh[0][floored]
-    donors = sorted(set(best_name[floored]))
-    ratio = np.median(grid.values[floored] / best_ref[floored])
-    note = (f"(c) {dtype} GEMM data of {engine} {version} on {system}: {int(floored.sum())} of "
+    values, notes = grid.values, []
+    floored = grid.measured & np.isfinite(best_ref) & (values > FLOOR_RATIO * best_ref) & (
+        values - best_ref > FLOOR_EXCESS_MS)
+    if floored.any():
+        donors = sorted(set(best_name[floored]))
+        notes.append(_floor_note(dtype, engine, version, system, grid, mesh, floored, best_ref,
+                                 f"the same shape in {', '.join(donors)}", f"{', '.join(donors)}'s times"))
+        values = np.where(floored, best_ref, values)
+    # cells no other engine measured: against the GEMM's roofline on the GPU's datasheet, where it is known
+    roof = _roofline_grid(system, dtype, mesh)
+    if roof is not None:
+        alone = grid.measured & ~np.isfinite(best_ref) & (values > FLOOR_RATIO * roof) & (
+            values - roof > FLOOR_EXCESS_MS)
+        if alone.any():
+            notes.append(_floor_note(dtype, engine, version, system, grid, mesh, alone, roof,
+                                     "the GEMM's roofline (no other engine measured it)", "the roofline"))
+            values = np.where(alone, roof, values)
+    return GemmGrid(grid.replace(values), " ".join(notes) if notes else None)
+
+
+def _floor_note(dtype, engine, version, system, grid, mesh, hit, ref, against: str, by: str) -> str:
+    m_hit = mesh[0][hit]
+    ratio = np.median(grid.values[hit] / ref[hit])
+    return (f"(c) {dtype} GEMM data of {engine} {version} on {system}: {int(hit.sum())} of "
             f"{int(grid.measured.sum())} measured (M, N, K) cells lay more than {FLOOR_RATIO:g}x (median "
-            f"{ratio:.1f}x) and {FLOOR_EXCESS_MS * 1e3:g} us above the same shape in {', '.join(donors)} "
-            f"(M from {int(m_hit.min())} to {int(m_hit.max())}), a measurement floor rather than the kernel; "
-            f"those cells were replaced by {', '.join(donors)}'s times.")
-    return GemmGrid(grid.replace(fixed), note)
+            f"{ratio:.1f}x) and {FLOOR_EXCESS_MS * 1e3:g} us above {against} (M from {int(m_hit.min())} to "
+            f"{int(m_hit.max())}), a measurement floor rather than the kernel; those cells were replaced by {by}.")
+
+
+def _roofline_grid(system: str, dtype: str, mesh) -> np.ndarray | None:
+    """A GEMM's time on the datasheet roofline at the roofline model's achieved efficiencies, and never under
+    ``GEMM_MIN_MS``; None where the GPU or dtype is not one the datasheet table knows."""
+    from hw_profile.gpus import GPUS
+    from hw_profile.roofline import RooflineParams
+
+    gpu = GPUS.get(_GPU_OF_SYSTEM.get(system, ""))
+    width = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0}.get(dtype)
+    if gpu is None or width is None:
+        return None
+    params = RooflineParams()
+    m, n, k = mesh
+    bytes_ = (m * k + k * n) * width + m * n * 2.0
+    flops = 2.0 * m * n * k
+    peak = gpu.peak_tflops("fp8" if width == 1.0 else "bf16") * 1e12 * params.comp_eff
+    seconds = np.maximum(flops / peak, bytes_ / (gpu.hbm_tb_s * 1e12 * params.mem_eff))
+    return np.maximum(seconds * 1e3, GEMM_MIN_MS)
 
 
 def gemm_grid(base: Path, system: str, engine: str, version: str, dtype: str) -> GemmGrid | None:
     """The (M, N, K) -> ms grid of one GEMM dtype on one (system, engine), with issue (c) repaired: cells far above
     another engine's time for the same GEMM shape on the same GPU (``FLOOR_RATIO`` and ``FLOOR_EXCESS_MS``) take
-    the other engine's time (the fastest one, where several have data there)."""
+    the other engine's time (the fastest one, where several have data there); cells no other engine measured are
+    held against the GEMM's roofline on the GPU's datasheet (``hw_profile.gpus``) the same way."""
     return _gemm_grid_cached(str(base), system, engine, version, dtype)
 
 

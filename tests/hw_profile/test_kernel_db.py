@@ -281,6 +281,24 @@ def test_v4_without_fp4_experts_is_one_line(db_v4):
     assert "\n" not in str(exc.value) and "no fp4 expert data" in str(exc.value) and "fp8_block" in str(exc.value)
 
 
+def test_gemm_floor_without_another_engine_falls_back_to_the_roofline(tmp_path):
+    """(c) where no other engine measured the dtype: a floored cell is held against the GEMM's H200 roofline (at the
+    roofline model's efficiencies, never under GEMM_MIN_MS) and replaced by it."""
+    base = tmp_path / "data"
+    _write(base / "h200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet",
+           [r for r in _gemm_rows("VLLM", floor_ms=0.18) if r["gemm_dtype"] == "fp8"])
+    gg = kernel_db.gemm_grid(base, "h200_sxm", "vllm", "0.24.0", "fp8")
+    assert "roofline" in gg.note and "9 of 27" in gg.note
+    val, _ = gg.grid.lookup(np.array([1, 8]), np.array([256, 256]), np.array([128, 128]))
+    # M = 1, N = 256, K = 128 in fp8: 33 KB of weights, far under the kernel floor, so GEMM_MIN_MS
+    assert val[0] == pytest.approx(kernel_db.GEMM_MIN_MS)
+    assert val[1] == pytest.approx(gemm_ms(8, 256, 128), rel=1e-12)  # not floored: kept
+    # a big GEMM's roofline is its weight read: M = 64, N = K = 8192 in fp8 is 67 MB at 0.8 x 4.8 TB/s
+    roof = kernel_db._roofline_grid("h200_sxm", "fp8", np.meshgrid([64.0], [8192.0], [8192.0], indexing="ij"))
+    expected = (64 * 8192 + 8192 * 8192 + 64 * 8192 * 2) / (0.8 * 4.8e12) * 1e3  # fp8 in, bf16 out
+    assert roof.item() == pytest.approx(max(expected, 2 * 64 * 8192**2 / (0.6 * 1978.9e12) * 1e3), rel=1e-9)
+
+
 def test_tensor_parallel_step_adds_two_all_reduces_per_layer(db):
     r = _step(db, [4], [4], [1024], gpus=2)
     assert r.parts["comm"][0] == pytest.approx(2 * TINY.layers * allreduce_ms(4 * TINY.hidden), rel=1e-9)
