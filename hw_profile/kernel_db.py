@@ -146,6 +146,10 @@ def coverage(data_dir=None) -> list[tuple[str, str, str]]:
 
 
 def covers(gpu: str, engine: str, data_dir=None) -> bool:
+    """Whether the database has (gpu, engine); False, not an error, when the optional package is absent, so that
+    a caller can fall back to another source (``kernel_step_times`` says what to install)."""
+    if data_dir is None and importlib.util.find_spec(PACKAGE) is None:
+        return False
     return any(g == gpu.upper() and e == engine.lower() for g, e, _ in coverage(data_dir))
 
 

@@ -315,6 +315,9 @@ def test_errors_are_one_line(db, monkeypatch):
     with pytest.raises(HwProfileError) as exc:
         coverage()
     assert str(exc.value) == MISSING_EXTRA
+    with pytest.raises(HwProfileError, match="optional extra"):
+        kernel_step_times(TINY, "H200", "vllm", "bf16", 1, None, np.ones(1), np.ones(1), np.ones(1))
+    assert covers("H200", "vllm") is False  # a caller may fall back to another source
     with pytest.raises(HwProfileError, match="tokens >= requests"):
         _step(db, [2], [4], [10])
     with pytest.raises(HwProfileError) as exc:  # a head layout the table does not hold
