@@ -170,7 +170,7 @@ def _kv_dtype(frame: pd.DataFrame, dtype: str) -> str:
     return "bfloat16"
 
 
-def _head_grid(ctx, rows: pd.DataFrame) -> Grid:
+def _head_grid(rows: pd.DataFrame) -> Grid:
     rows = rows.assign(kv=rows["isl"] + rows["step"])  # a decode row's KV length: its prompt plus the steps taken
     return Grid.from_frame(rows, ["num_heads", "batch_size", "kv"])
 
@@ -186,7 +186,7 @@ def _gqa_attention(ctx, shape, R, q, c):
     rows = densest(_pick(gen, "generation attention", num_key_value_heads=kv, head_dim=hd,
                          kv_cache_dtype=_kv_dtype(gen, ctx.dtype), window_size=0))
     _pick(rows, "generation attention", num_heads=heads)
-    t, inside = _head_grid(ctx, rows).lookup(q * heads, R, c)
+    t, inside = _head_grid(rows).lookup(q * heads, R, c)
     return ctx.take("decode attention", t, inside)
 
 
@@ -222,7 +222,7 @@ def _mla_attention(ctx, shape, R, q, c, B, gdtype):
     if kernel is not None:
         rows = _mla_rows(kernel, "MLA decode", kv_cache_dtype=_kv_dtype(kernel, ctx.dtype))
         _pick(rows, "MLA decode", num_heads=heads)
-        t, inside = _head_grid(ctx, rows).lookup(qh, R, c)
+        t, inside = _head_grid(rows).lookup(qh, R, c)
         t = ctx.take("MLA decode", t, inside)
         extra_gemm = np.zeros_like(B)
         bmm = ctx.table("mla_bmm", "mla_bmm_perf")
@@ -241,7 +241,7 @@ def _mla_attention(ctx, shape, R, q, c, B, gdtype):
     gt = gdtype if (module["gemm_type"] == gdtype).any() else "bfloat16"
     rows = _mla_rows(module, "MLA decode module", kv_cache_dtype=_kv_dtype(module, ctx.dtype), gemm_type=gt)
     _pick(rows, "MLA decode module", num_heads=heads)
-    grid = _head_grid(ctx, rows)
+    grid = _head_grid(rows)
     h = np.full(B.shape, float(heads))
     t_q, in_q = grid.lookup(qh, R, c)
     t_1, in_1 = grid.lookup(h, R, c)
@@ -284,7 +284,7 @@ def _v4_attention(ctx, shape, B, R, c):
             raise HwProfileError(f"kernel database: no DeepSeek-V4 {kind.upper()} rows for {shape.name} on "
                                  f"{ctx.system}/{ctx.engine} (models: {sorted(set(tab['model']))})")
         rows = densest(_pick(rows, f"DeepSeek-V4 {kind.upper()} module", num_heads=heads))
-        grid = _head_grid(ctx, rows)
+        grid = _head_grid(rows)
         c_sat = np.minimum(c, float(sat))
         parts = []
         for b, kv in ((B, c_sat), (R, c), (R, c_sat)):
