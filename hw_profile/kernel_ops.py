@@ -408,9 +408,11 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     ms = sum(parts.values())
 
     notes = [
-        "(a) Attention is priced per request: the decode kernel's time for R sequences over the context with q x "
-        "the local query heads on the same KV heads (each request's KV read once, q x context of compute), not "
-        "as q x R one-query sequences.",
+        ("(a) Attention is priced per request: what grows with the context is read once per request (see the "
+         "DeepSeek-V4 note), not q times as by q x R one-query sequences." if shape.is_compressed else
+         "(a) Attention is priced per request: the decode kernel's time for R sequences over the context with q x "
+         "the local query heads on the same KV heads (each request's KV read once, q x context of compute), not "
+         "as q x R one-query sequences."),
         "(b) Lookups are multilinear in the measured axes (linear in batch, KV length, M, N, K, message size); past "
         "the last measured point the line through the last two points is continued and the point is marked not "
         "inside." + (" Extrapolated: " + ", ".join(f"{k} ({v} points)" for k, v in ctx.extrapolated.items()) + "."
