@@ -1,0 +1,429 @@
+"""One forward step priced from the kernel database (``hw_profile.kernel_db``): the op decomposition of a layer and
+the rules that correct the database's own model of a step.
+
+Per point (B new tokens over R requests, q = B/R query tokens each, ``context`` KV tokens per request), on
+``gpus`` tensor-parallel GPUs, experts split over ``ep`` expert-parallel groups (default: one per GPU):
+
+- ``gemm``: attention projections and dense MLPs / shared experts at M = B, their N or K split by ``gpus`` (the
+  MLA down-projection of DeepSeek is replicated, as the engines run it), plus MLA's per-head absorption batched
+  matmuls (``mla_bmm``) at B tokens where the engine's data has them.
+- ``attention``: priced per request, not per query token (issue (a)). A request's q query tokens attend to the
+  same KV, so the decode kernel does the work of one sequence with q x (local query heads) heads on the same KV
+  heads: its KV is read once and its compute is q x context. The kernel's time is looked up at (heads = q x local
+  heads, batch = R, KV = context) in the measured (heads, batch, KV) grid (for MLA, whose one latent KV is shared
+  by every head, the same holds). The database's own estimator prices qR sequences of one query instead, reading
+  each request's KV q times.
+- DeepSeek-V4 (compressed sparse attention): the measured CSA and HCA decode modules, projections inside (the
+  window-only layers priced as HCA, as the package does). A request's q tokens share what grows with its context
+  (the indexer's scan, HCA's compressed rows) but each reads its own top-k rows and window, so a module is priced at
+  B tokens up to the context where those per-query reads saturate (CSA: ratio x top-k, HCA: the window) plus its
+  growth beyond that at R requests. Its fp4 experts need fp4 MoE rows (none on Hopper); ``mhc`` is its
+  hyper-connection mixing, one pre and one post per layer at B tokens.
+- ``moe``: the routed experts' fused kernel at B tokens for this (hidden, width, top-k, experts, tp, ep) as
+  measured, under balanced routing.
+- ``comm``: two all-reduces per layer of B x hidden bf16 values over ``gpus`` (none on one GPU); the same
+  all-reduce closes an MoE layer, as in ``hw_profile.roofline`` (an all-to-all dispatch is not priced).
+- ``lm_head``: the vocabulary GEMM at M = B (every verified token needs logits), N split by ``gpus``, bf16.
+
+The KV cache is bf16 whatever ``dtype`` (the engines' default, "auto"); ``dtype`` sets the GEMM and MoE weights
+(fp8: per-tensor scaled for dense Qwen3, 128 x 128 block scaled for DeepSeek).
+
+Not priced (they belong to the per-step overhead added elsewhere, or are small): norms, rotary, activation,
+embedding lookup, sampling, kernel launch.
+
+Lookups interpolate inside the measured grid and extrapolate linearly past its edge (``hw_profile.kernel_grid``);
+a point that needed extrapolation anywhere is not ``inside``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hw_profile.errors import HwProfileError
+from hw_profile.kernel_db import (
+    GEMM_DTYPES,
+    KernelTimes,
+    densest,
+    find_table,
+    gemm_grid,
+    package_version,
+    system_of,
+)
+from hw_profile.kernel_grid import Grid
+from hw_profile.shapes import ModelShape
+
+# fp4 routed experts (DeepSeek-V4): MXFP4 weights with fp8 activations first (V4's own format), then NVFP4
+FP4_MOE_DTYPES = ("w4a8_mxfp4_mxfp8", "nvfp4", "w4a16_mxfp4")
+
+
+@dataclass
+class _Ctx:
+    base: Path
+    system: str
+    engine: str
+    version: str
+    dtype: str
+    gpus: int
+    inside: np.ndarray
+    notes: list[str] = field(default_factory=list)
+    extrapolated: dict[str, int] = field(default_factory=dict)
+
+    def table(self, family: str, name: str) -> pd.DataFrame | None:
+        t = find_table(self.base, self.system, family, self.engine, self.version, name)
+        if t is None:
+            return None
+        if t.version != self.version:
+            self.note(f"{family}/{name} comes from {self.engine} {t.version}: the {self.version} data has no such "
+                      "table.")
+        return t.frame
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def take(self, what: str, value: np.ndarray, inside: np.ndarray) -> np.ndarray:
+        outside = int((~inside).sum())
+        if outside:
+            self.extrapolated[what] = max(self.extrapolated.get(what, 0), outside)
+        self.inside &= inside
+        return value
+
+
+def _pick(frame: pd.DataFrame, what: str, **eq) -> pd.DataFrame:
+    """Rows matching every column = value; one HwProfileError line naming what the table has otherwise."""
+    rows = frame
+    for col, val in eq.items():
+        if col not in rows.columns:  # older tables lack some columns (window_size): they hold that case only
+            continue
+        sub = rows[rows[col] == val]
+        if sub.empty:
+            have = sorted(rows[col].unique().tolist(), key=str)
+            raise HwProfileError(f"kernel database: no {what} rows with {col}={val!r} (measured: {have})")
+        rows = sub
+    return rows
+
+
+# --- GEMM ---------------------------------------------------------------------------------------------------------
+
+def _gemm_dtype(shape: ModelShape, dtype: str) -> str:
+    # DeepSeek checkpoints are block-scaled fp8 (128 x 128 scales); dense Qwen3 fp8 is per-tensor
+    if dtype == "fp8" and (shape.is_mla or shape.is_compressed):
+        return "fp8_block"
+    if dtype not in GEMM_DTYPES:
+        raise HwProfileError(f"--dtype: expected one of {', '.join(sorted(GEMM_DTYPES))}, got {dtype!r}")
+    return GEMM_DTYPES[dtype]
+
+
+def _gemm(ctx: _Ctx, gdtype: str, m: np.ndarray, n: int, k: int, what: str) -> np.ndarray:
+    gg = gemm_grid(ctx.base, ctx.system, ctx.engine, ctx.version, gdtype)
+    if gg is None:
+        raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} {ctx.version} has no {gdtype} GEMM data")
+    if gg.note:
+        ctx.note(gg.note)
+    n_max = int(gg.grid.axes[1][-1])
+    pieces = [n_max] * (n // n_max) + ([n % n_max] if n % n_max else [])
+    if len(pieces) > 1:
+        ctx.note(f"The {what} GEMM (N = {n}) is wider than any measured N ({n_max}); it is priced as {len(pieces)} "
+                 f"GEMMs of N <= {n_max} over the same input (its weights are read once either way).")
+    total = np.zeros(m.shape)
+    for piece in pieces:
+        val, inside = gg.grid.lookup(m, np.full(m.shape, float(piece)), np.full(m.shape, float(k)))
+        total = total + ctx.take(f"{what} GEMM", val, inside)
+    return total
+
+
+def _gemms(shape: ModelShape, tp: int) -> list[tuple[str, int, int, int]]:
+    """(name, N, K, layers) of the dense GEMMs of one forward, per GPU."""
+    h, L = shape.hidden, shape.layers
+    out: list[tuple[str, int, int, int]] = []
+    if shape.is_compressed:
+        pass  # V4's attention projections are inside its measured attention modules
+    elif shape.is_mla:
+        qk = shape.head_dim + shape.qk_rope_head_dim
+        out.append(("q_a+kv_a", shape.q_lora_rank + shape.kv_lora_rank + shape.qk_rope_head_dim, h, L))
+        out.append(("q_b", shape.heads * qk // tp, shape.q_lora_rank, L))
+        out.append(("o", h, shape.heads * shape.v_head_dim // tp, L))
+    else:
+        kv_local = max(1, shape.kv_heads // tp)
+        out.append(("qkv", (shape.heads // tp + 2 * kv_local) * shape.head_dim, h, L))
+        out.append(("o", h, shape.heads * shape.head_dim // tp, L))
+    dense_layers = shape.dense_layers if shape.is_moe else L
+    if dense_layers:
+        out.append(("gate_up", 2 * shape.intermediate // tp, h, dense_layers))
+        out.append(("down", h, shape.intermediate // tp, dense_layers))
+    if shape.is_moe and shape.shared_experts:
+        width = shape.shared_experts * shape.expert_intermediate
+        out.append(("shared gate_up", 2 * width // tp, h, shape.moe_layers))
+        out.append(("shared down", h, width // tp, shape.moe_layers))
+    return out
+
+
+# --- attention ----------------------------------------------------------------------------------------------------
+
+def _kv_dtype(frame: pd.DataFrame, dtype: str) -> str:
+    # The engines' default KV cache type ("auto") is the activation type, bf16, also for fp8 checkpoints; fp8 KV
+    # is a separate serving choice (and some engines' fp8-KV decode kernels are several times slower).
+    return "bfloat16"
+
+
+def _head_grid(rows: pd.DataFrame) -> Grid:
+    rows = rows.assign(kv=rows["isl"] + rows["step"])  # a decode row's KV length: its prompt plus the steps taken
+    return Grid.from_frame(rows, ["num_heads", "batch_size", "kv"])
+
+
+def _gqa_attention(ctx, shape, R, q, c):
+    """Decode attention of R requests of q query tokens each over c KV tokens: the kernel's time for R sequences
+    with q x (local heads) query heads on the same KV heads (each KV head read once, q x its query rows)."""
+    tp = ctx.gpus
+    heads, kv, hd = shape.heads // tp, max(1, shape.kv_heads // tp), shape.head_dim
+    gen = ctx.table("attention", "generation_attention_perf")
+    if gen is None:
+        raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no generation attention table")
+    rows = densest(_pick(gen, "generation attention", num_key_value_heads=kv, head_dim=hd,
+                         kv_cache_dtype=_kv_dtype(gen, ctx.dtype), window_size=0))
+    _pick(rows, "generation attention", num_heads=heads)
+    t, inside = _head_grid(rows).lookup(q * heads, R, c)
+    return ctx.take("decode attention", t, inside)
+
+
+def _mla_projections(ctx, shape, gdtype, m, heads):
+    """The MLA block's own GEMMs (fused q_a/kv_a down-projection, q_b up-projection, output) at M = m tokens
+    with ``heads`` local heads (an array: the module rows are looked up at q x heads)."""
+    gg = gemm_grid(ctx.base, ctx.system, ctx.engine, ctx.version, gdtype)
+    if gg is None:
+        raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} {ctx.version} has no {gdtype} GEMM data")
+    total = np.zeros(m.shape)
+    down = shape.q_lora_rank + shape.kv_lora_rank + shape.qk_rope_head_dim
+    qk = shape.head_dim + shape.qk_rope_head_dim
+    for n, k in ((np.full(m.shape, float(down)), np.full(m.shape, float(shape.hidden))),
+                 (heads * qk, np.full(m.shape, float(shape.q_lora_rank))),
+                 (np.full(m.shape, float(shape.hidden)), heads * shape.v_head_dim)):
+        v, ins = gg.grid.lookup(m, n, k)
+        total = total + ctx.take("MLA projection GEMM", v, ins)
+    return total
+
+
+def _mla_rows(frame: pd.DataFrame, what: str, **eq) -> pd.DataFrame:
+    rows = _pick(frame, what, **eq)
+    return densest(rows)  # num_heads counts local heads (tp_size only labels the split it stands for)
+
+
+def _mla_attention(ctx, shape, R, q, c, B, gdtype):
+    """MLA decode in the absorbed form the engines run: every head scores the one shared latent, so q query tokens
+    of a request are q x (local heads) query rows over its KV, read once. Returns (attention ms per layer, extra
+    GEMM ms for all layers)."""
+    heads = shape.heads // ctx.gpus
+    qh = q * heads
+    kernel = ctx.table("mla", "generation_mla_perf")
+    if kernel is not None:
+        rows = _mla_rows(kernel, "MLA decode", kv_cache_dtype=_kv_dtype(kernel, ctx.dtype))
+        _pick(rows, "MLA decode", num_heads=heads)
+        t, inside = _head_grid(rows).lookup(qh, R, c)
+        t = ctx.take("MLA decode", t, inside)
+        extra_gemm = np.zeros_like(B)
+        bmm = ctx.table("mla_bmm", "mla_bmm_perf")
+        if bmm is not None:
+            bdt = "fp8" if ctx.dtype == "fp8" and (bmm["bmm_dtype"] == "fp8").any() else "bfloat16"
+            for op in ("mla_gen_pre", "mla_gen_post"):
+                r = densest(_pick(bmm, "MLA absorption bmm", op_name=op, num_heads=heads, bmm_dtype=bdt))
+                v, ins = Grid.from_frame(r, ["num_tokens"]).lookup(B)
+                extra_gemm = extra_gemm + ctx.take("MLA bmm", v, ins) * shape.layers
+        else:
+            ctx.note("MLA absorption batched matmuls are not priced: the engine's data has no mla_bmm table.")
+        return t, extra_gemm, False
+    module = ctx.table("mla", "mla_generation_module_perf")
+    if module is None:
+        raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no MLA decode data")
+    gt = gdtype if (module["gemm_type"] == gdtype).any() else "bfloat16"
+    rows = _mla_rows(module, "MLA decode module", kv_cache_dtype=_kv_dtype(module, ctx.dtype), gemm_type=gt)
+    _pick(rows, "MLA decode module", num_heads=heads)
+    grid = _head_grid(rows)
+    h = np.full(B.shape, float(heads))
+    t_q, in_q = grid.lookup(qh, R, c)
+    t_1, in_1 = grid.lookup(h, R, c)
+    t_q, t_1 = ctx.take("MLA decode module", t_q, in_q), ctx.take("MLA decode module", t_1, in_1)
+    # The module row also timed its projections, at M = R. Priced: the row at the model's heads, its projections
+    # moved to M = B, plus what q x heads adds beyond its own (wider) projections, never below zero (the module's
+    # internal GEMMs need not match the GEMM table, which would otherwise make q > 1 cheaper than q = 1).
+    p_b, p_r = _mla_projections(ctx, shape, gt, B, h), _mla_projections(ctx, shape, gt, R, h)
+    growth = np.maximum(t_q - t_1 - (_mla_projections(ctx, shape, gt, R, qh) - p_r), 0.0)
+    ctx.note(f"MLA on {ctx.engine} is measured only as a whole module (projections included, {gt} GEMMs): priced "
+             "as the module row for R sequences at the model's heads, its projections moved from M = R to M = B "
+             "with the engine's GEMM data, plus the row's growth from heads to q x heads net of its projections' "
+             "growth (floored at zero).")
+    return t_1 + growth, (p_b - p_r) * shape.layers, True
+
+
+def _v4_attention(ctx, shape, B, R, c):
+    """DeepSeek-V4 decode attention from the measured CSA and HCA modules (projections, compressor, indexer and
+    sparse attention inside), all layers.
+
+    A request's q tokens share what grows with its context (the indexer's scan of the compressed keys, HCA's
+    compressed rows) but each selects its own top-k rows and has its own window. So the module is priced at B
+    tokens over the context at which those per-query reads saturate (CSA: ratio x top-k; HCA: the window), plus
+    its growth from there to the real context at R requests: M(B, min(c, sat)) + M(R, c) - M(R, min(c, sat))."""
+    heads = shape.heads // ctx.gpus
+    variant = "flash" if "flash" in shape.name.lower() else "pro"
+    h = np.full(B.shape, float(heads))
+    window_only = shape.layers - shape.csa_layers - shape.hca_layers
+    total = np.zeros(B.shape)
+    for kind, layers, sat in (("csa", shape.csa_layers, shape.csa_ratio * shape.index_topk),
+                              ("hca", shape.hca_layers + window_only, shape.sliding_window)):
+        if not layers:
+            continue
+        tab = ctx.table("sparse_attention", f"dsv4_{kind}_generation_module_perf")
+        if tab is None:
+            raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no DeepSeek-V4 {kind.upper()} "
+                                 "decode module data")
+        rows = tab[tab["model"].str.lower().str.contains(variant)]
+        if rows.empty:
+            raise HwProfileError(f"kernel database: no DeepSeek-V4 {kind.upper()} rows for {shape.name} on "
+                                 f"{ctx.system}/{ctx.engine} (models: {sorted(set(tab['model']))})")
+        rows = densest(_pick(rows, f"DeepSeek-V4 {kind.upper()} module", num_heads=heads))
+        grid = _head_grid(rows)
+        c_sat = np.minimum(c, float(sat))
+        parts = []
+        for b, kv in ((B, c_sat), (R, c), (R, c_sat)):
+            v, ins = grid.lookup(h, b, kv)
+            parts.append(ctx.take(f"V4 {kind.upper()} module", v, ins))
+        total = total + layers * (parts[0] + parts[1] - parts[2])
+    ctx.note(f"DeepSeek-V4 attention: the measured CSA and HCA decode modules ({rows['kv_cache_dtype'].iloc[0]} "
+             f"KV, as V4 stores it; the {window_only} window-only layers priced as HCA layers, as the package does) "
+             "at B tokens up to the context where each query's own reads (top-k rows, window) saturate, and their "
+             "growth beyond it at R requests: what grows with the context is read once per request.")
+    return total
+
+
+# --- MoE and communication ----------------------------------------------------------------------------------------
+
+def _moe(ctx, shape, B, ep):
+    tab = ctx.table("moe", "moe_perf")
+    if tab is None:
+        raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no MoE table")
+    rows = _pick(tab, f"MoE ({shape.name})", hidden_size=shape.hidden, inter_size=shape.expert_intermediate,
+                 topk=shape.experts_per_token, num_experts=shape.experts, moe_tp_size=ctx.gpus // ep,
+                 moe_ep_size=ep)
+    if shape.expert_dtype == "fp4":
+        have = set(rows["moe_dtype"])
+        moe_dtype = next((d for d in FP4_MOE_DTYPES if d in have), None)
+        if moe_dtype is None:
+            raise HwProfileError(f"kernel database: no fp4 expert data for {shape.name} on {ctx.system}/{ctx.engine} "
+                                 f"(its MoE shape is measured in {sorted(have)} only)")
+    else:
+        moe_dtype = "fp8_block" if ctx.dtype == "fp8" else GEMM_DTYPES.get(ctx.dtype, ctx.dtype)
+    rows = _pick(rows, f"MoE ({shape.name})", moe_dtype=moe_dtype)
+    dist = "balanced" if (rows["distribution"] == "balanced").any() else rows["distribution"].iloc[0]
+    rows = densest(rows[rows["distribution"] == dist])
+    ctx.note(f"Routed experts: the measured fused MoE kernel ({rows['kernel_source'].iloc[0]}, {moe_dtype}, "
+             f"tp {ctx.gpus // ep} x ep {ep}) under {dist} routing, at B tokens.")
+    v, ins = Grid.from_frame(rows, ["num_tokens"]).lookup(B)
+    return ctx.take("MoE", v, ins) * shape.moe_layers
+
+
+def _mhc(ctx, shape, B):
+    """DeepSeek-V4's hyper-connection mixing, one pre and one post per layer, at B tokens."""
+    tab = ctx.table("mhc", "mhc_module_perf")
+    if tab is None:
+        raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no mHC module data")
+    total = np.zeros(B.shape)
+    for op in ("pre", "post"):
+        rows = _pick(tab, "mHC module", op_name=op, hidden_size=shape.hidden)
+        # the engines dispatch to one kernel per token range: the fastest measured source at each size
+        rows = rows.groupby("num_tokens", as_index=False)["latency"].min()
+        v, ins = Grid.from_frame(rows, ["num_tokens"]).lookup(B)
+        total = total + ctx.take("mHC", v, ins)
+    return total * shape.layers
+
+
+def _allreduce(ctx, shape, B):
+    if ctx.gpus == 1:
+        return np.zeros_like(B)
+    tab = ctx.table("comm", "custom_allreduce_perf")
+    rows = None
+    if tab is not None:
+        sub = tab[(tab["num_gpus"] == ctx.gpus) & (tab["allreduce_dtype"] == "bfloat16")]
+        if "backend" in sub.columns and sub["backend"].astype(str).str.contains("graph").any():
+            sub = sub[sub["backend"].astype(str).str.contains("graph")]  # decode runs under CUDA graphs
+        rows = densest(sub) if not sub.empty else None
+    if rows is None:
+        nccl = find_table(ctx.base, ctx.system, "comm", "nccl", "", "nccl_perf")
+        if nccl is not None:
+            sub = nccl.frame[(nccl.frame["op_name"] == "all_reduce") & (nccl.frame["num_gpus"] == ctx.gpus)
+                             & (nccl.frame["nccl_dtype"].isin(["half", "bfloat16"]))]
+            if not sub.empty:
+                rows = sub
+                ctx.note(f"All-reduce: {ctx.engine}'s custom all-reduce has no {ctx.gpus}-GPU data on {ctx.system}; "
+                         f"NCCL {nccl.version}'s all-reduce is used.")
+    if rows is None:
+        raise HwProfileError(f"kernel database: no all-reduce data for {ctx.gpus} GPUs on {ctx.system}/{ctx.engine}")
+    v, ins = Grid.from_frame(rows, ["message_size"]).lookup(B * shape.hidden)  # message size counts elements
+    return ctx.take("all-reduce", v, ins) * 2 * shape.layers
+
+
+# --- the step -----------------------------------------------------------------------------------------------------
+
+def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, ep: int | None,
+               tokens, requests, context, data_dir=None) -> KernelTimes:
+    base, system, version = system_of(gpu, engine, data_dir)
+    if gpus < 1 or (shape.heads % gpus):
+        raise HwProfileError(f"--gpus: {gpus} does not divide {shape.name}'s {shape.heads} heads")
+    ep = gpus if ep is None else ep
+    if ep < 1 or gpus % ep:
+        raise HwProfileError(f"--ep: expected a divisor of --gpus {gpus}, got {ep}")
+    B, R, c = (np.asarray(x, dtype=float) for x in np.broadcast_arrays(tokens, requests, context))
+    if (B < 1).any() or (R < 1).any() or (R > B).any() or (c < 0).any():
+        raise HwProfileError("kernel step times: need tokens >= requests >= 1 and context >= 0 per point")
+    q = B / R
+    ctx = _Ctx(base, system, engine.lower(), version, dtype, gpus, np.ones(B.shape, dtype=bool))
+    gdtype = _gemm_dtype(shape, dtype)
+
+    gemm = np.zeros(B.shape)
+    gemm_list = _gemms(shape, gpus)
+    if shape.is_compressed:
+        attention = _v4_attention(ctx, shape, B, R, c)
+    elif shape.is_mla:
+        attention, extra, module = _mla_attention(ctx, shape, R, q, c, B, gdtype)
+        if module:  # the module row holds the projections; the swap in `extra` puts them at M = B
+            gemm_list = [g for g in gemm_list if g[0] not in ("q_a+kv_a", "q_b", "o")]
+            attention = attention * shape.layers + extra
+        else:
+            attention = attention * shape.layers
+            gemm = gemm + extra
+    else:
+        attention = _gqa_attention(ctx, shape, R, q, c) * shape.layers
+    for name, n, k, count in gemm_list:
+        gemm = gemm + _gemm(ctx, gdtype, B, n, k, name) * count
+    parts = {"gemm": gemm, "attention": attention}
+    if shape.is_moe:
+        parts["moe"] = _moe(ctx, shape, B, ep)
+    if shape.is_compressed:
+        parts["mhc"] = _mhc(ctx, shape, B)
+    parts["comm"] = _allreduce(ctx, shape, B)
+    parts["lm_head"] = (_gemm(ctx, "bfloat16", B, shape.vocab // gpus, shape.hidden, "LM head")
+                        if shape.lm_head else np.zeros(B.shape))
+    ms = sum(parts.values())
+
+    notes = [
+        ("(a) Attention is priced per request: what grows with the context is read once per request (see the "
+         "DeepSeek-V4 note), not q times as by q x R one-query sequences." if shape.is_compressed else
+         "(a) Attention is priced per request: the decode kernel's time for R sequences over the context with q x "
+         "the local query heads on the same KV heads (each request's KV read once, q x context of compute), not "
+         "as q x R one-query sequences."),
+        "(b) Lookups are multilinear in the measured axes (linear in batch, KV length, M, N, K, message size); past "
+        "the last measured point the line through the last two points is continued and the point is marked not "
+        "inside." + (" Extrapolated: " + ", ".join(f"{k} ({v} points)" for k, v in ctx.extrapolated.items()) + "."
+                     if ctx.extrapolated else " No point needed extrapolation."),
+    ]
+    if not any(n.startswith("(c)") for n in ctx.notes):
+        notes.append(f"(c) No implausible GEMM floor found in the {gdtype} data used (checked against the other "
+                     "engines' data for the same GPU).")
+    notes += ctx.notes
+    notes.append("Not priced here: norms, rotary, activation, embedding, sampling, launch and scheduler costs "
+                 "(engine overheads are added elsewhere).")
+    origin = f"aiconfigurator-core {package_version()}" if data_dir is None else f"kernel database {base}"
+    src = f"{origin}: {system} / {engine.lower()} {version}"
+    return KernelTimes(ms=ms, inside=ctx.inside, parts=parts, source=src, notes=notes)

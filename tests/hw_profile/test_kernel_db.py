@@ -1,0 +1,342 @@
+"""hw_profile.kernel_db on a small kernel database written here in aiconfigurator-core's on-disk layout
+(``<system>/<family>/<engine>/<version>/<table>.parquet``, latency in ms), and once on the real one when installed.
+
+The written latencies are closed forms that multilinear interpolation reproduces exactly (affine in M, bilinear in
+N x K; attention trilinear in heads, batch and KV), so every expected number below is computed by hand from them."""
+
+import importlib.util
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hw_profile import kernel_db
+from hw_profile.errors import HwProfileError
+from hw_profile.kernel_db import MISSING_EXTRA, coverage, covers, kernel_step_times
+from hw_profile.kernel_grid import Grid
+from hw_profile.shapes import ModelShape, get_shape
+
+# a dense GQA model small enough to tabulate every GEMM it needs
+TINY = ModelShape("tiny", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=256)
+
+MS, NS, KS = [1, 8, 64], [64, 128, 256], [32, 64, 128]
+HEADS, BATCH, STEPS = [4, 16], [1, 4, 16], [1023, 4095]  # KV length = isl (1) + step: 1024 and 4096
+
+
+def gemm_ms(m, n, k):
+    return 0.004 + 2e-5 * m + 1e-8 * n * k
+
+
+def attn_ms(h, b, kv):
+    return 0.003 + 1e-6 * b * kv + 2e-7 * h * b * kv
+
+
+def allreduce_ms(size):
+    return 0.005 + 1e-8 * size
+
+
+def bmm_ms(tokens):
+    return 0.001 + 1e-5 * tokens
+
+
+def moe_ms(tokens):
+    return 0.01 + 1e-4 * tokens
+
+
+# an MLA + MoE model of DeepSeek-V3's kind: 1 dense layer, then MoE layers with one shared expert
+TINY_MLA = ModelShape("tiny-mla", layers=2, hidden=64, heads=4, kv_heads=4, head_dim=16, intermediate=128, vocab=256,
+                      family="deepseek_v3", experts=4, experts_per_token=2, shared_experts=1, expert_intermediate=32,
+                      dense_layers=1, kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=8, v_head_dim=16)
+
+
+def _write(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path)
+
+
+def _gemm_rows(engine, floor_ms=None):
+    rows = []
+    for dtype in ("bfloat16", "fp8"):
+        for m in MS:
+            for n in NS:
+                for k in KS:
+                    lat = gemm_ms(m, n, k)
+                    if floor_ms is not None and m == 1:
+                        lat = max(lat, floor_ms)
+                    rows.append(dict(framework=engine, version="x", device="NVIDIA H200", op_name="gemm",
+                                     kernel_source="k", gemm_dtype=dtype, m=m, n=n, k=k, latency=lat))
+    return rows
+
+
+@pytest.fixture
+def db(tmp_path):
+    """H200 with vllm 0.24.0 (GEMM with a 0.18 ms floor at M = 1 in fp8, attention, all-reduce) and sglang 0.5.14
+    (GEMM only: the reference the floor is checked against)."""
+    base = tmp_path / "data"
+    sysdir = base / "h200_sxm"
+    vllm_rows = [r for r in _gemm_rows("VLLM", floor_ms=0.18) if r["gemm_dtype"] == "fp8"]
+    vllm_rows += [r for r in _gemm_rows("VLLM") if r["gemm_dtype"] == "bfloat16"]
+    _write(sysdir / "gemm/vllm/0.24.0/gemm_perf.parquet", vllm_rows)
+    _write(sysdir / "gemm/sglang/0.5.14/gemm_perf.parquet", _gemm_rows("SGLang"))
+    attn = []
+    for kvh in (1, 2):
+        for h in HEADS:
+            for b in BATCH:
+                for s in STEPS:
+                    attn.append(dict(framework="VLLM", version="0.24.0", device="NVIDIA H200",
+                                     op_name="generation_attention", kernel_source="fa3", batch_size=b, isl=1,
+                                     num_heads=h // (2 // kvh), num_key_value_heads=kvh, head_dim=16, beam_width=1,
+                                     attn_dtype="bfloat16", kv_cache_dtype="bfloat16", step=s, window_size=0,
+                                     latency=attn_ms(h // (2 // kvh), b, s + 1)))
+    _write(sysdir / "attention/vllm/0.24.0/generation_attention_perf.parquet", attn)
+    ar = [dict(framework="vLLM", version="0.24.0", device="NVIDIA H200", op_name="all_reduce",
+               kernel_source="vLLM_custom_graph", allreduce_dtype="bfloat16", num_gpus=2, message_size=size,
+               latency=allreduce_ms(size), backend="vllm_graph") for size in (64, 1024, 16384)]
+    _write(sysdir / "comm/vllm/0.24.0/custom_allreduce_perf.parquet", ar)
+    mla = [dict(framework="VLLM", version="0.24.0", device="NVIDIA H200", op_name="mla_generation",
+                kernel_source="flashmla", mla_dtype="bfloat16", kv_cache_dtype="bfloat16", num_heads=h, batch_size=b,
+                isl=1, tp_size=1, step=s, latency=attn_ms(h, b, s + 1)) for h in HEADS for b in BATCH for s in STEPS]
+    _write(sysdir / "mla/vllm/0.24.0/generation_mla_perf.parquet", mla)
+    bmm = [dict(framework="VLLM", version="0.24.0", device="NVIDIA H200", op_name=op, kernel_source="torch_bmm",
+                bmm_dtype="bfloat16", num_tokens=t, num_heads=4, latency=bmm_ms(t))
+           for op in ("mla_gen_pre", "mla_gen_post") for t in (1, 64)]
+    _write(sysdir / "mla_bmm/vllm/0.24.0/mla_bmm_perf.parquet", bmm)
+    moe = [dict(framework="VLLM", version="0.24.0", device="NVIDIA H200", op_name="moe", kernel_source="triton",
+                moe_dtype="bfloat16", num_tokens=t, hidden_size=64, inter_size=32, topk=2, num_experts=4,
+                moe_tp_size=1, moe_ep_size=1, distribution=dist, latency=moe_ms(t) * (1 if dist == "balanced" else 2))
+           for t in (1, 16, 256) for dist in ("balanced", "power_law_1.01")]
+    _write(sysdir / "moe/vllm/0.24.0/moe_perf.parquet", moe)
+    return base
+
+
+def _step(db, tokens, requests, context, dtype="bf16", gpus=1, shape=TINY):
+    return kernel_step_times(shape, "H200", "vllm", dtype, gpus, None, np.asarray(tokens, float),
+                             np.asarray(requests, float), np.asarray(context, float), data_dir=db)
+
+
+def _gemm_total(m, gpus=1):
+    """Every GEMM of TINY (per GPU), by hand: qkv, o, gate_up, down per layer."""
+    s, tp = TINY, gpus
+    per_layer = (gemm_ms(m, (s.heads // tp + 2 * max(1, s.kv_heads // tp)) * s.head_dim, s.hidden)
+                 + gemm_ms(m, s.hidden, s.heads * s.head_dim // tp)
+                 + gemm_ms(m, 2 * s.intermediate // tp, s.hidden) + gemm_ms(m, s.hidden, s.intermediate // tp))
+    return s.layers * per_layer
+
+
+def test_coverage_and_covers(db):
+    assert coverage(db) == [("H200", "vllm", "0.24.0")]  # sglang has GEMMs but no attention: not covered
+    assert covers("h200", "VLLM", db) and not covers("H200", "sglang", db) and not covers("B200", "vllm", db)
+
+
+def test_grid_returns_measured_values_and_hand_computed_ones_between():
+    frame = pd.DataFrame([dict(m=m, n=n, k=k, latency=gemm_ms(m, n, k)) for m in MS for n in NS for k in KS])
+    grid = Grid.from_frame(frame, ["m", "n", "k"])
+    m, n, k = np.meshgrid(MS, NS, KS, indexing="ij")
+    val, inside = grid.lookup(m.ravel(), n.ravel(), k.ravel())
+    np.testing.assert_allclose(val, gemm_ms(m.ravel(), n.ravel(), k.ravel()), rtol=1e-12)
+    assert inside.all()
+    # halfway between M = 8 and 64 and N = 128 and 256 at K = 128: the average of the four written corners
+    corners = [gemm_ms(a, b, 128) for a in (8, 64) for b in (128, 256)]
+    val, inside = grid.lookup(36, 192, 128)
+    assert val == pytest.approx(sum(corners) / 4, rel=1e-12) and inside.all()
+
+
+def test_grid_flags_extrapolation_and_unmeasured_cells():
+    frame = pd.DataFrame([dict(b=b, kv=kv, latency=attn_ms(4, b, kv)) for b in (1, 4, 16) for kv in (1024, 4096)
+                          if not (b == 16 and kv == 4096)])  # the triangle the collector leaves
+    grid = Grid.from_frame(frame, ["b", "kv"])
+    val, inside = grid.lookup([4, 4, 32, 16, 4], [4096, 8192, 1024, 4096, 2048])
+    assert list(inside) == [True, False, False, False, True]
+    # beyond the last point: the line through the last two (attn_ms is linear in each axis, so exact)
+    assert val[1] == pytest.approx(attn_ms(4, 4, 8192), rel=1e-9)
+    assert val[2] == pytest.approx(attn_ms(4, 32, 1024), rel=1e-9)
+    # the missing corner is filled along KV from its two measured neighbours
+    assert val[3] == pytest.approx(attn_ms(4, 16, 4096), rel=1e-9)
+
+
+def test_step_is_the_sum_of_written_kernels(db):
+    r = _step(db, [1, 4], [1, 4], [4096, 1024])
+    assert r.inside.all()
+    np.testing.assert_allclose(r.parts["gemm"], [_gemm_total(1), _gemm_total(4)], rtol=1e-9)
+    np.testing.assert_allclose(r.parts["attention"], [TINY.layers * attn_ms(4, 1, 4096),
+                                                      TINY.layers * attn_ms(4, 4, 1024)], rtol=1e-9)
+    np.testing.assert_allclose(r.parts["lm_head"], [gemm_ms(1, 256, 64), gemm_ms(4, 256, 64)], rtol=1e-9)
+    assert not r.parts["comm"].any()  # one GPU: no all-reduce
+    np.testing.assert_allclose(r.ms, sum(r.parts.values()))
+    assert "data" in r.source and "h200_sxm / vllm 0.24.0" in r.source
+
+
+def test_q_tokens_per_request_share_one_read_of_the_kv(db):
+    """(a): 16 tokens from 4 requests (q = 4) over 4096 KV cost the kernel for 4 sequences with 4 x 4 query heads,
+    the written row (heads 16, batch 4, step 4095), not 16 one-query sequences (heads 4, batch 16)."""
+    r = _step(db, [16], [4], [4096])
+    assert r.parts["attention"][0] == pytest.approx(TINY.layers * attn_ms(16, 4, 4096), rel=1e-12)
+    per_token = TINY.layers * attn_ms(4, 16, 4096)  # what pricing qR sequences would give
+    assert r.parts["attention"][0] < per_token
+    assert r.inside.all()
+    assert any(n.startswith("(a)") for n in r.notes)
+
+
+def test_outside_measured_data_is_extrapolated_and_flagged(db):
+    r = _step(db, [1, 32, 1], [1, 32, 1], [4096, 1024, 16384])
+    assert list(r.inside) == [True, False, False]
+    assert r.parts["attention"][2] == pytest.approx(TINY.layers * attn_ms(4, 1, 16384), rel=1e-9)
+    assert r.parts["attention"][1] == pytest.approx(TINY.layers * attn_ms(4, 32, 1024), rel=1e-9)
+    assert any(n.startswith("(b)") and "decode attention" in n for n in r.notes)
+
+
+def test_gemm_floor_is_replaced_by_the_other_engines_data(db):
+    """(c): vllm's fp8 GEMMs sit on a 0.18 ms floor at M = 1; sglang's data for the same shapes replaces them."""
+    r = _step(db, [1, 8], [1, 8], [1024, 1024], dtype="fp8")
+    np.testing.assert_allclose(r.parts["gemm"], [_gemm_total(1), _gemm_total(8)], rtol=1e-9)
+    floored = 0.18 * 4 * TINY.layers
+    assert r.parts["gemm"][0] < floored / 10
+    note = next(n for n in r.notes if n.startswith("(c)"))
+    assert "sglang 0.5.14" in note and "9 of 27" in note  # the M = 1 cells (3 N x 3 K) of the 27 written
+    # bf16 has no floor: nothing replaced, and the note says so
+    r16 = _step(db, [1], [1], [1024])
+    assert any(n.startswith("(c) No implausible") for n in r16.notes)
+
+
+def test_mla_moe_step_is_the_sum_of_written_kernels(db):
+    """16 tokens from 4 requests over 1024 KV: MLA decode at 4 sequences with 4 x 4 heads (the one latent KV read
+    once per request), its projections and absorption matmuls at 16 tokens, the MoE kernel at 16 tokens."""
+    s = TINY_MLA
+    r = _step(db, [16], [4], [1024], shape=s)
+    assert r.inside.all()
+    assert r.parts["attention"][0] == pytest.approx(s.layers * attn_ms(16, 4, 1024), rel=1e-12)
+    m = 16
+    attn_gemms = gemm_ms(m, 32 + 32 + 8, 64) + gemm_ms(m, 4 * 24, 32) + gemm_ms(m, 64, 4 * 16)
+    dense_mlp = gemm_ms(m, 2 * 128, 64) + gemm_ms(m, 64, 128)
+    shared = gemm_ms(m, 2 * 32, 64) + gemm_ms(m, 64, 32)
+    expected = s.layers * attn_gemms + 1 * dense_mlp + 1 * shared + s.layers * 2 * bmm_ms(m)
+    assert r.parts["gemm"][0] == pytest.approx(expected, rel=1e-9)
+    assert r.parts["moe"][0] == pytest.approx(1 * moe_ms(16), rel=1e-12)  # balanced routing rows
+    assert r.parts["lm_head"][0] == pytest.approx(gemm_ms(m, 256, 64), rel=1e-12)
+    assert any("balanced routing" in n for n in r.notes)
+
+
+# DeepSeek-V4's kind: 1 window-only, 1 CSA and 1 HCA layer, fp4 experts, window 8, CSA ratio 4 x top-16 = 64
+TINY_V4 = ModelShape("tiny-v4-flash", layers=3, hidden=64, heads=4, kv_heads=1, head_dim=16, intermediate=0,
+                     vocab=256, family="deepseek_v4", experts=4, experts_per_token=2, shared_experts=1,
+                     expert_intermediate=32, q_lora_rank=32, sliding_window=8, csa_layers=1, hca_layers=1,
+                     csa_ratio=4, hca_ratio=128, index_heads=2, index_head_dim=8, index_topk=16, o_lora_rank=16,
+                     o_groups=2, expert_dtype="fp4")
+
+
+def csa_ms(b, kv):
+    return 0.02 + 1e-5 * b + 1e-7 * b * kv
+
+
+def hca_ms(b, kv):
+    return 0.01 + 2e-5 * b + 3e-8 * b * kv
+
+
+@pytest.fixture
+def db_v4(db):
+    sysdir = db / "h200_sxm"
+    for kind, fn, ratio in (("csa", csa_ms, 4), ("hca", hca_ms, 128)):
+        rows = [dict(framework="VLLM", version="0.24.0", device="NVIDIA H200", op_name=f"dsv4_{kind}_generation_module",
+                     kernel_source="FLASHMLA_SPARSE_DSV4", model=m, architecture="DeepseekV4ForCausalLM",
+                     mla_dtype="bfloat16", kv_cache_dtype="fp8", gemm_type="fp8_block", num_heads=4, batch_size=b,
+                     isl=1, tp_size=1, step=kv - 1, compress_ratio=ratio,
+                     latency=fn(b, kv) * (1 if "Flash" in m else 3))
+                for m in ("sgl-project/DeepSeek-V4-Flash-FP8", "deepseek-ai/DeepSeek-V4-Pro")
+                for b in (1, 4, 16) for kv in (8, 64, 1024, 4096)]
+        _write(sysdir / f"sparse_attention/vllm/0.24.0/dsv4_{kind}_generation_module_perf.parquet", rows)
+    mhc = [dict(framework="VLLM", version="0.24.0", device="NVIDIA H200", op_name=op, kernel_source=f"mhc_{op}",
+                architecture="DeepseekV4ForCausalLM", num_tokens=t, num_sites=2, hc_mult=4, hidden_size=64,
+                sinkhorn_iters=20, latency=0.002 + 1e-6 * t) for op in ("pre", "post") for t in (1, 64)]
+    _write(sysdir / "mhc/vllm/0.24.0/mhc_module_perf.parquet", mhc)
+    moe = pd.read_parquet(sysdir / "moe/vllm/0.24.0/moe_perf.parquet")
+    moe.loc[moe["moe_dtype"] == "bfloat16", "moe_dtype"] = "w4a8_mxfp4_mxfp8"
+    moe.to_parquet(sysdir / "moe/vllm/0.24.0/moe_perf.parquet")
+    return db
+
+
+def test_v4_context_growth_is_read_once_per_request(db_v4):
+    """16 tokens from 4 requests over 4096: each module at 16 tokens over the context where a query's own reads
+    saturate (CSA 4 x 16 = 64, HCA the window 8), plus the growth beyond it at 4 requests; the window-only layer is
+    priced as HCA; experts from the fp4 (MXFP4 x FP8) rows; one mHC pre and post per layer."""
+    s = TINY_V4
+    r = _step(db_v4, [16], [4], [4096], shape=s)  # bf16 shared experts: the written GEMMs
+    assert r.inside.all()
+    csa = csa_ms(16, 64) + csa_ms(4, 4096) - csa_ms(4, 64)
+    hca = hca_ms(16, 8) + hca_ms(4, 4096) - hca_ms(4, 8)
+    assert r.parts["attention"][0] == pytest.approx(1 * csa + 2 * hca, rel=1e-9)
+    assert r.parts["attention"][0] < 1 * csa_ms(16, 4096) + 2 * hca_ms(16, 4096)  # what 16 sequences would cost
+    assert r.parts["moe"][0] == pytest.approx(3 * moe_ms(16), rel=1e-12)  # every V4 layer is an MoE layer
+    assert r.parts["mhc"][0] == pytest.approx(3 * 2 * (0.002 + 1e-6 * 16), rel=1e-12)
+    shared = gemm_ms(16, 2 * 32, 64) + gemm_ms(16, 64, 32)  # the attention projections are inside the modules
+    assert r.parts["gemm"][0] == pytest.approx(3 * shared, rel=1e-9)
+
+
+def test_v4_without_fp4_experts_is_one_line(db_v4):
+    """The issue's (d): V4's fp4 experts need fp4 MoE rows (none on Hopper in the real database)."""
+    path = db_v4 / "h200_sxm/moe/vllm/0.24.0/moe_perf.parquet"
+    moe = pd.read_parquet(path)
+    moe.assign(moe_dtype="fp8_block").to_parquet(path)
+    with pytest.raises(HwProfileError) as exc:
+        _step(db_v4, [1], [1], [64], shape=TINY_V4)
+    assert "\n" not in str(exc.value) and "no fp4 expert data" in str(exc.value) and "fp8_block" in str(exc.value)
+
+
+def test_gemm_floor_without_another_engine_falls_back_to_the_roofline(tmp_path):
+    """(c) where no other engine measured the dtype: a floored cell is held against the GEMM's H200 roofline (at the
+    roofline model's efficiencies, never under GEMM_MIN_MS) and replaced by it."""
+    base = tmp_path / "data"
+    _write(base / "h200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet",
+           [r for r in _gemm_rows("VLLM", floor_ms=0.18) if r["gemm_dtype"] == "fp8"])
+    gg = kernel_db.gemm_grid(base, "h200_sxm", "vllm", "0.24.0", "fp8")
+    assert "roofline" in gg.note and "9 of 27" in gg.note
+    val, _ = gg.grid.lookup(np.array([1, 8]), np.array([256, 256]), np.array([128, 128]))
+    # M = 1, N = 256, K = 128 in fp8: 33 KB of weights, far under the kernel floor, so GEMM_MIN_MS
+    assert val[0] == pytest.approx(kernel_db.GEMM_MIN_MS)
+    assert val[1] == pytest.approx(gemm_ms(8, 256, 128), rel=1e-12)  # not floored: kept
+    # a big GEMM's roofline is its weight read: M = 64, N = K = 8192 in fp8 is 67 MB at 0.8 x 4.8 TB/s
+    roof = kernel_db._roofline_grid("h200_sxm", "fp8", np.meshgrid([64.0], [8192.0], [8192.0], indexing="ij"))
+    expected = (64 * 8192 + 8192 * 8192 + 64 * 8192 * 2) / (0.8 * 4.8e12) * 1e3  # fp8 in, bf16 out
+    assert roof.item() == pytest.approx(max(expected, 2 * 64 * 8192**2 / (0.6 * 1978.9e12) * 1e3), rel=1e-9)
+
+
+def test_tensor_parallel_step_adds_two_all_reduces_per_layer(db):
+    r = _step(db, [4], [4], [1024], gpus=2)
+    assert r.parts["comm"][0] == pytest.approx(2 * TINY.layers * allreduce_ms(4 * TINY.hidden), rel=1e-9)
+    np.testing.assert_allclose(r.parts["gemm"], [_gemm_total(4, gpus=2)], rtol=1e-9)
+    # 2 local heads over 1 KV head: the kv_heads = 1 rows
+    assert r.parts["attention"][0] == pytest.approx(TINY.layers * attn_ms(2, 4, 1024), rel=1e-9)
+
+
+def test_errors_are_one_line(db, monkeypatch):
+    with pytest.raises(HwProfileError) as exc:
+        kernel_step_times(TINY, "B200", "vllm", "bf16", 1, None, np.ones(1), np.ones(1), np.ones(1), data_dir=db)
+    assert "\n" not in str(exc.value) and "H200/vllm 0.24.0" in str(exc.value)
+    monkeypatch.setattr(kernel_db, "PACKAGE", "aiconfigurator_core_absent_for_this_test")
+    with pytest.raises(HwProfileError) as exc:
+        coverage()
+    assert str(exc.value) == MISSING_EXTRA
+    with pytest.raises(HwProfileError, match="optional extra"):
+        kernel_step_times(TINY, "H200", "vllm", "bf16", 1, None, np.ones(1), np.ones(1), np.ones(1))
+    assert covers("H200", "vllm") is False  # a caller may fall back to another source
+    with pytest.raises(HwProfileError, match="tokens >= requests"):
+        _step(db, [2], [4], [10])
+    with pytest.raises(HwProfileError) as exc:  # a head layout the table does not hold
+        _step(db, [1], [1], [10], shape=ModelShape("odd", layers=1, hidden=64, heads=8, kv_heads=8, head_dim=16,
+                                                   intermediate=128, vocab=256))
+    assert "\n" not in str(exc.value) and "num_key_value_heads=8" in str(exc.value)
+
+
+HAS_AIC = importlib.util.find_spec("aiconfigurator_core") is not None
+
+
+@pytest.mark.skipif(not HAS_AIC, reason="aiconfigurator-core (the optional 'kernels' extra) is not installed")
+def test_real_database_prices_a_sane_qwen3_8b_decode_step():
+    shape = get_shape("qwen3-8b")
+    b = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256], float)
+    r = kernel_step_times(shape, "H200", "vllm", "bf16", 1, None, b, b, np.full(b.shape, 4096.0))
+    # B = 1 is weight-bandwidth bound: every bf16 matmul weight read once at 4.8 TB/s
+    memory_ms = shape.matmul_params * 2 / 4.8e12 * 1e3
+    assert memory_ms < r.ms[0] < 2 * memory_ms
+    assert (np.diff(r.ms) > 0).all()
+    assert r.inside[:8].all() and not r.inside[8]  # batch 256 x 4096 KV lies past the measured triangle
+    assert r.source.startswith("aiconfigurator-core 0.12")
