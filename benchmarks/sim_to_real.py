@@ -139,8 +139,7 @@ def predict_kernels(m: Measurement) -> float | None:
     shape = get_shape(m.model)
     b = np.array([m.requests * m.budget])
     try:
-        kt = db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep, b,
-                                  np.array([m.requests]), np.array([m.context]))
+        kt = _kernel_times(db, shape, dep, b, np.array([m.requests]), np.array([m.context]))
     except Exception:
         return None
     return per_gpu(m, float(np.asarray(kt.ms)[0]))

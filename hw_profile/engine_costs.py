@@ -30,11 +30,12 @@ of one replica.
   B x K / R. The table takes R = B / q with q this value (2: MTP-1's budget, the most common speculative
   deployment); plain decoding (q = 1) is then priced up to q x its attention compute, speculative steps with
   longer proposals below it. Attention reads of the KV are once per request whatever q is.
-- ``a2a_us_per_layer``: expert-parallel dispatch + combine latency per MoE layer at small batches. Default by EP
-  size from DeepEP's published low-latency kernel figures (H800, 128 tokens per rank, fp8 dispatch, bf16 combine):
-  EP8 191 us, EP16 313, EP32 428, EP64 487, EP128 561, EP256 554 (dispatch + combine), interpolated in log(EP);
-  beyond 128 tokens per rank the bandwidth term of the estimate takes over. Set it for NVLink-only EP (NVL72
-  racks, a single node with an NVLink all-to-all) where it is several times lower.
+- ``a2a_us_per_layer``: expert-parallel dispatch + combine latency floor per MoE layer. Across nodes the default
+  comes by EP size from DeepEP's published low-latency kernel figures over RDMA (H800, 128 tokens per rank, fp8
+  dispatch, bf16 combine): EP16 313 us, EP32 428, EP64 487, EP128 561, EP256 554 (dispatch + combine),
+  interpolated in log(EP); past the floor the exchange is bound by its volume at one 400 Gb/s NIC's achieved
+  43 GB/s. Inside one NVLink domain (EP up to 8 on a board, up to 72 on an NVL72 rack) the floor is 60 us and the
+  bandwidth NVLink's (``hw_profile.estimate``).
 - ``overlap``: the engine overlaps expert-parallel communication with compute (two micro-batches: DeepSeek's
   decode, SGLang's ``--enable-two-batch-overlap``): communication is hidden up to the compute it overlaps.
 """

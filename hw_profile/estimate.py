@@ -66,6 +66,10 @@ DSPARK_LAYERS_DENSE = 5  # the dense drafter the project's Qwen3 tables use
 DRAFTER_WINDOW = 128
 A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and expert copy
 A2A_GB_S = 43.0  # achieved RDMA all-to-all bandwidth per GPU (DeepEP, 400 Gb/s NICs)
+# Inside one NVLink domain (an HGX board of 8, an NVL72 rack) the exchange runs over NVLink: its achieved bandwidth
+# (RooflineParams.nvlink_gb_s, scaled to the part) and a latency floor of tens of microseconds per layer
+# (NVSHMEM/IPC puts with no NIC in the path), taken as this many us for dispatch + combine.
+A2A_NVLINK_US = 60.0
 
 
 @dataclass(frozen=True)
@@ -140,10 +144,14 @@ def comm_ms(shape: ModelShape, dep: Deployment, b: np.ndarray, parts: dict[str, 
     if dep.parallel == "dp":
         if not shape.is_moe or dep.ep <= 1:
             return np.zeros_like(b)
-        lat = a2a_latency_us(dep.ep, dep.costs) * 1e-3
         volume = b * shape.hidden * A2A_BYTES_PER_VALUE * shape.experts_per_token * (dep.ep - 1) / dep.ep
+        if dep.ep <= nvlink_domain(dep.gpu):
+            lat_us = dep.costs.a2a_us_per_layer if dep.costs.a2a_us_per_layer is not None else A2A_NVLINK_US
+            gb_s = _nvlink_gb_s(dep)
+        else:
+            lat_us, gb_s = a2a_latency_us(dep.ep, dep.costs), A2A_GB_S
         # the latency figure is a floor; past it the exchange is bandwidth-bound on its volume
-        per_layer = np.maximum(lat, volume / (A2A_GB_S * 1e9) * 1e3)
+        per_layer = np.maximum(lat_us * 1e-3, volume / (gb_s * 1e9) * 1e3)
         t = shape.moe_layers * per_layer
         if dep.costs.overlap:  # two micro-batches: communication hides behind the other's compute
             compute = sum(v for key, v in parts.items() if key != "comm")
@@ -152,9 +160,18 @@ def comm_ms(shape: ModelShape, dep: Deployment, b: np.ndarray, parts: dict[str, 
     if dep.gpus <= 1:
         return np.zeros_like(b)
     wb = DTYPE_BYTES[dep.dtype]
-    link = dep.roofline.nvlink_gb_s * ((dep.gpu.nvlink_gb_s or _REFERENCE_NVLINK_GB_S) / _REFERENCE_NVLINK_GB_S)
+    link = _nvlink_gb_s(dep)
     ar_bytes = b * shape.hidden * wb * 2.0 * (dep.gpus - 1) / dep.gpus
     return 2 * shape.layers * (dep.roofline.allreduce_us * 1e-3 + ar_bytes / (link * 1e9) * 1e3)
+
+
+def nvlink_domain(gpu: GPU) -> int:
+    """GPUs that share one NVLink fabric: a rack of 72 for Grace-Blackwell NVL72 parts, a board of 8 otherwise."""
+    return 72 if gpu.name.upper().startswith("GB") else 8
+
+
+def _nvlink_gb_s(dep: Deployment) -> float:
+    return dep.roofline.nvlink_gb_s * ((dep.gpu.nvlink_gb_s or _REFERENCE_NVLINK_GB_S) / _REFERENCE_NVLINK_GB_S)
 
 
 def engine_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, costs: EngineCosts) -> dict[str, np.ndarray]:
@@ -178,25 +195,16 @@ class Estimate:
 
 
 def kernel_source(kernels: str, gpu: GPU, engine: str):
-    """The kernel database reader when it should be used, else None (roofline). ``kernels``: auto | db | roofline."""
+    """The kernel database reader when it should be used, else None (roofline). ``kernels``: auto | db | roofline.
+    ``db`` insists: one line naming the extra to install, or what the database covers."""
     if kernels == "roofline":
         return None
-    try:
-        from hw_profile import kernel_db
-    except ImportError:  # the reader itself is part of this package; only its data is optional
-        kernel_db = None
-    if kernel_db is None:
-        if kernels == "db":
-            raise HwProfileError("--kernels db: this build has no kernel database reader")
-        return None
+    from hw_profile import kernel_db
+
     if kernels == "db":
-        kernel_db.require()
-        if not kernel_db.covers(gpu.name, engine):
-            kernel_db.raise_uncovered(gpu.name, engine)
+        kernel_db.system_of(gpu.name, engine)
         return kernel_db
-    if not kernel_db.available() or not kernel_db.covers(gpu.name, engine):
-        return None
-    return kernel_db
+    return kernel_db if kernel_db.covers(gpu.name, engine) else None
 
 
 def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, kernels: str = "auto",
@@ -207,12 +215,13 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
     costs = dep.costs if costs is None else costs
     db = kernel_source(kernels, dep.gpu, dep.engine)
     notes: list[str] = []
+    if db is None and kernels == "auto" and not _kernel_package():
+        notes.append("measured kernels need the optional extra: pip install 'dspark-sim[kernels]'")
     if db is not None:
         requests = np.maximum(1.0, np.round(b / dep.costs.verify_tokens_per_request))
         context = k / requests
         try:
-            kt = db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep,
-                                      b, requests, context)
+            kt = _kernel_times(db, shape, dep, b, requests, context)
         except HwProfileError as exc:
             if kernels == "db":
                 raise
@@ -238,6 +247,32 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
     return Estimate(ms, parts, np.full(b.shape, "roofline", dtype=object), np.zeros(b.shape, bool),
                     [f"roofline: {dep.gpu.name} datasheet, comp_eff {dep.roofline.comp_eff}, "
                      f"mem_eff {dep.roofline.mem_eff}"], notes)
+
+
+def _kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
+    """Kernel times of one table-GPU. Under ``dp`` a rank runs attention and the dense part alone on its own
+    requests (the database's one-GPU step) and its share of the expert-parallel group's MoE, whose tokens are every
+    rank's (the database's ep-GPU step at ep x the tokens): two lookups, the MoE part taken from the second."""
+    if dep.parallel != "dp" or not shape.is_moe or dep.ep <= 1:
+        return db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep, b, requests,
+                                    context)
+    own = db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, 1, 1, b, requests, context)
+    group = db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.ep, dep.ep, b * dep.ep,
+                                 requests * dep.ep, context)
+    parts = {key: v for key, v in own.parts.items() if key != "moe"}
+    parts["moe"] = group.parts["moe"]
+    note = (f"data-parallel attention: attention, dense GEMMs and head from the one-GPU step at the rank's own "
+            f"tokens; routed experts from the {dep.ep}-GPU expert-parallel step at {dep.ep}x the tokens")
+    return replace(own, ms=sum(parts.values()), parts=parts, inside=np.asarray(own.inside) & np.asarray(group.inside),
+                   notes=[*own.notes, note])
+
+
+def _kernel_package() -> bool:
+    import importlib.util
+
+    from hw_profile.kernel_db import PACKAGE
+
+    return importlib.util.find_spec(PACKAGE) is not None
 
 
 def prefill_cost(shape: ModelShape, dep: Deployment) -> dict:
