@@ -30,7 +30,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hw_profile.dp_ep import DpEpParams
 from hw_profile.dp_ep import step_time_ms as dp_ep_step_ms
 from hw_profile.engine_costs import engine_defaults
-from hw_profile.estimate import Deployment, drafter_costs, drafter_shapes, estimate_points, kernel_source
+from hw_profile.errors import HwProfileError
+from hw_profile.estimate import (
+    Deployment,
+    drafter_costs,
+    drafter_shapes,
+    estimate_points,
+    kernel_source,
+    kernel_times,
+)
 from hw_profile.gpus import get_gpu
 from hw_profile.prior_fit import fit_on_prior
 from hw_profile.roofline import step_time_ms as roofline_step_ms
@@ -139,8 +147,8 @@ def predict_kernels(m: Measurement) -> float | None:
     shape = get_shape(m.model)
     b = np.array([m.requests * m.budget])
     try:
-        kt = _kernel_times(db, shape, dep, b, np.array([m.requests]), np.array([m.context]))
-    except Exception:
+        kt = kernel_times(db, shape, dep, b, np.array([m.requests]), np.array([m.context]))
+    except HwProfileError:  # a model or layout the database lacks: no prediction
         return None
     return per_gpu(m, float(np.asarray(kt.ms)[0]))
 

@@ -221,7 +221,7 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
         requests = np.maximum(1.0, np.round(b / dep.costs.verify_tokens_per_request))
         context = k / requests
         try:
-            kt = _kernel_times(db, shape, dep, b, requests, context)
+            kt = kernel_times(db, shape, dep, b, requests, context)
         except HwProfileError as exc:
             if kernels == "db":
                 raise
@@ -249,7 +249,7 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
                      f"mem_eff {dep.roofline.mem_eff}"], notes)
 
 
-def _kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
+def kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
     """Kernel times of one table-GPU. Under ``dp`` a rank runs attention and the dense part alone on its own
     requests (the database's one-GPU step) and its share of the expert-parallel group's MoE, whose tokens are every
     rank's (the database's ep-GPU step at ep x the tokens): two lookups, the MoE part taken from the second."""
