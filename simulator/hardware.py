@@ -94,14 +94,11 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
                     gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=table.energy_grid)
 
 
-#: beyond this multiple of a table's largest B or K, a step time is an extrapolation rather than a measurement
-GRID_SLACK = 2.0
-
-
 def grid_warnings(scn: LoadedScenario, hw: Hardware, max_gamma: int) -> list[str]:
-    """One line per table whose grid the scenario's batches can leave far behind (more than GRID_SLACK times its
-    largest B or K), with the largest values the engine limits allow: B up to max_batch_tokens with colocated
-    prefill (else a full decode batch, max_running x (1 + gamma)), K up to the KV capacity."""
+    """One line per table whose grid the scenario's batches can leave (B or K beyond its largest), with the largest
+    values the engine limits allow: B up to max_batch_tokens with colocated prefill (else a full decode batch,
+    max_running x (1 + gamma)), K up to the KV capacity. The same rule as a run's ``beyond_table`` flag: any step
+    past the grid is extrapolated, so `check` warns where a run could be flagged, not only far past the grid."""
     eng = scn.model.engine
     decode_b = eng.max_running * (1 + max_gamma)
     reach_b = eng.max_batch_tokens if eng.prefill == "colocated" else min(eng.max_batch_tokens, decode_b)
@@ -114,7 +111,7 @@ def grid_warnings(scn: LoadedScenario, hw: Hardware, max_gamma: int) -> list[str
     out = []
     for label, grid, b in tables:
         b_max, k_max = float(grid.b_axis[-1]), float(grid.k_axis[-1])
-        if b > GRID_SLACK * b_max or reach_k > GRID_SLACK * k_max:
+        if b > b_max or reach_k > k_max:
             out.append(f"{scn.path}: {label} covers B <= {b_max:,.0f} and K <= {k_max:,.0f}, but this scenario's "
                        f"steps can reach B = {b:,} and K = {reach_k:,} (engine limits): step times out there are "
                        "extrapolated; lower engine.max_batch_tokens / max_running / kv_capacity_tokens or measure a "
