@@ -140,7 +140,11 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
 @click.option("--gpus", type=int, default=1, show_default=True, help="GPUs per replica (tensor parallel)")
 @click.option("--ep", type=int, default=None, help="expert-parallel groups for an MoE model (default: --gpus)")
 @click.option("--dtype", type=click.Choice([*DTYPES, "fp8"]), default="bf16", show_default=True)
-@click.option("--drafter-layers", type=int, default=None, help="a drafter of the model's width with N layers")
+@click.option("--drafter-layers", type=int, default=None,
+              help="a drafter: N layers built like the model's, its launch overhead scaled by N / the model's layers")
+@click.option("--markov-rank", type=int, default=256, show_default=True,
+              help="with --drafter-layers: DSpark's sequential Markov head rank, recorded with its confidence head "
+              "as the table's sequential_head (charged to the dspark drafter only; 0: none)")
 @click.option("--max-batch-tokens", type=int, default=16384, show_default=True)
 @click.option("--max-kv-tokens", type=int, default=4_194_304, show_default=True)
 @click.option("--comp-eff", type=float, default=None, help="achieved fraction of peak FLOPs (default 0.6)")
@@ -149,13 +153,20 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
 @click.option("--name", default=None)
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 @click.pass_obj
-def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, max_batch_tokens, max_kv_tokens, comp_eff, mem_eff,
-             launch_ms, name, out) -> None:
+def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_batch_tokens, max_kv_tokens, comp_eff,
+             mem_eff, launch_ms, name, out) -> None:
     from dataclasses import replace
 
     from hw_profile.gpus import get_gpu
-    from hw_profile.roofline import RooflineParams, analytic_table, default_b_axis, default_k_axis
-    from hw_profile.shapes import drafter_shape, get_shape
+    from hw_profile.roofline import (
+        RooflineParams,
+        analytic_table,
+        default_b_axis,
+        default_k_axis,
+        drafter_params,
+        markov_head_costs,
+    )
+    from hw_profile.shapes import drafter_attention_window, drafter_shape, get_shape
 
     try:
         device = get_gpu(gpu)
@@ -169,10 +180,13 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, max_batch_tokens,
         raise HwProfileError(f"--gpus: expected a positive integer, got {gpus}")
     if ep is not None and (ep < 1 or gpus % ep):
         raise HwProfileError(f"--ep: expected a divisor of --gpus ({gpus}), got {ep}")
+    target = shape
     if drafter_layers is not None:
         if drafter_layers < 1:
             raise HwProfileError(f"--drafter-layers: expected a positive number of layers, got {drafter_layers}")
         shape = drafter_shape(shape, drafter_layers)
+    if markov_rank < 0:
+        raise HwProfileError(f"--markov-rank: expected a rank >= 0, got {markov_rank}")
     params = RooflineParams()
     for flag, key, value in (("--comp-eff", "comp_eff", comp_eff), ("--mem-eff", "mem_eff", mem_eff),
                              ("--launch-ms", "launch_ms", launch_ms)):
@@ -181,12 +195,21 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, max_batch_tokens,
                 raise HwProfileError(f"{flag}: expected {'a fraction in (0, 1]' if key != 'launch_ms' else 'ms >= 0'}"
                                      f", got {value}")
             params = replace(params, **{key: value})
+    if drafter_layers is not None:
+        params = drafter_params(params, drafter_layers, target.layers)
     table = analytic_table(shape, device, dtype=dtype, gpus=gpus, params=params, name=name, ep=ep,
                            b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens))
     from hw_profile.roofline import stored_weight_bytes
 
     weights_gb = stored_weight_bytes(shape, dtype) / 1e9
     table.meta["weights_gb_per_gpu"] = round(weights_gb / gpus, 2)
+    if drafter_layers is not None:
+        table.meta["drafter_of"] = {"model": target.name, "layers": target.layers}
+        if drafter_attention_window(target):
+            table.meta["attention_window"] = drafter_attention_window(target)
+        if markov_rank:
+            table.meta["sequential_head"] = markov_head_costs(device, markov_rank, target.vocab, dtype, params,
+                                                              hidden=target.hidden)
     if obj and obj.get("command"):
         table.meta["command"] = obj["command"]
     if weights_gb > device.memory_gb * gpus:

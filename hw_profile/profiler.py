@@ -115,9 +115,7 @@ def resolve_shape(cfg: ProfileConfig) -> tuple[ModelShape, ModelShape, dict | No
     if cfg.drafter_layers is not None:
         if cfg.drafter_layers < 1:
             raise HwProfileError(f"--drafter-layers: expected a positive number of layers, got {cfg.drafter_layers}")
-        timed = drafter_shape(target, cfg.drafter_layers)
-        if base is not None and target.is_moe:
-            base = None  # a drafter of an MoE target is dense: built from the shape, not the MoE config
+        timed = drafter_shape(target, cfg.drafter_layers)  # an MoE target's drafter keeps its MoE blocks
     elif cfg.layers is not None:
         timed = with_layers(target, cfg.layers)
     return timed, target, base

@@ -80,7 +80,11 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
                 f"(give one, or use a table whose sidecar lists drafter_tables)"
             )
         dt = _read(path, field)
-        head = entry.get("sequential_head") or dt.meta.get("sequential_head", {})
+        # DSpark is the one drafter with a sequential (Markov) and a confidence head: a table's own sidecar may
+        # record their cost (`hw-profile analytic --drafter-layers`), which a DFlash or Eagle3 drafter timed with
+        # the same backbone table does not pay
+        own = dt.meta.get("sequential_head") if name == "dspark" else None
+        head = entry.get("sequential_head") or own or {}
         window = entry.get("attention_window") or dt.meta.get("attention_window", 0)
         draft[name] = DraftCost(kind, dt.grid, float(head.get("per_position_ms", 0.0)),
                                 float(head.get("per_row_position_ms", 0.0)), int(window))

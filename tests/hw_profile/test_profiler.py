@@ -167,7 +167,9 @@ def test_moe_mla_and_sliding_window_models_profile(config, moe, tmp_path):
     assert meta["model_shape"]["family"] == config["model_type"]
     drafter = profile(_cfg(path, requests=[2], tokens_per_request=[4], contexts=[8], repeats=1, warmup=1,
                            drafter_layers=1), tmp_path / "d.csv", progress=False, log=lambda s: None)
-    assert drafter.table.meta["model_shape"].get("experts", 0) == 0  # a drafter is dense
+    # a drafter layer is built like the target's: an MoE target's keeps its experts, and the profiler builds it
+    assert drafter.table.meta["model_shape"].get("experts", 0) == meta["model_shape"].get("experts", 0)
+    assert ("experts_implementation" in drafter.table.meta["implementation"]) == moe
 
 
 @pytest.mark.slow
