@@ -59,6 +59,20 @@ def parse_int_list(text: str, flag: str, minimum: int = 1) -> list[int]:
     return sorted(set(values))
 
 
+def require_profile_extra(command: str, modules: tuple[str, ...] = ("torch", "transformers")) -> None:
+    """The commands that time a torch model import torch and transformers lazily; a missing one is one line naming
+    the extra that brings it, not a traceback from deep inside the profiler."""
+    import importlib
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise HwProfileError(f"hw-profile {command} needs {module} ({exc.__class__.__name__}: {exc}); install "
+                                 "the profile extra: pip install 'dspark-sim[profile]' (./run hw-profile "
+                                 f"{command} does it)") from None
+
+
 @click.group(help="Step-time tables T(B, K): measured (sps), analytic (analytic), smoothed (fit), viewed (show).")
 def cli() -> None:
     pass
@@ -101,6 +115,7 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
         quiet) -> None:
     from hw_profile.profiler import ProfileConfig, profile
 
+    require_profile_extra("sps")
     if layers is not None and drafter_layers is not None:
         raise HwProfileError("--layers and --drafter-layers: give one or the other")
     cfg = ProfileConfig(
@@ -337,10 +352,9 @@ def peaks(device, dtype, threads, out) -> None:
     from hw_profile.files import atomic_write_text
     from hw_profile.peaks import measure_peaks
 
-    try:
-        import torch
-    except ImportError:
-        raise HwProfileError("hw-profile peaks needs torch: install dspark-sim[profile]") from None
+    require_profile_extra("peaks", ("torch",))
+    import torch
+
     if device == "cuda" and not torch.cuda.is_available():
         raise HwProfileError(f"--device cuda: torch {torch.__version__} sees no CUDA device")
     if threads:
