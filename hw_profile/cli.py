@@ -234,6 +234,7 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_
     path = table.write(out)
     b1 = table.grid.step_ms(1, 0)
     click.echo(f"{path}: {len(table.points)} points; T(B=1, K=0) = {b1:.3f} ms")
+    click.echo(f"hw-profile: note: {table.meta['caveat']['text']}", err=True)
 
 
 @cli.command(help="Fit a step-time table T(B, K) to telemetry of a deployed system (see docs/hw-profile.md).")
@@ -333,12 +334,16 @@ def show(table, other, out) -> None:
 def compare(table, other, csv_out) -> None:
     from hw_profile.compare import ratio_frame, summary_lines
     from hw_profile.files import atomic_write
-    from hw_profile.table import StepTable
+    from hw_profile.table import StepTable, table_caveat
 
     first, second = StepTable.read(table), StepTable.read(other)
     frame = ratio_frame(first, second)
     for line in summary_lines(frame, first.label(), second.label()):
         click.echo(line)
+    for t in (first, second):
+        caveat = table_caveat(t.meta)
+        if caveat is not None:
+            click.echo(f"  {t.label()} is {caveat['kind']}: {caveat['text']}")
     if csv_out:
         atomic_write(csv_out, lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"))
 

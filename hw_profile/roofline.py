@@ -55,7 +55,7 @@ import numpy as np
 from hw_profile.gpus import GPU, get_gpu
 from hw_profile.moe import routed_weight_params
 from hw_profile.shapes import ModelShape, get_shape
-from hw_profile.table import StepTable, table_meta
+from hw_profile.table import StepTable, roofline_caveat, table_meta
 
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "fp4": 0.5}  # fp4: storage only (expert_dtype)
 _REFERENCE_NVLINK_GB_S = 900.0  # the link RooflineParams.nvlink_gb_s was set for (H100/H200 SXM)
@@ -229,6 +229,7 @@ def analytic_table(
         dtype=dtype,
         model_shape=shape.to_dict(),
         roofline=params.__dict__,
+        caveat=roofline_caveat(),
         **moe,
     )
     return StepTable.from_points(rows, meta)
