@@ -150,7 +150,8 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
 
 
 @cli.command(help="Write an analytic (roofline) table for a named GPU and model shape.")
-@click.option("--gpu", required=True, help="A100, H100, H200, H800, H20, B200, or a device .json file")
+@click.option("--gpu", required=True, help="A100, H100, H200, H800, H20, H20-141G, B200, B300, GB300, MI300X, MI355X "
+              "(hw_profile/gpus.py), or a device .json file")
 @click.option("--model", required=True, help="built-in shape or a transformers config.json")
 @click.option("--gpus", type=int, default=1, show_default=True, help="GPUs per replica (tensor parallel)")
 @click.option("--ep", type=int, default=None, help="expert-parallel groups for an MoE model (default: --gpus)")
