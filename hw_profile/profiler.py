@@ -13,7 +13,9 @@ attend to a KV cache of c tokens each. Per point:
    ``time.perf_counter`` around each forward (CPU ops are synchronous);
 4. the median is ``step_ms``, the 10th and 90th percentiles ``step_ms_p10``/``step_ms_p90``;
 5. NVML telemetry over the timed window; a point whose window saw a throttling reason is measured again after a
-   pause, at most ``throttle_retries`` times, and keeps ``throttled = True`` if it never ran clean.
+   pause, at most ``throttle_retries`` times, and keeps ``throttled = True`` if it never ran clean;
+6. on the CPU, the machine's load before the run and after every point, and the spread of the repeats
+   (``hw_profile.load``): recorded in the sidecar (``machine_load``), and a warning line when either is high.
 
 The table (CSV + JSON sidecar, ``hw_profile.table``) is rewritten atomically after every point, so Ctrl-C (or a
 crash) keeps every point measured so far; the sidecar then says ``interrupted``.
@@ -35,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from hw_profile.errors import HwProfileError
+from hw_profile.load import LoadWatch, relative_spread
 from hw_profile.shapes import ModelShape, drafter_shape, get_shape, read_config, with_layers
 from hw_profile.table import StepTable, table_meta
 from hw_profile.telemetry import NvmlSampler, PointTelemetry
@@ -174,6 +177,17 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = Path(out)
+    # on a CPU, other work on the machine slows and scatters the timings: look before, and after every point
+    watch = LoadWatch.start(torch.get_num_threads()) if cfg.device == "cpu" else None
+    messages = []
+
+    def say(lines: list[str]) -> None:
+        for line in lines:
+            messages.append(line)
+            log(line)
+
+    if watch is not None:
+        say(watch.warnings())
 
     weights = timed.total_params * DTYPE_BYTES[cfg.dtype]
     free = available_memory_bytes(cfg.device)
@@ -185,10 +199,8 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
 
     sampler = NvmlSampler.open(cfg.device, index=_cuda_index(torch, cfg.device), pci_bus_id=_pci_bus_id(torch, cfg),
                                nvml=nvml)
-    messages = []
     if not sampler.available:
-        messages.append(sampler.reason)
-        log(sampler.reason)
+        say([sampler.reason])
 
     max_positions = max(cfg.contexts) + max(cfg.tokens_per_request) + 16
     t0 = time.perf_counter()
@@ -252,6 +264,9 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
                             record.status = "skipped: out of memory in the forward"
                     table = _write(records, meta, out)
                     bar.update(1)
+                    if watch is not None:
+                        watch.sample()
+                        say(watch.warnings())
                     if on_point is not None:
                         on_point(record.row())
                 del cache
@@ -267,6 +282,12 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
         remeasured = [r.remeasured() for r in records.values() if r.attempts_max > 1]
         if remeasured:
             meta["throttle_remeasured"] = remeasured
+        if watch is not None:
+            rows = [row for row in (r.row() for r in records.values()) if row is not None and row["status"] == "ok"]
+            spread = relative_spread([r["step_ms_p10"] for r in rows], [r["step_ms_p90"] for r in rows],
+                                     [r["step_ms"] for r in rows]) if rows else None
+            meta["machine_load"] = watch.record(spread)
+            say(watch.warnings(spread))
         if interrupted:
             meta["interrupted"] = True
             kept = sum(1 for r in records.values() if r.status == "ok" and r.times)

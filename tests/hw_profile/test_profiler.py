@@ -30,7 +30,9 @@ def test_tiny_cpu_table_is_sane(tiny_config, tmp_path):
     # three passes pool each point's repeats over the run, so a burst of other work hits every point alike
     result = profile(_cfg(tiny_config, passes=3, repeats=3), out, progress=False, log=lines.append)
     assert not result.interrupted
-    assert len(lines) == 1 and lines[0].startswith("no NVML telemetry")  # one line says why, nothing crashes
+    # one line says why, nothing crashes (beside warnings about this shared machine's load, tests/hw_profile/test_load.py)
+    lines = [line for line in lines if not line.startswith("warning: machine load")]
+    assert len(lines) == 1 and lines[0].startswith("no NVML telemetry")
     table = StepTable.read(out)  # what was written reads back
     pts = table.points
     assert len(pts) == 12 and (pts["status"] == "ok").all()
