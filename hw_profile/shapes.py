@@ -109,7 +109,9 @@ class ModelShape:
 
     @property
     def attn_params_per_layer(self) -> int:
-        if self.is_compressed:
+        # V4's attention (low-rank queries, one shared KV head, grouped low-rank output) also in layers that only
+        # see the window (a V4 drafter's): the same projections without compressors or indexer
+        if self.is_compressed or self.o_groups:
             return self._compressed_attn_params() // self.layers
         if self.is_mla:
             qk = self.head_dim + self.qk_rope_head_dim

@@ -35,6 +35,11 @@ def test_a_v4_drafter_layer_keeps_the_targets_moe_block():
     per_layer = (v4.shared_experts + v4.experts_per_token) * v4.expert_params + v4.hidden * v4.experts
     assert ffn == 3 * per_layer > 0
     assert (d.moe_layers, d.dense_layers, d.is_compressed) == (3, 0, False)
+    # its window-only attention keeps V4's projections (low-rank queries, one KV head, grouped low-rank output),
+    # without the compressors and indexer: not a 64-head full-rank GQA layer (2.5x the parameters)
+    q = v4.hidden * v4.q_lora_rank + v4.q_lora_rank * v4.heads * v4.head_dim
+    o = v4.heads * v4.head_dim * v4.o_lora_rank + v4.o_groups * v4.o_lora_rank * v4.hidden
+    assert d.attn_params_per_layer == q + v4.hidden * v4.head_dim + o < v4.attn_params_per_layer
     assert drafter_attention_window(v4) == 128 and drafter_attention_window(get_shape("qwen3-8b")) == 0
     # a dense target's drafter stays dense, of the target's MLP width
     q = drafter_shape(get_shape("qwen3-8b"), 3)
