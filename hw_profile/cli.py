@@ -91,7 +91,10 @@ def cli() -> None:
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="TABLE.csv (sidecar TABLE.json beside it)")
 @click.option("--layers", type=int, default=None, help="time only the first N layers (recorded in the sidecar)")
 @click.option("--drafter-layers", type=int, default=None,
-              help="time a drafter instead: N layers of the target's width, plus its LM head")
+              help="time a drafter instead: N layers built like the target's, plus its LM head")
+@click.option("--markov-rank", type=int, default=256, show_default=True,
+              help="with --drafter-layers: also time DSpark's rank-R Markov head and confidence head per draft "
+              "position, recorded as the table's sequential_head (charged to the dspark drafter only; 0: none)")
 @click.option("--warmup", type=int, default=3, show_default=True)
 @click.option("--repeats", type=int, default=10, show_default=True, help="timed forwards per point and pass")
 @click.option("--passes", type=int, default=1, show_default=True,
@@ -110,9 +113,9 @@ def cli() -> None:
 @click.option("--note", default=None, help="free text for the sidecar, e.g. about other load on the machine")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 @click.pass_obj
-def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, layers, drafter_layers, warmup, repeats,
-        passes, min_time_s, throttle_retries, memory_limit_gb, threads, no_cuda_graphs, attention, name, note,
-        quiet) -> None:
+def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, layers, drafter_layers, markov_rank,
+        warmup, repeats, passes, min_time_s, throttle_retries, memory_limit_gb, threads, no_cuda_graphs, attention,
+        name, note, quiet) -> None:
     from hw_profile.profiler import ProfileConfig, profile
 
     require_profile_extra("sps")
@@ -127,6 +130,7 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
         contexts=parse_int_list(context, "--context", minimum=0),
         layers=layers,
         drafter_layers=drafter_layers,
+        markov_rank=markov_rank if drafter_layers is not None else 0,
         warmup=warmup,
         repeats=repeats,
         passes=passes,

@@ -17,6 +17,9 @@ attend to a KV cache of c tokens each. Per point:
 6. on the CPU, the machine's load before the run and after every point, and the spread of the repeats
    (``hw_profile.load``): recorded in the sidecar (``machine_load``), and a warning line when either is high.
 
+A drafter (``drafter_layers``) with ``markov_rank`` > 0 is a DSpark drafter: after the grid its per-position
+Markov and confidence heads are timed too (``hw_profile.head_timing``), into the sidecar's ``sequential_head``.
+
 The table (CSV + JSON sidecar, ``hw_profile.table``) is rewritten atomically after every point, so Ctrl-C (or a
 crash) keeps every point measured so far; the sidecar then says ``interrupted``.
 
@@ -56,6 +59,7 @@ class ProfileConfig:
     dtype: str = "bf16"
     layers: int | None = None  # time the first N layers only (recorded in the sidecar)
     drafter_layers: int | None = None  # time a drafter of the target's width with N layers instead
+    markov_rank: int = 0  # with drafter_layers: also time DSpark's rank-R Markov and confidence heads (0: no)
     warmup: int = 3
     repeats: int = 10  # timed forwards per point and pass
     passes: int = 1  # sweeps over the whole grid; a point's repeats from every pass are pooled (spreads the bursts
@@ -92,6 +96,8 @@ class ProfileConfig:
             raise HwProfileError(f"--dtype: expected one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
         if self.passes < 1:
             raise HwProfileError(f"--passes: expected a positive integer, got {self.passes}")
+        if self.markov_rank < 0:
+            raise HwProfileError(f"--markov-rank: expected a rank >= 0, got {self.markov_rank}")
         if self.warmup < 0 or self.repeats < 1:
             raise HwProfileError(f"--warmup/--repeats: expected warmup >= 0 and repeats >= 1, got {self.warmup}, "
                                  f"{self.repeats}")
@@ -271,6 +277,13 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
                         on_point(record.row())
                 del cache
                 _free_cuda(torch, cfg.device)
+        if cfg.drafter_layers is not None and cfg.markov_rank:
+            # a DSpark drafter also runs its Markov and confidence heads once per draft position
+            from hw_profile.head_timing import time_dspark_heads
+
+            meta["sequential_head"] = time_dspark_heads(cfg.device, cfg.dtype, cfg.markov_rank, timed.vocab,
+                                                        timed.hidden, cfg.requests, repeats=cfg.repeats,
+                                                        warmup=cfg.warmup, seed=cfg.seed)
     except KeyboardInterrupt:
         interrupted = True
     finally:

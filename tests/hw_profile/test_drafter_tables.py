@@ -95,3 +95,27 @@ def test_a_new_gpus_drafter_table_charges_dspark_its_heads_and_dflash_none(tmp_p
     backbone = hw.draft["dspark"].grid.lookup(32, 1000.0)
     assert hw.draft["dspark"].ms(8, 4, 1000.0) == pytest.approx(
         backbone + 4 * max(drafter["per_position_ms"], 8 * drafter["per_row_position_ms"]))
+
+
+def test_a_measured_dspark_drafter_table_times_its_heads(tiny_config, tmp_path, scenario_file):
+    """sps --drafter-layers on a new device: the heads are timed there and reach the dspark drafter's cost."""
+    pytest.importorskip("torch")
+    from hw_profile.profiler import ProfileConfig, profile
+
+    cfg = ProfileConfig(model=str(tiny_config), requests=[1, 64], tokens_per_request=[4], contexts=[16],
+                        dtype="fp32", warmup=2, repeats=7, threads=1, drafter_layers=1, markov_rank=64)
+    out = tmp_path / "d.csv"
+    head = profile(cfg, out, progress=False, log=lambda s: None).table.meta["sequential_head"]
+    assert head["rank"] == 64 and head["confidence_head"] == 256 + 64
+    measured = head["measured_ms"]
+    assert set(measured) == {"1", "64"} and all(v > 0 for v in measured.values())
+    assert head["per_position_ms"] == pytest.approx(measured["1"])
+    assert head["per_row_position_ms"] == pytest.approx(measured["64"] / 64)
+    # 64 rows multiply 64x the rows through the 64 x 8192 transition: never faster than one row
+    assert measured["64"] > measured["1"]
+    scn = load_scenario(scenario_file(hardware={"drafter_tables": {"dspark": str(out)}}))
+    cost = load_hardware(scn, {"dspark"}).draft["dspark"]
+    assert (cost.seq_per_position_ms, cost.seq_per_row_position_ms) == pytest.approx(
+        (head["per_position_ms"], head["per_row_position_ms"]))
+    cfg.markov_rank = 0
+    assert "sequential_head" not in profile(cfg, tmp_path / "n.csv", progress=False, log=lambda s: None).table.meta
