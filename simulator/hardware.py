@@ -107,17 +107,19 @@ def grid_warnings(scn: LoadedScenario, hw: Hardware, max_gamma: int) -> list[str
     decode_b = eng.max_running * (1 + max_gamma)
     reach_b = eng.max_batch_tokens if eng.prefill == "colocated" else min(eng.max_batch_tokens, decode_b)
     reach_k = hw.kv_capacity
-    tables = [("hardware.table", hw.clock, reach_b)]
+    tables = [("hardware.table", hw.clock, reach_b, reach_k)]
     for name, cost in sorted(hw.draft.items()):
         if cost.grid is not None and max_gamma:
             rows = eng.max_running * (max_gamma + cost.kind.extra_block_tokens) if cost.kind.parallel else eng.max_running
-            tables.append((f"drafter {name}'s table", cost.grid, rows))
+            # a sliding-window drafter reads at most its window per request (DraftCost.ms)
+            k = min(reach_k, eng.max_running * cost.attention_window) if cost.attention_window else reach_k
+            tables.append((f"drafter {name}'s table", cost.grid, rows, k))
     out = []
-    for label, grid, b in tables:
+    for label, grid, b, k in tables:
         b_max, k_max = float(grid.b_axis[-1]), float(grid.k_axis[-1])
-        if b > b_max or reach_k > k_max:
+        if b > b_max or k > k_max:
             out.append(f"{scn.path}: {label} covers B <= {b_max:,.0f} and K <= {k_max:,.0f}, but this scenario's "
-                       f"steps can reach B = {b:,} and K = {reach_k:,} (engine limits): step times out there are "
+                       f"steps can reach B = {b:,} and K = {k:,} (engine limits): step times out there are "
                        "extrapolated; lower engine.max_batch_tokens / max_running / kv_capacity_tokens or measure a "
                        "wider grid")
     return out

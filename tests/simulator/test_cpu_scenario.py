@@ -49,3 +49,12 @@ def test_check_warns_on_any_excess_as_runs_flag_it():
     assert [line.split(": ")[1].split(" covers")[0] for line in drafter_only] == [
         "drafter dspark's table", "drafter mtp's table"]
     assert len(scenario_grid_warnings(load_scenario(CPU, ["engine.kv_capacity_tokens=8193"]))) == 3
+
+
+def test_a_windowed_drafter_is_judged_on_the_kv_it_reads():
+    """The V4 scenarios' drafters read a 128-token window per request: their tables are judged on max_running x
+    128 KV tokens, not on the KV capacity; the paper scenarios' own limits stay inside every grid."""
+    flash = ROOT / "scenarios" / "paper-v4-flash.yaml"
+    assert scenario_grid_warnings(load_scenario(flash)) == []
+    (line,) = scenario_grid_warnings(load_scenario(flash, ["engine.kv_capacity_tokens=20000000"]))
+    assert line.split(": ")[1].startswith("hardware.table covers") and "K = 20,000,000" in line
