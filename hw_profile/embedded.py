@@ -28,7 +28,7 @@ from pathlib import Path
 
 from hw_profile.dp_ep import DpEpParams, dp_ep_table
 from hw_profile.gpus import get_gpu
-from hw_profile.roofline import RooflineParams, analytic_table, markov_head_costs
+from hw_profile.roofline import RooflineParams, analytic_table, drafter_params, markov_head_costs
 from hw_profile.shapes import drafter_shape, get_shape
 
 HARDWARE_DIR = Path(__file__).resolve().parents[1] / "scenarios" / "hardware"
@@ -73,8 +73,10 @@ def write_deepseek_dp_ep(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H800", d
     mtp = drafter_shape(target, 1, name="mtp-1moe")
     written = []
     for key, shape in (("drafter-dspark-3moe", dspark), ("drafter-mtp-1moe", mtp)):
-        written.append(dp_ep_table(shape, gpu, dtype=dtype, params=params, name=f"{stem}.{key}").write(
-            out_dir / f"{stem}.{key}.csv"))
+        # a drafter's launch overhead is its layers' share of the target's (roofline.drafter_params)
+        roofline = drafter_params(RooflineParams(), shape.layers, target.layers)
+        written.append(dp_ep_table(shape, gpu, dtype=dtype, params=params, roofline=roofline,
+                                   name=f"{stem}.{key}").write(out_dir / f"{stem}.{key}.csv"))
     head = markov_head_costs(gpu, MARKOV_RANK, target.vocab, dtype)
     main = dp_ep_table(target, gpu, dtype=dtype, params=params, name=stem)
     main.meta["drafter_tables"] = {

@@ -36,3 +36,7 @@ def test_regenerate_writes_the_bundled_tables(hardware_dir, capsys):
     for name in written:
         fresh, bundled = StepTable.read(hardware_dir / name), StepTable.read(bundled_dir / name)
         assert fresh.points["step_ms"].tolist() == pytest.approx(bundled.points["step_ms"].tolist(), rel=1e-6)
+    # the V4 drafters pay their layers' share of the target's launch overhead
+    for name, layers in (("drafter-dspark-3moe", 3), ("drafter-mtp-1moe", 1)):
+        meta = StepTable.read(bundled_dir / f"h800-deepseek-v4-flash-ep64-fp8.{name}.csv").meta
+        assert meta["roofline"]["launch_ms"] == pytest.approx(0.15 * layers / 43)
