@@ -59,6 +59,20 @@ def parse_int_list(text: str, flag: str, minimum: int = 1) -> list[int]:
     return sorted(set(values))
 
 
+def require_profile_extra(command: str, modules: tuple[str, ...] = ("torch", "transformers")) -> None:
+    """The commands that time a torch model import torch and transformers lazily; a missing one is one line naming
+    the extra that brings it, not a traceback from deep inside the profiler."""
+    import importlib
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise HwProfileError(f"hw-profile {command} needs {module} ({exc.__class__.__name__}: {exc}); install "
+                                 "the profile extra: pip install 'dspark-sim[profile]' (./run hw-profile "
+                                 f"{command} does it)") from None
+
+
 @click.group(help="Step-time tables T(B, K): measured (sps), analytic (analytic), smoothed (fit), viewed (show).")
 def cli() -> None:
     pass
@@ -77,7 +91,10 @@ def cli() -> None:
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="TABLE.csv (sidecar TABLE.json beside it)")
 @click.option("--layers", type=int, default=None, help="time only the first N layers (recorded in the sidecar)")
 @click.option("--drafter-layers", type=int, default=None,
-              help="time a drafter instead: N layers of the target's width, plus its LM head")
+              help="time a drafter instead: N layers built like the target's, plus its LM head")
+@click.option("--markov-rank", type=int, default=256, show_default=True,
+              help="with --drafter-layers: also time DSpark's rank-R Markov head and confidence head per draft "
+              "position, recorded as the table's sequential_head (charged to the dspark drafter only; 0: none)")
 @click.option("--warmup", type=int, default=3, show_default=True)
 @click.option("--repeats", type=int, default=10, show_default=True, help="timed forwards per point and pass")
 @click.option("--passes", type=int, default=1, show_default=True,
@@ -96,11 +113,12 @@ def cli() -> None:
 @click.option("--note", default=None, help="free text for the sidecar, e.g. about other load on the machine")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 @click.pass_obj
-def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, layers, drafter_layers, warmup, repeats,
-        passes, min_time_s, throttle_retries, memory_limit_gb, threads, no_cuda_graphs, attention, name, note,
-        quiet) -> None:
+def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, layers, drafter_layers, markov_rank,
+        warmup, repeats, passes, min_time_s, throttle_retries, memory_limit_gb, threads, no_cuda_graphs, attention,
+        name, note, quiet) -> None:
     from hw_profile.profiler import ProfileConfig, profile
 
+    require_profile_extra("sps")
     if layers is not None and drafter_layers is not None:
         raise HwProfileError("--layers and --drafter-layers: give one or the other")
     cfg = ProfileConfig(
@@ -112,6 +130,7 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
         contexts=parse_int_list(context, "--context", minimum=0),
         layers=layers,
         drafter_layers=drafter_layers,
+        markov_rank=markov_rank if drafter_layers is not None else 0,
         warmup=warmup,
         repeats=repeats,
         passes=passes,
@@ -135,12 +154,17 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
 
 
 @cli.command(help="Write an analytic (roofline) table for a named GPU and model shape.")
-@click.option("--gpu", required=True, help="A100, H100, H200, H800, H20, B200, or a device .json file")
+@click.option("--gpu", required=True, help="A100, H100, H200, H800, H20, H20-141G, B200, B300, GB300, MI300X, MI355X "
+              "(hw_profile/gpus.py), or a device .json file")
 @click.option("--model", required=True, help="built-in shape or a transformers config.json")
 @click.option("--gpus", type=int, default=1, show_default=True, help="GPUs per replica (tensor parallel)")
 @click.option("--ep", type=int, default=None, help="expert-parallel groups for an MoE model (default: --gpus)")
 @click.option("--dtype", type=click.Choice([*DTYPES, "fp8"]), default="bf16", show_default=True)
-@click.option("--drafter-layers", type=int, default=None, help="a drafter of the model's width with N layers")
+@click.option("--drafter-layers", type=int, default=None,
+              help="a drafter: N layers built like the model's, its launch overhead scaled by N / the model's layers")
+@click.option("--markov-rank", type=int, default=256, show_default=True,
+              help="with --drafter-layers: DSpark's sequential Markov head rank, recorded with its confidence head "
+              "as the table's sequential_head (charged to the dspark drafter only; 0: none)")
 @click.option("--max-batch-tokens", type=int, default=16384, show_default=True)
 @click.option("--max-kv-tokens", type=int, default=4_194_304, show_default=True)
 @click.option("--comp-eff", type=float, default=None, help="achieved fraction of peak FLOPs (default 0.6)")
@@ -149,13 +173,20 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
 @click.option("--name", default=None)
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 @click.pass_obj
-def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, max_batch_tokens, max_kv_tokens, comp_eff, mem_eff,
-             launch_ms, name, out) -> None:
+def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_batch_tokens, max_kv_tokens, comp_eff,
+             mem_eff, launch_ms, name, out) -> None:
     from dataclasses import replace
 
     from hw_profile.gpus import get_gpu
-    from hw_profile.roofline import RooflineParams, analytic_table, default_b_axis, default_k_axis
-    from hw_profile.shapes import drafter_shape, get_shape
+    from hw_profile.roofline import (
+        RooflineParams,
+        analytic_table,
+        default_b_axis,
+        default_k_axis,
+        drafter_params,
+        markov_head_costs,
+    )
+    from hw_profile.shapes import drafter_attention_window, drafter_shape, get_shape
 
     try:
         device = get_gpu(gpu)
@@ -169,10 +200,13 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, max_batch_tokens,
         raise HwProfileError(f"--gpus: expected a positive integer, got {gpus}")
     if ep is not None and (ep < 1 or gpus % ep):
         raise HwProfileError(f"--ep: expected a divisor of --gpus ({gpus}), got {ep}")
+    target = shape
     if drafter_layers is not None:
         if drafter_layers < 1:
             raise HwProfileError(f"--drafter-layers: expected a positive number of layers, got {drafter_layers}")
         shape = drafter_shape(shape, drafter_layers)
+    if markov_rank < 0:
+        raise HwProfileError(f"--markov-rank: expected a rank >= 0, got {markov_rank}")
     params = RooflineParams()
     for flag, key, value in (("--comp-eff", "comp_eff", comp_eff), ("--mem-eff", "mem_eff", mem_eff),
                              ("--launch-ms", "launch_ms", launch_ms)):
@@ -181,12 +215,21 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, max_batch_tokens,
                 raise HwProfileError(f"{flag}: expected {'a fraction in (0, 1]' if key != 'launch_ms' else 'ms >= 0'}"
                                      f", got {value}")
             params = replace(params, **{key: value})
+    if drafter_layers is not None:
+        params = drafter_params(params, drafter_layers, target.layers)
     table = analytic_table(shape, device, dtype=dtype, gpus=gpus, params=params, name=name, ep=ep,
                            b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens))
     from hw_profile.roofline import stored_weight_bytes
 
     weights_gb = stored_weight_bytes(shape, dtype) / 1e9
     table.meta["weights_gb_per_gpu"] = round(weights_gb / gpus, 2)
+    if drafter_layers is not None:
+        table.meta["drafter_of"] = {"model": target.name, "layers": target.layers}
+        if drafter_attention_window(target):
+            table.meta["attention_window"] = drafter_attention_window(target)
+        if markov_rank:
+            table.meta["sequential_head"] = markov_head_costs(device, markov_rank, target.vocab, dtype, params,
+                                                              hidden=target.hidden)
     if obj and obj.get("command"):
         table.meta["command"] = obj["command"]
     if weights_gb > device.memory_gb * gpus:
@@ -196,6 +239,7 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, max_batch_tokens,
     path = table.write(out)
     b1 = table.grid.step_ms(1, 0)
     click.echo(f"{path}: {len(table.points)} points; T(B=1, K=0) = {b1:.3f} ms")
+    click.echo(f"hw-profile: note: {table.meta['caveat']['text']}", err=True)
 
 
 @cli.command(help="Estimate step-time tables (target and drafters) for a model, GPU, parallelism and serving engine "
@@ -443,12 +487,16 @@ def show(table, other, out) -> None:
 def compare(table, other, csv_out) -> None:
     from hw_profile.compare import ratio_frame, summary_lines
     from hw_profile.files import atomic_write
-    from hw_profile.table import StepTable
+    from hw_profile.table import StepTable, table_caveat
 
     first, second = StepTable.read(table), StepTable.read(other)
     frame = ratio_frame(first, second)
     for line in summary_lines(frame, first.label(), second.label()):
         click.echo(line)
+    for t in (first, second):
+        caveat = table_caveat(t.meta)
+        if caveat is not None:
+            click.echo(f"  {t.label()} is {caveat['kind']}: {caveat['text']}")
     if csv_out:
         atomic_write(csv_out, lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"))
 
@@ -462,10 +510,9 @@ def peaks(device, dtype, threads, out) -> None:
     from hw_profile.files import atomic_write_text
     from hw_profile.peaks import measure_peaks
 
-    try:
-        import torch
-    except ImportError:
-        raise HwProfileError("hw-profile peaks needs torch: install dspark-sim[profile]") from None
+    require_profile_extra("peaks", ("torch",))
+    import torch
+
     if device == "cuda" and not torch.cuda.is_available():
         raise HwProfileError(f"--device cuda: torch {torch.__version__} sees no CUDA device")
     if threads:

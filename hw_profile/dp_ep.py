@@ -39,7 +39,7 @@ from hw_profile.roofline import (
     expert_bytes,
 )
 from hw_profile.shapes import ModelShape
-from hw_profile.table import StepTable, table_meta
+from hw_profile.table import StepTable, roofline_caveat, table_meta
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def dp_ep_table(shape: ModelShape, gpu: GPU, dtype: str = "fp8", params: DpEpPar
     ms, joules = step_time_ms(shape, gpu, bb.ravel(), kk.ravel(), dtype=dtype, params=params, roofline=roofline)
     rows = {"batch_tokens": bb.ravel(), "kv_tokens": kk.ravel(), "status": "ok", "step_ms": ms, "step_ms_p10": ms,
             "step_ms_p90": ms, "repeats": 0, "throttled": False, "power_w": joules / (ms * 1e-3), "energy_j": joules}
-    meta = table_meta(name=name, kind="analytic-dp-ep", device=gpu.name, gpu=gpu.to_dict(), gpus=1, dtype=dtype,
-                      model_shape=shape.to_dict(), dp_ep=asdict(params), roofline=asdict(roofline),
+    meta = table_meta(name=name, kind="analytic-dp-ep", caveat=roofline_caveat(), device=gpu.name, gpu=gpu.to_dict(),
+                      gpus=1, dtype=dtype, model_shape=shape.to_dict(), dp_ep=asdict(params), roofline=asdict(roofline),
                       weight_bytes_per_gpu=stored_bytes_per_gpu(shape, params.ep, dtype))
     return StepTable.from_points(rows, meta)

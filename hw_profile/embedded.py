@@ -8,7 +8,11 @@
   one-MoE-layer MTP module: the first-principles alternative to the tables calibrated on the paper's telemetry
   (hw_profile/paper_v4.py; docs/paper-v4.md says why their per-token costs differ).
 
-    python -m hw_profile.embedded        # regenerate both sets under scenarios/hardware/
+    python -m hw_profile.embedded regenerate [--out-dir DIR]   # both sets, into scenarios/hardware/ by default
+    python -m hw_profile.embedded --help
+
+For a GPU or model without embedded tables, ``hw-profile analytic`` writes the target's table and, with
+``--drafter-layers N``, a drafter's (with DSpark's head costs in its sidecar); docs/hw-profile.md says how.
 
 Drafters are timed as generic transformers of the target's width (docs/model.md, "Step time"): DSpark and DFlash a 5-layer
 backbone with the shared full-vocabulary LM head; Eagle3 one layer with its reduced 32k draft vocabulary; the MTP
@@ -18,13 +22,13 @@ entry's sidecar as a per-position cost, since it runs once per draft position af
 
 from __future__ import annotations
 
+import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from hw_profile.dp_ep import DpEpParams, dp_ep_table
 from hw_profile.gpus import get_gpu
-from hw_profile.roofline import RooflineParams, analytic_table, markov_head_costs
+from hw_profile.roofline import RooflineParams, analytic_table, drafter_params, markov_head_costs
 from hw_profile.shapes import drafter_shape, get_shape
 
 HARDWARE_DIR = Path(__file__).resolve().parents[1] / "scenarios" / "hardware"
@@ -63,15 +67,16 @@ def write_deepseek_dp_ep(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H800", d
     gpu = get_gpu(gpu_name)
     target = get_shape(model)
     stem = f"{gpu_name.lower()}-{model}-ep{params.ep}-{dtype}"
-    # drafters built from the target's own MoE layers (drafter_shape would make them dense); their attention is
-    # the 128-token window only (no compressed rows), which the simulator applies through attention_window
-    window_only = dict(dense_layers=0, sliding_window=128, csa_layers=0, hca_layers=0)
-    dspark = replace(target, name="dspark-3moe-swa128", layers=3, **window_only)
-    mtp = replace(target, name="mtp-1moe", layers=1, **window_only)
+    # drafters of the target's own MoE layers; their attention is the 128-token window only (no compressed rows),
+    # which the simulator applies through attention_window
+    dspark = drafter_shape(target, 3, name="dspark-3moe-swa128")
+    mtp = drafter_shape(target, 1, name="mtp-1moe")
     written = []
     for key, shape in (("drafter-dspark-3moe", dspark), ("drafter-mtp-1moe", mtp)):
-        written.append(dp_ep_table(shape, gpu, dtype=dtype, params=params, name=f"{stem}.{key}").write(
-            out_dir / f"{stem}.{key}.csv"))
+        # a drafter's launch overhead is its layers' share of the target's (roofline.drafter_params)
+        roofline = drafter_params(RooflineParams(), shape.layers, target.layers)
+        written.append(dp_ep_table(shape, gpu, dtype=dtype, params=params, roofline=roofline,
+                                   name=f"{stem}.{key}").write(out_dir / f"{stem}.{key}.csv"))
     head = markov_head_costs(gpu, MARKOV_RANK, target.vocab, dtype)
     main = dp_ep_table(target, gpu, dtype=dtype, params=params, name=stem)
     main.meta["drafter_tables"] = {
@@ -82,8 +87,25 @@ def write_deepseek_dp_ep(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H800", d
     return written
 
 
-def main() -> int:
-    for path in [*write_embedded(), *write_deepseek_dp_ep()]:
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m hw_profile.embedded",
+        description="Regenerate the step-time tables bundled with the simulator (scenarios/hardware/): the H200 "
+                    "Qwen3-8B roofline set and the H800 DeepSeek-V4-Flash expert-parallel set, with their drafters.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    regen = sub.add_parser("regenerate", help="write both sets (overwrites the bundled tables unless --out-dir)")
+    regen.add_argument("--out-dir", type=Path, default=HARDWARE_DIR, help=f"default: {HARDWARE_DIR}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command != "regenerate":
+        p.print_help(sys.stderr)
+        return 2
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for path in [*write_embedded(args.out_dir), *write_deepseek_dp_ep(args.out_dir)]:
         print(path)
     return 0
 

@@ -13,9 +13,36 @@ Sources (NVIDIA product datasheets; SXM variants):
   FP8 3,958 sparse); 80 GB HBM3 at 3.35 TB/s; up to 700 W; NVLink 400 GB/s (the export-reduced interconnect).
 - H20: "NVIDIA HGX H20" product brief: BF16 148 TFLOPS, FP8 296, TF32 74 (dense); 96 GB HBM3 at 4.0 TB/s;
   400 W; NVLink 900 GB/s.
+- H20-141G: the H20 with 141 GB of HBM3e (2024 refresh). NVIDIA published no separate datasheet; OEM listings
+  give the H20's tensor rates (BF16 148, FP8 296, TF32 74 dense) with 141 GB HBM3e at 4.8 TB/s (the H200's
+  stacks) and NVLink 900 GB/s. Uncertain: the board power, taken as the H20's 400 W.
 - B200: "NVIDIA HGX B200" datasheet (8-GPU totals divided by 8, the 1,000 W HGX configuration): BF16 2.25 PFLOPS
-  dense (4.5 sparse), FP8 4.5 dense, TF32 1.1 dense; 180 GB HBM3e (1,440 GB per 8) at 8 TB/s; 1,000 W;
-  NVLink 5 at 1.8 TB/s.
+  dense (4.5 sparse), FP8 4.5 dense, TF32 1.1 dense, FP4 72 PFLOPS per 8 dense (144 sparse): 9 per GPU; 180 GB
+  HBM3e (1,440 GB per 8) at 8 TB/s; 1,000 W; NVLink 5 at 1.8 TB/s.
+- B300: "NVIDIA HGX B300" datasheet (Blackwell Ultra; 8-GPU totals divided by 8): FP4 144 PFLOPS sparse, 108
+  dense (13.5 per GPU); FP8/FP6 72 sparse (4.5 dense per GPU), BF16 36 sparse (2.25 dense), TF32 18 sparse
+  (1.125 dense): the B200's rates but FP4; 2.3 TB HBM3e per 8 (288 GB each) at 8 TB/s; NVLink 5 at 1.8 TB/s.
+  Uncertain: dense FP4 (some spec tables give 105 PFLOPS per 8, 13.1 per GPU) and the board power (1,100 W
+  in HGX systems as reported by OEMs; NVIDIA's HGX page gives none).
+- GB300: "NVIDIA GB300 NVL72" datasheet, rack totals divided by its 72 GPUs: FP4 1,440 PFLOPS sparse, 1,080
+  dense (15 per GPU); FP8/FP6 720 sparse (5 dense per GPU), BF16 360 sparse (2.5 dense), TF32 180 sparse
+  (1.25 dense); up to 21 TB HBM3e at 576 TB/s (288 GB and 8 TB/s per GPU); NVLink 130 TB/s (1.8 TB/s per
+  GPU). Uncertain: the board power, 1,400 W per GPU as configured in NVL72 racks (reported, not in the datasheet).
+
+AMD Instinct (OAM modules; AMD quotes dense and sparse rates separately, dense is used):
+
+- MI300X: "AMD Instinct MI300X" datasheet: BF16 1,307.4 TFLOPS (2,614.9 with sparsity), FP8 2,614.9 (5,229.8),
+  TF32 653.7; 192 GB HBM3 at 5.3 TB/s; 750 W; Infinity Fabric 7 links x 128 GB/s = 896 GB/s (in the NVLink
+  field: the all-reduce link of an 8-GPU node). No FP4.
+- MI355X: "AMD Instinct MI355X" datasheet (CDNA 4): BF16 2,516.6 TFLOPS dense (5,033.2 sparse), FP8 5,033.2
+  (10,066.4), MXFP4/MXFP6 10,066.4 dense (20.1 PFLOPS is with sparsity); 288 GB HBM3E at 8 TB/s; 1,400 W
+  (liquid-cooled); Infinity Fabric 7 links x 153.6 GB/s = 1,075 GB/s. CDNA 4 has no TF32 matrix rate: the fp32
+  field holds its FP32 matrix rate, 157.3 TFLOPS. Uncertain: the decimals of the BF16/FP8/FP4 rates (AMD's
+  launch material rounds them to 2.5, 5 and 10 PFLOPS).
+
+FP4 (``fp4_tflops``, dense) is set for the parts with FP4 tensor/matrix cores (B200, B300, GB300, MI355X) and None
+elsewhere; ``peak_tflops("fp4")`` falls back to the FP8 rate, then the 16-bit rate, on a part without it (FP4
+weights are then unpacked to the wider type the part multiplies in).
 
 ``idle_w`` is not a datasheet figure: 90 W is what an idle H100/H200 SXM board typically reports; the other parts
 use the same fraction of their board power (about 13%). It only shapes the energy estimate at low load.
@@ -45,10 +72,14 @@ class GPU:
     fp8_tflops: float | None = None  # dense; None: no FP8 tensor cores, FP8 weights run at the 16-bit rate
     tf32_tflops: float | None = None  # dense; what fp32 matmuls reach with TF32 enabled (serving stacks enable it)
     nvlink_gb_s: float | None = None  # datasheet NVLink bandwidth (bidirectional, per GPU)
+    fp4_tflops: float | None = None  # dense; None: no FP4 tensor cores
 
     def peak_tflops(self, dtype: str) -> float:
-        """Dense matmul peak for weights and activations in ``dtype``."""
-        if dtype == "fp8" and self.fp8_tflops:
+        """Dense matmul peak for weights and activations in ``dtype``. fp4 on a part without FP4 cores runs at its
+        FP8 rate, or its 16-bit rate without FP8 either; fp8 without FP8 cores at the 16-bit rate."""
+        if dtype == "fp4" and self.fp4_tflops:
+            return self.fp4_tflops
+        if dtype in ("fp8", "fp4") and self.fp8_tflops:
             return self.fp8_tflops
         if dtype == "fp32":
             return self.tf32_tflops if self.tf32_tflops else self.bf16_tflops / 2.0
@@ -74,18 +105,37 @@ GPUS: dict[str, GPU] = {
                 fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=400),
     "H20": GPU("H20", bf16_tflops=148.0, hbm_tb_s=4.0, memory_gb=96, tdp_w=400, idle_w=52,
                fp8_tflops=296.0, tf32_tflops=74.0, nvlink_gb_s=900),
+    "H20-141G": GPU("H20-141G", bf16_tflops=148.0, hbm_tb_s=4.8, memory_gb=141, tdp_w=400, idle_w=52,
+                    fp8_tflops=296.0, tf32_tflops=74.0, nvlink_gb_s=900),
     "B200": GPU("B200", bf16_tflops=2250.0, hbm_tb_s=8.0, memory_gb=180, tdp_w=1000, idle_w=130,
-                fp8_tflops=4500.0, tf32_tflops=1100.0, nvlink_gb_s=1800),
+                fp8_tflops=4500.0, tf32_tflops=1100.0, nvlink_gb_s=1800, fp4_tflops=9000.0),
+    "B300": GPU("B300", bf16_tflops=2250.0, hbm_tb_s=8.0, memory_gb=288, tdp_w=1100, idle_w=143,
+                fp8_tflops=4500.0, tf32_tflops=1125.0, nvlink_gb_s=1800, fp4_tflops=13500.0),
+    "GB300": GPU("GB300", bf16_tflops=2500.0, hbm_tb_s=8.0, memory_gb=288, tdp_w=1400, idle_w=182,
+                 fp8_tflops=5000.0, tf32_tflops=1250.0, nvlink_gb_s=1800, fp4_tflops=15000.0),
+    "MI300X": GPU("MI300X", bf16_tflops=1307.4, hbm_tb_s=5.3, memory_gb=192, tdp_w=750, idle_w=98,
+                  fp8_tflops=2614.9, tf32_tflops=653.7, nvlink_gb_s=896),
+    "MI355X": GPU("MI355X", bf16_tflops=2516.6, hbm_tb_s=8.0, memory_gb=288, tdp_w=1400, idle_w=182,
+                  fp8_tflops=5033.2, tf32_tflops=157.3, nvlink_gb_s=1075, fp4_tflops=10066.4),
 }
+
+# Other spellings of a name (after upper-casing, with "_" and spaces read as "-")
+ALIASES: dict[str, str] = {"H20-141GB": "H20-141G", "H20-141": "H20-141G"}
+
+
+def gpu_names() -> list[str]:
+    return sorted([*GPUS, *ALIASES])
 
 
 def get_gpu(name: str) -> GPU:
     """A named GPU, or a device described by a JSON file (a path ending in .json)."""
     if str(name).endswith(".json"):
         return gpu_from_file(name)
-    key = name.upper()
+    key = str(name).strip().upper().replace("_", "-").replace(" ", "-")
+    key = ALIASES.get(key, key)
     if key not in GPUS:
-        raise KeyError(f"unknown GPU {name!r}; known: {', '.join(sorted(GPUS))}, or a device .json file")
+        raise KeyError(f"unknown GPU {name!r}; known: {', '.join(gpu_names())} (any case, '_' for '-'), or a device "
+                       ".json file")
     return GPUS[key]
 
 

@@ -13,7 +13,12 @@ attend to a KV cache of c tokens each. Per point:
    ``time.perf_counter`` around each forward (CPU ops are synchronous);
 4. the median is ``step_ms``, the 10th and 90th percentiles ``step_ms_p10``/``step_ms_p90``;
 5. NVML telemetry over the timed window; a point whose window saw a throttling reason is measured again after a
-   pause, at most ``throttle_retries`` times, and keeps ``throttled = True`` if it never ran clean.
+   pause, at most ``throttle_retries`` times, and keeps ``throttled = True`` if it never ran clean;
+6. on the CPU, the machine's load before the run and after every point, and the spread of the repeats
+   (``hw_profile.load``): recorded in the sidecar (``machine_load``), and a warning line when either is high.
+
+A drafter (``drafter_layers``) with ``markov_rank`` > 0 is a DSpark drafter: after the grid its per-position
+Markov and confidence heads are timed too (``hw_profile.head_timing``), into the sidecar's ``sequential_head``.
 
 The table (CSV + JSON sidecar, ``hw_profile.table``) is rewritten atomically after every point, so Ctrl-C (or a
 crash) keeps every point measured so far; the sidecar then says ``interrupted``.
@@ -35,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from hw_profile.errors import HwProfileError
+from hw_profile.load import LoadWatch, relative_spread
 from hw_profile.shapes import ModelShape, drafter_shape, get_shape, read_config, with_layers
 from hw_profile.table import StepTable, table_meta
 from hw_profile.telemetry import NvmlSampler, PointTelemetry
@@ -53,6 +59,7 @@ class ProfileConfig:
     dtype: str = "bf16"
     layers: int | None = None  # time the first N layers only (recorded in the sidecar)
     drafter_layers: int | None = None  # time a drafter of the target's width with N layers instead
+    markov_rank: int = 0  # with drafter_layers: also time DSpark's rank-R Markov and confidence heads (0: no)
     warmup: int = 3
     repeats: int = 10  # timed forwards per point and pass
     passes: int = 1  # sweeps over the whole grid; a point's repeats from every pass are pooled (spreads the bursts
@@ -89,6 +96,8 @@ class ProfileConfig:
             raise HwProfileError(f"--dtype: expected one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
         if self.passes < 1:
             raise HwProfileError(f"--passes: expected a positive integer, got {self.passes}")
+        if self.markov_rank < 0:
+            raise HwProfileError(f"--markov-rank: expected a rank >= 0, got {self.markov_rank}")
         if self.warmup < 0 or self.repeats < 1:
             raise HwProfileError(f"--warmup/--repeats: expected warmup >= 0 and repeats >= 1, got {self.warmup}, "
                                  f"{self.repeats}")
@@ -115,9 +124,7 @@ def resolve_shape(cfg: ProfileConfig) -> tuple[ModelShape, ModelShape, dict | No
     if cfg.drafter_layers is not None:
         if cfg.drafter_layers < 1:
             raise HwProfileError(f"--drafter-layers: expected a positive number of layers, got {cfg.drafter_layers}")
-        timed = drafter_shape(target, cfg.drafter_layers)
-        if base is not None and target.is_moe:
-            base = None  # a drafter of an MoE target is dense: built from the shape, not the MoE config
+        timed = drafter_shape(target, cfg.drafter_layers)  # an MoE target's drafter keeps its MoE blocks
     elif cfg.layers is not None:
         timed = with_layers(target, cfg.layers)
     return timed, target, base
@@ -176,6 +183,17 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = Path(out)
+    # on a CPU, other work on the machine slows and scatters the timings: look before, and after every point
+    watch = LoadWatch.start(torch.get_num_threads()) if cfg.device == "cpu" else None
+    messages = []
+
+    def say(lines: list[str]) -> None:
+        for line in lines:
+            messages.append(line)
+            log(line)
+
+    if watch is not None:
+        say(watch.warnings())
 
     weights = timed.total_params * DTYPE_BYTES[cfg.dtype]
     free = available_memory_bytes(cfg.device)
@@ -187,10 +205,8 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
 
     sampler = NvmlSampler.open(cfg.device, index=_cuda_index(torch, cfg.device), pci_bus_id=_pci_bus_id(torch, cfg),
                                nvml=nvml)
-    messages = []
     if not sampler.available:
-        messages.append(sampler.reason)
-        log(sampler.reason)
+        say([sampler.reason])
 
     max_positions = max(cfg.contexts) + max(cfg.tokens_per_request) + 16
     t0 = time.perf_counter()
@@ -254,10 +270,20 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
                             record.status = "skipped: out of memory in the forward"
                     table = _write(records, meta, out)
                     bar.update(1)
+                    if watch is not None:
+                        watch.sample()
+                        say(watch.warnings())
                     if on_point is not None:
                         on_point(record.row())
                 del cache
                 _free_cuda(torch, cfg.device)
+        if cfg.drafter_layers is not None and cfg.markov_rank:
+            # a DSpark drafter also runs its Markov and confidence heads once per draft position
+            from hw_profile.head_timing import time_dspark_heads
+
+            meta["sequential_head"] = time_dspark_heads(cfg.device, cfg.dtype, cfg.markov_rank, timed.vocab,
+                                                        timed.hidden, cfg.requests, repeats=cfg.repeats,
+                                                        warmup=cfg.warmup, seed=cfg.seed)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -269,6 +295,12 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
         remeasured = [r.remeasured() for r in records.values() if r.attempts_max > 1]
         if remeasured:
             meta["throttle_remeasured"] = remeasured
+        if watch is not None:
+            rows = [row for row in (r.row() for r in records.values()) if row is not None and row["status"] == "ok"]
+            spread = relative_spread([r["step_ms_p10"] for r in rows], [r["step_ms_p90"] for r in rows],
+                                     [r["step_ms"] for r in rows]) if rows else None
+            meta["machine_load"] = watch.record(spread)
+            say(watch.warnings(spread))
         if interrupted:
             meta["interrupted"] = True
             kept = sum(1 for r in records.values() if r.status == "ok" and r.times)

@@ -48,14 +48,14 @@ unknown (a CPU described by ``hw-profile peaks``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from hw_profile.gpus import GPU, get_gpu
 from hw_profile.moe import routed_weight_params
 from hw_profile.shapes import ModelShape, get_shape
-from hw_profile.table import StepTable, table_meta
+from hw_profile.table import StepTable, roofline_caveat, table_meta
 
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "fp4": 0.5}  # fp4: storage only (expert_dtype)
 _REFERENCE_NVLINK_GB_S = 900.0  # the link RooflineParams.nvlink_gb_s was set for (H100/H200 SXM)
@@ -150,16 +150,33 @@ def ridge_tokens(shape: ModelShape, gpu: GPU, dtype: str = "bf16", params: Roofl
 
 
 def markov_head_costs(gpu: GPU, rank: int, vocab: int, dtype: str = "bf16",
-                      params: RooflineParams = RooflineParams()) -> dict:
+                      params: RooflineParams = RooflineParams(), hidden: int = 0) -> dict:
     """DSpark's sequential Markov head, per draft position: rows x rank @ rank x vocab. Its weights are read once
     per position (``per_position_ms``) and its FLOPs grow with the rows (``per_row_position_ms``); a drafter
-    sidecar records both and the simulator charges gamma x max(per_position, per_row_position x rows)."""
+    sidecar records both and the simulator charges gamma x max(per_position, per_row_position x rows).
+
+    ``hidden`` > 0 adds the confidence head, which runs at the same positions: one logit per row from the
+    backbone's hidden state and the Markov embedding of the previous token, a (hidden + rank)-vector read once per
+    position and 2 x (hidden + rank) FLOPs per row (``confidence_head``: its width). Beside the rank x vocab
+    transition it is small (about 0.01% of the bytes for Qwen3-8B), but it is part of what a DSpark step drafts."""
     wbytes = DTYPE_BYTES[dtype]
-    return {
-        "per_position_ms": rank * vocab * wbytes / (gpu.hbm_tb_s * 1e12 * params.mem_eff) * 1e3,
-        "per_row_position_ms": 2.0 * rank * vocab / (gpu.peak_tflops(dtype) * 1e12 * params.comp_eff) * 1e3,
+    conf = hidden + rank if hidden else 0
+    out = {
+        "per_position_ms": (rank * vocab + conf) * wbytes / (gpu.hbm_tb_s * 1e12 * params.mem_eff) * 1e3,
+        "per_row_position_ms": 2.0 * (rank * vocab + conf) / (gpu.peak_tflops(dtype) * 1e12 * params.comp_eff) * 1e3,
         "rank": rank,
     }
+    if conf:
+        out["confidence_head"] = conf
+    return out
+
+
+def drafter_params(params: RooflineParams, drafter_layers: int, target_layers: int) -> RooflineParams:
+    """The roofline parameters of a drafter's table: ``launch_ms`` is the target's fixed per-step overhead, most
+    of which is per-layer kernel launches, so a drafter of ``drafter_layers`` pays that share of it (a 3-layer
+    drafter of a 43-layer target 3/43), never more than the whole."""
+    share = min(drafter_layers / target_layers, 1.0) if target_layers > 0 else 1.0
+    return replace(params, launch_ms=params.launch_ms * share)
 
 
 def default_b_axis(max_tokens: int = 16384) -> np.ndarray:
@@ -212,6 +229,7 @@ def analytic_table(
         dtype=dtype,
         model_shape=shape.to_dict(),
         roofline=params.__dict__,
+        caveat=roofline_caveat(),
         **moe,
     )
     return StepTable.from_points(rows, meta)

@@ -1,7 +1,8 @@
 """Model shapes: what the roofline and the profiler need to know of a transformer (no weights).
 
 Numbers are the public configs of each model (config.json on the model's card). ``drafter_shape`` derives the
-generic transformer a drafter is timed as: some layers of the target's width, plus the (shared) LM head.
+generic transformer a drafter is timed as: some layers built like the target's (width, attention, MLP or MoE block), plus
+the (shared) LM head.
 
 Beyond the dense GQA transformer (Qwen3), a shape can describe:
 
@@ -108,7 +109,9 @@ class ModelShape:
 
     @property
     def attn_params_per_layer(self) -> int:
-        if self.is_compressed:
+        # V4's attention (low-rank queries, one shared KV head, grouped low-rank output) also in layers that only
+        # see the window (a V4 drafter's): the same projections without compressors or indexer
+        if self.is_compressed or self.o_groups:
             return self._compressed_attn_params() // self.layers
         if self.is_mla:
             qk = self.head_dim + self.qk_rope_head_dim
@@ -405,13 +408,22 @@ def with_layers(shape: ModelShape, layers: int) -> ModelShape:
 
 
 def drafter_shape(target: ModelShape, layers: int, vocab: int | None = None, name: str | None = None) -> ModelShape:
-    """A generic transformer of the target's width with ``layers`` layers (a drafter's backbone) and an LM head
-    over ``vocab`` tokens (the target's unless the drafter keeps a reduced vocabulary, as Eagle3 does).
+    """A drafter's backbone: ``layers`` layers built like the target's, of its width, and an LM head over
+    ``vocab`` tokens (the target's unless the drafter keeps a reduced vocabulary, as Eagle3 does).
 
-    The drafter keeps the target's attention kind but its MLPs are dense (width ``intermediate``): a drafter of an
-    MoE target is a small dense model, as DSpark's and MTP's drafter layers are in practice."""
-    dense = dict(experts=0, experts_per_token=0, shared_experts=0, expert_intermediate=0, dense_layers=0)
-    if target.is_moe and not target.is_mla:
-        dense["family"] = "qwen3"  # the dense GQA transformer the profiler builds for a Qwen3-MoE/Mixtral drafter
+    Each drafter layer keeps the target's attention kind and its feed-forward block: a dense MLP of width
+    ``intermediate`` for a dense target, the routed experts (and shared ones) of an MoE layer for an MoE target,
+    as DeepSeek's MTP module and the DSpark V4 drafter are built (a DeepSeek-V4 layer has no dense MLP at all, so
+    a dense drafter of it would have no feed-forward block). ``dense_layers`` is 0: the target's leading dense
+    layers are not what a drafter copies. Under compressed sparse attention (DeepSeek-V4) the drafter's layers
+    attend to the ``sliding_window`` only, with no compressed rows (the paper's V4 drafter, section 5.1); a
+    table of such a drafter records ``attention_window`` so that the simulator caps the KV tokens it reads."""
+    window_only = dict(csa_layers=0, hca_layers=0) if target.is_compressed else {}
     return replace(target, name=name or f"{target.name}-drafter-{layers}l", layers=layers, vocab=vocab or target.vocab,
-                   **(dense if target.is_moe else {}))
+                   dense_layers=0, **window_only)
+
+
+def drafter_attention_window(target: ModelShape) -> int:
+    """KV tokens per request a drafter of ``target`` reads (``drafter_shape``): the window under compressed sparse
+    attention, else 0 (all of them)."""
+    return target.sliding_window if target.is_compressed else 0

@@ -18,7 +18,7 @@ import pandas as pd
 
 from hw_profile.compare import ratio_frame
 from hw_profile.files import atomic_write_text
-from hw_profile.table import StepTable, throttled_flags
+from hw_profile.table import StepTable, table_caveat, throttled_flags
 
 _PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
             "#bcbd22"]
@@ -121,6 +121,13 @@ def _summary(table: StepTable) -> str:
     return html.escape(json.dumps(lines, indent=1, default=str))
 
 
+def _caveat(table: StepTable) -> str:
+    caveat = table_caveat(table.meta)
+    if caveat is None:
+        return ""
+    return f"<p class=\"caveat\"><b>{html.escape(str(caveat['kind']))}</b>: {html.escape(str(caveat['text']))}.</p>"
+
+
 def write_view(tables: list[StepTable], out: str | Path) -> Path:
     """Write the view of one table, or of the first against the second."""
     import plotly.io as pio
@@ -137,7 +144,7 @@ def write_view(tables: list[StepTable], out: str | Path) -> Path:
                           f"{np.median(ratios):.3f}, range {ratios.min():.3f} to {ratios.max():.3f} over "
                           f"{ratios.size} points.</p>")
     title = " vs ".join(html.escape(t.label()) for t in tables)
-    summaries = "".join(f"<h3>{html.escape(t.label())}</h3><pre>{_summary(t)}</pre>" for t in tables)
+    summaries = "".join(f"<h3>{html.escape(t.label())}</h3>{_caveat(t)}<pre>{_summary(t)}</pre>" for t in tables)
     doc = (
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
         f"<title>step time: {title}</title>"

@@ -362,3 +362,26 @@ def table_meta(**fields) -> dict:
     }
     meta.update({k: v for k, v in fields.items() if v is not None and not (isinstance(v, float) and math.isnan(v))})
     return meta
+
+
+#: what an analytic table's step times are, in words: its sidecar carries this (``caveat``) and the views print it
+ROOFLINE_BOUND = (
+    "a speed bound, not a forecast: the step time if every step reached the assumed shares of the device's "
+    "datasheet FLOPs and bandwidth (comp_eff, mem_eff) with only a fixed launch overhead besides; real serving "
+    "steps are slower (smaller kernels, scheduling, sampling, imbalance), so read it as how fast the hardware could "
+    "go, and measure (hw-profile sps) or calibrate (hw-profile calibrate) a table to forecast"
+)
+
+
+def roofline_caveat() -> dict:
+    return {"kind": "roofline-bound", "text": ROOFLINE_BOUND}
+
+
+def table_caveat(meta: dict) -> dict | None:
+    """The sidecar's ``caveat`` ({kind, text}); analytic tables written before sidecars carried one (kind
+    ``analytic``/``analytic-dp-ep``, or smoothed from one) get the roofline caveat. None: no caveat."""
+    if isinstance(meta.get("caveat"), dict):
+        return meta["caveat"]
+    smoothed = meta.get("smoothed") if isinstance(meta.get("smoothed"), dict) else {}
+    kinds = (meta.get("kind"), smoothed.get("from_kind"))
+    return roofline_caveat() if any(str(k).startswith("analytic") for k in kinds) else None

@@ -207,8 +207,9 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     """Validate a scenario (and the files it names) without running it."""
     import numpy as np
 
+    from hw_profile.table import table_caveat
     from simulator.config import load_scenario
-    from simulator.hardware import load_hardware, scenario_grid_warnings
+    from simulator.hardware import load_hardware, load_target_table, scenario_grid_warnings
     from simulator.policies import make_policy
     from simulator.run import (
         check_engine_limits,
@@ -238,6 +239,9 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
                f"{m.run.duration_s:g} s simulated each ({m.run.quick_duration_s:g} s with --quick)")
     click.echo(f"  hardware: {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s), table "
                f"{m.hardware.table}, KV capacity {hw.kv_capacity:,} tokens per replica")
+    caveat = table_caveat(load_target_table(scn).meta)
+    if caveat is not None:  # an analytic table's step times are a speed bound: say so where the table is named
+        click.echo(f"  hardware table is {caveat['kind']}: {caveat['text']}")
     if m.engine.prefill == "disaggregated":
         pool = (f"{m.hardware.prefill_replicas} replica(s) x {m.hardware.prefill_gpus_per_replica or m.hardware.gpus_per_replica}"
                 f" GPU(s), table {m.hardware.prefill_table or m.hardware.table}" if m.hardware.prefill_replicas

@@ -80,7 +80,11 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
                 f"(give one, or use a table whose sidecar lists drafter_tables)"
             )
         dt = _read(path, field)
-        head = entry.get("sequential_head") or dt.meta.get("sequential_head", {})
+        # DSpark is the one drafter with a sequential (Markov) and a confidence head: a table's own sidecar may
+        # record their cost (`hw-profile analytic --drafter-layers`), which a DFlash or Eagle3 drafter timed with
+        # the same backbone table does not pay
+        own = dt.meta.get("sequential_head") if name == "dspark" else None
+        head = entry.get("sequential_head") or own or {}
         window = entry.get("attention_window") or dt.meta.get("attention_window", 0)
         draft[name] = DraftCost(kind, dt.grid, float(head.get("per_position_ms", 0.0)),
                                 float(head.get("per_row_position_ms", 0.0)), int(window))
@@ -94,29 +98,28 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
                     gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=table.energy_grid)
 
 
-#: beyond this multiple of a table's largest B or K, a step time is an extrapolation rather than a measurement
-GRID_SLACK = 2.0
-
-
 def grid_warnings(scn: LoadedScenario, hw: Hardware, max_gamma: int) -> list[str]:
-    """One line per table whose grid the scenario's batches can leave far behind (more than GRID_SLACK times its
-    largest B or K), with the largest values the engine limits allow: B up to max_batch_tokens with colocated
-    prefill (else a full decode batch, max_running x (1 + gamma)), K up to the KV capacity."""
+    """One line per table whose grid the scenario's batches can leave (B or K beyond its largest), with the largest
+    values the engine limits allow: B up to max_batch_tokens with colocated prefill (else a full decode batch,
+    max_running x (1 + gamma)), K up to the KV capacity. The same rule as a run's ``beyond_table`` flag: any step
+    past the grid is extrapolated, so `check` warns where a run could be flagged, not only far past the grid."""
     eng = scn.model.engine
     decode_b = eng.max_running * (1 + max_gamma)
     reach_b = eng.max_batch_tokens if eng.prefill == "colocated" else min(eng.max_batch_tokens, decode_b)
     reach_k = hw.kv_capacity
-    tables = [("hardware.table", hw.clock, reach_b)]
+    tables = [("hardware.table", hw.clock, reach_b, reach_k)]
     for name, cost in sorted(hw.draft.items()):
         if cost.grid is not None and max_gamma:
             rows = eng.max_running * (max_gamma + cost.kind.extra_block_tokens) if cost.kind.parallel else eng.max_running
-            tables.append((f"drafter {name}'s table", cost.grid, rows))
+            # a sliding-window drafter reads at most its window per request (DraftCost.ms)
+            k = min(reach_k, eng.max_running * cost.attention_window) if cost.attention_window else reach_k
+            tables.append((f"drafter {name}'s table", cost.grid, rows, k))
     out = []
-    for label, grid, b in tables:
+    for label, grid, b, k in tables:
         b_max, k_max = float(grid.b_axis[-1]), float(grid.k_axis[-1])
-        if b > GRID_SLACK * b_max or reach_k > GRID_SLACK * k_max:
+        if b > b_max or k > k_max:
             out.append(f"{scn.path}: {label} covers B <= {b_max:,.0f} and K <= {k_max:,.0f}, but this scenario's "
-                       f"steps can reach B = {b:,} and K = {reach_k:,} (engine limits): step times out there are "
+                       f"steps can reach B = {b:,} and K = {k:,} (engine limits): step times out there are "
                        "extrapolated; lower engine.max_batch_tokens / max_running / kv_capacity_tokens or measure a "
                        "wider grid")
     return out

@@ -30,7 +30,9 @@ def test_tiny_cpu_table_is_sane(tiny_config, tmp_path):
     # three passes pool each point's repeats over the run, so a burst of other work hits every point alike
     result = profile(_cfg(tiny_config, passes=3, repeats=3), out, progress=False, log=lines.append)
     assert not result.interrupted
-    assert len(lines) == 1 and lines[0].startswith("no NVML telemetry")  # one line says why, nothing crashes
+    # one line says why, nothing crashes (beside warnings about this shared machine's load, tests/hw_profile/test_load.py)
+    lines = [line for line in lines if not line.startswith("warning: machine load")]
+    assert len(lines) == 1 and lines[0].startswith("no NVML telemetry")
     table = StepTable.read(out)  # what was written reads back
     pts = table.points
     assert len(pts) == 12 and (pts["status"] == "ok").all()
@@ -167,7 +169,9 @@ def test_moe_mla_and_sliding_window_models_profile(config, moe, tmp_path):
     assert meta["model_shape"]["family"] == config["model_type"]
     drafter = profile(_cfg(path, requests=[2], tokens_per_request=[4], contexts=[8], repeats=1, warmup=1,
                            drafter_layers=1), tmp_path / "d.csv", progress=False, log=lambda s: None)
-    assert drafter.table.meta["model_shape"].get("experts", 0) == 0  # a drafter is dense
+    # a drafter layer is built like the target's: an MoE target's keeps its experts, and the profiler builds it
+    assert drafter.table.meta["model_shape"].get("experts", 0) == meta["model_shape"].get("experts", 0)
+    assert ("experts_implementation" in drafter.table.meta["implementation"]) == moe
 
 
 @pytest.mark.slow

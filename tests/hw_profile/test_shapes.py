@@ -64,16 +64,17 @@ def test_gemma_alias_and_sliding_window():
     assert shape_from_config({"text_config": cfg}).sliding_pattern == 6
 
 
-def test_layers_override_and_dense_drafter_of_moe():
+def test_layers_override_and_moe_drafter_of_moe():
     ds = get_shape("deepseek-v3")
     cut = with_layers(ds, 4)
     assert (cut.layers, cut.dense_layers, cut.moe_layers) == (4, 3, 1)
     assert with_layers(ds, 2).dense_layers == 2
     with pytest.raises(HwProfileError, match="--layers"):
         with_layers(ds, 0)
-    d = drafter_shape(ds, 1)
-    assert not d.is_moe and d.layers == 1 and d.is_mla
-    assert d.matmul_params == d.attn_params_per_layer + d.mlp_params_per_layer + d.hidden * d.vocab
+    d = drafter_shape(ds, 1)  # one MoE layer, as DeepSeek's MTP module is
+    assert d.is_moe and d.layers == 1 and d.is_mla and (d.dense_layers, d.moe_layers) == (0, 1)
+    moe_block = (d.shared_experts + d.experts_per_token) * d.expert_params + d.hidden * d.experts
+    assert d.matmul_params == d.attn_params_per_layer + moe_block + d.hidden * d.vocab
     q = drafter_shape(get_shape("qwen3-8b"), 2)
     assert q.matmul_params == 2 * (q.attn_params_per_layer + q.mlp_params_per_layer) + 4096 * 151936
 

@@ -1,0 +1,121 @@
+"""Drafter cost tables: a drafter's layers are built like the target's (a DeepSeek-V4 drafter keeps its MoE
+block), its launch overhead is its share of the target's, and a DSpark table carries its heads' cost into the
+simulator."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hw_profile.cli import main
+from hw_profile.gpus import get_gpu
+from hw_profile.roofline import RooflineParams, drafter_params, markov_head_costs, step_time_ms
+from hw_profile.shapes import drafter_attention_window, drafter_shape, get_shape
+from hw_profile.table import StepTable
+from simulator.config import load_scenario
+from simulator.hardware import load_hardware
+
+
+def write_table(tmp_path, *args: str) -> StepTable:
+    out = tmp_path / "t.csv"
+    with pytest.raises(SystemExit) as exc:
+        main(["analytic", *args, "--out", str(out)])
+        raise SystemExit(0)
+    assert not exc.value.code
+    return StepTable.read(out)
+
+
+def test_a_v4_drafter_layer_keeps_the_targets_moe_block():
+    v4 = get_shape("deepseek-v4-flash")
+    d = drafter_shape(v4, 3)
+    # every matmul parameter of a layer is attention or the feed-forward block: V4 has no dense MLP, so a drafter
+    # made dense (the old rule) had attention only
+    ffn = d.matmul_params - d.layers * d.attn_params_per_layer - d.head_params
+    per_layer = (v4.shared_experts + v4.experts_per_token) * v4.expert_params + v4.hidden * v4.experts
+    assert ffn == 3 * per_layer > 0
+    assert (d.moe_layers, d.dense_layers, d.is_compressed) == (3, 0, False)
+    # its window-only attention keeps V4's projections (low-rank queries, one KV head, grouped low-rank output),
+    # without the compressors and indexer: not a 64-head full-rank GQA layer (2.5x the parameters)
+    q = v4.hidden * v4.q_lora_rank + v4.q_lora_rank * v4.heads * v4.head_dim
+    o = v4.heads * v4.head_dim * v4.o_lora_rank + v4.o_groups * v4.o_lora_rank * v4.hidden
+    assert d.attn_params_per_layer == q + v4.hidden * v4.head_dim + o < v4.attn_params_per_layer
+    assert drafter_attention_window(v4) == 128 and drafter_attention_window(get_shape("qwen3-8b")) == 0
+    # a dense target's drafter stays dense, of the target's MLP width
+    q = drafter_shape(get_shape("qwen3-8b"), 3)
+    assert not q.is_moe and q.mlp_params_per_layer == get_shape("qwen3-8b").mlp_params_per_layer
+
+
+def test_drafter_launch_overhead_is_its_share_of_the_targets():
+    assert drafter_params(RooflineParams(launch_ms=0.43), 3, 43).launch_ms == pytest.approx(0.03)
+    assert drafter_params(RooflineParams(), 50, 43).launch_ms == RooflineParams().launch_ms
+
+
+def test_analytic_drafter_table_pays_a_scaled_launch_and_records_window_and_heads(tmp_path):
+    h800, v4 = get_gpu("H800"), get_shape("deepseek-v4-flash")
+    table = write_table(tmp_path, "--gpu", "H800", "--model", "deepseek-v4-flash", "--dtype", "fp8",
+                        "--drafter-layers", "3", "--launch-ms", "0.43")
+    assert table.meta["roofline"]["launch_ms"] == pytest.approx(0.03)
+    full, _ = step_time_ms(drafter_shape(v4, 3), h800, 1.0, 0.0, dtype="fp8", params=RooflineParams(launch_ms=0.43))
+    assert full - table.grid.step_ms(1, 0) == pytest.approx(0.40, rel=1e-6)
+    assert table.meta["attention_window"] == 128
+    assert table.meta["drafter_of"] == {"model": "deepseek-v4-flash", "layers": 43}
+    head = table.meta["sequential_head"]
+    assert head == pytest.approx(markov_head_costs(h800, 256, v4.vocab, "fp8", hidden=v4.hidden))
+    # the confidence head's (hidden + rank) vector comes on top of the Markov head's rank x vocab
+    bare = markov_head_costs(h800, 256, v4.vocab, "fp8")
+    assert head["per_position_ms"] / bare["per_position_ms"] == pytest.approx(1 + (4096 + 256) / (256 * 129280))
+    assert head["confidence_head"] == 4096 + 256 and "confidence_head" not in bare
+
+
+def test_markov_rank_zero_records_no_head(tmp_path):
+    table = write_table(tmp_path, "--gpu", "H200", "--model", "qwen3-8b", "--drafter-layers", "2", "--markov-rank", "0")
+    assert "sequential_head" not in table.meta and "attention_window" not in table.meta
+
+
+def test_a_new_gpus_drafter_table_charges_dspark_its_heads_and_dflash_none(tmp_path, scenario_file):
+    """The planner's route to a GPU without embedded tables: `analytic` for the target and for the drafter, named
+    in hardware.drafter_tables. DSpark's heads were dropped there (only the embedded main sidecar carried them)."""
+    target = tmp_path / "b200.csv"
+    main_args = ["analytic", "--gpu", "B200", "--model", "qwen3-8b"]
+    for extra, out in (([], target), (["--drafter-layers", "5"], tmp_path / "b200.drafter-5l.csv")):
+        with pytest.raises(SystemExit) as exc:
+            main([*main_args, *extra, "--out", str(out)])
+            raise SystemExit(0)
+        assert not exc.value.code
+    drafter = json.loads((tmp_path / "b200.drafter-5l.json").read_text())["sequential_head"]
+    scn = load_scenario(scenario_file(hardware={"table": str(target), "drafter_tables": {
+        "dspark": str(tmp_path / "b200.drafter-5l.csv"), "dflash": str(tmp_path / "b200.drafter-5l.csv")}}))
+    hw = load_hardware(scn, {"dspark", "dflash"})
+    assert drafter["per_position_ms"] > 0 and drafter["per_row_position_ms"] > 0
+    assert hw.draft["dspark"].seq_per_position_ms == pytest.approx(drafter["per_position_ms"])
+    assert hw.draft["dspark"].seq_per_row_position_ms == pytest.approx(drafter["per_row_position_ms"])
+    assert hw.draft["dflash"].seq_per_position_ms == 0.0 == hw.draft["dflash"].seq_per_row_position_ms
+    # gamma 4, 8 rows: the backbone once over 32 tokens, then 4 head positions
+    backbone = hw.draft["dspark"].grid.lookup(32, 1000.0)
+    assert hw.draft["dspark"].ms(8, 4, 1000.0) == pytest.approx(
+        backbone + 4 * max(drafter["per_position_ms"], 8 * drafter["per_row_position_ms"]))
+
+
+def test_a_measured_dspark_drafter_table_times_its_heads(tiny_config, tmp_path, scenario_file):
+    """sps --drafter-layers on a new device: the heads are timed there and reach the dspark drafter's cost."""
+    pytest.importorskip("torch")
+    from hw_profile.profiler import ProfileConfig, profile
+
+    cfg = ProfileConfig(model=str(tiny_config), requests=[1, 64], tokens_per_request=[4], contexts=[16],
+                        dtype="fp32", warmup=2, repeats=7, threads=1, drafter_layers=1, markov_rank=64)
+    out = tmp_path / "d.csv"
+    head = profile(cfg, out, progress=False, log=lambda s: None).table.meta["sequential_head"]
+    assert head["rank"] == 64 and head["confidence_head"] == 256 + 64
+    measured = head["measured_ms"]
+    assert set(measured) == {"1", "64"} and all(v > 0 for v in measured.values())
+    assert head["per_position_ms"] == pytest.approx(measured["1"])
+    assert head["per_row_position_ms"] == pytest.approx(measured["64"] / 64)
+    # 64 rows multiply 64x the rows through the 64 x 8192 transition: never faster than one row
+    assert measured["64"] > measured["1"]
+    scn = load_scenario(scenario_file(hardware={"drafter_tables": {"dspark": str(out)}}))
+    cost = load_hardware(scn, {"dspark"}).draft["dspark"]
+    assert (cost.seq_per_position_ms, cost.seq_per_row_position_ms) == pytest.approx(
+        (head["per_position_ms"], head["per_row_position_ms"]))
+    cfg.markov_rank = 0
+    assert "sequential_head" not in profile(cfg, tmp_path / "n.csv", progress=False, log=lambda s: None).table.meta

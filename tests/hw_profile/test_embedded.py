@@ -1,0 +1,42 @@
+"""`python -m hw_profile.embedded`: help prints and writes nothing; only `regenerate` writes the bundled tables,
+and what it writes is what is bundled."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw_profile import embedded
+from hw_profile.table import StepTable
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def hardware_dir(tmp_path, monkeypatch):
+    out = tmp_path / "hardware"
+    monkeypatch.setattr(embedded, "HARDWARE_DIR", out)
+    return out
+
+
+def test_help_prints_and_writes_nothing(hardware_dir, capsys):
+    with pytest.raises(SystemExit) as exc:
+        embedded.main(["--help"])
+    assert exc.value.code == 0
+    assert "regenerate" in capsys.readouterr().out
+    assert embedded.main([]) == 2  # no command: the usage, not a regeneration
+    assert "regenerate" in capsys.readouterr().err
+    assert not hardware_dir.exists()
+
+
+def test_regenerate_writes_the_bundled_tables(hardware_dir, capsys):
+    assert embedded.main(["regenerate"]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.endswith(".csv")]
+    written = sorted(p.name for p in hardware_dir.glob("*.csv"))
+    assert len(written) == 7 and sorted(line.rsplit("/", 1)[-1] for line in printed) == written
+    bundled_dir = ROOT / "scenarios" / "hardware"
+    for name in written:
+        fresh, bundled = StepTable.read(hardware_dir / name), StepTable.read(bundled_dir / name)
+        assert fresh.points["step_ms"].tolist() == pytest.approx(bundled.points["step_ms"].tolist(), rel=1e-6)
+    # the V4 drafters pay their layers' share of the target's launch overhead
+    for name, layers in (("drafter-dspark-3moe", 3), ("drafter-mtp-1moe", 1)):
+        meta = StepTable.read(bundled_dir / f"h800-deepseek-v4-flash-ep64-fp8.{name}.csv").meta
+        assert meta["roofline"]["launch_ms"] == pytest.approx(0.15 * layers / 43)

@@ -1,0 +1,67 @@
+"""The datasheet entries: their ratios are those the datasheets state, lookups accept the documented spellings,
+and an unknown name lists the known ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw_profile.gpus import ALIASES, GPUS, get_gpu, gpu_names
+from hw_profile.roofline import ridge_tokens
+from hw_profile.shapes import get_shape
+
+FP4_PARTS = {"B200", "B300", "GB300", "MI355X"}
+
+
+@pytest.mark.parametrize("name", sorted(GPUS))
+def test_entry_ratios_are_the_datasheets(name):
+    g = GPUS[name]
+    assert g.name == name and g.bf16_tflops > 0 and g.hbm_tb_s > 0 and g.memory_gb > 0
+    assert 0 < g.idle_w < g.tdp_w
+    assert g.idle_w / g.tdp_w == pytest.approx(0.13, abs=0.005)
+    if g.fp8_tflops is not None:  # every FP8 part doubles its dense 16-bit rate (A100 has no FP8)
+        assert g.fp8_tflops == pytest.approx(2 * g.bf16_tflops, rel=1e-3)
+    if name.startswith(("A", "H", "B", "GB")):  # NVIDIA: TF32 is half the 16-bit rate (Blackwell rounds 1.125 to 1.1)
+        assert g.tf32_tflops == pytest.approx(g.bf16_tflops / 2, rel=0.03)
+    assert (g.fp4_tflops is not None) == (name in FP4_PARTS)
+    if g.fp4_tflops is not None:
+        assert g.fp4_tflops > g.fp8_tflops and g.peak_tflops("fp4") == g.fp4_tflops
+        assert g.fp4_tflops / g.fp8_tflops in (pytest.approx(2.0, rel=1e-3), pytest.approx(3.0, rel=1e-3))
+    # HBM per datasheet: no part streams faster than 8 TB/s per GPU or holds more than 288 GB
+    assert g.hbm_tb_s <= 8.0 and g.memory_gb <= 288
+
+
+def test_fp4_falls_back_to_fp8_then_16_bit():
+    assert get_gpu("H200").peak_tflops("fp4") == get_gpu("H200").fp8_tflops
+    assert get_gpu("A100").peak_tflops("fp4") == get_gpu("A100").bf16_tflops == get_gpu("A100").peak_tflops("fp8")
+    b300, b200 = get_gpu("B300"), get_gpu("B200")
+    # Blackwell Ultra: B200's FP8 and 16-bit rates, 1.5x its dense FP4, 1.6x its memory
+    assert b300.peak_tflops("fp8") == b200.peak_tflops("fp8") and b300.fp4_tflops == 1.5 * b200.fp4_tflops
+    assert b300.memory_gb / b200.memory_gb == pytest.approx(1.6)
+
+
+def test_h20_141g_is_an_h20_with_h200_memory():
+    h20, big, h200 = get_gpu("H20"), get_gpu("H20-141G"), get_gpu("H200")
+    assert big.peak_tflops("bf16") == h20.peak_tflops("bf16") and big.peak_tflops("fp8") == h20.peak_tflops("fp8")
+    assert (big.hbm_tb_s, big.memory_gb) == (h200.hbm_tb_s, h200.memory_gb)
+    # so its ridge point (B where decode turns compute-bound) sits lower than the 96 GB part's: more bandwidth,
+    # the same FLOPs
+    assert ridge_tokens(get_shape("qwen3-8b"), big) < ridge_tokens(get_shape("qwen3-8b"), h20)
+
+
+@pytest.mark.parametrize("spelling", ["H20-141G", "h20_141g", "H20_141G", "h20-141gb", "H20 141G"])
+def test_aliases(spelling):
+    assert get_gpu(spelling) is GPUS["H20-141G"]
+
+
+def test_case_insensitive_names():
+    assert get_gpu("mi355x") is GPUS["MI355X"] and get_gpu("gb300") is GPUS["GB300"]
+
+
+def test_unknown_name_lists_the_known_ones_and_aliases():
+    with pytest.raises(KeyError) as exc:
+        get_gpu("H300")
+    message = exc.value.args[0]
+    assert "'H300'" in message
+    for name in [*GPUS, *ALIASES]:
+        assert name in message
+    assert gpu_names() == sorted([*GPUS, *ALIASES])
