@@ -28,6 +28,18 @@ Sources (NVIDIA product datasheets; SXM variants):
   dense (15 per GPU); FP8/FP6 720 sparse (5 dense per GPU), BF16 360 sparse (2.5 dense), TF32 180 sparse
   (1.25 dense); up to 21 TB HBM3e at 576 TB/s (288 GB and 8 TB/s per GPU); NVLink 130 TB/s (1.8 TB/s per
   GPU). Uncertain: the board power, 1,400 W per GPU as configured in NVL72 racks (reported, not in the datasheet).
+- GB200: "NVIDIA GB200 NVL72" datasheet, rack totals divided by its 72 GPUs: FP4 1,440 PFLOPS sparse (720
+  dense, 10 per GPU), FP8/FP6 720 sparse (5 dense per GPU), BF16 360 sparse (2.5 dense), TF32 180 sparse (1.25
+  dense); up to 13.4 TB HBM3e at 576 TB/s (186 GB and 8 TB/s per GPU); NVLink 1.8 TB/s per GPU. Uncertain: the
+  board power, 1,200 W per GPU as configured in NVL72 racks (reported, not in the datasheet).
+- L40S: "NVIDIA L40S" datasheet: FP8 1,466 TFLOPS sparse (733 dense), BF16 733 sparse (366.5 dense), TF32 366
+  sparse (183 dense); 48 GB GDDR6 at 864 GB/s; 350 W; PCIe only (no NVLink: ``nvlink_gb_s`` left unset, PCIe
+  Gen4 x16's 64 GB/s is what an all-reduce would get).
+- RTX-PRO-6000: "NVIDIA RTX PRO 6000 Blackwell Server Edition" datasheet: FP4 4 PFLOPS sparse (2,000 dense),
+  FP8 1,000 dense, BF16 500 dense (uncertain: NVIDIA's sheet quotes FP4 peak only; the others are its halvings, as
+  on every Blackwell part); 96 GB GDDR7 at 1.6 TB/s; 600 W; PCIe Gen5 only.
+- B60: "Intel Arc Pro B60" product brief: 197 TOPS INT8 on its XMX engines, so about 98.5 TFLOPS BF16/FP16 dense
+  (uncertain: Intel quotes INT8 only); 24 GB GDDR6 at 456 GB/s; 200 W; no FP8 matrix rate; PCIe Gen5 x8.
 
 AMD Instinct (OAM modules; AMD quotes dense and sparse rates separately, dense is used):
 
@@ -40,7 +52,8 @@ AMD Instinct (OAM modules; AMD quotes dense and sparse rates separately, dense i
   field holds its FP32 matrix rate, 157.3 TFLOPS. Uncertain: the decimals of the BF16/FP8/FP4 rates (AMD's
   launch material rounds them to 2.5, 5 and 10 PFLOPS).
 
-FP4 (``fp4_tflops``, dense) is set for the parts with FP4 tensor/matrix cores (B200, B300, GB300, MI355X) and None
+FP4 (``fp4_tflops``, dense) is set for the parts with FP4 tensor/matrix cores (B200, B300, GB200, GB300,
+RTX-PRO-6000, MI355X) and None
 elsewhere; ``peak_tflops("fp4")`` falls back to the FP8 rate, then the 16-bit rate, on a part without it (FP4
 weights are then unpacked to the wider type the part multiplies in).
 
@@ -113,6 +126,13 @@ GPUS: dict[str, GPU] = {
                 fp8_tflops=4500.0, tf32_tflops=1125.0, nvlink_gb_s=1800, fp4_tflops=13500.0),
     "GB300": GPU("GB300", bf16_tflops=2500.0, hbm_tb_s=8.0, memory_gb=288, tdp_w=1400, idle_w=182,
                  fp8_tflops=5000.0, tf32_tflops=1250.0, nvlink_gb_s=1800, fp4_tflops=15000.0),
+    "GB200": GPU("GB200", bf16_tflops=2500.0, hbm_tb_s=8.0, memory_gb=186, tdp_w=1200, idle_w=156,
+                 fp8_tflops=5000.0, tf32_tflops=1250.0, nvlink_gb_s=1800, fp4_tflops=10000.0),
+    "L40S": GPU("L40S", bf16_tflops=366.5, hbm_tb_s=0.864, memory_gb=48, tdp_w=350, idle_w=46,
+                fp8_tflops=733.0, tf32_tflops=183.0),
+    "RTX-PRO-6000": GPU("RTX-PRO-6000", bf16_tflops=500.0, hbm_tb_s=1.6, memory_gb=96, tdp_w=600, idle_w=78,
+                        fp8_tflops=1000.0, fp4_tflops=2000.0),
+    "B60": GPU("B60", bf16_tflops=98.5, hbm_tb_s=0.456, memory_gb=24, tdp_w=200, idle_w=26),
     "MI300X": GPU("MI300X", bf16_tflops=1307.4, hbm_tb_s=5.3, memory_gb=192, tdp_w=750, idle_w=98,
                   fp8_tflops=2614.9, tf32_tflops=653.7, nvlink_gb_s=896),
     "MI355X": GPU("MI355X", bf16_tflops=2516.6, hbm_tb_s=8.0, memory_gb=288, tdp_w=1400, idle_w=182,
@@ -120,7 +140,8 @@ GPUS: dict[str, GPU] = {
 }
 
 # Other spellings of a name (after upper-casing, with "_" and spaces read as "-")
-ALIASES: dict[str, str] = {"H20-141GB": "H20-141G", "H20-141": "H20-141G"}
+ALIASES: dict[str, str] = {"H20-141GB": "H20-141G", "H20-141": "H20-141G", "RTX-PRO-6000-SERVER": "RTX-PRO-6000",
+                           "ARC-PRO-B60": "B60"}
 
 
 def gpu_names() -> list[str]:
