@@ -265,3 +265,30 @@ def test_a_flat_estimate_between_the_points_moves_only_the_per_step_cost(tmp_pat
     assert np.ptp(prior.grid.values(np.array(b, float), np.zeros(2))) < 0.05 * prior.grid.step_ms(16, 0)
     fit = fit_on_prior(prior, b, k, [20.0, 24.0])
     assert fit.fitted == ["f"] and fit.s == 1.0 and any("flat" in n for n in fit.notes)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
+                    reason="the kernel database (dspark-sim[kernels]) is not installed")
+def test_estimate_on_every_gpu_and_engine_the_kernel_database_covers():
+    """Qwen3-8B is priced from measured kernels on every covered (GPU, engine); DeepSeek-V3/V4 from them where the
+    database has their layout, else from the roofline with a note; never an error."""
+    from hw_profile.estimate import default_parallel
+    from hw_profile.kernel_db import coverage
+
+    b = np.array([1.0, 16.0, 256.0])
+    k = b * 4096
+    pairs = coverage()
+    assert len(pairs) >= 20
+    for gpu, engine, _ in pairs:
+        for model, gpus in (("qwen3-8b", 1), ("deepseek-v3", 8), ("deepseek-v4-flash", 8)):
+            shape = get_shape(model)
+            ep = gpus if shape.is_moe else 1
+            d = Deployment(get_gpu(gpu), gpus=gpus, ep=ep, dtype="fp8" if shape.is_moe else "bf16",
+                           parallel=default_parallel(shape, gpus, ep), engine=engine, costs=engine_defaults(engine))
+            est = estimate_points(shape, d, b, k, kernels="auto")
+            assert np.isfinite(est.ms).all() and (est.ms > 0).all(), (gpu, engine, model)
+            if model == "qwen3-8b":
+                assert (est.source == "kernels").all(), (gpu, engine)
+            elif (est.source == "roofline").all():
+                assert any("roofline instead" in n for n in est.notes), (gpu, engine, model)
