@@ -386,7 +386,8 @@ def write_estimate_set(target: ModelShape, dep: Deployment, out: str | Path, dra
         written.append(table.write(out.with_name(f"{table_name}.csv")))
         entry = {**entry, "table": f"{table_name}.csv"}
         if name == "dspark":
-            entry["sequential_head"] = markov_head_costs(dep.gpu, MARKOV_RANK, target.vocab, dep.dtype, dep.roofline)
+            entry["sequential_head"] = markov_head_costs(dep.gpu, MARKOV_RANK, target.vocab, dep.dtype, dep.roofline,
+                                                         hidden=target.hidden)  # Markov and confidence heads
         entries[name] = entry
     main = estimate_table(target, dep, stem, kernels=kernels, meta={**(meta or {}), "drafter_tables": entries},
                           b_axis=b_axis, k_axis=k_axis)
