@@ -302,8 +302,11 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
     full = dict(
         name=name,
         kind="estimate",
-        forecast=("an estimate: kernels from the source named per point plus the engine costs below; "
-                  "calibrate it on one to three measured points (hw-profile calibrate --points) before planning"),
+        caveat={"kind": "an estimate",
+                "text": (f"kernels from {', '.join(est.sources)} ({np.mean(est.inside):.0%} of points inside measured "
+                         "data) plus the engine costs in engine_costs; within 30% on 8 of 12 public decode "
+                         "measurements (docs/sim-to-real.md): calibrate it on one to three measured points "
+                         "(hw-profile calibrate --prior) before planning")},
         device=dep.gpu.name,
         gpu=dep.gpu.to_dict(),
         gpus=dep.table_gpus,

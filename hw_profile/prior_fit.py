@@ -130,5 +130,7 @@ def apply_fit(table: StepTable, fit: PriorFit, with_fixed: bool = True, name: st
     full = {**table.meta, **(meta or {})}
     full.update(table_meta(name=name or table.meta.get("name"), kind="calibrated-estimate",
                            prior=table.meta.get("name"), command=full.get("command")))
-    full["forecast"] = "an estimate calibrated on measured points; terms not identified by them stay at the prior"
+    full["caveat"] = {"kind": "a calibrated estimate",
+                      "text": f"fitted {', '.join(fit.fitted)} on measured points; terms they do not identify stay at "
+                              "the estimate"}
     return StepTable(points=pts, meta=full)

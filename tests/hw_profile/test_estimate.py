@@ -147,7 +147,7 @@ def test_table_set_loads_from_hardware_table_alone(tmp_path):
                                b_axis=b_axis, k_axis=k_axis)
     assert [p.name for p in paths] == ["b200.drafter-mtp.csv", "b200.drafter-dspark.csv", "b200.csv"]
     main_table = StepTable.read(paths[-1])
-    assert main_table.meta["kind"] == "estimate" and "forecast" in main_table.meta
+    assert main_table.meta["kind"] == "estimate" and main_table.meta["caveat"]["kind"] == "an estimate"
     assert set(main_table.points["source"]) == {"roofline"}
     scn_text = (ROOT / "scenarios" / "peak.yaml").read_text().replace(
         "hardware/h200-qwen3-8b-bf16.csv", str(paths[-1]))
