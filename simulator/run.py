@@ -170,6 +170,8 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         max_batch_tokens=m.engine.max_batch_tokens,
         kv_capacity=hw.kv_capacity,
         prefill_chunk=m.engine.prefill_chunk,
+        schedule=m.engine.schedule,
+        prefill_cost=hw.prefill_cost,
         stall_ms=m.engine.sched_stall_ms,
         # a remote prefill's forward: T(prompt, K=0), for an array of prompts
         remote_prefill_ms=hw.clock.curve(0.0) if m.engine.prefill == "disaggregated" else None,
