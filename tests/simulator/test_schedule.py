@@ -170,3 +170,18 @@ def test_scenario_schedule_and_sidecar_reach_the_engine(tmp_path, scenario_file,
     assert forward == pytest.approx([t_ms(b, k) for b, k in zip(st["batch_tokens"][plain], st["kv_tokens"][plain],
                                                                 strict=True)], abs=1e-9)
     assert row["tau"] >= 1.0
+
+
+def test_check_names_the_schedule_and_price_and_a_wrong_schedule_is_one_line(tmp_path, scenario_file):
+    from tests.simulator.test_config import run_cli
+
+    table = tiny_table(tmp_path, priced=True)
+    path = scenario_file(hardware={"table": str(table.path)}, systems=["ar"],
+                         engine={"kv_capacity_tokens": 100_000, "schedule": "prefill-first"})
+    res = run_cli("check", str(path))
+    assert res.returncode == 0, res.stderr
+    assert "prefill: colocated, schedule prefill-first" in res.stdout
+    assert "prefill priced apart (table sidecar): 5 us per prompt token + 10 ns per cached token" in res.stdout
+    res = run_cli("check", str(path), "--set", "engine.schedule=sglang")
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
+    assert "engine.schedule: Input should be 'mixed' or 'prefill-first' (got 'sglang')" in res.stderr
