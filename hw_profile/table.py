@@ -114,6 +114,12 @@ class PrefillCost:
         pairs2 = int((c * (2 * p + c)).sum())  # twice the attention pairs, exact in integers
         return int(c.sum()) * self.us_per_token / 1e3 + pairs2 * self.ns_per_token_kv / 2e6
 
+    def each_ms(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
+        """``ms`` of each chunk on its own (an array)."""
+        c = np.asarray(chunks, dtype=np.int64)
+        p = np.asarray(cached, dtype=np.int64)
+        return c * self.us_per_token / 1e3 + c * (2 * p + c) * self.ns_per_token_kv / 2e6
+
 
 @dataclass
 class StepTable:

@@ -185,3 +185,43 @@ def test_check_names_the_schedule_and_price_and_a_wrong_schedule_is_one_line(tmp
     res = run_cli("check", str(path), "--set", "engine.schedule=sglang")
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
     assert "engine.schedule: Input should be 'mixed' or 'prefill-first' (got 'sglang')" in res.stderr
+
+
+def test_a_prefill_pool_prices_its_forwards_apart_too(tmp_path):
+    import simpy
+
+    from simulator.prefill import PrefillPool, PrefillPrice
+
+    table = tiny_table(tmp_path, priced=True)
+    env = simpy.Environment()
+    done = {}
+    pool = PrefillPool(env, 1, table.grid, 4000, lambda rid: done.setdefault(rid, env.now), table.prefill_cost)
+    for rid, n in enumerate([1000, 1000, 1000, 1000, 5000]):
+        pool.submit(rid, n)
+    env.run()
+    # forward 1: four prompts of 1000 (nothing cached); forward 2: 4000 of the long prompt; forward 3: its last
+    # 1000 after 4000 cached; each pays the table's smallest forward T(1, 0) once
+    first = t_ms(1, 0) + 4 * (1000 * 0.005 + 1000 * 500 * 1e-5)
+    second = first + t_ms(1, 0) + 4000 * 0.005 + 4000 * 2000 * 1e-5
+    third = second + t_ms(1, 0) + 1000 * 0.005 + 1000 * 4500 * 1e-5
+    assert first == pytest.approx(4.002 + 40.0, abs=1e-12)
+    assert [done[r] * 1e3 for r in range(5)] == pytest.approx([first] * 4 + [third], abs=1e-9)
+    # an unbounded pool: each prompt alone, nothing cached
+    alone = PrefillPrice(table.grid, table.prefill_cost).alone_ms(np.array([1000, 5000]))
+    assert alone == pytest.approx([t_ms(1, 0) + 5.0 + 5.0, t_ms(1, 0) + 25.0 + 125.0], abs=1e-9)
+    plain = tiny_table(tmp_path, priced=False)
+    assert PrefillPrice(plain.grid, None).alone_ms(np.array([1000])) == pytest.approx([t_ms(1000, 0)], abs=1e-9)
+
+
+def test_a_disaggregated_scenario_prices_the_pool_from_the_table(tmp_path, scenario_file):
+    table = tiny_table(tmp_path, priced=True)
+    base = {"hardware": {"table": str(table.path)}, "systems": ["ar"],
+            "engine": {"kv_capacity_tokens": 100_000, "prefill": "disaggregated"}}
+    _, unbounded = simulate(scenario_file(name="unbounded", **base))
+    rq = unbounded.requests.frame()
+    ttft = (rq["first_token"] - rq["arrival"]) * 1e3
+    # prompts of 128 tokens, each prefilled alone: T(1, 0) + 128 x 5 us + 128 x 64 pairs x 10 ns
+    assert ttft[~np.isnan(ttft)] == pytest.approx(t_ms(1, 0) + 0.64 + 0.08192, abs=1e-9)
+    sized = {**base, "hardware": {**base["hardware"], "prefill_replicas": 1}}
+    _, pool = simulate(scenario_file(name="sized", **sized))
+    assert pool.prefill_pool.price.cost == PrefillCost(A_US, C_NS, "test")
