@@ -38,7 +38,7 @@ from simulator.batch_kernels import advance_prefill, emit_decoded, finished_rows
 from simulator.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.drafters import DraftCost
 from simulator.policies.base import Policy, PolicyView, StepRate, checked_lengths
-from simulator.prefill import PrefillPool
+from simulator.prefill import PrefillPool, PrefillPrice
 
 # Every per-request field, declared once. The request log holds them all; those with ``batch`` set are also
 # columns of a replica's running batch (COPY: read at admission; LIVE: also written back when the request leaves
@@ -435,9 +435,7 @@ class Simulation:
             raise ValueError(f"schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
         self.prefill_first = schedule == "prefill-first"
         self.prefill_cost = prefill_cost
-        # a forward with nothing to decode still pays its fixed costs (launches, scheduling, one read of the
-        # weights): the table's smallest point, T at its least B and K, is the closest measured to an empty one
-        self.empty_forward_ms = clock.lookup(0.0, 0.0)
+        self.empty_forward_ms = PrefillPrice(clock, prefill_cost).empty_ms  # what a step with nothing to decode pays
         self.stall_ms = stall_ms
         self.requests = RequestLog()
         self.steps = RowLog(STEP_COLUMNS)

@@ -29,6 +29,8 @@ class PrefillPrice:
     def __init__(self, grid: StepTimeGrid, cost: PrefillCost | None):
         self.grid = grid
         self.cost = cost
+        # a forward still pays its fixed costs (launches, scheduling, one read of the weights): the table's smallest
+        # point, T at its least B and K, is the closest it has measured to an empty one
         self.empty_ms = grid.lookup(0.0, 0.0)
         self._alone = grid.curve(0.0) if cost is None else None
 
