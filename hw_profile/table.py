@@ -15,6 +15,10 @@ B); the grid is made rectangular once at load:
 
 Beyond the table, B and K extrapolate linearly from the last segment (slope clamped at zero, so time never falls
 as work grows) and clamp below the first point.
+
+A sidecar may also price prefill apart from T (``PrefillCost``, the optional block ``prefill_cost``): a table
+measured or estimated over decode/verify shapes misprices prompt chunks riding in the same step, whose work grows
+with the chunk and with the prompt already cached before it rather than with B alone.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ COLUMNS = [
     "energy_j",
 ]
 REQUIRED = ["batch_tokens", "kv_tokens", "status", "step_ms"]
+PREFILL_COST = "prefill_cost"  # the sidecar's optional block (PrefillCost)
 # Written only when a table has them: where an estimated point's kernel time came from, and whether it lay inside
 # measured kernel data (hw_profile.estimate).
 OPTIONAL_COLUMNS = ["source", "inside"]
@@ -73,6 +78,54 @@ def throttled_flags(column: pd.Series) -> np.ndarray:
 def sidecar_path(csv_path: str | Path) -> Path:
     p = Path(csv_path)
     return p.with_suffix(".json")
+
+
+@dataclass(frozen=True)
+class PrefillCost:
+    """What prompt tokens prefilled in a step cost beyond that step's decode/verify forward, from a sidecar block
+    ``"prefill_cost": {"us_per_token": A, "ns_per_token_kv": C, "source": "..."}``.
+
+    A chunk of c prompt tokens whose request already holds p tokens in the KV cache costs c * A microseconds
+    (projections, MLP: linear in c) plus C nanoseconds per (new token, token it attends to) pair: token i of the
+    chunk attends to p + i earlier tokens, c * (p + c / 2) pairs in all (causal attention over the chunk).
+    """
+
+    us_per_token: float
+    ns_per_token_kv: float
+    source: str = ""
+
+    @classmethod
+    def from_meta(cls, meta: dict, where: str) -> PrefillCost | None:
+        """The block of a sidecar's metadata, or None without one; ``where`` names the sidecar in errors."""
+        block = meta.get(PREFILL_COST) if isinstance(meta, dict) else None
+        if block is None:
+            return None
+        if not isinstance(block, dict):
+            raise TableError(f"{where}: {PREFILL_COST} must be an object with us_per_token and ns_per_token_kv")
+        values = {}
+        for key in ("us_per_token", "ns_per_token_kv"):
+            v = block.get(key)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise TableError(f"{where}: {PREFILL_COST}.{key} must be a number >= 0, got {v!r}")
+            values[key] = float(v)
+        source = block.get("source", "")
+        if not isinstance(source, str):
+            raise TableError(f"{where}: {PREFILL_COST}.source must be a string, got {source!r}")
+        return cls(values["us_per_token"], values["ns_per_token_kv"], source)
+
+    def ms(self, chunks: np.ndarray, cached: np.ndarray) -> float:
+        """Milliseconds for prompt chunks of ``chunks`` tokens whose requests hold ``cached`` tokens before them
+        (arrays of one length; rows with a zero chunk cost nothing)."""
+        c = np.asarray(chunks, dtype=np.int64)
+        p = np.asarray(cached, dtype=np.int64)
+        pairs2 = int((c * (2 * p + c)).sum())  # twice the attention pairs, exact in integers
+        return int(c.sum()) * self.us_per_token / 1e3 + pairs2 * self.ns_per_token_kv / 2e6
+
+    def each_ms(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
+        """``ms`` of each chunk on its own (an array)."""
+        c = np.asarray(chunks, dtype=np.int64)
+        p = np.asarray(cached, dtype=np.int64)
+        return c * self.us_per_token / 1e3 + c * (2 * p + c) * self.ns_per_token_kv / 2e6
 
 
 @dataclass
@@ -126,6 +179,7 @@ class StepTable:
                 meta = json.loads(side.read_text())
             except json.JSONDecodeError as exc:
                 raise TableError(f"{side}: sidecar is not valid JSON ({exc})") from None
+            PrefillCost.from_meta(meta, str(side))  # a malformed block fails here, with the table
         if "source" in df.columns:
             df["source"] = df["source"].astype(object).where(df["source"].notna(), "").astype(str)
         return cls(points=df[_columns(df)].copy(), meta=meta, path=path)
@@ -137,6 +191,11 @@ class StepTable:
         atomic_write_text(sidecar_path(path), json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
         self.path = path
         return path
+
+    @property
+    def prefill_cost(self) -> PrefillCost | None:
+        """The sidecar's prefill price, if it has one."""
+        return PrefillCost.from_meta(self.meta, str(sidecar_path(self.path)) if self.path else "table metadata")
 
     @property
     def ok(self) -> pd.DataFrame:

@@ -247,6 +247,12 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
                 f" GPU(s), table {m.hardware.prefill_table or m.hardware.table}" if m.hardware.prefill_replicas
                 else "unbounded (hardware.prefill_replicas sizes it)")
         click.echo(f"  prefill: disaggregated, pool {pool}")
+    else:
+        click.echo(f"  prefill: colocated, schedule {m.engine.schedule}")
+    if hw.prefill_cost is not None:
+        cost = hw.prefill_cost
+        click.echo(f"  prefill priced apart (table sidecar): {cost.us_per_token:g} us per prompt token + "
+                   f"{cost.ns_per_token_kv:g} ns per cached token it attends to" + (f" ({cost.source})" if cost.source else ""))
     click.echo(f"  acceptance: {m.acceptance.source} {m.acceptance.profile if m.acceptance.source == 'profile' else m.acceptance.trace or ''}"
                f" ({m.acceptance.confidence} confidences); SLA targets {', '.join(f'{t:g}' for t in m.sla.tps_targets)} tok/s/user")
 

@@ -105,7 +105,11 @@ class Engine(Strict):
     max_running: PositiveInt = Field(256, description="max requests in the running batch of one replica")
     max_batch_tokens: PositiveInt = Field(8192, description="max tokens in one forward (decode + prefill)")
     kv_capacity_tokens: PositiveInt | None = Field(None, description="KV cache per replica, tokens; default: from the table's GPU memory and model")
-    prefill_chunk: PositiveInt = Field(2048, description="max prompt tokens of one request per step (chunked prefill)")
+    prefill_chunk: PositiveInt = Field(
+        2048, description="schedule mixed: max prompt tokens of one request per step (chunked prefill)")
+    schedule: Literal["mixed", "prefill-first"] = Field(
+        "mixed", description="mixed: prompt chunks ride in decode steps (vLLM, TensorRT-LLM); prefill-first: waiting "
+        "prompts run in prefill-only steps of up to max_batch_tokens while decode waits (SGLang)")
     prefill: Literal["colocated", "disaggregated"] = Field(
         "colocated", description="disaggregated: a separate prefill pool (not counted) sends the KV and first token")
     sched_stall_ms: NonNegativeFloat = Field(0.3, description="stall of policies that need this step's confidences before verify")

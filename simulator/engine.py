@@ -4,12 +4,17 @@ A replica's loop admits waiting requests (oldest first, while the batch is under
 can reserve the request's context plus gamma + 1 lookahead slots), then runs one step, in phases
 (``Replica.step``; a ``StepPlan`` carries what one phase hands the next, and nothing else crosses the clock):
 
-1. ``plan_batch``: which rows decode; requests still prefilling get up to ``prefill_chunk`` prompt tokens each,
+1. ``plan_batch``: which rows decode and which prompt tokens are prefilled, by ``engine.schedule``:
+   ``mixed`` (vLLM, TensorRT-LLM): requests still prefilling get up to ``prefill_chunk`` prompt tokens each,
    within what the batch-token cap leaves after every decoding request's worst case (1 + gamma tokens);
+   ``prefill-first`` (SGLang): while any admitted request still prefills, the step is prefill-only (prompts
+   packed in admission order up to the batch-token cap, the last one chunked) and decode waits for it;
 2. ``speculate``: draft -> policy -> verify for the decoding requests: the acceptance source proposes
    confidences, the policy picks prefix lengths l (R,), the source says how many are accepted;
 3. ``step_time``, then the clock advances (one SimPy timeout) by draft + scheduling stall (policies that need
-   this step's confidences) + T(B, K), with B = sum(1 + l) + prefill tokens and K = KV tokens read;
+   this step's confidences) + T(B, K), with B = sum(1 + l) + prefill tokens and K = KV tokens read; when the
+   table prices prefill apart (its sidecar's ``prefill_cost``), T covers only the decode/verify tokens and the
+   prompt chunks add their own price (``PrefillCost.ms``);
 4. ``apply_outcomes``: each decoding request emits its accepted prefix plus one target token; a request whose
    prefill completes emits its first token; the step is logged;
 5. ``retire``: finished requests leave; if the KV cache overflows, the most recently admitted request is
@@ -27,13 +32,13 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import simpy
 
-from hw_profile.table import StepTimeGrid
+from hw_profile.table import PrefillCost, StepTimeGrid
 from simulator.acceptance.base import AcceptanceSource, checked_accepted, checked_confidence
 from simulator.batch_kernels import advance_prefill, emit_decoded, finished_rows, plan_prefill, verifiable
 from simulator.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.drafters import DraftCost
 from simulator.policies.base import Policy, PolicyView, StepRate, checked_lengths
-from simulator.prefill import PrefillPool
+from simulator.prefill import PrefillPool, PrefillPrice
 
 # Every per-request field, declared once. The request log holds them all; those with ``batch`` set are also
 # columns of a replica's running batch (COPY: read at admission; LIVE: also written back when the request leaves
@@ -61,6 +66,7 @@ BATCH_LOCAL = {
     "to_prefill": np.int64,  # prompt tokens still to prefill here (0 once decoding)
 }
 REQUEST_COLUMNS = {k: f.dtype for k, f in REQUEST_FIELDS.items()}
+SCHEDULES = ("mixed", "prefill-first")  # engine.schedule (simulator/config.py)
 # One row per replica step, written by name (``RowLog.append``).
 STEP_COLUMNS = {
     "replica": np.int64, "start": np.float64, "end": np.float64, "running": np.int64, "decoding": np.int64,
@@ -89,12 +95,14 @@ class StepPlan:
     prefills this step, None when nothing prefills; lengths, accepted: (rows,) the policy's verification lengths
     and the accepted draft tokens, None without speculation; ended: (rows,) bool, requests a token-generating
     source ended at EOS this step (``Proposal.ended``), or None; prefill_ended: batch rows whose completing
-    prefill sampled an end-of-sequence token (``AcceptanceSource.prefilled``), or None.
+    prefill sampled an end-of-sequence token (``AcceptanceSource.prefilled``), or None; prefill_ms: the price of
+    this step's prompt chunks when the table prices prefill apart, else None (T(B, K) covers them), and then
+    kv_decode: the KV tokens the decoding rows read (the K of their T).
     """
 
-    __slots__ = ("accepted", "batch_tokens", "context", "decode_rows", "draft_ms", "ended", "ids", "kv", "kv_used",
-                 "lengths", "prefill_chunks", "prefill_ended", "prefill_tokens", "remaining", "rows", "running",
-                 "stall_ms", "start", "step_ms", "verified")
+    __slots__ = ("accepted", "batch_tokens", "context", "decode_rows", "draft_ms", "ended", "ids", "kv", "kv_decode",
+                 "kv_used", "lengths", "prefill_chunks", "prefill_ended", "prefill_ms", "prefill_tokens", "remaining",
+                 "rows", "running", "stall_ms", "start", "step_ms", "verified")
 
     def __init__(self, start: float, running: int, kv_used: int):
         self.start = start
@@ -109,6 +117,7 @@ class StepPlan:
         self.stall_ms = 0.0
         self.ended: np.ndarray | None = None
         self.prefill_ended: np.ndarray | None = None
+        self.prefill_ms: float | None = None
 
 
 class Replica:
@@ -223,12 +232,15 @@ class Replica:
         self.retire()
 
     def plan_batch(self) -> StepPlan:
-        """Which rows decode and how many prompt tokens each prefilling row gets: chunked prefill in admission
-        order, within what the batch-token cap leaves after every decoding request's worst case (1 + gamma)."""
+        """Which rows decode and how many prompt tokens each prefilling row gets. Mixed: chunked prefill in
+        admission order, within what the batch-token cap leaves after every decoding request's worst case
+        (1 + gamma). Prefill-first: while any row prefills, only prompt tokens (``plan_prefill_only``)."""
         sim, b = self.sim, self.batch
         n = b.n
         plan = StepPlan(self.env.now, n, self.kv_used())
-        if self.prefilling:
+        if self.prefilling and sim.prefill_first:
+            dec = remaining = plan.context = plan.ids = self.plan_prefill_only(plan)
+        elif self.prefilling:
             dec, remaining, plan.context, plan.ids, plan.prefill_chunks, plan.prefill_tokens, left = plan_prefill(
                 b.to_prefill, b.output, b.generated, b.prompt, b.rid, n, sim.gamma, sim.max_batch_tokens,
                 sim.prefill_chunk)
@@ -242,7 +254,24 @@ class Replica:
         plan.decode_rows = dec
         plan.rows = len(remaining)
         plan.remaining = remaining
+        if sim.prefill_cost is not None and plan.prefill_tokens:
+            cached = b.prompt[:n] + b.generated[:n] - b.to_prefill[:n]  # what each row holds before its chunk
+            plan.prefill_ms = sim.prefill_cost.ms(plan.prefill_chunks, cached)
+            plan.kv_decode = int(plan.context.sum())
         return plan
+
+    def plan_prefill_only(self, plan: StepPlan) -> np.ndarray:
+        """A prefill-only step (SGLang's scheduler): the prefilling rows' prompts, in admission order, up to the
+        batch-token cap, the last one cut to what is left (it continues first in the next step); K is what the
+        chunked rows already hold. Returns the (empty) decoding rows."""
+        b, n = self.batch, plan.running
+        left = b.to_prefill[:n]
+        before = np.cumsum(left) - left  # prompt tokens the earlier rows want
+        chunks = np.minimum(np.maximum(self.sim.max_batch_tokens - before, 0), left)
+        plan.prefill_chunks = chunks
+        plan.prefill_tokens = int(chunks.sum())
+        plan.kv = int((b.prompt[:n] + b.generated[:n] - left)[chunks > 0].sum())
+        return np.empty(0, dtype=np.int64)
 
     def speculate(self, plan: StepPlan) -> None:
         """Draft -> policy -> verify for the decoding rows: the source proposes confidences, the policy picks
@@ -255,7 +284,10 @@ class Replica:
             proposal = sim.source.propose(plan.ids)
             conf = checked_confidence(sim.source, proposal.confidence, rows, gamma)
             maxl, conf = verifiable(conf, remaining, gamma)  # positions past a request's end: confidence 0
-            sps = StepRate(sim.policy_grid, plan.kv, plan.prefill_tokens, plan.draft_ms + plan.stall_ms)
+            if plan.prefill_ms is None:
+                sps = StepRate(sim.policy_grid, plan.kv, plan.prefill_tokens, plan.draft_ms + plan.stall_ms)
+            else:  # the prompt chunks' price is fixed for this step; T prices the verify tokens alone
+                sps = StepRate(sim.policy_grid, plan.kv_decode, 0, plan.draft_ms + plan.stall_ms + plan.prefill_ms)
             view = PolicyView(conf, remaining, plan.context, sps, gamma, self.step_no,
                               proposal.outcome if self.policy.needs_outcome else None, maxl)
             plan.lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
@@ -271,10 +303,17 @@ class Replica:
                 plan.prefill_ended = done[np.asarray(ended, dtype=bool)]
 
     def step_time(self, plan: StepPlan) -> float:
-        """Milliseconds: draft + scheduling stall + the target's forward T(B, K) from the clock's table."""
-        if self.sim.live_clock is not None:  # the measured time of the step's real forwards (clock: live)
-            return self.sim.live_clock() + plan.stall_ms
-        return plan.draft_ms + plan.stall_ms + self.sim.clock.lookup(plan.batch_tokens, plan.kv)
+        """Milliseconds: draft + scheduling stall + the target's forward T(B, K) from the clock's table; with a
+        prefill price, T(decode/verify tokens, their K) + the prompt chunks' price, where a step with nothing to
+        decode pays the table's smallest forward (``Simulation.empty_forward_ms``) once."""
+        sim = self.sim
+        if sim.live_clock is not None:  # the measured time of the step's real forwards (clock: live)
+            return sim.live_clock() + plan.stall_ms
+        if plan.prefill_ms is None:
+            return plan.draft_ms + plan.stall_ms + sim.clock.lookup(plan.batch_tokens, plan.kv)
+        decode = plan.batch_tokens - plan.prefill_tokens
+        forward = sim.clock.lookup(decode, plan.kv_decode) if decode else sim.empty_forward_ms
+        return plan.draft_ms + plan.stall_ms + forward + plan.prefill_ms
 
     def apply_outcomes(self, plan: StepPlan) -> None:
         """After the forward: each decoding row emits its accepted prefix plus one target token, a row whose
@@ -380,7 +419,7 @@ class Simulation:
                  router: str, max_running: int, max_batch_tokens: int, kv_capacity: int, prefill_chunk: int,
                  stall_ms: float, remote_prefill_ms: Callable[[np.ndarray], np.ndarray] | None = None,
                  prefill_pool: Callable[[simpy.Environment, Callable[[int], None]], PrefillPool] | None = None,
-                 live_clock: bool = False):
+                 live_clock: bool = False, schedule: str = "mixed", prefill_cost: PrefillCost | None = None):
         self.env = simpy.Environment()
         self.gamma = gamma
         self.lookahead = gamma + 1
@@ -392,6 +431,11 @@ class Simulation:
         self.max_batch_tokens = max_batch_tokens
         self.kv_capacity = kv_capacity
         self.prefill_chunk = prefill_chunk
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
+        self.prefill_first = schedule == "prefill-first"
+        self.prefill_cost = prefill_cost
+        self.empty_forward_ms = PrefillPrice(clock, prefill_cost).empty_ms  # what a step with nothing to decode pays
         self.stall_ms = stall_ms
         self.requests = RequestLog()
         self.steps = RowLog(STEP_COLUMNS)

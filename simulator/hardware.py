@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hw_profile.roofline import DTYPE_BYTES
 from hw_profile.shapes import ModelShape
-from hw_profile.table import StepTable, StepTimeGrid, TableError
+from hw_profile.table import PrefillCost, StepTable, StepTimeGrid, TableError
 from simulator.config import LoadedScenario
 from simulator.drafters import DRAFTER_KINDS, DraftCost
 from simulator.errors import UserError
@@ -25,6 +25,7 @@ class Hardware:
     gpus_per_replica: int
     replicas: int
     energy: StepTimeGrid | None
+    prefill_cost: PrefillCost | None = None  # the target table's prefill price (its sidecar), if any
 
 
 def _read(path: Path, field: str) -> StepTable:
@@ -95,7 +96,8 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
             "memory and model shape"
         )
     return Hardware(clock=table.grid, policy=policy, draft=draft, kv_capacity=int(kv),
-                    gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=table.energy_grid)
+                    gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=table.energy_grid,
+                    prefill_cost=table.prefill_cost)
 
 
 def grid_warnings(scn: LoadedScenario, hw: Hardware, max_gamma: int) -> list[str]:

@@ -5,7 +5,8 @@ the request to a decode replica. Without ``hardware.prefill_replicas`` that pool
 prefilled at once, as on an idle pool). With it, the pool has that many replicas, each running one forward at a
 time over a batch of waiting prompts packed first-come first-served up to ``max_batch_tokens`` (a prompt longer
 than what is left is chunked and continues in the next forward, reading its earlier chunks' KV). A forward over B
-prompt tokens reading K cached tokens takes T(B, K) from the prefill step-time table. New prompts go to the
+prompt tokens reading K cached tokens takes T(B, K) from the prefill step-time table, or, when that table prices
+prefill apart (``PrefillCost``), the table's smallest forward plus its chunks' price (``PrefillPrice``). New prompts go to the
 replica with the fewest tokens outstanding, so TTFT grows with the queue when the pool is too small: the capacity
 ``simulate plan`` sizes against a TTFT limit.
 """
@@ -18,16 +19,41 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from hw_profile.table import StepTimeGrid
+from hw_profile.table import PrefillCost, StepTimeGrid
+
+
+class PrefillPrice:
+    """What a prefill forward costs: T(tokens, cached) from the table, or, with a ``PrefillCost``, the table's
+    smallest forward (its fixed costs, paid once) plus each chunk's price."""
+
+    def __init__(self, grid: StepTimeGrid, cost: PrefillCost | None):
+        self.grid = grid
+        self.cost = cost
+        # a forward still pays its fixed costs (launches, scheduling, one read of the weights): the table's smallest
+        # point, T at its least B and K, is the closest it has measured to an empty one
+        self.empty_ms = grid.lookup(0.0, 0.0)
+        self._alone = grid.curve(0.0) if cost is None else None
+
+    def batch_ms(self, takes: list[int], cached: list[int]) -> float:
+        """One forward over chunks of ``takes`` tokens whose prompts hold ``cached`` tokens before them."""
+        if self.cost is None:
+            return self.grid.lookup(sum(takes), sum(cached))
+        return self.empty_ms + self.cost.ms(np.array(takes), np.array(cached))
+
+    def alone_ms(self, prompts: np.ndarray) -> np.ndarray:
+        """Each prompt in a forward of its own with nothing cached (an unbounded pool), as an array."""
+        if self._alone is not None:
+            return self._alone(prompts)
+        return self.empty_ms + self.cost.each_ms(prompts, np.zeros_like(prompts))
 
 
 class PrefillPool:
     """``replicas`` prefill replicas; ``on_done(rid)`` is called when a request's prompt is fully prefilled."""
 
     def __init__(self, env: simpy.Environment, replicas: int, clock: StepTimeGrid, max_batch_tokens: int,
-                 on_done: Callable[[int], None]):
+                 on_done: Callable[[int], None], cost: PrefillCost | None = None):
         self.env = env
-        self.clock = clock
+        self.price = PrefillPrice(clock, cost)
         self.max_batch_tokens = max_batch_tokens
         self.on_done = on_done
         # per replica: FIFO of [rid, tokens left, tokens done]
@@ -74,9 +100,9 @@ class PrefillPool:
                 self.wakes[r] = None
                 continue
             batch = self._batch(queue)
-            tokens = sum(take for _, take in batch)
-            kv = sum(item[2] for item, _ in batch)  # earlier chunks of a continued prompt
-            ms = self.clock.lookup(tokens, kv)
+            takes = [take for _, take in batch]
+            tokens = sum(takes)
+            ms = self.price.batch_ms(takes, [item[2] for item, _ in batch])  # a continued prompt reads its chunks
             self.backlog_log.append((env.now, int(self.outstanding.sum())))
             yield env.timeout(ms * 1e-3)
             self.forwards += 1

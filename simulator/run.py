@@ -24,7 +24,7 @@ from simulator.metrics import followed, request_metrics, saturated, step_metrics
 from simulator.plugins import construct, did_you_mean
 from simulator.policies import make_policy
 from simulator.policies import resolve as resolve_policy
-from simulator.prefill import PrefillPool
+from simulator.prefill import PrefillPool, PrefillPrice
 from simulator.steady import choose_warmup
 from simulator.systems import SystemSpec
 from simulator.workload import RequestMaker, open_loop_arrivals, trace_window
@@ -170,9 +170,12 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         max_batch_tokens=m.engine.max_batch_tokens,
         kv_capacity=hw.kv_capacity,
         prefill_chunk=m.engine.prefill_chunk,
+        schedule=m.engine.schedule,
+        prefill_cost=hw.prefill_cost,
         stall_ms=m.engine.sched_stall_ms,
-        # a remote prefill's forward: T(prompt, K=0), for an array of prompts
-        remote_prefill_ms=hw.clock.curve(0.0) if m.engine.prefill == "disaggregated" else None,
+        # a remote prefill's forward, for an array of prompts: T(prompt, K=0), or priced apart (PrefillPrice)
+        remote_prefill_ms=(PrefillPrice(hw.clock, hw.prefill_cost).alone_ms if m.engine.prefill == "disaggregated"
+                           else None),
         live_clock=check_live_clock(scn, source),
         prefill_pool=prefill_pool_factory(scn, hw),
     )
@@ -195,15 +198,20 @@ def prefill_pool_factory(scn: LoadedScenario, hw: Hardware):
     m = scn.model
     if m.engine.prefill != "disaggregated" or m.hardware.prefill_replicas is None:
         return None
-    grid = _prefill_grid(scn) if m.hardware.prefill_table else hw.clock
-    return lambda env, on_done: PrefillPool(env, m.hardware.prefill_replicas, grid, m.engine.max_batch_tokens, on_done)
+    if m.hardware.prefill_table:  # its own sidecar says whether it prices prefill apart
+        table = _prefill_table(scn)
+        grid, cost = table.grid, table.prefill_cost
+    else:
+        grid, cost = hw.clock, hw.prefill_cost
+    return lambda env, on_done: PrefillPool(env, m.hardware.prefill_replicas, grid, m.engine.max_batch_tokens, on_done,
+                                            cost)
 
 
 @lru_cache(maxsize=4)
-def _prefill_grid(scn: LoadedScenario):
+def _prefill_table(scn: LoadedScenario):
     from simulator.hardware import _read
 
-    return _read(scn.resolve(scn.model.hardware.prefill_table), "hardware.prefill_table").grid
+    return _read(scn.resolve(scn.model.hardware.prefill_table), "hardware.prefill_table")
 
 
 def drain_cap(scn: LoadedScenario, spec: RunSpec) -> float:
