@@ -9,7 +9,7 @@ from hw_profile.gpus import ALIASES, GPUS, get_gpu, gpu_names
 from hw_profile.roofline import ridge_tokens
 from hw_profile.shapes import get_shape
 
-FP4_PARTS = {"B200", "B300", "GB300", "MI355X"}
+FP4_PARTS = {"B200", "B300", "GB300", "MI355X", "GB200", "RTX-PRO-6000"}
 
 
 @pytest.mark.parametrize("name", sorted(GPUS))
@@ -20,7 +20,7 @@ def test_entry_ratios_are_the_datasheets(name):
     assert g.idle_w / g.tdp_w == pytest.approx(0.13, abs=0.005)
     if g.fp8_tflops is not None:  # every FP8 part doubles its dense 16-bit rate (A100 has no FP8)
         assert g.fp8_tflops == pytest.approx(2 * g.bf16_tflops, rel=1e-3)
-    if name.startswith(("A", "H", "B", "GB")):  # NVIDIA: TF32 is half the 16-bit rate (Blackwell rounds 1.125 to 1.1)
+    if name.startswith(("A", "H", "B", "GB")) and name != "B60":  # NVIDIA (B60 is Intel's): TF32 is half the 16-bit rate (Blackwell rounds 1.125 to 1.1)
         assert g.tf32_tflops == pytest.approx(g.bf16_tflops / 2, rel=0.03)
     assert (g.fp4_tflops is not None) == (name in FP4_PARTS)
     if g.fp4_tflops is not None:
