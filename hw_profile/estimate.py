@@ -57,13 +57,12 @@ from hw_profile.roofline import (
     markov_head_costs,
     stored_weight_bytes,
 )
-from hw_profile.shapes import ModelShape, drafter_shape
+from hw_profile.shapes import ModelShape, drafter_attention_window, drafter_shape
 from hw_profile.table import StepTable, table_meta
 
 MARKOV_RANK = 256  # DSpark's Markov head (paper 5.1)
 DSPARK_LAYERS_MOE = 3  # DSpark's V4 drafter: three MoE layers with a 128-token window (paper 5.1)
 DSPARK_LAYERS_DENSE = 5  # the dense drafter the project's Qwen3 tables use
-DRAFTER_WINDOW = 128
 A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and expert copy
 A2A_GB_S = 43.0  # achieved RDMA all-to-all bandwidth per GPU (DeepEP, 400 Gb/s NICs)
 # Inside one NVLink domain (an HGX board of 8, an NVL72 rack) the exchange runs over NVLink: its achieved bandwidth
@@ -334,13 +333,11 @@ def _stored_bytes_per_gpu(shape: ModelShape, dep: Deployment) -> float:
 
 
 def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[ModelShape, dict]]:
-    """The drafters' shapes and their sidecar entries: MTP is one layer of the target's kind; DSpark is three MoE
-    layers (V4) or five dense layers, plus its rank-256 Markov head. Under compressed attention both read only a
-    128-token window (V4's MTP and DSpark layers are window-only)."""
+    """The drafters' shapes (``drafter_shape``: layers built like the target's) and their sidecar entries: MTP is
+    one layer; DSpark three MoE layers (V4) or five dense layers, plus its rank-256 Markov head. Under compressed
+    attention both read only the 128-token window (V4's MTP and DSpark layers are window-only)."""
     out: dict[str, tuple[ModelShape, dict]] = {}
-    window: dict = {}
-    if target.is_compressed:
-        window = dict(dense_layers=0, sliding_window=DRAFTER_WINDOW, csa_layers=0, hca_layers=0)
+    window = drafter_attention_window(target)
     for name in drafters:
         if name == "mtp":
             layers = 1
@@ -348,13 +345,8 @@ def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[M
             layers = DSPARK_LAYERS_MOE if target.is_moe else DSPARK_LAYERS_DENSE
         else:
             raise HwProfileError(f"--drafters: unknown drafter {name!r}; known: mtp, dspark")
-        if target.is_moe:
-            shape = replace(target, name=f"{target.name}-{name}-{layers}l", layers=layers, **(window or
-                            {"dense_layers": 0}))
-        else:
-            shape = drafter_shape(target, layers, name=f"{target.name}-{name}-{layers}l")
-        entry: dict = {"attention_window": DRAFTER_WINDOW} if target.is_compressed else {}
-        out[name] = (shape, entry)
+        shape = drafter_shape(target, layers, name=f"{target.name}-{name}-{layers}l")
+        out[name] = (shape, {"attention_window": window} if window else {})
     return out
 
 
