@@ -292,3 +292,13 @@ def test_estimate_on_every_gpu_and_engine_the_kernel_database_covers():
                 assert (est.source == "kernels").all(), (gpu, engine)
             elif (est.source == "roofline").all():
                 assert any("roofline instead" in n for n in est.notes), (gpu, engine, model)
+
+
+def test_estimate_from_a_transformers_config(tiny_config, tmp_path, capsys):
+    code, out, err = run(["estimate", "--model", str(tiny_config), "--gpu", "H20-141G", "--drafters", "mtp",
+                          "--kernels", "roofline", "--out", str(tmp_path / "h20.csv")], capsys)
+    assert code == 0, err
+    table = StepTable.read(tmp_path / "h20.csv")
+    assert table.meta["model_shape"]["hidden"] == 256 and table.meta["device"] == "H20-141G"
+    assert table.meta["drafter_tables"]["mtp"]["table"] == "h20.drafter-mtp.csv"
+    assert "h20.drafter-mtp.csv" in out
