@@ -74,8 +74,9 @@ def shared_throughput_span(runs: pd.DataFrame, system: str, baseline: str) -> li
 # Why a run's numbers should not be planned on, and what to change.
 FLAG_HINTS = {
     "no_steps": "no engine steps: run.duration_s is too short or no request arrived (check the traffic rate)",
-    "no_finished": "no request finished inside the measurement window: run.duration_s is too short for the "
-                   "output lengths (or run.warmup_s too long)",
+    "no_finished": "no request that arrived in the measurement window finished (by the drain cap): "
+                   "run.duration_s is too short for the output lengths (or run.drain_cap_s too short, run.warmup_s "
+                   "too long), or the load is far past what the deployment serves",
     "saturated": "the queue was still growing at the end: the traffic is more than this deployment serves "
                  "(lower traffic.rate or add hardware.replicas; `simulate plan` sizes it)",
     "beyond_table": "steps ran beyond the step-time table's grid (times extrapolated): measure a larger grid "
@@ -87,7 +88,9 @@ def run_flags(runs: pd.DataFrame) -> list[dict]:
     """Flags of one system's runs, each with the load points it hit and a hint."""
     checks = {
         "no_steps": runs["steps"].fillna(0) == 0,
-        "no_finished": (runs["steps"].fillna(0) > 0) & (runs["requests"].fillna(0) == 0),
+        # no request arrived in the window, or none of those that did finished by the drain cap
+    "no_finished": (runs["steps"].fillna(0) > 0) & ((runs["requests"].fillna(0) == 0)
+                                                    | (runs["unfinished"].fillna(0) >= runs["requests"].fillna(0))),
         "saturated": runs["saturated"].fillna(False).astype(bool),
     }
     if "beyond_table" in runs.columns:
@@ -158,13 +161,14 @@ def write_outputs(out: Path, scn: LoadedScenario, runs: pd.DataFrame) -> tuple[d
 
 
 def plain(o):
-    """JSON-ready: numpy scalars to Python, NaN to null (undefined, e.g. an anchor a system never reaches)."""
+    """JSON-ready: numpy scalars to Python, NaN and infinities to null (undefined, e.g. an anchor a system never
+    reaches; JSON has no infinity, and a crash here would lose a whole sweep's summary)."""
     if isinstance(o, dict):
         return {k: plain(v) for k, v in o.items()}
     if isinstance(o, list | tuple):
         return [plain(v) for v in o]
     if isinstance(o, np.generic):
         o = o.item()
-    if isinstance(o, float) and math.isnan(o):
+    if isinstance(o, float) and not math.isfinite(o):
         return None
     return o

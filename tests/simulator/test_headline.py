@@ -4,6 +4,7 @@ span, --quick and --set recorded, overrides in their own folder."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 
@@ -82,3 +83,33 @@ def test_overrides_go_to_their_own_folder_and_are_recorded(scenario_file, tmp_pa
     assert not (tmp_path / "results" / path.stem).exists()  # the base scenario's folder is untouched
     assert "--set engine.max_running=32" in (out / "report.html").read_text()
     assert len(pd.read_csv(out / "runs.csv")) == 1
+
+
+def test_a_baseline_whose_users_all_stalled_is_flagged_and_the_summary_and_report_are_written(scenario_file,
+                                                                                              tmp_path):
+    """The measured CPU recipe once crashed here: a baseline load point where no request got past its first
+    token has speed 0, and the gain at matched throughput against it was infinite."""
+    from simulator.hardware import load_target_table
+    from simulator.report import write_report
+    from simulator.summary import write_outputs
+
+    path = scenario_file(systems=["mtp-1", "dspark"], frontier={"concurrency": [2, 8, 16]})
+    scn = load_scenario(path)
+    out = tmp_path / "o"
+    sweep = Sweep.plan(scn, out, quick=True, seed=None, replicates=None)
+    sweep.execute(jobs=1)
+    runs = sweep.results()
+    # the baseline's heaviest point as a run whose followed users all stalled at their first token
+    hit = (runs["policy"] == "mtp-1") & (runs["concurrency"] == 16)
+    runs.loc[hit, ["tps_per_user", "tps_per_user_p50", "tps_per_user_p10", "sla_attainment"]] = 0.0
+    runs.loc[hit, "unfinished"] = runs.loc[hit, "requests"]
+    # at the highest throughput swept, so that the system's curve reaches it
+    runs.loc[hit, "throughput_per_gpu"] = runs["throughput_per_gpu"].max()
+    summary, frontier = write_outputs(out, scn, runs)
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk["systems"]["mtp-1"]["flags"][0]["kind"] == "no_finished"
+    assert on_disk["systems"]["mtp-1"]["flags"][0]["load_points"] == ["closed-16"]
+    gain = summary["systems"]["dspark"]["tps_gain_at_matched_throughput"]
+    assert math.isfinite(gain["min"]) and math.isfinite(gain["max"])
+    page = write_report(out / "report.html", scn, runs, frontier, summary, load_target_table(scn), None)
+    assert "no request that arrived in the measurement window finished" in page.read_text()
