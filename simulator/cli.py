@@ -171,7 +171,7 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     from tqdm import tqdm
 
     from simulator.config import load_scenario
-    from simulator.plan import Planner, Target, format_plan, write_plan, write_plan_report
+    from simulator.plan import Planner, Target, format_plan, unmet_lines, write_plan, write_plan_report
 
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
@@ -193,6 +193,8 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     csv, js = write_plan(out, doc)
     report = write_plan_report(out, scn, doc, quick, seed)
     click.echo(format_plan(doc).to_string(index=False))
+    for line in unmet_lines(doc):
+        click.echo(line)
     click.echo("\n" + doc["verdict"])
     if quick:
         click.echo("(--quick: short smoke runs; do not plan on these numbers)")

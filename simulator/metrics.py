@@ -112,6 +112,20 @@ def saturated(steps: dict[str, np.ndarray], end: float, replicas: int, max_runni
     return queued_at[1] > max(10, 0.1 * replicas * max_running) and queued_at[1] > queued_at[0]
 
 
+#: share of the followed requests still unfinished at the drain cap above which a run is ``overloaded``
+OVERLOAD_SHARE = 0.05
+
+
+def overloaded(requests: int, unfinished: int) -> bool:
+    """Overload the running batch absorbs: more than ``OVERLOAD_SHARE`` of the followed requests were still
+    unfinished at the drain cap. A deployment whose batch admits whatever arrives (ample KV cache, a large
+    ``max_running``) grows no queue, so ``saturated`` stays false, yet every request slows down until most
+    cannot finish: 247 of 341 followed requests unfinished at 0% SLA attainment read as unsaturated. In a
+    healthy run the drain cap (``run.drain_cap_s``) outlasts the last followed request's lifetime; a share
+    unfinished at it says the batch took on more than it serves (or the cap is short for the output lengths)."""
+    return bool(requests > 0 and unfinished > OVERLOAD_SHARE * requests)
+
+
 def tau_by_mix(req: dict[str, np.ndarray], warmup: float, end: float, keys: list[str]) -> dict[str, float]:
     """tau per workload mix entry (domain or benchmark), over the followed requests, with the steps they had
     taken when the run stopped."""

@@ -1,7 +1,8 @@
 """Capacity planning: per system, the fewest GPUs at which the scenario's open-loop traffic meets the SLA.
 
 The SLA holds for a run when at least ``attainment`` of its requests generate at or above ``tps`` tok/s/user, its
-TTFT p99 is within the limit, it is not saturated and it finished requests at all. Per system:
+TTFT p99 is within the limit, it is neither saturated nor overloaded (``metrics.overloaded``) and it finished
+requests at all. Per system:
 
 1. decode replicas: an exponential search (1, 2, 4, ... up to ``max_gpus``) finds a replica count that meets the
    SLA, then bisection between it and the last count that failed finds the fewest (the SLA is taken to be
@@ -35,6 +36,7 @@ from simulator.backends import Backend, Task, execute
 from simulator.config import LoadedScenario
 from simulator.errors import UserError
 from simulator.frontier import default_baseline
+from simulator.metrics import overloaded
 from simulator.run import LoadPoint, RunSpec
 from simulator.summary import plain
 from simulator.sweep import Sweep
@@ -43,7 +45,7 @@ from simulator.systems import SystemSpec, resolve_systems
 MET, UNMET = "met", "unmet_at_max_gpus"
 PLAN_COLUMNS = ["system", "status", "gpus", "decode_gpus", "prefill_gpus", "replicas", "prefill_replicas",
                 "max_rate_per_replica", "headroom", "attainment", "ttft_p99", "tps_per_user_p10",
-                "throughput_per_gpu", "cost_per_mtok"]
+                "throughput_per_gpu", "cost_per_mtok", "why_unmet"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,9 @@ def shortfall(row: dict, target: Target, ttft: bool = True) -> str | None:
     if not row.get("steps") or not row.get("requests"):
         return "no finished requests"
     if row["saturated"]:
-        return "saturated"
+        return "saturated (prefill pool)" if row.get("prefill_saturated") else "saturated"
+    if overloaded(row["requests"], row.get("unfinished") or 0):
+        return f"overloaded ({row['unfinished'] / row['requests']:.0%} unfinished at the drain cap)"
     if row["sla_attainment"] < target.attainment:
         return f"attainment {row['sla_attainment']:.1%} < {target.attainment:.0%}"
     if ttft and row["ttft_p99"] > target.ttft_p99:
@@ -137,7 +141,9 @@ class Trial:
         return {"phase": self.phase, "replicas": self.replicas, "traffic_scale": round(self.scale, 6),
                 "prefill_replicas": self.prefill_replicas, "met": self.why_not is None, "why_not": self.why_not,
                 "attainment": r.get("sla_attainment"), "ttft_p99": r.get("ttft_p99"),
-                "saturated": bool(r.get("saturated")), "arrival_rate": r.get("arrival_rate")}
+                "saturated": bool(r.get("saturated")), "prefill_saturated": bool(r.get("prefill_saturated")),
+                "overloaded": overloaded(r.get("requests") or 0, r.get("unfinished") or 0),
+                "arrival_rate": r.get("arrival_rate")}
 
 
 @dataclass
@@ -319,8 +325,10 @@ class Planner:
             searches["\0prefill"] = search
         found = self.drive(searches)
         if self.disaggregated:
+            prefill_met = found["\0prefill"] is not None
             prefill = found["\0prefill"] or max(self.target.max_gpus // self.prefill_gpr, 1)
             self.drive({k: self.with_prefill(p, prefill) for k, p in plans.items()})
+            return self.document(plans, prefill_plan, prefill, prefill_met)
         return self.document(plans, prefill_plan, prefill)
 
     # --- output ----------------------------------------------------------------------------------------------
@@ -340,9 +348,20 @@ class Planner:
             "headroom": (plan.max_scale or 0.0) - 1.0,
             "attainment": f["sla_attainment"], "ttft_p99": f["ttft_p99"], "tps_per_user_p10": f["tps_per_user_p10"],
             "throughput_per_gpu": f["throughput_per_gpu"], "cost_per_mtok": cost,
+            "why_unmet": None if met else self.why_unmet(plan, gpus),
         }
 
-    def document(self, plans: dict[str, SystemPlan], prefill_plan: SystemPlan | None, prefill: int | None) -> dict:
+    def why_unmet(self, plan: SystemPlan, gpus: int) -> str:
+        """Why a system is unmet, in the words of its run at the size it ended on."""
+        if plan.met:  # each pool met, but together they exceed the budget
+            return f"{gpus} GPUs (decode + prefill) exceed --max-gpus {self.target.max_gpus}"
+        last = next((t for t in reversed(plan.trials) if t.replicas == plan.replicas and t.scale == 1.0
+                     and t.why_not is not None and t.phase != "headroom"), None)
+        why = last.why_not if last is not None else "the SLA fails"
+        return f"at {plan.replicas * self.gpr} decode GPUs: {why}"
+
+    def document(self, plans: dict[str, SystemPlan], prefill_plan: SystemPlan | None, prefill: int | None,
+                 prefill_met: bool = True) -> dict:
         rows = [self.row_of(p, prefill) for p in plans.values()]
         names = [r["system"] for r in rows]
         m = self.scn.model
@@ -356,7 +375,9 @@ class Planner:
             "arrival_rate": next((r["arrival_rate"] for p in plans.values() for r in [p.final] if r), None),
             "gpus_per_replica": self.gpr,
             "prefill": None if not self.disaggregated else {
-                "replicas": prefill, "gpus_per_replica": self.prefill_gpr,
+                "replicas": prefill, "gpus_per_replica": self.prefill_gpr, "met": prefill_met,
+                "why_unmet": None if prefill_met else next(
+                    (t.why_not for t in reversed(prefill_plan.trials) if t.why_not), None),
                 "search": [t.log() for t in prefill_plan.trials] if prefill_plan else []},
             "baseline": default_baseline(names, m.sla.baseline),
             "quick": self.quick, "seed": self.seed, "overrides": list(self.scn.overrides),
@@ -413,8 +434,21 @@ HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus"
            "throughput_per_gpu": "tok/s/GPU", "cost_per_mtok": "$/M output tok"}
 
 
+def unmet_lines(doc: dict) -> list[str]:
+    """One line per unmet system (and an unmet prefill pool) saying why, for the terminal and the report."""
+    lines = []
+    pre = doc.get("prefill")
+    if pre and pre.get("met") is False:
+        lines.append(f"! prefill pool: no size up to {pre['replicas']} replica(s) meets the TTFT limit"
+                     + (f" ({pre['why_unmet']})" if pre.get("why_unmet") else ""))
+    for name, e in doc["systems"].items():
+        if e["status"] != MET:
+            lines.append(f"! {name} unmet: {e.get('why_unmet') or 'the SLA fails at the largest size tried'}")
+    return lines
+
+
 def format_plan(doc: dict) -> pd.DataFrame:
-    df = plan_table(doc)
+    df = plan_table(doc).drop(columns=["why_unmet"])  # a sentence: printed under the table (unmet_lines)
     if doc.get("prefill") is None:
         df = df.drop(columns=["decode_gpus", "prefill_gpus", "prefill_replicas"])
 

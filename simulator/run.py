@@ -20,7 +20,15 @@ from simulator.config import LoadedScenario
 from simulator.engine import Simulation
 from simulator.errors import UserError
 from simulator.hardware import Hardware, load_hardware
-from simulator.metrics import followed, request_metrics, saturated, step_metrics, tau_by_mix, time_series
+from simulator.metrics import (
+    followed,
+    overloaded,
+    request_metrics,
+    saturated,
+    step_metrics,
+    tau_by_mix,
+    time_series,
+)
 from simulator.plugins import construct, did_you_mean
 from simulator.policies import make_policy
 from simulator.policies import resolve as resolve_policy
@@ -270,6 +278,7 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
         "beyond_table": float(np.mean((steps["batch_tokens"] > hw.clock.b_axis[-1])
                                       | (steps["kv_tokens"] > hw.clock.k_axis[-1]))) if len(steps["end"]) else 0.0,
         "prefill_saturated": sim.prefill_pool is not None and sim.prefill_pool.saturated(duration),
+        "overloaded": overloaded(row["requests"], row["unfinished"]),
         "warmup_s": warmup,
         "steady_state": steady,
         "steps": len(steps["end"]),

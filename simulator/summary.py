@@ -16,6 +16,7 @@ import pandas as pd
 from hw_profile.files import atomic_write, atomic_write_text
 from simulator.config import LoadedScenario
 from simulator.frontier import anchors_summary, default_baseline, frontier_table, mean_ci
+from simulator.metrics import OVERLOAD_SHARE, overloaded
 
 OPEN_LOOP_FIELDS = ("throughput_per_gpu", "tps_per_user", "tps_per_user_p50", "tps_per_user_p10", "ttft_p99",
                     "admission_wait_p99", "sla_attainment", "tau", "mean_verify_budget", "joules_per_token",
@@ -41,6 +42,7 @@ def build_summary(scn: LoadedScenario, runs: pd.DataFrame) -> dict:
                 entry["open_loop"][f] = mean
                 entry["open_loop"][f"{f}_ci95"] = ci
             entry["open_loop"]["saturated"] = bool(opened["saturated"].any())
+            entry["open_loop"]["overloaded"] = bool(overload_mask(opened).any())
             entry["open_loop"]["steady_state"] = bool(opened["steady_state"].all())
         entry.update(frontier.get(system, {}))
         g = entry.get("tps_gain_at_matched_throughput")
@@ -79,6 +81,10 @@ FLAG_HINTS = {
                    "too long), or the load is far past what the deployment serves",
     "saturated": "the queue was still growing at the end: the traffic is more than this deployment serves "
                  "(lower traffic.rate or add hardware.replicas; `simulate plan` sizes it)",
+    "overloaded": f"more than {OVERLOAD_SHARE:.0%} of the requests that arrived in the window were still "
+                  "unfinished at the drain cap: the running batch took on more than it serves, with no queue to "
+                  "show it (lower traffic.rate or add hardware.replicas), or run.drain_cap_s is short for the "
+                  "output lengths",
     "beyond_table": "steps ran beyond the step-time table's grid (times extrapolated): measure a larger grid "
                     "(hw-profile) or lower engine.max_batch_tokens / max_running",
 }
@@ -93,6 +99,7 @@ def run_flags(runs: pd.DataFrame) -> list[dict]:
                                                     | (runs["unfinished"].fillna(0) >= runs["requests"].fillna(0))),
         "saturated": runs["saturated"].fillna(False).astype(bool),
     }
+    checks["overloaded"] = overload_mask(runs) & ~checks["no_finished"]  # none finished says it already
     if "beyond_table" in runs.columns:
         checks["beyond_table"] = runs["beyond_table"].fillna(0) > 0.01
     flags = []
@@ -101,6 +108,16 @@ def run_flags(runs: pd.DataFrame) -> list[dict]:
             points = list(dict.fromkeys(runs.loc[hit, "load_point"]))
             flags.append({"kind": kind, "load_points": points, "hint": FLAG_HINTS[kind]})
     return flags
+
+
+def overload_mask(runs: pd.DataFrame) -> pd.Series:
+    """``overloaded`` per run: the column where runs.csv has it, else from requests and unfinished (runs stored
+    before it existed)."""
+    if "overloaded" in runs.columns and runs["overloaded"].notna().all():
+        return runs["overloaded"].astype(bool)
+    return pd.Series([overloaded(int(r), int(u)) for r, u in zip(runs["requests"].fillna(0),
+                                                                runs["unfinished"].fillna(0), strict=True)],
+                     index=runs.index, dtype=bool)
 
 
 def flag_lines(summary: dict) -> list[str]:

@@ -19,7 +19,17 @@ from hypothesis import strategies as st
 from hw_profile.table import StepTimeGrid
 from simulator.backends import Backend
 from simulator.config import load_scenario
-from simulator.plan import MET, UNMET, Planner, Target, fewest, format_plan, most_traffic, verdict
+from simulator.plan import (
+    MET,
+    UNMET,
+    Planner,
+    Target,
+    fewest,
+    format_plan,
+    most_traffic,
+    unmet_lines,
+    verdict,
+)
 from simulator.prefill import PrefillPool
 from tests.conftest import ROOT
 
@@ -150,7 +160,11 @@ def test_plan_reports_unmet_at_max_gpus(scenario_file, tmp_path):
     for e in doc["systems"].values():
         assert e["status"] == UNMET and e["gpus"] == 2
         assert e["headroom"] < 0  # it sustains less than the scenario's traffic
+        # why, in the words of its run at the size it ended on
+        last = [t for t in e["search"] if t["phase"] == "decode" and t["replicas"] == 2][-1]
+        assert e["why_unmet"] == f"at 2 decode GPUs: {last['why_not']}"
     assert doc["verdict"].startswith("No system meets")
+    assert unmet_lines(doc) == [f"! {k} unmet: {e['why_unmet']}" for k, e in doc["systems"].items()]
 
 
 def test_disaggregated_plan_sizes_a_prefill_pool_against_the_ttft_limit(scenario_file, tmp_path):
