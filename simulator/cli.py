@@ -88,11 +88,13 @@ def make_backend(backend: str, address: str | None, jobs: int | None):
 @click.option("--records", type=click.Path(path_type=Path),
               help="also write per-request and per-step Parquet records here (stored runs are repeated to write them)")
 @click.option("--fresh", is_flag=True, help="ignore stored runs: run everything again and overwrite them")
+@click.option("--format", "formats", type=click.Choice(["vllm-bench"]), multiple=True,
+              help="also write every run as a `vllm bench serve --save-result` JSON in DIR/vllm-bench/")
 @backend_options
 @overrides
 def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, replicates: int | None,
-            jobs: int | None, records: Path | None, fresh: bool, backend: str, address: str | None,
-            sets: tuple[str, ...]) -> None:
+            jobs: int | None, records: Path | None, fresh: bool, formats: tuple[str, ...], backend: str,
+            address: str | None, sets: tuple[str, ...]) -> None:
     """Run a scenario (also: `simulate SCENARIO`)."""
     from tqdm import tqdm
 
@@ -130,6 +132,11 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     for table in write_live_tables(out, runs):
         click.echo(f"measured step-time table: {table}", err=True)
     summary, frontier = write_outputs(out, scn, runs)
+    bench = None
+    if "vllm-bench" in formats:
+        from simulator.vllm_bench import write_bench_results
+
+        bench = write_bench_results(out, runs, scn.name, scn.model.traffic.kind if scn.model.traffic else None)
     capacity = matching_plan(out, scn, quick)
     report = write_report(out / "report.html", scn, runs, frontier, summary, load_target_table(scn), capacity)
     click.echo(format_headline(headline_table(summary)).to_string(index=False))
@@ -140,6 +147,8 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     if summary["overrides"]:
         click.echo("overrides: " + " ".join(f"--set {s}" for s in summary["overrides"]))
     click.echo(f"\nruns: {path}\nfrontier: {out / 'frontier.csv'}\nsummary: {out / 'summary.json'}\nreport: {report}")
+    if bench is not None:
+        click.echo(f"vllm bench serve results: {bench}")
 
 
 @cli.command("plan")

@@ -21,7 +21,10 @@ from simulator.engine import Simulation
 from simulator.errors import UserError
 from simulator.hardware import Hardware, load_hardware
 from simulator.metrics import (
+    bench_counts,
     followed,
+    inter_token_gaps,
+    itl_metrics,
     overloaded,
     request_metrics,
     saturated,
@@ -269,6 +272,8 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
     }
     row.update(step_metrics(steps, warmup, duration, gpus, hw.energy, hw.clock))
     row.update(request_metrics(req, warmup, duration, stop, m.sla.tps_targets[0]))
+    row.update(itl_metrics(inter_token_gaps(req, steps, warmup, duration, stop)))
+    row["bench"] = bench_counts(req, steps, warmup, duration)
     row.update({
         # open loop: the decode queue or a finite prefill pool's backlog still growing at the window's end
         "saturated": spec.point.concurrency is None and (
