@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from simulator.errors import UserError
+from simulator.progress import progress_bar
 
 SUBCOMMANDS = ("check", "list", "plan", "fit-profile")
 
@@ -50,24 +51,28 @@ def backend_options(f):
     return f
 
 
-def default_out(scenario: Path, sets: tuple[str, ...]) -> Path:
-    """results/<stem>, or results/<stem>-set-<hash of the overrides> so that overrides never overwrite the base
-    scenario's results."""
+def default_out(scenario: Path, sets: tuple[str, ...], plan_options: tuple[str, ...] = ()) -> Path:
+    """results/<stem>; results/<stem>-set-<hash of the overrides> so that overrides never overwrite the base
+    scenario's results; results/<stem>-plan-<hash of the overrides and plan options> for a plan with options
+    other than the defaults (``--sla 300`` and ``--sla 200`` plans never overwrite each other)."""
     out = Path("results") / scenario.stem
-    if not sets:
+    if not sets and not plan_options:
         return out
     import hashlib
 
-    return out.with_name(f"{scenario.stem}-set-{hashlib.sha256(chr(0).join(sets).encode()).hexdigest()[:8]}")
+    kind = "plan" if plan_options else "set"
+    digest = hashlib.sha256(chr(0).join((*sets, *plan_options)).encode()).hexdigest()[:8]
+    return out.with_name(f"{scenario.stem}-{kind}-{digest}")
 
 
-def output_dir(scenario: Path, sets: tuple[str, ...], out: Path | None) -> Path:
-    """``--out`` when given, else the default folder (saying so when overrides moved it)."""
+def output_dir(scenario: Path, sets: tuple[str, ...], out: Path | None, plan_options: tuple[str, ...] = ()) -> Path:
+    """``--out`` when given, else the default folder (saying so when overrides or plan options moved it)."""
     if out is not None:
         return out
-    out = default_out(scenario, sets)
-    if sets:
-        click.echo(f"overrides given: writing to {out} (--out to choose)", err=True)
+    out = default_out(scenario, sets, plan_options)
+    if sets or plan_options:
+        given = "overrides" if not plan_options else ("plan options" if not sets else "overrides and plan options")
+        click.echo(f"{given} given: writing to {out} (--out to choose)", err=True)
     return out
 
 
@@ -96,14 +101,12 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
             jobs: int | None, records: Path | None, fresh: bool, formats: tuple[str, ...], backend: str,
             address: str | None, sets: tuple[str, ...]) -> None:
     """Run a scenario (also: `simulate SCENARIO`)."""
-    from tqdm import tqdm
-
     from simulator.config import load_scenario
     from simulator.hardware import load_target_table, scenario_grid_warnings
     from simulator.live_tables import write_live_tables
     from simulator.plan import matching_plan
     from simulator.report import write_report
-    from simulator.summary import flag_lines, format_headline, headline_table, write_outputs
+    from simulator.summary import flag_lines, terminal_headline, write_outputs
     from simulator.sweep import Sweep
 
     scn = load_scenario(scenario, sets)
@@ -117,8 +120,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
         click.echo(f"resuming: {done_before} of {len(sweep.specs)} runs already in {out}", err=True)
 
     def progress(todo: int, total: int):
-        return tqdm(total=todo, desc=f"{scn.name}: runs", unit="run", file=sys.stderr, dynamic_ncols=True,
-                    disable=None)
+        return progress_bar(f"{scn.name}: runs", todo)
 
     try:
         sweep.execute(runner.jobs, progress, runner)
@@ -139,7 +141,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
         bench = write_bench_results(out, runs, scn.name, scn.model.traffic.kind if scn.model.traffic else None)
     capacity = matching_plan(out, scn, quick)
     report = write_report(out / "report.html", scn, runs, frontier, summary, load_target_table(scn), capacity)
-    click.echo(format_headline(headline_table(summary)).to_string(index=False))
+    click.echo(terminal_headline(summary))
     for line in flag_lines(summary):
         click.echo(line)
     if summary["quick"]:
@@ -177,17 +179,15 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
     import time
 
-    from tqdm import tqdm
-
     from simulator.config import load_scenario
-    from simulator.plan import Planner, Target, format_plan, unmet_lines, write_plan, write_plan_report
+    from simulator.plan import Planner, Target, terminal_plan, unmet_lines, write_plan, write_plan_report
 
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
-    out = output_dir(scenario, sets, out)
     target = Target(tps=sla_tps or scn.model.sla.tps_targets[0], attainment=attainment, ttft_p99=ttft_p99,
                     max_gpus=max_gpus, gpu_hour_cost=gpu_hour_cost, rate_tolerance=rate_tolerance)
-    bar = tqdm(desc=f"{scn.name}: plan runs", unit="run", file=sys.stderr, dynamic_ncols=True, disable=None)
+    out = output_dir(scenario, sets, out, plan_options(target, scn.model.sla.tps_targets[0]))
+    bar = progress_bar(f"{scn.name}: plan runs")
     planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1))
     t0 = time.perf_counter()
     try:
@@ -201,7 +201,7 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
     csv, js = write_plan(out, doc)
     report = write_plan_report(out, scn, doc, quick, seed)
-    click.echo(format_plan(doc).to_string(index=False))
+    click.echo(terminal_plan(doc))
     for line in unmet_lines(doc):
         click.echo(line)
     click.echo("\n" + doc["verdict"])
@@ -209,6 +209,21 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         click.echo("(--quick: short smoke runs; do not plan on these numbers)")
     click.echo(f"\n{planner.runs} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)"
                f"\nplan: {csv}\n      {js}\nreport: {report}")
+
+
+def plan_options(target, scenario_sla: float) -> tuple[str, ...]:
+    """The plan options that differ from their defaults, as ``name=value`` (they name the output folder)."""
+    from dataclasses import fields
+
+    from simulator.plan import Target
+
+    given = []
+    for f in fields(Target):
+        value = getattr(target, f.name)
+        default = scenario_sla if f.name == "tps" else f.default
+        if value != default:
+            given.append(f"plan.{f.name}={value!r}")
+    return tuple(given)
 
 
 @cli.command("check")

@@ -470,6 +470,23 @@ def format_plan(doc: dict) -> pd.DataFrame:
     return pd.DataFrame({HEADERS[c]: [fmt(c, v) for v in df[c]] for c in df.columns})
 
 
+def terminal_plan(doc: dict) -> str:
+    """The plan table for a terminal, at most 120 columns: GPUs as prefill + decode, the replica counts and
+    TPS p10 left to plan.csv and the report."""
+    from simulator.summary import fit_width
+
+    full = format_plan(doc)
+    df = pd.DataFrame({"system": full["system"], "status": [s.replace("_at_max_gpus", "") for s in full["status"]],
+                       "GPUs": full["GPUs"]})
+    if doc.get("prefill") is not None:
+        df["P+D"] = [f"{p}+{d}" for p, d in zip(full["prefill GPUs"], full["decode GPUs"], strict=True)]
+    df["req/s/replica"] = full["max req/s per replica"]
+    for col in ("headroom", "SLA attainment", "TTFT p99 (s)", "tok/s/GPU", "$/M output tok"):
+        df[col] = full[col]
+    text, dropped = fit_width(df)
+    return text + (f"\n(in plan.csv and the report: {', '.join(dropped)})" if dropped else "")
+
+
 def write_plan(out: Path, doc: dict) -> tuple[Path, Path]:
     csv, js = out / "plan.csv", out / "plan.json"
     df = plan_table(doc)

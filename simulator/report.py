@@ -185,6 +185,13 @@ def write_report(path: Path, scn: LoadedScenario, runs: pd.DataFrame | None, fro
     return _page(path, scn, figures, summary, runs)
 
 
+def seeds_phrase(seeds: list[int]) -> str:
+    """How many seeds each load point ran, when a sweep is shown (a capacity section alone has none)."""
+    if not seeds:
+        return ""
+    return f"{len(seeds)} seed(s) per point{' (95% intervals shown)' if len(seeds) > 1 else ''}; "
+
+
 def _page(path: Path, scn: LoadedScenario, figures: list, summary: dict | None, runs: pd.DataFrame | None) -> Path:
     m = scn.model
     parts = []
@@ -240,7 +247,7 @@ table.headline td:first-child, table.headline th:first-child {{ text-align: left
 <p class="meta">Hardware table {html.escape(m.hardware.table)}; {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s);
 acceptance {html.escape(m.acceptance.source)} {html.escape(m.acceptance.profile if m.acceptance.source == 'profile' else (m.acceptance.trace or ''))};
 SLA anchors {', '.join(f'{a:g}' for a in m.sla.tps_targets)} tok/s/user (attainment against {m.sla.tps_targets[0]:g}); baseline {html.escape(str(baseline))};
-{len(seeds)} seed(s) per point{' (95% intervals shown)' if len(seeds) > 1 else ''}; generated {datetime.datetime.now().isoformat(timespec='seconds')}.</p>
+{seeds_phrase(seeds)}generated {datetime.datetime.now().isoformat(timespec='seconds')}.</p>
 {''.join(notes)}
 {headline}
 {''.join(parts)}

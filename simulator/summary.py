@@ -169,6 +169,52 @@ def format_headline(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({c: [fmt(c, v) for v in df[c]] if c != "system" else df[c] for c in df.columns})
 
 
+TERMINAL_WIDTH = 120
+
+
+def fit_width(df: pd.DataFrame, width: int = TERMINAL_WIDTH) -> tuple[str, list[str]]:
+    """``df`` as text at most ``width`` columns wide: columns are dropped from the right (never the first)
+    until it fits. Returns the text and the dropped columns' names (the report has them)."""
+    dropped: list[str] = []
+    while True:
+        text = df.to_string(index=False)
+        if max(len(line) for line in text.splitlines()) <= width or df.shape[1] <= 1:
+            return text, dropped
+        dropped.insert(0, df.columns[-1])
+        df = df.iloc[:, :-1]
+
+
+def terminal_headline(summary: dict, width: int = TERMINAL_WIDTH) -> str:
+    """The headline table for a terminal: short headers (their units in a legend line), at most ``width``
+    columns wide; what does not fit is named and left to the report."""
+    df = format_headline(headline_table(summary))
+    base = summary.get("baseline")
+
+    def short(col: str) -> str:
+        if col.startswith("TPS p"):
+            return col.split(" (")[0]
+        if col.startswith("TTFT"):
+            return "TTFT p99 s"
+        if col.startswith("SLA"):
+            return "SLA>=" + col.split(">=")[1].split(" ")[0]
+        if col.startswith("@") and col.endswith("tok/s/GPU"):
+            return col.split(" ")[0] + " tok/s/GPU"
+        if col.startswith("@") and " gain vs " in col:
+            return col.split(" ")[0] + " gain"
+        if col.startswith("TPS gain at matched"):
+            return "TPS gain at matched tok/s/GPU"
+        return col
+
+    text, dropped = fit_width(df.rename(columns=short), width)
+    legend = ("TPS: tok/s/user; @X: where the frontier crosses X tok/s/user; SLA>=X: share of requests at X or "
+              f"more; gains vs {base}")
+    if dropped:
+        legend += f"; in the report: {', '.join(dropped)}"
+    import textwrap
+
+    return text + "\n" + textwrap.fill(legend, width)
+
+
 def write_outputs(out: Path, scn: LoadedScenario, runs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
     table = frontier_table(runs)
     atomic_write(out / "frontier.csv", lambda p: table.to_csv(p, index=False, float_format="%.6g"))

@@ -113,3 +113,43 @@ def test_a_baseline_whose_users_all_stalled_is_flagged_and_the_summary_and_repor
     assert math.isfinite(gain["min"]) and math.isfinite(gain["max"])
     page = write_report(out / "report.html", scn, runs, frontier, summary, load_target_table(scn), None)
     assert "no request that arrived in the measurement window finished" in page.read_text()
+
+
+def test_terminal_tables_fit_120_columns_and_name_what_they_leave_to_the_report(scenario_file, tmp_path):
+    from simulator.summary import fit_width, terminal_headline
+
+    path = scenario_file(systems=["mtp-1", "threshold-0.7", "dspark"], frontier={"concurrency": [2, 16, 64]},
+                         traffic={"kind": "poisson", "rate": 50.0}, sla={"tps_targets": [80.0, 120.0]})
+    res = CliRunner().invoke(cli, [str(path), "--quick", "--out", str(tmp_path / "o"), "--jobs", "1"])
+    assert res.exit_code == 0, res.output
+    table = res.output.split("\n(--quick")[0]
+    assert max(len(line) for line in table.splitlines()) <= 120
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    text = terminal_headline(summary)
+    assert text in res.output and "@80 tok/s/GPU" in text and "threshold-0.7" in text
+    wide = pd.DataFrame({"system": ["a"], **{f"column {i}": ["x" * 20] for i in range(8)}})
+    fitted, dropped = fit_width(wide, 120)
+    assert max(len(line) for line in fitted.splitlines()) <= 120
+    assert dropped == [f"column {i}" for i in range(8 - len(dropped), 8)] and len(dropped) >= 3
+    kept = [f"column {i}" for i in range(8 - len(dropped))]
+    assert fit_width(wide[["system", *kept, dropped[0]]], 120)[1] == [dropped[0]]  # one more would not fit
+
+
+def test_progress_is_printed_as_lines_when_stderr_is_not_a_terminal(scenario_file, tmp_path):
+    import io
+
+    from simulator.progress import LineProgress, progress_bar
+
+    stream = io.StringIO()
+    bar = progress_bar("scn: runs", 3, stream, every_s=0.0)
+    assert isinstance(bar, LineProgress)
+    for _ in range(3):
+        bar.update(1)
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert [line.split(",")[0] for line in lines] == [f"scn: runs: {n}/3 runs done" for n in (1, 2, 3, 3)]
+    quiet = io.StringIO()
+    slow = progress_bar("scn: plan runs", None, quiet, every_s=3600.0)
+    slow.update(5)
+    slow.close()
+    assert quiet.getvalue().startswith("scn: plan runs: 5 runs done, ")  # only the closing line

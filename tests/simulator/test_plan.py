@@ -261,3 +261,35 @@ def test_a_finite_prefill_pool_keeps_the_engine_invariants_and_queues_prompts(sc
     req = sim1.requests.frame()
     assert np.nanmax(req["first_token"] - req["arrival"]) > 5 * ample["ttft_p99"]  # prompts queue
     assert sim1.prefill_pool.busy_s == pytest.approx(sim1.env.now, rel=0.05)  # the one replica never rests
+
+
+def test_plan_options_get_their_own_folder_and_the_terminal_table_fits(scenario_file, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from simulator.cli import cli, default_out
+
+    path = small_plan_scenario(scenario_file, systems=["mtp-1"])
+    assert default_out(path, (), ("plan.attainment=0.9",)) != default_out(path, (), ("plan.attainment=0.95",))
+    assert default_out(path, (), ("plan.attainment=0.9",)).name.startswith(f"{path.stem}-plan-")
+    monkeypatch.chdir(tmp_path)
+    common = ["plan", str(path), "--quick", "--jobs", "1", "--max-gpus", "8", "--rate-tolerance", "0.3"]
+    res_a = CliRunner().invoke(cli, [*common, "--attainment", "0.9"])
+    res_b = CliRunner().invoke(cli, [*common, "--attainment", "0.8"])
+    assert res_a.exit_code == 0 and res_b.exit_code == 0, res_a.output + res_b.output
+    folders = sorted(p.name for p in (tmp_path / "results").iterdir())
+    assert len(folders) == 2 and all(f.startswith(f"{path.stem}-plan-") for f in folders)
+    targets = {json.loads((tmp_path / "results" / f / "plan.json").read_text())["target"]["attainment"]
+               for f in folders}
+    assert targets == {0.9, 0.8}  # neither overwrote the other
+    table = res_a.output.split("\n\n")[0]
+    assert max(len(line) for line in table.splitlines()) <= 120 and "req/s/replica" in table
+    page = next((tmp_path / "results").glob("*/report.html")).read_text()
+    assert "seed(s) per point" not in page  # a capacity section alone ran no sweep
+
+
+def test_a_zero_traffic_rate_is_refused_in_one_line(scenario_file, tmp_path):
+    path = small_plan_scenario(scenario_file, traffic={"kind": "poisson", "rate": 0.0})
+    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "plan", str(path), "--out", str(tmp_path / "o")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"error: {path}: traffic.rate: Input should be greater than 0 (got 0.0)"
