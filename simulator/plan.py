@@ -13,7 +13,8 @@ requests at all. Per system:
 3. with a disaggregated prefill pool, the decode searches run behind an unbounded prefill pool (TTFT is then
    the prefill pool's business) while the prefill pool is sized, once for all systems (prompts and their
    prefill do not depend on the system), by the same replica search against the TTFT limit; each system's
-   decode size is then confirmed with that pool in place (one replica more while the SLA fails).
+   decode size is then confirmed with that pool in place (one replica more while the SLA fails for the decode
+   pool's sake, never against the prefill pool's backlog or TTFT), and its headroom is measured with both pools.
 
 Every candidate is a run of the sweep's run store (``DIR/.runs``, keyed by everything that determines it), so a
 plan resumes where an interrupted one stopped and shares runs with sweeps of the same settings. Each round of
@@ -72,6 +73,11 @@ def shortfall(row: dict, target: Target, ttft: bool = True) -> str | None:
     if ttft and row["ttft_p99"] > target.ttft_p99:
         return f"TTFT p99 {row['ttft_p99']:.2f} s > {target.ttft_p99:g} s"
     return None
+
+
+def prefill_bound(why: str | None) -> bool:
+    """Whether a shortfall is the prefill pool's (its backlog, or TTFT, which ends when prefill does)."""
+    return bool(why) and (why.startswith("saturated (prefill pool)") or why.startswith("TTFT"))
 
 
 # --- searches (generators: yield a candidate, receive whether it met the SLA) ----------------------------------
@@ -284,37 +290,40 @@ class Planner:
         plan.met = n is not None
         plan.replicas = n if n is not None else cap
         plan.final = yield Candidate(s, plan.replicas)  # from the store: the search ran it
-        yield from self.headroom(plan)
+        if not self.disaggregated:  # else measured with the sized prefill pool in place (with_prefill)
+            yield from self.headroom(plan)
 
-    def headroom(self, plan: SystemPlan) -> Generator[Candidate, dict, None]:
-        """The largest traffic multiplier the chosen decode pool sustains at the SLA."""
+    def headroom(self, plan: SystemPlan, prefill: int | None = None) -> Generator[Candidate, dict, None]:
+        """The largest traffic multiplier the chosen deployment sustains at the SLA: the decode pool, with the
+        sized prefill pool in place when prefill is disaggregated (more traffic loads both pools; behind an
+        unbounded prefill pool the headroom overstated what the whole deployment sustains)."""
         n = plan.replicas
         guess = n / (n - 1) if plan.met and n > 1 else 2.0
         search = most_traffic(plan.met, guess, self.target.rate_tolerance)
         scale = next(search)
         try:
             while True:
-                ok = yield from self._probe(plan, "headroom", Candidate(plan.system, n, scale),
-                                            self._judge(not self.disaggregated))
+                ok = yield from self._probe(plan, "headroom", Candidate(plan.system, n, scale, prefill),
+                                            self._judge(prefill is not None or not self.disaggregated))
                 scale = search.send(ok)
         except StopIteration as stop:
             plan.max_scale = stop.value
 
     def with_prefill(self, plan: SystemPlan, prefill: int) -> Generator[Candidate, dict, None]:
-        """Confirm the decode size with the sized prefill pool in place, one replica more while it fails."""
+        """Confirm the decode size with the sized prefill pool in place, one decode replica more while it fails
+        for the decode pool's sake (never against a saturated prefill pool or its TTFT: more decode replicas do
+        not prefill faster); then the headroom with both pools."""
         cap = max(self.target.max_gpus // self.gpr, 1)
         n = plan.replicas
-        first = n
         while True:
             ok = yield from self._probe(plan, "with-prefill", Candidate(plan.system, n, 1.0, prefill), self._judge(True))
-            if ok or n >= cap or not plan.met:
+            if ok or n >= cap or not plan.met or prefill_bound(plan.trials[-1].why_not):
                 break
             n += 1
         plan.met = plan.met and ok
         plan.replicas = n
         plan.final = plan.trials[-1].row
-        if n != first:
-            yield from self.headroom(plan)
+        yield from self.headroom(plan, prefill)
 
     def run(self) -> dict:
         plans = {s.name: SystemPlan(s) for s in self.systems}
@@ -393,33 +402,63 @@ def plan_table(doc: dict) -> pd.DataFrame:
                         columns=PLAN_COLUMNS)
 
 
+def load_phrase(doc: dict) -> str:
+    """The traffic a plan sized for: the scenario's rate, and the realised one when it differs (a Poisson
+    stream's window of one seed is not exactly its mean)."""
+    realised = doc.get("arrival_rate")
+    traffic = doc.get("traffic") or {}
+    nominal = traffic.get("rate") if traffic.get("kind") == "poisson" else None
+    if nominal:
+        text = f"{nominal:,.1f} requests/s"
+        if realised and abs(realised / nominal - 1) > 0.005:
+            text += f" ({realised:,.1f} realised in the measured window: Poisson arrivals of one seed)"
+        return text
+    return f"{realised:,.1f} requests/s" if realised else "the scenario's traffic"
+
+
 def verdict(doc: dict) -> str:
     t = doc["target"]
     rows = [e for e in doc["systems"].values()]
     sla = f"{t['attainment']:.0%} of requests at >= {t['tps_per_user']:g} tok/s/user, TTFT p99 <= {t['ttft_p99_s']:g} s"
-    rate = doc.get("arrival_rate")
-    load = f"{rate:,.1f} requests/s" if rate else "the scenario's traffic"
+    load = load_phrase(doc)
     met = [e for e in rows if e["status"] == MET]
     if not met:
         best = max(rows, key=lambda e: (e["attainment"] if e["attainment"] is not None else -1))
         return (f"No system meets {sla} at {load} within {t['max_gpus']} GPUs; the closest is {best['system']} "
                 f"({best['attainment']:.1%} of requests at the target with {best['gpus']} GPUs).")
-    # equal GPUs serve the same traffic at the same cost: the headroom tells them apart
-    best = min(met, key=lambda e: (e["gpus"], -e["headroom"], e["cost_per_mtok"]))
+    # equal GPUs serve the same traffic at the same cost: the headroom tells them apart, to the precision of
+    # its search; within that they tie (the cost per token at equal GPUs and traffic is measurement noise)
+    fewest_gpus = min(e["gpus"] for e in met)
+    contenders = [e for e in met if e["gpus"] == fewest_gpus]
+    top = max(e["headroom"] for e in contenders)
+    tol = t.get("rate_tolerance", 0.05)
+    tied = [e for e in contenders if (1 + e["headroom"]) * (1 + tol) >= (1 + top) - 1e-9]
+    best = min(tied, key=lambda e: (-e["headroom"], e["cost_per_mtok"]))
     split = (f" ({best['prefill_gpus']} prefill + {best['decode_gpus']} decode)" if best["prefill_gpus"] else "")
-    text = (f"At {load} with {sla}, {best['system']} needs the fewest GPUs: {best['gpus']}{split}, with "
-            f"{best['headroom']:+.0%} headroom, at ${best['cost_per_mtok']:.3f} per million output tokens "
-            f"(${t['gpu_hour_cost_usd']:g}/GPU-hour)")
-    ties = [e["system"] for e in met if e["gpus"] == best["gpus"] and e is not best]
-    if ties:
-        text += (f"; {len(ties)} other system{'s need' if len(ties) > 1 else ' needs'} as many, with less "
-                 "headroom")
+    if len(tied) > 1:
+        names = [e["system"] for e in tied]
+        costs = [e["cost_per_mtok"] for e in tied]
+        heads = [e["headroom"] for e in tied]
+        head = (f"{heads[0]:+.0%}" if max(heads) - min(heads) < 0.005 else f"{min(heads):+.0%} to {max(heads):+.0%}")
+        cost = (f"${min(costs):.3f}" if f"{min(costs):.3f}" == f"{max(costs):.3f}"
+                else f"${min(costs):.3f}-${max(costs):.3f}")
+        text = (f"At {load} with {sla}, {', '.join(names[:-1])} and {names[-1]} tie for the fewest GPUs: "
+                f"{fewest_gpus}{split}, with {head} headroom (equal within the search's {tol:.0%} precision), at "
+                f"{cost} per million output tokens (${t['gpu_hour_cost_usd']:g}/GPU-hour)")
+    else:
+        text = (f"At {load} with {sla}, {best['system']} needs the fewest GPUs: {best['gpus']}{split}, with "
+                f"{best['headroom']:+.0%} headroom, at ${best['cost_per_mtok']:.3f} per million output tokens "
+                f"(${t['gpu_hour_cost_usd']:g}/GPU-hour)")
+    fewer_headroom = [e for e in contenders if e not in tied]
+    if fewer_headroom:
+        n = len(fewer_headroom)
+        text += f"; {n} other system{'s need' if n > 1 else ' needs'} as many, with less headroom"
     base = doc["systems"].get(doc["baseline"]) if doc.get("baseline") else None
-    if base is not None and base["system"] != best["system"]:
+    if base is not None and all(base is not e for e in tied):
         if base["status"] != MET:
             text += f"; the baseline {base['system']} does not meet it within {t['max_gpus']} GPUs"
-        elif base["gpus"] > best["gpus"]:
-            saved = base["gpus"] - best["gpus"]
+        elif base["gpus"] > fewest_gpus:
+            saved = base["gpus"] - fewest_gpus
             text += (f"; that is {saved} GPU{'s' if saved != 1 else ''} ({saved / base['gpus']:.0%}) fewer than "
                      f"{base['system']}'s {base['gpus']}")
         else:
