@@ -22,6 +22,9 @@ from simulator.errors import UserError
 from simulator.progress import progress_bar
 
 SUBCOMMANDS = ("check", "list", "plan", "fit-profile")
+# plan seeds per candidate: three, the fewest with a usable interval (t = 4.3); a plan of peak.yaml stays a few
+# minutes on 2 cores
+PLAN_REPLICATES = 3
 
 
 class ScenarioFirst(click.Group):
@@ -169,13 +172,15 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
               help="relative precision of the headroom search")
 @click.option("--out", type=click.Path(path_type=Path), help="output directory [default: results/<scenario stem>]")
 @click.option("--quick", is_flag=True, help="short runs for a smoke test (run.quick_duration_s)")
-@click.option("--seed", type=int, help="seed of every run [default: the scenario's]")
+@click.option("--seed", type=int, help="seed of the first replicate [default: the scenario's]")
+@click.option("--replicates", type=click.IntRange(min=1), default=PLAN_REPLICATES, show_default=True,
+              help="seeds per candidate: a size meets when the 95%% interval of its attainment clears the target")
 @click.option("--jobs", type=click.IntRange(min=1), help="parallel runs [default: all cores]")
 @backend_options
 @overrides
 def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99: float, gpu_hour_cost: float,
              max_gpus: int, rate_tolerance: float, out: Path | None, quick: bool, seed: int | None,
-             jobs: int | None, backend: str, address: str | None, sets: tuple[str, ...]) -> None:
+             replicates: int, jobs: int | None, backend: str, address: str | None, sets: tuple[str, ...]) -> None:
     """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
     import time
 
@@ -186,9 +191,13 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     runner = make_backend(backend, address, jobs)
     target = Target(tps=sla_tps or scn.model.sla.tps_targets[0], attainment=attainment, ttft_p99=ttft_p99,
                     max_gpus=max_gpus, gpu_hour_cost=gpu_hour_cost, rate_tolerance=rate_tolerance)
-    out = output_dir(scenario, sets, out, plan_options(target, scn.model.sla.tps_targets[0]))
+    options = plan_options(target, scn.model.sla.tps_targets[0])
+    if replicates != PLAN_REPLICATES:
+        options += (f"plan.replicates={replicates}",)
+    out = output_dir(scenario, sets, out, options)
     bar = progress_bar(f"{scn.name}: plan runs")
-    planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1))
+    planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
+                      replicates=replicates)
     t0 = time.perf_counter()
     try:
         doc = planner.run()

@@ -38,15 +38,17 @@ from simulator.config import LoadedScenario
 from simulator.errors import UserError
 from simulator.frontier import default_baseline
 from simulator.metrics import overloaded
+from simulator.replicates import combine, judge, unresolved
 from simulator.run import LoadPoint, RunSpec
 from simulator.summary import plain
 from simulator.sweep import Sweep
 from simulator.systems import SystemSpec, resolve_systems
 
-MET, UNMET = "met", "unmet_at_max_gpus"
+MET, UNMET, UNRESOLVED_STATUS = "met", "unmet_at_max_gpus", "unresolved"
 PLAN_COLUMNS = ["system", "status", "gpus", "decode_gpus", "prefill_gpus", "replicas", "prefill_replicas",
                 "max_rate_per_replica", "headroom", "attainment", "ttft_p99", "tps_per_user_p10",
-                "throughput_per_gpu", "cost_per_mtok", "why_unmet"]
+                "throughput_per_gpu", "cost_per_mtok", "why_unmet", "seeds", "attainment_lo", "attainment_hi",
+                "headroom_lo", "headroom_hi", "gpus_lo"]
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,8 @@ class Trial:
                 "attainment": r.get("sla_attainment"), "ttft_p99": r.get("ttft_p99"),
                 "saturated": bool(r.get("saturated")), "prefill_saturated": bool(r.get("prefill_saturated")),
                 "overloaded": overloaded(r.get("requests") or 0, r.get("unfinished") or 0),
-                "arrival_rate": r.get("arrival_rate")}
+                "arrival_rate": r.get("arrival_rate"), "resolved": not unresolved(self.why_not),
+                "attainment_lo": r.get("attainment_lo"), "attainment_hi": r.get("attainment_hi")}
 
 
 @dataclass
@@ -166,7 +169,7 @@ class Planner:
     """Drives the searches of every system in rounds over the run store."""
 
     def __init__(self, scn: LoadedScenario, out: Path, target: Target, backend: Backend, quick: bool = False,
-                 seed: int | None = None, on_stored: Callable[[Task], None] | None = None):
+                 seed: int | None = None, on_stored: Callable[[Task], None] | None = None, replicates: int = 1):
         m = scn.model
         if m.traffic is None:
             raise UserError(f"{scn.path}: traffic: simulate plan sizes a deployment for open-loop traffic; the "
@@ -182,6 +185,7 @@ class Planner:
         self.backend = backend
         self.quick = quick
         self.seed = scn.model.seed if seed is None else seed
+        self.seeds = [self.seed + i for i in range(replicates)]  # every candidate runs at each (replicates.py)
         self.on_stored = on_stored
         self.systems = resolve_systems(scn)
         hw = scn.model.hardware
@@ -207,14 +211,17 @@ class Planner:
         return LoadedScenario(m.model_copy(update=update), self.scn.path, self.scn.overrides)
 
     def evaluate(self, cands: list[Candidate]) -> list[dict]:
+        """Run each candidate at every seed (together, in one batch) and combine its seeds' rows."""
         tasks = []
         for c in cands:
-            sweep = Sweep(self.variant(c), [RunSpec(c.system, LoadPoint(None), self.seed, self.quick)], self.out)
-            tasks.append(Task(sweep.scn, sweep.specs[0], sweep.store / f"{sweep.keys()[0]}.json"))
-        todo = list({t.store: t for t in tasks if not t.store.is_file()}.values())
+            specs = [RunSpec(c.system, LoadPoint(None), seed, self.quick) for seed in self.seeds]
+            sweep = Sweep(self.variant(c), specs, self.out)
+            tasks.append([Task(sweep.scn, spec, sweep.store / f"{key}.json")
+                          for spec, key in zip(sweep.specs, sweep.keys(), strict=True)])
+        todo = list({t.store: t for group in tasks for t in group if not t.store.is_file()}.values())
         execute(todo, self.backend, self.on_stored)
         self.runs += len(todo)
-        return [json.loads(t.store.read_text()) for t in tasks]
+        return [combine([json.loads(t.store.read_text()) for t in group]) for group in tasks]
 
     def drive(self, searches: dict[str, Generator]) -> dict[str, object]:
         """Advance every search a round at a time (one candidate each, run together) until all return."""
@@ -256,9 +263,12 @@ class Planner:
             return stop.value
 
     def _judge(self, ttft: bool) -> Callable[[dict], str | None]:
-        return lambda row: shortfall(row, self.target, ttft)
+        return lambda row: judge(row, lambda r: shortfall(r, self.target, ttft), self.target.attainment)
 
     def _prefill_judge(self, row: dict) -> str | None:
+        return judge(row, self._prefill_one, None)
+
+    def _prefill_one(self, row: dict) -> str | None:
         """A prefill pool is judged by TTFT alone (and its own backlog): decode speed is not its business."""
         if not row.get("requests"):
             return "no finished requests"
@@ -350,15 +360,41 @@ class Planner:
         cost = gpus * self.target.gpu_hour_cost / (tokens_per_s * 3600) * 1e6 if tokens_per_s > 0 else float("nan")
         rate = f.get("arrival_rate") or float("nan")
         met = plan.met and gpus <= self.target.max_gpus
+        lowest = self.lowest_possible(plan)
+        status = MET if met else (UNRESOLVED_STATUS if lowest is not None and not plan.met else UNMET)
         return {
-            "system": plan.system.name, "status": MET if met else UNMET, "gpus": gpus, "decode_gpus": decode_gpus,
+            "system": plan.system.name, "status": status, "gpus": gpus, "decode_gpus": decode_gpus,
             "prefill_gpus": prefill_gpus, "replicas": plan.replicas, "prefill_replicas": prefill,
             "max_rate_per_replica": (plan.max_scale or 0.0) * rate / plan.replicas,
             "headroom": (plan.max_scale or 0.0) - 1.0,
             "attainment": f["sla_attainment"], "ttft_p99": f["ttft_p99"], "tps_per_user_p10": f["tps_per_user_p10"],
             "throughput_per_gpu": f["throughput_per_gpu"], "cost_per_mtok": cost,
             "why_unmet": None if met else self.why_unmet(plan, gpus),
+            "seeds": len(self.seeds),
+            "attainment_lo": f.get("attainment_lo"), "attainment_hi": f.get("attainment_hi"),
+            "headroom_lo": (plan.max_scale or 0.0) - 1.0, "headroom_hi": self.headroom_hi(plan, prefill),
+            # the fewest GPUs the data cannot rule out: below it every count probed clearly failed
+            "gpus_lo": (lowest if lowest is not None else plan.replicas) * self.gpr + prefill_gpus,
         }
+
+    def lowest_possible(self, plan: SystemPlan) -> int | None:
+        """The fewest decode replicas not clearly failing: one above the largest count that clearly failed at
+        the scenario's traffic, when some count between it and the answer was unresolved; else None."""
+        sized = [t for t in plan.trials if t.scale == 1.0 and t.phase in ("decode", "with-prefill")]
+        open_ = [t.replicas for t in sized if unresolved(t.why_not)
+                 and (not plan.met or t.replicas < plan.replicas)]
+        if not open_:
+            return None
+        failed = [t.replicas for t in sized if t.why_not is not None and not unresolved(t.why_not)
+                  and t.replicas < min(open_)]
+        return max(failed) + 1 if failed else 1
+
+    def headroom_hi(self, plan: SystemPlan, prefill: int | None) -> float:
+        """The smallest traffic multiplier seen to fail clearly at the chosen size, minus one: with ``headroom``
+        (the largest seen to meet) the bracket the most sustainable traffic lies in. NaN when none failed."""
+        fails = [t.scale for t in plan.trials if t.replicas == plan.replicas and t.phase in ("headroom", "with-prefill")
+                 and t.prefill_replicas == prefill and t.why_not is not None and not unresolved(t.why_not)]
+        return min(fails) - 1.0 if fails else float("nan")
 
     def why_unmet(self, plan: SystemPlan, gpus: int) -> str:
         """Why a system is unmet, in the words of its run at the size it ended on."""
@@ -389,7 +425,7 @@ class Planner:
                     (t.why_not for t in reversed(prefill_plan.trials) if t.why_not), None),
                 "search": [t.log() for t in prefill_plan.trials] if prefill_plan else []},
             "baseline": default_baseline(names, m.sla.baseline),
-            "quick": self.quick, "seed": self.seed, "overrides": list(self.scn.overrides),
+            "quick": self.quick, "seed": self.seed, "seeds": self.seeds, "overrides": list(self.scn.overrides),
             "runs_executed": self.runs,
             "systems": {r["system"]: {**r, "search": [t.log() for t in plans[r["system"]].trials]} for r in rows},
         }
@@ -424,8 +460,10 @@ def verdict(doc: dict) -> str:
     met = [e for e in rows if e["status"] == MET]
     if not met:
         best = max(rows, key=lambda e: (e["attainment"] if e["attainment"] is not None else -1))
+        open_ = [e["system"] for e in rows if e["status"] == UNRESOLVED_STATUS]
+        tail = (f"; {', '.join(open_)} cannot be resolved at this precision (more --replicates)" if open_ else "")
         return (f"No system meets {sla} at {load} within {t['max_gpus']} GPUs; the closest is {best['system']} "
-                f"({best['attainment']:.1%} of requests at the target with {best['gpus']} GPUs).")
+                f"({best['attainment']:.1%} of requests at the target with {best['gpus']} GPUs){tail}.")
     # equal GPUs serve the same traffic at the same cost: the headroom tells them apart, to the precision of
     # its search; within that they tie (the cost per token at equal GPUs and traffic is measurement noise)
     fewest_gpus = min(e["gpus"] for e in met)
@@ -449,10 +487,21 @@ def verdict(doc: dict) -> str:
         text = (f"At {load} with {sla}, {best['system']} needs the fewest GPUs: {best['gpus']}{split}, with "
                 f"{best['headroom']:+.0%} headroom, at ${best['cost_per_mtok']:.3f} per million output tokens "
                 f"(${t['gpu_hour_cost_usd']:g}/GPU-hour)")
+    seeds = best.get("seeds") or 1
+    if seeds > 1 and best.get("attainment_lo") is not None:
+        text += (f"; attainment {best['attainment']:.1%} (95% interval {best['attainment_lo']:.1%}-"
+                 f"{best['attainment_hi']:.1%} over {seeds} seeds)")
+    if best.get("gpus_lo") is not None and best["gpus_lo"] < best["gpus"]:
+        text += (f"; between {best['gpus_lo']} and {best['gpus']} GPUs the SLA cannot be resolved at {seeds} "
+                 "seeds")
     fewer_headroom = [e for e in contenders if e not in tied]
     if fewer_headroom:
         n = len(fewer_headroom)
         text += f"; {n} other system{'s need' if n > 1 else ' needs'} as many, with less headroom"
+    open_ = [e["system"] for e in rows if e["status"] == UNRESOLVED_STATUS]
+    if open_:
+        text += (f"; {', '.join(open_)} cannot be resolved within {t['max_gpus']} GPUs at this precision (no "
+                 "size clearly meets, not all clearly fail)")
     base = doc["systems"].get(doc["baseline"]) if doc.get("baseline") else None
     if base is not None and all(base is not e for e in tied):
         if base["status"] != MET:
@@ -470,7 +519,9 @@ HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus"
            "prefill_gpus": "prefill GPUs", "replicas": "replicas", "prefill_replicas": "prefill replicas",
            "max_rate_per_replica": "max req/s per replica", "headroom": "headroom",
            "attainment": "SLA attainment", "ttft_p99": "TTFT p99 (s)", "tps_per_user_p10": "TPS p10 (tok/s/user)",
-           "throughput_per_gpu": "tok/s/GPU", "cost_per_mtok": "$/M output tok"}
+           "throughput_per_gpu": "tok/s/GPU", "cost_per_mtok": "$/M output tok", "seeds": "seeds",
+           "attainment_lo": "attainment 95% low", "attainment_hi": "attainment 95% high",
+           "headroom_lo": "headroom low", "headroom_hi": "headroom high", "gpus_lo": "GPUs, fewest possible"}
 
 
 def unmet_lines(doc: dict) -> list[str]:
@@ -481,8 +532,13 @@ def unmet_lines(doc: dict) -> list[str]:
         lines.append(f"! prefill pool: no size up to {pre['replicas']} replica(s) meets the TTFT limit"
                      + (f" ({pre['why_unmet']})" if pre.get("why_unmet") else ""))
     for name, e in doc["systems"].items():
-        if e["status"] != MET:
+        if e["status"] == UNRESOLVED_STATUS:
+            lines.append(f"! {name} unresolved: {e.get('why_unmet')}")
+        elif e["status"] != MET:
             lines.append(f"! {name} unmet: {e.get('why_unmet') or 'the SLA fails at the largest size tried'}")
+        elif e.get("gpus_lo") is not None and e["gpus_lo"] < e["gpus"]:
+            lines.append(f"! {name}: between {e['gpus_lo']} and {e['gpus']} GPUs, unresolvable at "
+                         f"{e.get('seeds', 1)} seeds (attainment near the target; --replicates more to resolve)")
     return lines
 
 
@@ -494,8 +550,8 @@ def format_plan(doc: dict) -> pd.DataFrame:
     def fmt(col: str, v):
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "-"
-        if col in ("attainment", "headroom"):
-            return f"{v:+.0%}" if col == "headroom" else f"{v:.1%}"
+        if col.startswith("attainment") or col.startswith("headroom"):
+            return f"{v:+.0%}" if col.startswith("headroom") else f"{v:.1%}"
         if col == "ttft_p99":
             return f"{v:.3f}"
         if col == "cost_per_mtok":
