@@ -47,7 +47,7 @@ from simulator.systems import SystemSpec, resolve_systems
 MET, UNMET, UNRESOLVED_STATUS = "met", "unmet_at_max_gpus", "unresolved"
 PLAN_COLUMNS = ["system", "status", "gpus", "decode_gpus", "prefill_gpus", "replicas", "prefill_replicas",
                 "max_rate_per_replica", "headroom", "attainment", "ttft_p99", "tps_per_user_p10",
-                "throughput_per_gpu", "cost_per_mtok", "why_unmet", "seeds", "attainment_lo", "attainment_hi",
+                "throughput_per_gpu", "throughput_per_deployed_gpu", "cost_per_mtok", "why_unmet", "seeds", "attainment_lo", "attainment_hi",
                 "headroom_lo", "headroom_hi", "gpus_lo"]
 
 
@@ -368,7 +368,9 @@ class Planner:
             "max_rate_per_replica": (plan.max_scale or 0.0) * rate / plan.replicas,
             "headroom": (plan.max_scale or 0.0) - 1.0,
             "attainment": f["sla_attainment"], "ttft_p99": f["ttft_p99"], "tps_per_user_p10": f["tps_per_user_p10"],
-            "throughput_per_gpu": f["throughput_per_gpu"], "cost_per_mtok": cost,
+            # per decode GPU (as runs.csv), and per GPU of the whole deployment: the basis of the cost
+            "throughput_per_gpu": f["throughput_per_gpu"],
+            "throughput_per_deployed_gpu": tokens_per_s / gpus if gpus else float("nan"), "cost_per_mtok": cost,
             "why_unmet": None if met else self.why_unmet(plan, gpus),
             "seeds": len(self.seeds),
             "attainment_lo": f.get("attainment_lo"), "attainment_hi": f.get("attainment_hi"),
@@ -519,7 +521,8 @@ HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus"
            "prefill_gpus": "prefill GPUs", "replicas": "replicas", "prefill_replicas": "prefill replicas",
            "max_rate_per_replica": "max req/s per replica", "headroom": "headroom",
            "attainment": "SLA attainment", "ttft_p99": "TTFT p99 (s)", "tps_per_user_p10": "TPS p10 (tok/s/user)",
-           "throughput_per_gpu": "tok/s/GPU", "cost_per_mtok": "$/M output tok", "seeds": "seeds",
+           "throughput_per_gpu": "tok/s/decode GPU", "throughput_per_deployed_gpu": "tok/s/GPU (all)",
+           "cost_per_mtok": "$/M output tok", "seeds": "seeds",
            "attainment_lo": "attainment 95% low", "attainment_hi": "attainment 95% high",
            "headroom_lo": "headroom low", "headroom_hi": "headroom high", "gpus_lo": "GPUs, fewest possible"}
 
@@ -576,7 +579,7 @@ def terminal_plan(doc: dict) -> str:
     if doc.get("prefill") is not None:
         df["P+D"] = [f"{p}+{d}" for p, d in zip(full["prefill GPUs"], full["decode GPUs"], strict=True)]
     df["req/s/replica"] = full["max req/s per replica"]
-    for col in ("headroom", "SLA attainment", "TTFT p99 (s)", "tok/s/GPU", "$/M output tok"):
+    for col in ("headroom", "SLA attainment", "TTFT p99 (s)", "tok/s/GPU (all)", "$/M output tok"):
         df[col] = full[col]
     text, dropped = fit_width(df)
     return text + (f"\n(in plan.csv and the report: {', '.join(dropped)})" if dropped else "")

@@ -181,9 +181,13 @@ def test_disaggregated_plan_sizes_a_prefill_pool_against_the_ttft_limit(scenario
     for e in doc["systems"].values():
         assert e["prefill_gpus"] == pre["replicas"] and e["gpus"] == e["prefill_gpus"] + e["decode_gpus"]
         assert e["ttft_p99"] <= 0.3
+        # tok/s per GPU of the whole deployment and the cost share one basis: every GPU
+        deployed = e["throughput_per_gpu"] * e["decode_gpus"] / e["gpus"]
+        assert e["throughput_per_deployed_gpu"] == pytest.approx(deployed)
+        assert e["cost_per_mtok"] == pytest.approx(1.0 / (deployed * 3600) * 1e6)
     assert "prefill +" in doc["verdict"]
     table = format_plan(doc)
-    assert {"prefill GPUs", "decode GPUs", "TTFT p99 (s)", "$/M output tok"} <= set(table.columns)
+    assert {"prefill GPUs", "decode GPUs", "TTFT p99 (s)", "$/M output tok", "tok/s/GPU (all)"} <= set(table.columns)
 
 
 def test_verdict_names_the_fewest_gpus_and_the_saving_over_the_baseline():
