@@ -82,9 +82,9 @@ FLAG_HINTS = {
     "saturated": "the queue was still growing at the end: the traffic is more than this deployment serves "
                  "(lower traffic.rate or add hardware.replicas; `simulate plan` sizes it)",
     "overloaded": f"more than {OVERLOAD_SHARE:.0%} of the requests that arrived in the window were still "
-                  "unfinished at the drain cap: the running batch took on more than it serves, with no queue to "
-                  "show it (lower traffic.rate or add hardware.replicas), or run.drain_cap_s is short for the "
-                  "output lengths",
+                  "unfinished at the drain cap, so their speed and latency figures are partial: in the open loop "
+                  "the running batch took on more than it serves, with no queue to show it (lower traffic.rate or "
+                  "add hardware.replicas); at any load run.drain_cap_s may be short for the output lengths",
     "beyond_table": "steps ran beyond the step-time table's grid (times extrapolated): measure a larger grid "
                     "(hw-profile) or lower engine.max_batch_tokens / max_running",
 }
