@@ -153,3 +153,18 @@ def test_progress_is_printed_as_lines_when_stderr_is_not_a_terminal(scenario_fil
     slow.update(5)
     slow.close()
     assert quiet.getvalue().startswith("scn: plan runs: 5 runs done, ")  # only the closing line
+
+
+def test_a_system_keeps_its_colour_whatever_the_other_systems():
+    from simulator.report import SYSTEM_PALETTE, colors
+
+    peak = ["mtp-1", "static-3", "static-5", "threshold-0.7", "batch-table", "goodput-k", "dspark", "dspark-async"]
+    full = colors(peak)
+    assert len(set(full.values())) == len(peak)  # distinct within a report
+    assert colors(["dspark", "mtp-1"]) == {"dspark": full["dspark"], "mtp-1": full["mtp-1"]}
+    assert colors(["mtp-1", "dspark"]) == colors(["dspark", "mtp-1"])  # not by position
+    assert colors(["dspark-async"])["dspark-async"] == full["dspark-async"]
+    mine = colors(["my-policy", "dspark"])  # a researcher's system: a colour the library's do not use
+    assert mine["my-policy"] not in full.values() and mine["my-policy"] == colors(["my-policy"])["my-policy"]
+    many = colors([f"s{i}" for i in range(30)])  # more systems than colours: every one still gets one
+    assert set(many.values()) <= set(SYSTEM_PALETTE)
