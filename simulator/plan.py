@@ -449,7 +449,9 @@ def load_phrase(doc: dict) -> str:
     if nominal:
         text = f"{nominal:,.1f} requests/s"
         if realised and abs(realised / nominal - 1) > 0.005:
-            text += f" ({realised:,.1f} realised in the measured window: Poisson arrivals of one seed)"
+            n = len(doc.get("seeds") or [doc.get("seed")])
+            draws = "one seed" if n == 1 else f"{n} seeds, mean"
+            text += f" ({realised:,.1f} realised in the measured window: Poisson arrivals of {draws})"
         return text
     return f"{realised:,.1f} requests/s" if realised else "the scenario's traffic"
 
@@ -472,10 +474,20 @@ def verdict(doc: dict) -> str:
     contenders = [e for e in met if e["gpus"] == fewest_gpus]
     top = max(e["headroom"] for e in contenders)
     tol = t.get("rate_tolerance", 0.05)
-    tied = [e for e in contenders if (1 + e["headroom"]) * (1 + tol) >= (1 + top) - 1e-9]
+
+    def ceiling(e: dict) -> float:
+        """The most headroom the data leave possible: the smallest multiplier seen to fail clearly (with
+        several seeds an unresolved stretch can lie between), else the search's precision above the bound."""
+        hi = e.get("headroom_hi")
+        return hi if hi is not None and not math.isnan(hi) else (1 + e["headroom"]) * (1 + tol) - 1
+
+    # tied: could be at least as good as the best bound (its interval reaches it)
+    tied = [e for e in contenders if e["headroom"] >= top - 1e-9 or ceiling(e) > top + 1e-9]
     best = min(tied, key=lambda e: (-e["headroom"], e["cost_per_mtok"]))
     split = (f" ({best['prefill_gpus']} prefill + {best['decode_gpus']} decode)" if best["prefill_gpus"] else "")
     if len(tied) > 1:
+        n_seeds = max(e.get("seeds") or 1 for e in tied)
+        seeds_note = f" and {n_seeds} seeds" if n_seeds > 1 else ""
         names = [e["system"] for e in tied]
         costs = [e["cost_per_mtok"] for e in tied]
         heads = [e["headroom"] for e in tied]
@@ -483,7 +495,8 @@ def verdict(doc: dict) -> str:
         cost = (f"${min(costs):.3f}" if f"{min(costs):.3f}" == f"{max(costs):.3f}"
                 else f"${min(costs):.3f}-${max(costs):.3f}")
         text = (f"At {load} with {sla}, {', '.join(names[:-1])} and {names[-1]} tie for the fewest GPUs: "
-                f"{fewest_gpus}{split}, with {head} headroom (equal within the search's {tol:.0%} precision), at "
+                f"{fewest_gpus}{split}, with {head} headroom (not told apart: each one's interval reaches the "
+                f"best's bound at the search's {tol:.0%} precision{seeds_note}), at "
                 f"{cost} per million output tokens (${t['gpu_hour_cost_usd']:g}/GPU-hour)")
     else:
         text = (f"At {load} with {sla}, {best['system']} needs the fewest GPUs: {best['gpus']}{split}, with "
