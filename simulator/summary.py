@@ -212,7 +212,7 @@ def terminal_headline(summary: dict, width: int = TERMINAL_WIDTH) -> str:
         legend += f"; in the report: {', '.join(dropped)}"
     import textwrap
 
-    return text + "\n" + textwrap.fill(legend, width)
+    return text + "\n" + textwrap.fill(legend, width, break_on_hyphens=False)
 
 
 def write_outputs(out: Path, scn: LoadedScenario, runs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
