@@ -23,14 +23,15 @@ def gpus_figure(doc: dict, col: dict[str, str]) -> go.Figure:
                              marker={"color": "#bbbbbb"}, hovertemplate="%{x}: %{y} prefill GPUs<extra></extra>"))
     fig.add_trace(go.Scatter(
         x=systems, y=[r["gpus"] for r in rows], mode="text", showlegend=False, textposition="top center",
-        text=[f"{r['gpus']}" if r["status"] == MET else f"{r['gpus']}: unmet" for r in rows], hoverinfo="skip"))
+        text=[f"{r['gpus']}" if r["status"] == MET else f"{r['gpus']}: {r['status'].split('_')[0]}" for r in rows],
+        hoverinfo="skip"))
     base = doc["systems"].get(doc.get("baseline") or "")
     if base is not None and base["status"] == MET:
         fig.add_hline(y=base["gpus"], line={"dash": "dash", "color": "#555"},
                       annotation_text=f"{html.escape(base['system'])}: {base['gpus']} GPUs",
                       annotation_position="top right")
     top = max([r["gpus"] for r in rows] + [1])
-    fig.update_layout(title="GPUs needed at the SLA (hatched: the SLA is not met even at the largest size tried)",
+    fig.update_layout(title="GPUs needed at the SLA (hatched: not met, or not resolved, at the largest size tried)",
                       barmode="stack", xaxis_title="system", yaxis_title="GPUs", yaxis_range=[0, top * 1.15],
                       height=440, legend_title="pool")
     return fig
