@@ -7,7 +7,7 @@ import html
 
 import plotly.graph_objects as go
 
-from simulator.plan import MET, format_plan
+from simulator.plan import MET, format_plan, unmet_lines
 
 
 def gpus_figure(doc: dict, col: dict[str, str]) -> go.Figure:
@@ -23,14 +23,15 @@ def gpus_figure(doc: dict, col: dict[str, str]) -> go.Figure:
                              marker={"color": "#bbbbbb"}, hovertemplate="%{x}: %{y} prefill GPUs<extra></extra>"))
     fig.add_trace(go.Scatter(
         x=systems, y=[r["gpus"] for r in rows], mode="text", showlegend=False, textposition="top center",
-        text=[f"{r['gpus']}" if r["status"] == MET else f"{r['gpus']}: unmet" for r in rows], hoverinfo="skip"))
+        text=[f"{r['gpus']}" if r["status"] == MET else f"{r['gpus']}: {r['status'].split('_')[0]}" for r in rows],
+        hoverinfo="skip"))
     base = doc["systems"].get(doc.get("baseline") or "")
     if base is not None and base["status"] == MET:
         fig.add_hline(y=base["gpus"], line={"dash": "dash", "color": "#555"},
                       annotation_text=f"{html.escape(base['system'])}: {base['gpus']} GPUs",
                       annotation_position="top right")
     top = max([r["gpus"] for r in rows] + [1])
-    fig.update_layout(title="GPUs needed at the SLA (hatched: the SLA is not met even at the largest size tried)",
+    fig.update_layout(title="GPUs needed at the SLA (hatched: not met, or not resolved, at the largest size tried)",
                       barmode="stack", xaxis_title="system", yaxis_title="GPUs", yaxis_range=[0, top * 1.15],
                       height=440, legend_title="pool")
     return fig
@@ -51,7 +52,7 @@ def search_figure(doc: dict, col: dict[str, str]) -> go.Figure:
     fig.add_hline(y=t["attainment"], line={"dash": "dash", "color": "#b00"},
                   annotation_text=f"target {t['attainment']:.0%}", annotation_position="bottom right")
     fig.update_layout(title=f"Search: share of requests at >= {t['tps_per_user']:g} tok/s/user against decode GPUs "
-                            "(saturated runs fail whatever their share)",
+                            "(saturated or overloaded runs fail whatever their share)",
                       xaxis_title="decode GPUs", xaxis_type="log", yaxis_title="SLA attainment (share of requests)",
                       yaxis_range=[0, 1], height=420, legend_title="system")
     return fig
@@ -72,11 +73,15 @@ def capacity_html(doc: dict) -> str:
     if doc.get("overrides"):
         notes.append("<p class='meta'>Overrides: " + html.escape(" ".join(f"--set {s}" for s in doc["overrides"]))
                      + "</p>")
+    unmet = unmet_lines(doc)
+    if unmet:
+        notes.append("<p class='warn'>Why unmet:</p><ul>" + "".join(f"<li>{html.escape(u[2:])}</li>" for u in unmet)
+                     + "</ul>")
     table = format_plan(doc).to_html(index=False, classes="headline", border=0, escape=True)
     return f"""<p><strong>{html.escape(doc['verdict'])}</strong></p>
 <p class="meta">Per system, the fewest GPUs at which the scenario's open-loop traffic meets the SLA: at least
 {t['attainment']:.0%} of requests at or above {t['tps_per_user']:g} tok/s/user, TTFT p99 within {t['ttft_p99_s']:g} s,
-not saturated (exponential-then-bisection search over replicas, at most {t['max_gpus']} GPUs). Max req/s per
+not saturated or overloaded (exponential-then-bisection search over replicas, at most {t['max_gpus']} GPUs). Max req/s per
 replica: the most traffic the chosen size sustains at the SLA, per replica; headroom: how much more traffic than
 the scenario's that is. Cost per million output tokens at ${t['gpu_hour_cost_usd']:g} per GPU-hour, all GPUs
 counted.{pool}</p>

@@ -19,8 +19,12 @@ from pathlib import Path
 import click
 
 from simulator.errors import UserError
+from simulator.progress import progress_bar
 
 SUBCOMMANDS = ("check", "list", "plan", "fit-profile")
+# plan seeds per candidate: three, the fewest with a usable interval (t = 4.3); a plan of peak.yaml stays a few
+# minutes on 2 cores
+PLAN_REPLICATES = 3
 
 
 class ScenarioFirst(click.Group):
@@ -50,24 +54,28 @@ def backend_options(f):
     return f
 
 
-def default_out(scenario: Path, sets: tuple[str, ...]) -> Path:
-    """results/<stem>, or results/<stem>-set-<hash of the overrides> so that overrides never overwrite the base
-    scenario's results."""
+def default_out(scenario: Path, sets: tuple[str, ...], plan_options: tuple[str, ...] = ()) -> Path:
+    """results/<stem>; results/<stem>-set-<hash of the overrides> so that overrides never overwrite the base
+    scenario's results; results/<stem>-plan-<hash of the overrides and plan options> for a plan with options
+    other than the defaults (``--sla 300`` and ``--sla 200`` plans never overwrite each other)."""
     out = Path("results") / scenario.stem
-    if not sets:
+    if not sets and not plan_options:
         return out
     import hashlib
 
-    return out.with_name(f"{scenario.stem}-set-{hashlib.sha256(chr(0).join(sets).encode()).hexdigest()[:8]}")
+    kind = "plan" if plan_options else "set"
+    digest = hashlib.sha256(chr(0).join((*sets, *plan_options)).encode()).hexdigest()[:8]
+    return out.with_name(f"{scenario.stem}-{kind}-{digest}")
 
 
-def output_dir(scenario: Path, sets: tuple[str, ...], out: Path | None) -> Path:
-    """``--out`` when given, else the default folder (saying so when overrides moved it)."""
+def output_dir(scenario: Path, sets: tuple[str, ...], out: Path | None, plan_options: tuple[str, ...] = ()) -> Path:
+    """``--out`` when given, else the default folder (saying so when overrides or plan options moved it)."""
     if out is not None:
         return out
-    out = default_out(scenario, sets)
-    if sets:
-        click.echo(f"overrides given: writing to {out} (--out to choose)", err=True)
+    out = default_out(scenario, sets, plan_options)
+    if sets or plan_options:
+        given = "overrides" if not plan_options else ("plan options" if not sets else "overrides and plan options")
+        click.echo(f"{given} given: writing to {out} (--out to choose)", err=True)
     return out
 
 
@@ -88,20 +96,20 @@ def make_backend(backend: str, address: str | None, jobs: int | None):
 @click.option("--records", type=click.Path(path_type=Path),
               help="also write per-request and per-step Parquet records here (stored runs are repeated to write them)")
 @click.option("--fresh", is_flag=True, help="ignore stored runs: run everything again and overwrite them")
+@click.option("--format", "formats", type=click.Choice(["vllm-bench"]), multiple=True,
+              help="also write every run as a `vllm bench serve --save-result` JSON in DIR/vllm-bench/")
 @backend_options
 @overrides
 def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, replicates: int | None,
-            jobs: int | None, records: Path | None, fresh: bool, backend: str, address: str | None,
-            sets: tuple[str, ...]) -> None:
+            jobs: int | None, records: Path | None, fresh: bool, formats: tuple[str, ...], backend: str,
+            address: str | None, sets: tuple[str, ...]) -> None:
     """Run a scenario (also: `simulate SCENARIO`)."""
-    from tqdm import tqdm
-
     from simulator.config import load_scenario
     from simulator.hardware import load_target_table, scenario_grid_warnings
     from simulator.live_tables import write_live_tables
     from simulator.plan import matching_plan
     from simulator.report import write_report
-    from simulator.summary import flag_lines, format_headline, headline_table, write_outputs
+    from simulator.summary import flag_lines, terminal_headline, write_outputs
     from simulator.sweep import Sweep
 
     scn = load_scenario(scenario, sets)
@@ -115,8 +123,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
         click.echo(f"resuming: {done_before} of {len(sweep.specs)} runs already in {out}", err=True)
 
     def progress(todo: int, total: int):
-        return tqdm(total=todo, desc=f"{scn.name}: runs", unit="run", file=sys.stderr, dynamic_ncols=True,
-                    disable=None)
+        return progress_bar(f"{scn.name}: runs", todo)
 
     try:
         sweep.execute(runner.jobs, progress, runner)
@@ -130,9 +137,14 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     for table in write_live_tables(out, runs):
         click.echo(f"measured step-time table: {table}", err=True)
     summary, frontier = write_outputs(out, scn, runs)
+    bench = None
+    if "vllm-bench" in formats:
+        from simulator.vllm_bench import write_bench_results
+
+        bench = write_bench_results(out, runs, scn.name, scn.model.traffic.kind if scn.model.traffic else None)
     capacity = matching_plan(out, scn, quick)
     report = write_report(out / "report.html", scn, runs, frontier, summary, load_target_table(scn), capacity)
-    click.echo(format_headline(headline_table(summary)).to_string(index=False))
+    click.echo(terminal_headline(summary))
     for line in flag_lines(summary):
         click.echo(line)
     if summary["quick"]:
@@ -140,6 +152,8 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     if summary["overrides"]:
         click.echo("overrides: " + " ".join(f"--set {s}" for s in summary["overrides"]))
     click.echo(f"\nruns: {path}\nfrontier: {out / 'frontier.csv'}\nsummary: {out / 'summary.json'}\nreport: {report}")
+    if bench is not None:
+        click.echo(f"vllm bench serve results: {bench}")
 
 
 @cli.command("plan")
@@ -158,28 +172,32 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
               help="relative precision of the headroom search")
 @click.option("--out", type=click.Path(path_type=Path), help="output directory [default: results/<scenario stem>]")
 @click.option("--quick", is_flag=True, help="short runs for a smoke test (run.quick_duration_s)")
-@click.option("--seed", type=int, help="seed of every run [default: the scenario's]")
+@click.option("--seed", type=int, help="seed of the first replicate [default: the scenario's]")
+@click.option("--replicates", type=click.IntRange(min=1), default=PLAN_REPLICATES, show_default=True,
+              help="seeds per candidate: a size meets when the 95%% interval of its attainment clears the target")
 @click.option("--jobs", type=click.IntRange(min=1), help="parallel runs [default: all cores]")
 @backend_options
 @overrides
 def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99: float, gpu_hour_cost: float,
              max_gpus: int, rate_tolerance: float, out: Path | None, quick: bool, seed: int | None,
-             jobs: int | None, backend: str, address: str | None, sets: tuple[str, ...]) -> None:
+             replicates: int, jobs: int | None, backend: str, address: str | None, sets: tuple[str, ...]) -> None:
     """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
     import time
 
-    from tqdm import tqdm
-
     from simulator.config import load_scenario
-    from simulator.plan import Planner, Target, format_plan, write_plan, write_plan_report
+    from simulator.plan import Planner, Target, terminal_plan, unmet_lines, write_plan, write_plan_report
 
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
-    out = output_dir(scenario, sets, out)
     target = Target(tps=sla_tps or scn.model.sla.tps_targets[0], attainment=attainment, ttft_p99=ttft_p99,
                     max_gpus=max_gpus, gpu_hour_cost=gpu_hour_cost, rate_tolerance=rate_tolerance)
-    bar = tqdm(desc=f"{scn.name}: plan runs", unit="run", file=sys.stderr, dynamic_ncols=True, disable=None)
-    planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1))
+    options = plan_options(target, scn.model.sla.tps_targets[0])
+    if replicates != PLAN_REPLICATES:
+        options += (f"plan.replicates={replicates}",)
+    out = output_dir(scenario, sets, out, options)
+    bar = progress_bar(f"{scn.name}: plan runs")
+    planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
+                      replicates=replicates)
     t0 = time.perf_counter()
     try:
         doc = planner.run()
@@ -192,12 +210,29 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
     csv, js = write_plan(out, doc)
     report = write_plan_report(out, scn, doc, quick, seed)
-    click.echo(format_plan(doc).to_string(index=False))
+    click.echo(terminal_plan(doc))
+    for line in unmet_lines(doc):
+        click.echo(line)
     click.echo("\n" + doc["verdict"])
     if quick:
         click.echo("(--quick: short smoke runs; do not plan on these numbers)")
     click.echo(f"\n{planner.runs} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)"
                f"\nplan: {csv}\n      {js}\nreport: {report}")
+
+
+def plan_options(target, scenario_sla: float) -> tuple[str, ...]:
+    """The plan options that differ from their defaults, as ``name=value`` (they name the output folder)."""
+    from dataclasses import fields
+
+    from simulator.plan import Target
+
+    given = []
+    for f in fields(Target):
+        value = getattr(target, f.name)
+        default = scenario_sla if f.name == "tps" else f.default
+        if value != default:
+            given.append(f"plan.{f.name}={value!r}")
+    return tuple(given)
 
 
 @cli.command("check")

@@ -181,7 +181,8 @@ class Segment(Strict):
 
 class Traffic(Strict):
     kind: Literal["poisson", "trace"]
-    rate: NonNegativeFloat | None = Field(None, description="poisson: constant arrivals per second")
+    # positive: at 0 nothing arrives, the open-loop run measures nothing and a plan has nothing to size
+    rate: PositiveFloat | None = Field(None, description="poisson: constant arrivals per second")
     segments: list[Segment] | None = Field(None, description="poisson: piecewise-constant rate (a tide), repeated to fill the run")
     time_scale: PositiveFloat = Field(1.0, description="segments run this many times faster (a 24 h tide in minutes)")
     trace: str | None = Field(None, description="trace: Azure-format CSV to replay")

@@ -109,9 +109,15 @@ def matched_throughput_gain(tps: np.ndarray, thr: np.ndarray, base_tps: np.ndarr
     (the paper's "X%-Y% faster per user at matched throughput"): its min and max, and the range (``from``,
     ``to``, tokens/s/GPU). Both frontiers are piecewise linear in throughput, so on each piece between
     consecutive breakpoints of either the ratio is a linear fraction, monotone: its extremes lie at the
-    breakpoints, which is where it is evaluated. NaN where the ranges do not overlap."""
-    sy, sx = frontier_curve(tps, thr)
-    by, bx = frontier_curve(base_tps, base_thr)
+    breakpoints, which is where it is evaluated. NaN where the ranges do not overlap.
+
+    A point where no user got past the first token (speed 0) is no operating point to compare at: against a
+    baseline at speed 0 the ratio has no value (it would be infinite), so such points are left out of both
+    curves (the run is flagged ``no_finished`` in the headline)."""
+    tps, thr, base_tps, base_thr = (np.asarray(a, dtype=float) for a in (tps, thr, base_tps, base_thr))
+    moving, base_moving = ~(tps <= 0), ~(base_tps <= 0)
+    sy, sx = frontier_curve(tps[moving], thr[moving])
+    by, bx = frontier_curve(base_tps[base_moving], base_thr[base_moving])
     nan = {"min": float("nan"), "max": float("nan"), "from": float("nan"), "to": float("nan")}
     if len(sy) == 0 or len(by) == 0:
         return nan

@@ -54,6 +54,8 @@ def request_metrics(req: dict[str, np.ndarray], warmup: float, end: float, stop:
     queued = ~np.isnan(routed)
     wait = np.where(np.isnan(admitted), stop, admitted)[queued] - routed[queued]
     p50 = percentile(speed, 50)
+    # end-to-end latency, a lower bound (stop - arrival) for a request unfinished at the cap, as TTFT's
+    e2el = np.where(done, finish, stop) - arrival
     return {
         "requests": int(sel.sum()),
         "unfinished": int((~done).sum()),
@@ -65,10 +67,82 @@ def request_metrics(req: dict[str, np.ndarray], warmup: float, end: float, stop:
         "admission_wait_p50": percentile(wait, 50),
         "admission_wait_p99": percentile(wait, 99),
         "tpot_p50": 1.0 / p50 if p50 > 0 else float("nan"),
+        **latency_stats(ttft, speed, e2el),
         "sla_attainment": float(met.mean()) if len(met) else float("nan"),
         "preemptions": int(req["preemptions"][sel].sum()),
         "rejected": int((req["rejected"] & (req["arrival"] >= warmup) & (req["arrival"] < end)).sum()),
     }
+
+
+def latency_stats(ttft: np.ndarray, speed: np.ndarray, e2el: np.ndarray) -> dict[str, float]:
+    """The figures ``vllm bench serve`` prints, over the same followed requests as the rest: TTFT mean and p90
+    (p50 and p99 are ``ttft_p50``, ``ttft_p99``), TPOT (seconds per output token after the first, 1 / speed:
+    its percentiles are the speed's mirrored, as ``tpot_p50`` is; a request still without a second token at
+    the cap has an unbounded TPOT, so the mean is then infinite) and end-to-end latency (arrival to last
+    token). Seconds, as every time in runs.csv."""
+    with np.errstate(divide="ignore"):
+        tpot = 1.0 / speed
+    mirrored = {q: percentile(speed, 100 - q) for q in (90, 99)}
+    return {
+        "ttft_mean": float(ttft.mean()) if len(ttft) else float("nan"),
+        "ttft_p90": percentile(ttft, 90),
+        "tpot_mean": float(tpot.mean()) if len(tpot) else float("nan"),
+        **{f"tpot_p{q}": (1.0 / v if v > 0 else float("inf")) if not np.isnan(v) else v
+           for q, v in mirrored.items()},
+        "e2el_mean": float(e2el.mean()) if len(e2el) else float("nan"),
+        "e2el_p50": percentile(e2el, 50),
+        "e2el_p90": percentile(e2el, 90),
+        "e2el_p99": percentile(e2el, 99),
+    }
+
+
+def inter_token_gaps(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], warmup: float, end: float,
+                     stop: float) -> np.ndarray:
+    """Every gap between successive emissions of the followed requests (seconds), pooled, as ``vllm bench
+    serve`` pools its inter-token latencies (a step that emits several tokens of a request at once is one
+    emission). A request emits at its first token, then at the end of every step of its replica that started
+    after it was admitted and had its first token, up to its last token (or the cap): the steps it runs in.
+    That count equals its ``decode_steps`` (tests/simulator/test_latency.py checks it); a request preempted
+    and recomputed sat some of those steps out, which the logs do not say, so its pause reads as several
+    shorter gaps."""
+    sel = np.flatnonzero(followed(req, warmup, end) & ~np.isnan(req["first_token"]))
+    if not len(sel) or not len(steps["end"]):
+        return np.zeros(0)
+    gaps = []
+    by_replica = {}
+    for i in np.unique(req["replica"][sel]):
+        mine = np.flatnonzero(steps["replica"] == i)
+        by_replica[int(i)] = (steps["start"][mine], steps["end"][mine])
+    for r in sel.tolist():
+        i = int(req["replica"][r])
+        if i not in by_replica or np.isnan(req["admitted"][r]):  # never admitted: nothing after the first token
+            continue
+        starts, ends = by_replica[i]
+        first = req["first_token"][r]
+        from_ = max(first, req["admitted"][r])
+        last = req["finish"][r] if not np.isnan(req["finish"][r]) else stop
+        lo = int(np.searchsorted(starts, from_ - 1e-12, side="left"))
+        hi = int(np.searchsorted(ends, last + 1e-12, side="right"))
+        if hi > lo:
+            gaps.append(np.diff(np.concatenate([[first], ends[lo:hi]])))
+    return np.concatenate(gaps) if gaps else np.zeros(0)
+
+
+def itl_metrics(gaps: np.ndarray) -> dict[str, float]:
+    return {"itl_mean": float(gaps.mean()) if len(gaps) else float("nan"),
+            **{f"itl_p{q}": percentile(gaps, q) for q in (50, 90, 99)}}
+
+
+def bench_counts(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], warmup: float,
+                 end: float) -> dict[str, int]:
+    """The counts a ``vllm bench serve`` result carries besides its latencies: the followed requests that
+    completed and their prompt and output tokens, and the speculative decoding counters over the window's steps
+    (drafts: request-steps; draft tokens: tokens verified beyond the bonus one; accepted drafts)."""
+    sel = followed(req, warmup, end) & ~np.isnan(req["finish"])
+    win = (steps["end"] > warmup) & (steps["end"] <= end)
+    return {"completed": int(sel.sum()), "input_tokens": int(req["prompt"][sel].sum()),
+            "output_tokens": int(req["output"][sel].sum()), "drafts": int(steps["decoding"][win].sum()),
+            "draft_tokens": int(steps["verified"][win].sum()), "accepted": int(steps["accepted"][win].sum())}
 
 
 def step_metrics(steps: dict[str, np.ndarray], warmup: float, end: float, gpus: int,
@@ -110,6 +184,20 @@ def saturated(steps: dict[str, np.ndarray], end: float, replicas: int, max_runni
             total += int(steps["queued"][mine[-1]]) if len(mine) else 0
         queued_at.append(total)
     return queued_at[1] > max(10, 0.1 * replicas * max_running) and queued_at[1] > queued_at[0]
+
+
+#: share of the followed requests still unfinished at the drain cap above which a run is ``overloaded``
+OVERLOAD_SHARE = 0.05
+
+
+def overloaded(requests: int, unfinished: int) -> bool:
+    """Overload the running batch absorbs: more than ``OVERLOAD_SHARE`` of the followed requests were still
+    unfinished at the drain cap. A deployment whose batch admits whatever arrives (ample KV cache, a large
+    ``max_running``) grows no queue, so ``saturated`` stays false, yet every request slows down until most
+    cannot finish: 247 of 341 followed requests unfinished at 0% SLA attainment read as unsaturated. In a
+    healthy run the drain cap (``run.drain_cap_s``) outlasts the last followed request's lifetime; a share
+    unfinished at it says the batch took on more than it serves (or the cap is short for the output lengths)."""
+    return bool(requests > 0 and unfinished > OVERLOAD_SHARE * requests)
 
 
 def tau_by_mix(req: dict[str, np.ndarray], warmup: float, end: float, keys: list[str]) -> dict[str, float]:

@@ -1,7 +1,8 @@
 """Capacity planning: per system, the fewest GPUs at which the scenario's open-loop traffic meets the SLA.
 
 The SLA holds for a run when at least ``attainment`` of its requests generate at or above ``tps`` tok/s/user, its
-TTFT p99 is within the limit, it is not saturated and it finished requests at all. Per system:
+TTFT p99 is within the limit, it is neither saturated nor overloaded (``metrics.overloaded``) and it finished
+requests at all. Per system:
 
 1. decode replicas: an exponential search (1, 2, 4, ... up to ``max_gpus``) finds a replica count that meets the
    SLA, then bisection between it and the last count that failed finds the fewest (the SLA is taken to be
@@ -12,7 +13,8 @@ TTFT p99 is within the limit, it is not saturated and it finished requests at al
 3. with a disaggregated prefill pool, the decode searches run behind an unbounded prefill pool (TTFT is then
    the prefill pool's business) while the prefill pool is sized, once for all systems (prompts and their
    prefill do not depend on the system), by the same replica search against the TTFT limit; each system's
-   decode size is then confirmed with that pool in place (one replica more while the SLA fails).
+   decode size is then confirmed with that pool in place (one replica more while the SLA fails for the decode
+   pool's sake, never against the prefill pool's backlog or TTFT), and its headroom is measured with both pools.
 
 Every candidate is a run of the sweep's run store (``DIR/.runs``, keyed by everything that determines it), so a
 plan resumes where an interrupted one stopped and shares runs with sweeps of the same settings. Each round of
@@ -35,15 +37,18 @@ from simulator.backends import Backend, Task, execute
 from simulator.config import LoadedScenario
 from simulator.errors import UserError
 from simulator.frontier import default_baseline
+from simulator.metrics import overloaded
+from simulator.replicates import combine, judge, unresolved
 from simulator.run import LoadPoint, RunSpec
 from simulator.summary import plain
 from simulator.sweep import Sweep
 from simulator.systems import SystemSpec, resolve_systems
 
-MET, UNMET = "met", "unmet_at_max_gpus"
+MET, UNMET, UNRESOLVED_STATUS = "met", "unmet_at_max_gpus", "unresolved"
 PLAN_COLUMNS = ["system", "status", "gpus", "decode_gpus", "prefill_gpus", "replicas", "prefill_replicas",
                 "max_rate_per_replica", "headroom", "attainment", "ttft_p99", "tps_per_user_p10",
-                "throughput_per_gpu", "cost_per_mtok"]
+                "throughput_per_gpu", "throughput_per_deployed_gpu", "cost_per_mtok", "why_unmet", "seeds", "attainment_lo", "attainment_hi",
+                "headroom_lo", "headroom_hi", "gpus_lo"]
 
 
 @dataclass(frozen=True)
@@ -62,12 +67,19 @@ def shortfall(row: dict, target: Target, ttft: bool = True) -> str | None:
     if not row.get("steps") or not row.get("requests"):
         return "no finished requests"
     if row["saturated"]:
-        return "saturated"
+        return "saturated (prefill pool)" if row.get("prefill_saturated") else "saturated"
+    if overloaded(row["requests"], row.get("unfinished") or 0):
+        return f"overloaded ({row['unfinished'] / row['requests']:.0%} unfinished at the drain cap)"
     if row["sla_attainment"] < target.attainment:
         return f"attainment {row['sla_attainment']:.1%} < {target.attainment:.0%}"
     if ttft and row["ttft_p99"] > target.ttft_p99:
         return f"TTFT p99 {row['ttft_p99']:.2f} s > {target.ttft_p99:g} s"
     return None
+
+
+def prefill_bound(why: str | None) -> bool:
+    """Whether a shortfall is the prefill pool's (its backlog, or TTFT, which ends when prefill does)."""
+    return bool(why) and (why.startswith("saturated (prefill pool)") or why.startswith("TTFT"))
 
 
 # --- searches (generators: yield a candidate, receive whether it met the SLA) ----------------------------------
@@ -137,7 +149,10 @@ class Trial:
         return {"phase": self.phase, "replicas": self.replicas, "traffic_scale": round(self.scale, 6),
                 "prefill_replicas": self.prefill_replicas, "met": self.why_not is None, "why_not": self.why_not,
                 "attainment": r.get("sla_attainment"), "ttft_p99": r.get("ttft_p99"),
-                "saturated": bool(r.get("saturated")), "arrival_rate": r.get("arrival_rate")}
+                "saturated": bool(r.get("saturated")), "prefill_saturated": bool(r.get("prefill_saturated")),
+                "overloaded": overloaded(r.get("requests") or 0, r.get("unfinished") or 0),
+                "arrival_rate": r.get("arrival_rate"), "resolved": not unresolved(self.why_not),
+                "attainment_lo": r.get("attainment_lo"), "attainment_hi": r.get("attainment_hi")}
 
 
 @dataclass
@@ -154,7 +169,7 @@ class Planner:
     """Drives the searches of every system in rounds over the run store."""
 
     def __init__(self, scn: LoadedScenario, out: Path, target: Target, backend: Backend, quick: bool = False,
-                 seed: int | None = None, on_stored: Callable[[Task], None] | None = None):
+                 seed: int | None = None, on_stored: Callable[[Task], None] | None = None, replicates: int = 1):
         m = scn.model
         if m.traffic is None:
             raise UserError(f"{scn.path}: traffic: simulate plan sizes a deployment for open-loop traffic; the "
@@ -170,6 +185,7 @@ class Planner:
         self.backend = backend
         self.quick = quick
         self.seed = scn.model.seed if seed is None else seed
+        self.seeds = [self.seed + i for i in range(replicates)]  # every candidate runs at each (replicates.py)
         self.on_stored = on_stored
         self.systems = resolve_systems(scn)
         hw = scn.model.hardware
@@ -195,14 +211,17 @@ class Planner:
         return LoadedScenario(m.model_copy(update=update), self.scn.path, self.scn.overrides)
 
     def evaluate(self, cands: list[Candidate]) -> list[dict]:
+        """Run each candidate at every seed (together, in one batch) and combine its seeds' rows."""
         tasks = []
         for c in cands:
-            sweep = Sweep(self.variant(c), [RunSpec(c.system, LoadPoint(None), self.seed, self.quick)], self.out)
-            tasks.append(Task(sweep.scn, sweep.specs[0], sweep.store / f"{sweep.keys()[0]}.json"))
-        todo = list({t.store: t for t in tasks if not t.store.is_file()}.values())
+            specs = [RunSpec(c.system, LoadPoint(None), seed, self.quick) for seed in self.seeds]
+            sweep = Sweep(self.variant(c), specs, self.out)
+            tasks.append([Task(sweep.scn, spec, sweep.store / f"{key}.json")
+                          for spec, key in zip(sweep.specs, sweep.keys(), strict=True)])
+        todo = list({t.store: t for group in tasks for t in group if not t.store.is_file()}.values())
         execute(todo, self.backend, self.on_stored)
         self.runs += len(todo)
-        return [json.loads(t.store.read_text()) for t in tasks]
+        return [combine([json.loads(t.store.read_text()) for t in group]) for group in tasks]
 
     def drive(self, searches: dict[str, Generator]) -> dict[str, object]:
         """Advance every search a round at a time (one candidate each, run together) until all return."""
@@ -244,9 +263,12 @@ class Planner:
             return stop.value
 
     def _judge(self, ttft: bool) -> Callable[[dict], str | None]:
-        return lambda row: shortfall(row, self.target, ttft)
+        return lambda row: judge(row, lambda r: shortfall(r, self.target, ttft), self.target.attainment)
 
     def _prefill_judge(self, row: dict) -> str | None:
+        return judge(row, self._prefill_one, None)
+
+    def _prefill_one(self, row: dict) -> str | None:
         """A prefill pool is judged by TTFT alone (and its own backlog): decode speed is not its business."""
         if not row.get("requests"):
             return "no finished requests"
@@ -278,37 +300,40 @@ class Planner:
         plan.met = n is not None
         plan.replicas = n if n is not None else cap
         plan.final = yield Candidate(s, plan.replicas)  # from the store: the search ran it
-        yield from self.headroom(plan)
+        if not self.disaggregated:  # else measured with the sized prefill pool in place (with_prefill)
+            yield from self.headroom(plan)
 
-    def headroom(self, plan: SystemPlan) -> Generator[Candidate, dict, None]:
-        """The largest traffic multiplier the chosen decode pool sustains at the SLA."""
+    def headroom(self, plan: SystemPlan, prefill: int | None = None) -> Generator[Candidate, dict, None]:
+        """The largest traffic multiplier the chosen deployment sustains at the SLA: the decode pool, with the
+        sized prefill pool in place when prefill is disaggregated (more traffic loads both pools; behind an
+        unbounded prefill pool the headroom overstated what the whole deployment sustains)."""
         n = plan.replicas
         guess = n / (n - 1) if plan.met and n > 1 else 2.0
         search = most_traffic(plan.met, guess, self.target.rate_tolerance)
         scale = next(search)
         try:
             while True:
-                ok = yield from self._probe(plan, "headroom", Candidate(plan.system, n, scale),
-                                            self._judge(not self.disaggregated))
+                ok = yield from self._probe(plan, "headroom", Candidate(plan.system, n, scale, prefill),
+                                            self._judge(prefill is not None or not self.disaggregated))
                 scale = search.send(ok)
         except StopIteration as stop:
             plan.max_scale = stop.value
 
     def with_prefill(self, plan: SystemPlan, prefill: int) -> Generator[Candidate, dict, None]:
-        """Confirm the decode size with the sized prefill pool in place, one replica more while it fails."""
+        """Confirm the decode size with the sized prefill pool in place, one decode replica more while it fails
+        for the decode pool's sake (never against a saturated prefill pool or its TTFT: more decode replicas do
+        not prefill faster); then the headroom with both pools."""
         cap = max(self.target.max_gpus // self.gpr, 1)
         n = plan.replicas
-        first = n
         while True:
             ok = yield from self._probe(plan, "with-prefill", Candidate(plan.system, n, 1.0, prefill), self._judge(True))
-            if ok or n >= cap or not plan.met:
+            if ok or n >= cap or not plan.met or prefill_bound(plan.trials[-1].why_not):
                 break
             n += 1
         plan.met = plan.met and ok
         plan.replicas = n
         plan.final = plan.trials[-1].row
-        if n != first:
-            yield from self.headroom(plan)
+        yield from self.headroom(plan, prefill)
 
     def run(self) -> dict:
         plans = {s.name: SystemPlan(s) for s in self.systems}
@@ -319,8 +344,10 @@ class Planner:
             searches["\0prefill"] = search
         found = self.drive(searches)
         if self.disaggregated:
+            prefill_met = found["\0prefill"] is not None
             prefill = found["\0prefill"] or max(self.target.max_gpus // self.prefill_gpr, 1)
             self.drive({k: self.with_prefill(p, prefill) for k, p in plans.items()})
+            return self.document(plans, prefill_plan, prefill, prefill_met)
         return self.document(plans, prefill_plan, prefill)
 
     # --- output ----------------------------------------------------------------------------------------------
@@ -333,16 +360,55 @@ class Planner:
         cost = gpus * self.target.gpu_hour_cost / (tokens_per_s * 3600) * 1e6 if tokens_per_s > 0 else float("nan")
         rate = f.get("arrival_rate") or float("nan")
         met = plan.met and gpus <= self.target.max_gpus
+        lowest = self.lowest_possible(plan)
+        status = MET if met else (UNRESOLVED_STATUS if lowest is not None and not plan.met else UNMET)
         return {
-            "system": plan.system.name, "status": MET if met else UNMET, "gpus": gpus, "decode_gpus": decode_gpus,
+            "system": plan.system.name, "status": status, "gpus": gpus, "decode_gpus": decode_gpus,
             "prefill_gpus": prefill_gpus, "replicas": plan.replicas, "prefill_replicas": prefill,
             "max_rate_per_replica": (plan.max_scale or 0.0) * rate / plan.replicas,
             "headroom": (plan.max_scale or 0.0) - 1.0,
             "attainment": f["sla_attainment"], "ttft_p99": f["ttft_p99"], "tps_per_user_p10": f["tps_per_user_p10"],
-            "throughput_per_gpu": f["throughput_per_gpu"], "cost_per_mtok": cost,
+            # per decode GPU (as runs.csv), and per GPU of the whole deployment: the basis of the cost
+            "throughput_per_gpu": f["throughput_per_gpu"],
+            "throughput_per_deployed_gpu": tokens_per_s / gpus if gpus else float("nan"), "cost_per_mtok": cost,
+            "why_unmet": None if met else self.why_unmet(plan, gpus),
+            "seeds": len(self.seeds),
+            "attainment_lo": f.get("attainment_lo"), "attainment_hi": f.get("attainment_hi"),
+            "headroom_lo": (plan.max_scale or 0.0) - 1.0, "headroom_hi": self.headroom_hi(plan, prefill),
+            # the fewest GPUs the data cannot rule out: below it every count probed clearly failed
+            "gpus_lo": (lowest if lowest is not None else plan.replicas) * self.gpr + prefill_gpus,
         }
 
-    def document(self, plans: dict[str, SystemPlan], prefill_plan: SystemPlan | None, prefill: int | None) -> dict:
+    def lowest_possible(self, plan: SystemPlan) -> int | None:
+        """The fewest decode replicas not clearly failing: one above the largest count that clearly failed at
+        the scenario's traffic, when some count between it and the answer was unresolved; else None."""
+        sized = [t for t in plan.trials if t.scale == 1.0 and t.phase in ("decode", "with-prefill")]
+        open_ = [t.replicas for t in sized if unresolved(t.why_not)
+                 and (not plan.met or t.replicas < plan.replicas)]
+        if not open_:
+            return None
+        failed = [t.replicas for t in sized if t.why_not is not None and not unresolved(t.why_not)
+                  and t.replicas < min(open_)]
+        return max(failed) + 1 if failed else 1
+
+    def headroom_hi(self, plan: SystemPlan, prefill: int | None) -> float:
+        """The smallest traffic multiplier seen to fail clearly at the chosen size, minus one: with ``headroom``
+        (the largest seen to meet) the bracket the most sustainable traffic lies in. NaN when none failed."""
+        fails = [t.scale for t in plan.trials if t.replicas == plan.replicas and t.phase in ("headroom", "with-prefill")
+                 and t.prefill_replicas == prefill and t.why_not is not None and not unresolved(t.why_not)]
+        return min(fails) - 1.0 if fails else float("nan")
+
+    def why_unmet(self, plan: SystemPlan, gpus: int) -> str:
+        """Why a system is unmet, in the words of its run at the size it ended on."""
+        if plan.met:  # each pool met, but together they exceed the budget
+            return f"{gpus} GPUs (decode + prefill) exceed --max-gpus {self.target.max_gpus}"
+        last = next((t for t in reversed(plan.trials) if t.replicas == plan.replicas and t.scale == 1.0
+                     and t.why_not is not None and t.phase != "headroom"), None)
+        why = last.why_not if last is not None else "the SLA fails"
+        return f"at {plan.replicas * self.gpr} decode GPUs: {why}"
+
+    def document(self, plans: dict[str, SystemPlan], prefill_plan: SystemPlan | None, prefill: int | None,
+                 prefill_met: bool = True) -> dict:
         rows = [self.row_of(p, prefill) for p in plans.values()]
         names = [r["system"] for r in rows]
         m = self.scn.model
@@ -356,10 +422,12 @@ class Planner:
             "arrival_rate": next((r["arrival_rate"] for p in plans.values() for r in [p.final] if r), None),
             "gpus_per_replica": self.gpr,
             "prefill": None if not self.disaggregated else {
-                "replicas": prefill, "gpus_per_replica": self.prefill_gpr,
+                "replicas": prefill, "gpus_per_replica": self.prefill_gpr, "met": prefill_met,
+                "why_unmet": None if prefill_met else next(
+                    (t.why_not for t in reversed(prefill_plan.trials) if t.why_not), None),
                 "search": [t.log() for t in prefill_plan.trials] if prefill_plan else []},
             "baseline": default_baseline(names, m.sla.baseline),
-            "quick": self.quick, "seed": self.seed, "overrides": list(self.scn.overrides),
+            "quick": self.quick, "seed": self.seed, "seeds": self.seeds, "overrides": list(self.scn.overrides),
             "runs_executed": self.runs,
             "systems": {r["system"]: {**r, "search": [t.log() for t in plans[r["system"]].trials]} for r in rows},
         }
@@ -372,33 +440,89 @@ def plan_table(doc: dict) -> pd.DataFrame:
                         columns=PLAN_COLUMNS)
 
 
+def load_phrase(doc: dict) -> str:
+    """The traffic a plan sized for: the scenario's rate, and the realised one when it differs (a Poisson
+    stream's window of one seed is not exactly its mean)."""
+    realised = doc.get("arrival_rate")
+    traffic = doc.get("traffic") or {}
+    nominal = traffic.get("rate") if traffic.get("kind") == "poisson" else None
+    if nominal:
+        text = f"{nominal:,.1f} requests/s"
+        if realised and abs(realised / nominal - 1) > 0.005:
+            n = len(doc.get("seeds") or [doc.get("seed")])
+            draws = "one seed" if n == 1 else f"{n} seeds, mean"
+            text += f" ({realised:,.1f} realised in the measured window: Poisson arrivals of {draws})"
+        return text
+    return f"{realised:,.1f} requests/s" if realised else "the scenario's traffic"
+
+
 def verdict(doc: dict) -> str:
     t = doc["target"]
     rows = [e for e in doc["systems"].values()]
     sla = f"{t['attainment']:.0%} of requests at >= {t['tps_per_user']:g} tok/s/user, TTFT p99 <= {t['ttft_p99_s']:g} s"
-    rate = doc.get("arrival_rate")
-    load = f"{rate:,.1f} requests/s" if rate else "the scenario's traffic"
+    load = load_phrase(doc)
     met = [e for e in rows if e["status"] == MET]
     if not met:
         best = max(rows, key=lambda e: (e["attainment"] if e["attainment"] is not None else -1))
+        open_ = [e["system"] for e in rows if e["status"] == UNRESOLVED_STATUS]
+        tail = (f"; {', '.join(open_)} cannot be resolved at this precision (more --replicates)" if open_ else "")
         return (f"No system meets {sla} at {load} within {t['max_gpus']} GPUs; the closest is {best['system']} "
-                f"({best['attainment']:.1%} of requests at the target with {best['gpus']} GPUs).")
-    # equal GPUs serve the same traffic at the same cost: the headroom tells them apart
-    best = min(met, key=lambda e: (e["gpus"], -e["headroom"], e["cost_per_mtok"]))
+                f"({best['attainment']:.1%} of requests at the target with {best['gpus']} GPUs){tail}.")
+    # equal GPUs serve the same traffic at the same cost: the headroom tells them apart, to the precision of
+    # its search; within that they tie (the cost per token at equal GPUs and traffic is measurement noise)
+    fewest_gpus = min(e["gpus"] for e in met)
+    contenders = [e for e in met if e["gpus"] == fewest_gpus]
+    top = max(e["headroom"] for e in contenders)
+    tol = t.get("rate_tolerance", 0.05)
+
+    def ceiling(e: dict) -> float:
+        """The most headroom the data leave possible: the smallest multiplier seen to fail clearly (with
+        several seeds an unresolved stretch can lie between), else the search's precision above the bound."""
+        hi = e.get("headroom_hi")
+        return hi if hi is not None and not math.isnan(hi) else (1 + e["headroom"]) * (1 + tol) - 1
+
+    # tied: could be at least as good as the best bound (its interval reaches it)
+    tied = [e for e in contenders if e["headroom"] >= top - 1e-9 or ceiling(e) > top + 1e-9]
+    best = min(tied, key=lambda e: (-e["headroom"], e["cost_per_mtok"]))
     split = (f" ({best['prefill_gpus']} prefill + {best['decode_gpus']} decode)" if best["prefill_gpus"] else "")
-    text = (f"At {load} with {sla}, {best['system']} needs the fewest GPUs: {best['gpus']}{split}, with "
-            f"{best['headroom']:+.0%} headroom, at ${best['cost_per_mtok']:.3f} per million output tokens "
-            f"(${t['gpu_hour_cost_usd']:g}/GPU-hour)")
-    ties = [e["system"] for e in met if e["gpus"] == best["gpus"] and e is not best]
-    if ties:
-        text += (f"; {len(ties)} other system{'s need' if len(ties) > 1 else ' needs'} as many, with less "
-                 "headroom")
+    if len(tied) > 1:
+        n_seeds = max(e.get("seeds") or 1 for e in tied)
+        seeds_note = f" and {n_seeds} seeds" if n_seeds > 1 else ""
+        names = [e["system"] for e in tied]
+        costs = [e["cost_per_mtok"] for e in tied]
+        heads = [e["headroom"] for e in tied]
+        head = (f"{heads[0]:+.0%}" if max(heads) - min(heads) < 0.005 else f"{min(heads):+.0%} to {max(heads):+.0%}")
+        cost = (f"${min(costs):.3f}" if f"{min(costs):.3f}" == f"{max(costs):.3f}"
+                else f"${min(costs):.3f}-${max(costs):.3f}")
+        text = (f"At {load} with {sla}, {', '.join(names[:-1])} and {names[-1]} tie for the fewest GPUs: "
+                f"{fewest_gpus}{split}, with {head} headroom (not told apart: each one's interval reaches the "
+                f"best's bound at the search's {tol:.0%} precision{seeds_note}), at "
+                f"{cost} per million output tokens (${t['gpu_hour_cost_usd']:g}/GPU-hour)")
+    else:
+        text = (f"At {load} with {sla}, {best['system']} needs the fewest GPUs: {best['gpus']}{split}, with "
+                f"{best['headroom']:+.0%} headroom, at ${best['cost_per_mtok']:.3f} per million output tokens "
+                f"(${t['gpu_hour_cost_usd']:g}/GPU-hour)")
+    seeds = best.get("seeds") or 1
+    if seeds > 1 and best.get("attainment_lo") is not None:
+        text += (f"; attainment {best['attainment']:.1%} (95% interval {best['attainment_lo']:.1%}-"
+                 f"{best['attainment_hi']:.1%} over {seeds} seeds)")
+    if best.get("gpus_lo") is not None and best["gpus_lo"] < best["gpus"]:
+        text += (f"; between {best['gpus_lo']} and {best['gpus']} GPUs the SLA cannot be resolved at {seeds} "
+                 "seeds")
+    fewer_headroom = [e for e in contenders if e not in tied]
+    if fewer_headroom:
+        n = len(fewer_headroom)
+        text += f"; {n} other system{'s need' if n > 1 else ' needs'} as many, with less headroom"
+    open_ = [e["system"] for e in rows if e["status"] == UNRESOLVED_STATUS]
+    if open_:
+        text += (f"; {', '.join(open_)} cannot be resolved within {t['max_gpus']} GPUs at this precision (no "
+                 "size clearly meets, not all clearly fail)")
     base = doc["systems"].get(doc["baseline"]) if doc.get("baseline") else None
-    if base is not None and base["system"] != best["system"]:
+    if base is not None and all(base is not e for e in tied):
         if base["status"] != MET:
             text += f"; the baseline {base['system']} does not meet it within {t['max_gpus']} GPUs"
-        elif base["gpus"] > best["gpus"]:
-            saved = base["gpus"] - best["gpus"]
+        elif base["gpus"] > fewest_gpus:
+            saved = base["gpus"] - fewest_gpus
             text += (f"; that is {saved} GPU{'s' if saved != 1 else ''} ({saved / base['gpus']:.0%}) fewer than "
                      f"{base['system']}'s {base['gpus']}")
         else:
@@ -410,19 +534,40 @@ HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus"
            "prefill_gpus": "prefill GPUs", "replicas": "replicas", "prefill_replicas": "prefill replicas",
            "max_rate_per_replica": "max req/s per replica", "headroom": "headroom",
            "attainment": "SLA attainment", "ttft_p99": "TTFT p99 (s)", "tps_per_user_p10": "TPS p10 (tok/s/user)",
-           "throughput_per_gpu": "tok/s/GPU", "cost_per_mtok": "$/M output tok"}
+           "throughput_per_gpu": "tok/s/decode GPU", "throughput_per_deployed_gpu": "tok/s/GPU (all)",
+           "cost_per_mtok": "$/M output tok", "seeds": "seeds",
+           "attainment_lo": "attainment 95% low", "attainment_hi": "attainment 95% high",
+           "headroom_lo": "headroom low", "headroom_hi": "headroom high", "gpus_lo": "GPUs, fewest possible"}
+
+
+def unmet_lines(doc: dict) -> list[str]:
+    """One line per unmet system (and an unmet prefill pool) saying why, for the terminal and the report."""
+    lines = []
+    pre = doc.get("prefill")
+    if pre and pre.get("met") is False:
+        lines.append(f"! prefill pool: no size up to {pre['replicas']} replica(s) meets the TTFT limit"
+                     + (f" ({pre['why_unmet']})" if pre.get("why_unmet") else ""))
+    for name, e in doc["systems"].items():
+        if e["status"] == UNRESOLVED_STATUS:
+            lines.append(f"! {name} unresolved: {e.get('why_unmet')}")
+        elif e["status"] != MET:
+            lines.append(f"! {name} unmet: {e.get('why_unmet') or 'the SLA fails at the largest size tried'}")
+        elif e.get("gpus_lo") is not None and e["gpus_lo"] < e["gpus"]:
+            lines.append(f"! {name}: between {e['gpus_lo']} and {e['gpus']} GPUs, unresolvable at "
+                         f"{e.get('seeds', 1)} seeds (attainment near the target; --replicates more to resolve)")
+    return lines
 
 
 def format_plan(doc: dict) -> pd.DataFrame:
-    df = plan_table(doc)
+    df = plan_table(doc).drop(columns=["why_unmet"])  # a sentence: printed under the table (unmet_lines)
     if doc.get("prefill") is None:
         df = df.drop(columns=["decode_gpus", "prefill_gpus", "prefill_replicas"])
 
     def fmt(col: str, v):
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "-"
-        if col in ("attainment", "headroom"):
-            return f"{v:+.0%}" if col == "headroom" else f"{v:.1%}"
+        if col.startswith("attainment") or col.startswith("headroom"):
+            return f"{v:+.0%}" if col.startswith("headroom") else f"{v:.1%}"
         if col == "ttft_p99":
             return f"{v:.3f}"
         if col == "cost_per_mtok":
@@ -434,6 +579,23 @@ def format_plan(doc: dict) -> pd.DataFrame:
         return str(v)
 
     return pd.DataFrame({HEADERS[c]: [fmt(c, v) for v in df[c]] for c in df.columns})
+
+
+def terminal_plan(doc: dict) -> str:
+    """The plan table for a terminal, at most 120 columns: GPUs as prefill + decode, the replica counts and
+    TPS p10 left to plan.csv and the report."""
+    from simulator.summary import fit_width
+
+    full = format_plan(doc)
+    df = pd.DataFrame({"system": full["system"], "status": [s.replace("_at_max_gpus", "") for s in full["status"]],
+                       "GPUs": full["GPUs"]})
+    if doc.get("prefill") is not None:
+        df["P+D"] = [f"{p}+{d}" for p, d in zip(full["prefill GPUs"], full["decode GPUs"], strict=True)]
+    df["req/s/replica"] = full["max req/s per replica"]
+    for col in ("headroom", "SLA attainment", "TTFT p99 (s)", "tok/s/GPU (all)", "$/M output tok"):
+        df[col] = full[col]
+    text, dropped = fit_width(df)
+    return text + (f"\n(in plan.csv and the report: {', '.join(dropped)})" if dropped else "")
 
 
 def write_plan(out: Path, doc: dict) -> tuple[Path, Path]:

@@ -62,7 +62,8 @@ class PrefillPool:
         self.wakes: list[simpy.Event | None] = [None] * replicas
         self.forwards = 0
         self.busy_s = 0.0
-        self.backlog_log: list[tuple[float, int]] = []  # (time, tokens outstanding in the pool) at each forward
+        # (time, prompt tokens outstanding in the pool) after every change: each submit and each forward's end
+        self.backlog_log: list[tuple[float, int]] = []
         for r in range(replicas):
             env.process(self._loop(r))
 
@@ -74,6 +75,7 @@ class PrefillPool:
         r = int(np.argmin(self.outstanding))  # ties: lowest index
         self.queues[r].append([rid, int(prompt), 0])
         self.outstanding[r] += int(prompt)
+        self.backlog_log.append((self.env.now, int(self.outstanding.sum())))
         wake = self.wakes[r]
         if wake is not None and not wake.triggered:
             wake.succeed()
@@ -103,23 +105,30 @@ class PrefillPool:
             takes = [take for _, take in batch]
             tokens = sum(takes)
             ms = self.price.batch_ms(takes, [item[2] for item, _ in batch])  # a continued prompt reads its chunks
-            self.backlog_log.append((env.now, int(self.outstanding.sum())))
             yield env.timeout(ms * 1e-3)
             self.forwards += 1
             self.busy_s += ms * 1e-3
             self.outstanding[r] -= tokens
+            self.backlog_log.append((env.now, int(self.outstanding.sum())))
             for item, take in batch:
                 item[1] -= take
                 item[2] += take
             while queue and queue[0][1] == 0:
                 self.on_done(queue.popleft()[0])
 
-    def saturated(self, end: float) -> bool:
-        """The pool's backlog is still growing at the end: over a full forward per replica, and above mid-run."""
+    def backlog_at(self, t: float) -> int:
+        """Prompt tokens outstanding in the pool (queued or in a running forward) at time ``t``."""
         if not self.backlog_log:
-            return False
-        t = np.array([x[0] for x in self.backlog_log])
-        backlog = np.array([x[1] for x in self.backlog_log])
-        mid = backlog[max(int(np.searchsorted(t, end / 2, side="right")) - 1, 0)]
-        last = backlog[-1]
-        return bool(last > self.replicas * self.max_batch_tokens and last > mid)
+            return 0
+        times = np.array([x[0] for x in self.backlog_log])
+        i = int(np.searchsorted(times, t, side="right")) - 1
+        return self.backlog_log[i][1] if i >= 0 else 0
+
+    def saturated(self, end: float) -> bool:
+        """The pool's backlog is still growing at the window's end ``end``: over a full forward per replica
+        there, and above what it was at mid-run. One rule with the decode queue's (``metrics.saturated``), read
+        at the same two moments. The drain after the window is no part of it: its length depends on the decode
+        system behind the pool, and the pool under one set of arrivals must be judged the same for every one
+        (read at the drain's end, one pool was judged saturated behind mtp-1 and not behind dspark-async)."""
+        at_end = self.backlog_at(end)
+        return bool(at_end > self.replicas * self.max_batch_tokens and at_end > self.backlog_at(end / 2))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import html
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,10 @@ from hw_profile.table import StepTable
 from simulator.config import LoadedScenario
 from simulator.summary import format_headline, headline_table
 
+# 24 distinguishable colours (plotly's Dark24): few collisions among the library's system names
+SYSTEM_PALETTE = ["#2E91E5", "#E15F99", "#1CA71C", "#FB0D0D", "#DA16FF", "#222A2A", "#B68100", "#750D86",
+                  "#EB663B", "#511CFB", "#00A08B", "#FB00D1", "#FC0080", "#B2828D", "#6C7C32", "#778AAE",
+                  "#862A16", "#A777F1", "#620042", "#1616A7", "#DA60CA", "#6C4516", "#0D2A63", "#AF0038"]
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 # Marks each figure once plotly has drawn it (and counts its traces), and records script errors, so that a
 # headless browser can check the page rendered.
@@ -32,8 +37,33 @@ ERROR_HOOK = ("<script>window.__reportErrors=[];function __reportError(m){window
               "window.addEventListener('unhandledrejection',function(e){__reportError(e.reason);});</script>")
 
 
+# the systems of the scenario library, each with a colour of its own
+LIBRARY_SYSTEMS = ("mtp-1", "static-3", "static-5", "threshold-0.7", "batch-table", "goodput-k", "dspark",
+                   "dspark-async", "ar", "static-1", "static-2", "static-4", "static-7", "threshold-0.5",
+                   "dflash-static-3", "eagle3-static-3")
+
+
 def colors(systems: list[str]) -> dict[str, str]:
-    return {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(systems)}
+    """A colour per system from its name, so that a system keeps its colour across reports whatever the other
+    systems (by position, adding or removing one repainted the rest): the library's systems have their own
+    (``LIBRARY_SYSTEMS``), any other takes the colour its name's hash picks among the rest of
+    ``SYSTEM_PALETTE``, the next free one when that is taken in this report."""
+    out: dict[str, str] = {}
+    used: set[int] = set()
+    for s in systems:
+        if s in LIBRARY_SYSTEMS:
+            out[s] = SYSTEM_PALETTE[LIBRARY_SYSTEMS.index(s)]
+            used.add(LIBRARY_SYSTEMS.index(s))
+    first, rest = len(LIBRARY_SYSTEMS), len(SYSTEM_PALETTE) - len(LIBRARY_SYSTEMS)
+    for s in systems:
+        if s in out:
+            continue
+        h = zlib.crc32(s.encode()) % rest
+        # the next free colour after the hash's, cyclically; when all are taken, the hash's own (shared)
+        i = next((first + (h + k) % rest for k in range(rest) if first + (h + k) % rest not in used), first + h)
+        used.add(i)
+        out[s] = SYSTEM_PALETTE[i]
+    return out
 
 
 def frontier_figure(frontier: pd.DataFrame, runs: pd.DataFrame, anchors: list[float], col: dict[str, str]) -> go.Figure:
@@ -185,6 +215,13 @@ def write_report(path: Path, scn: LoadedScenario, runs: pd.DataFrame | None, fro
     return _page(path, scn, figures, summary, runs)
 
 
+def seeds_phrase(seeds: list[int]) -> str:
+    """How many seeds each load point ran, when a sweep is shown (a capacity section alone has none)."""
+    if not seeds:
+        return ""
+    return f"{len(seeds)} seed(s) per point{' (95% intervals shown)' if len(seeds) > 1 else ''}; "
+
+
 def _page(path: Path, scn: LoadedScenario, figures: list, summary: dict | None, runs: pd.DataFrame | None) -> Path:
     m = scn.model
     parts = []
@@ -240,7 +277,7 @@ table.headline td:first-child, table.headline th:first-child {{ text-align: left
 <p class="meta">Hardware table {html.escape(m.hardware.table)}; {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s);
 acceptance {html.escape(m.acceptance.source)} {html.escape(m.acceptance.profile if m.acceptance.source == 'profile' else (m.acceptance.trace or ''))};
 SLA anchors {', '.join(f'{a:g}' for a in m.sla.tps_targets)} tok/s/user (attainment against {m.sla.tps_targets[0]:g}); baseline {html.escape(str(baseline))};
-{len(seeds)} seed(s) per point{' (95% intervals shown)' if len(seeds) > 1 else ''}; generated {datetime.datetime.now().isoformat(timespec='seconds')}.</p>
+{seeds_phrase(seeds)}generated {datetime.datetime.now().isoformat(timespec='seconds')}.</p>
 {''.join(notes)}
 {headline}
 {''.join(parts)}

@@ -20,7 +20,18 @@ from simulator.config import LoadedScenario
 from simulator.engine import Simulation
 from simulator.errors import UserError
 from simulator.hardware import Hardware, load_hardware
-from simulator.metrics import followed, request_metrics, saturated, step_metrics, tau_by_mix, time_series
+from simulator.metrics import (
+    bench_counts,
+    followed,
+    inter_token_gaps,
+    itl_metrics,
+    overloaded,
+    request_metrics,
+    saturated,
+    step_metrics,
+    tau_by_mix,
+    time_series,
+)
 from simulator.plugins import construct, did_you_mean
 from simulator.policies import make_policy
 from simulator.policies import resolve as resolve_policy
@@ -269,6 +280,8 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
     }
     row.update(step_metrics(steps, warmup, duration, gpus, hw.energy, hw.clock))
     row.update(request_metrics(req, warmup, duration, stop, m.sla.tps_targets[0]))
+    row.update(itl_metrics(inter_token_gaps(req, steps, warmup, duration, stop)))
+    row["bench"] = bench_counts(req, steps, warmup, duration)
     row.update({
         # open loop: the decode queue or a finite prefill pool's backlog still growing at the window's end
         "saturated": spec.point.concurrency is None and (
@@ -278,6 +291,7 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
         "beyond_table": float(np.mean((steps["batch_tokens"] > hw.clock.b_axis[-1])
                                       | (steps["kv_tokens"] > hw.clock.k_axis[-1]))) if len(steps["end"]) else 0.0,
         "prefill_saturated": sim.prefill_pool is not None and sim.prefill_pool.saturated(duration),
+        "overloaded": overloaded(row["requests"], row["unfinished"]),
         "warmup_s": warmup,
         "steady_state": steady,
         "steps": len(steps["end"]),

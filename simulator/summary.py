@@ -16,6 +16,7 @@ import pandas as pd
 from hw_profile.files import atomic_write, atomic_write_text
 from simulator.config import LoadedScenario
 from simulator.frontier import anchors_summary, default_baseline, frontier_table, mean_ci
+from simulator.metrics import OVERLOAD_SHARE, overloaded
 
 OPEN_LOOP_FIELDS = ("throughput_per_gpu", "tps_per_user", "tps_per_user_p50", "tps_per_user_p10", "ttft_p99",
                     "admission_wait_p99", "sla_attainment", "tau", "mean_verify_budget", "joules_per_token",
@@ -41,6 +42,7 @@ def build_summary(scn: LoadedScenario, runs: pd.DataFrame) -> dict:
                 entry["open_loop"][f] = mean
                 entry["open_loop"][f"{f}_ci95"] = ci
             entry["open_loop"]["saturated"] = bool(opened["saturated"].any())
+            entry["open_loop"]["overloaded"] = bool(overload_mask(opened).any())
             entry["open_loop"]["steady_state"] = bool(opened["steady_state"].all())
         entry.update(frontier.get(system, {}))
         g = entry.get("tps_gain_at_matched_throughput")
@@ -74,10 +76,15 @@ def shared_throughput_span(runs: pd.DataFrame, system: str, baseline: str) -> li
 # Why a run's numbers should not be planned on, and what to change.
 FLAG_HINTS = {
     "no_steps": "no engine steps: run.duration_s is too short or no request arrived (check the traffic rate)",
-    "no_finished": "no request finished inside the measurement window: run.duration_s is too short for the "
-                   "output lengths (or run.warmup_s too long)",
+    "no_finished": "no request that arrived in the measurement window finished (by the drain cap): "
+                   "run.duration_s is too short for the output lengths (or run.drain_cap_s too short, run.warmup_s "
+                   "too long), or the load is far past what the deployment serves",
     "saturated": "the queue was still growing at the end: the traffic is more than this deployment serves "
                  "(lower traffic.rate or add hardware.replicas; `simulate plan` sizes it)",
+    "overloaded": f"more than {OVERLOAD_SHARE:.0%} of the requests that arrived in the window were still "
+                  "unfinished at the drain cap, so their speed and latency figures are partial: in the open loop "
+                  "the running batch took on more than it serves, with no queue to show it (lower traffic.rate or "
+                  "add hardware.replicas); at any load run.drain_cap_s may be short for the output lengths",
     "beyond_table": "steps ran beyond the step-time table's grid (times extrapolated): measure a larger grid "
                     "(hw-profile) or lower engine.max_batch_tokens / max_running",
 }
@@ -87,9 +94,12 @@ def run_flags(runs: pd.DataFrame) -> list[dict]:
     """Flags of one system's runs, each with the load points it hit and a hint."""
     checks = {
         "no_steps": runs["steps"].fillna(0) == 0,
-        "no_finished": (runs["steps"].fillna(0) > 0) & (runs["requests"].fillna(0) == 0),
+        # no request arrived in the window, or none of those that did finished by the drain cap
+    "no_finished": (runs["steps"].fillna(0) > 0) & ((runs["requests"].fillna(0) == 0)
+                                                    | (runs["unfinished"].fillna(0) >= runs["requests"].fillna(0))),
         "saturated": runs["saturated"].fillna(False).astype(bool),
     }
+    checks["overloaded"] = overload_mask(runs) & ~checks["no_finished"]  # none finished says it already
     if "beyond_table" in runs.columns:
         checks["beyond_table"] = runs["beyond_table"].fillna(0) > 0.01
     flags = []
@@ -98,6 +108,16 @@ def run_flags(runs: pd.DataFrame) -> list[dict]:
             points = list(dict.fromkeys(runs.loc[hit, "load_point"]))
             flags.append({"kind": kind, "load_points": points, "hint": FLAG_HINTS[kind]})
     return flags
+
+
+def overload_mask(runs: pd.DataFrame) -> pd.Series:
+    """``overloaded`` per run: the column where runs.csv has it, else from requests and unfinished (runs stored
+    before it existed)."""
+    if "overloaded" in runs.columns and runs["overloaded"].notna().all():
+        return runs["overloaded"].astype(bool)
+    return pd.Series([overloaded(int(r), int(u)) for r, u in zip(runs["requests"].fillna(0),
+                                                                runs["unfinished"].fillna(0), strict=True)],
+                     index=runs.index, dtype=bool)
 
 
 def flag_lines(summary: dict) -> list[str]:
@@ -149,6 +169,52 @@ def format_headline(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({c: [fmt(c, v) for v in df[c]] if c != "system" else df[c] for c in df.columns})
 
 
+TERMINAL_WIDTH = 120
+
+
+def fit_width(df: pd.DataFrame, width: int = TERMINAL_WIDTH) -> tuple[str, list[str]]:
+    """``df`` as text at most ``width`` columns wide: columns are dropped from the right (never the first)
+    until it fits. Returns the text and the dropped columns' names (the report has them)."""
+    dropped: list[str] = []
+    while True:
+        text = df.to_string(index=False)
+        if max(len(line) for line in text.splitlines()) <= width or df.shape[1] <= 1:
+            return text, dropped
+        dropped.insert(0, df.columns[-1])
+        df = df.iloc[:, :-1]
+
+
+def terminal_headline(summary: dict, width: int = TERMINAL_WIDTH) -> str:
+    """The headline table for a terminal: short headers (their units in a legend line), at most ``width``
+    columns wide; what does not fit is named and left to the report."""
+    df = format_headline(headline_table(summary))
+    base = summary.get("baseline")
+
+    def short(col: str) -> str:
+        if col.startswith("TPS p"):
+            return col.split(" (")[0]
+        if col.startswith("TTFT"):
+            return "TTFT p99 s"
+        if col.startswith("SLA"):
+            return "SLA>=" + col.split(">=")[1].split(" ")[0]
+        if col.startswith("@") and col.endswith("tok/s/GPU"):
+            return col.split(" ")[0] + " tok/s/GPU"
+        if col.startswith("@") and " gain vs " in col:
+            return col.split(" ")[0] + " gain"
+        if col.startswith("TPS gain at matched"):
+            return "TPS gain at matched tok/s/GPU"
+        return col
+
+    text, dropped = fit_width(df.rename(columns=short), width)
+    legend = ("TPS: tok/s/user; @X: where the frontier crosses X tok/s/user; SLA>=X: share of requests at X or "
+              f"more; gains vs {base}")
+    if dropped:
+        legend += f"; in the report: {', '.join(dropped)}"
+    import textwrap
+
+    return text + "\n" + textwrap.fill(legend, width, break_on_hyphens=False)
+
+
 def write_outputs(out: Path, scn: LoadedScenario, runs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
     table = frontier_table(runs)
     atomic_write(out / "frontier.csv", lambda p: table.to_csv(p, index=False, float_format="%.6g"))
@@ -158,13 +224,14 @@ def write_outputs(out: Path, scn: LoadedScenario, runs: pd.DataFrame) -> tuple[d
 
 
 def plain(o):
-    """JSON-ready: numpy scalars to Python, NaN to null (undefined, e.g. an anchor a system never reaches)."""
+    """JSON-ready: numpy scalars to Python, NaN and infinities to null (undefined, e.g. an anchor a system never
+    reaches; JSON has no infinity, and a crash here would lose a whole sweep's summary)."""
     if isinstance(o, dict):
         return {k: plain(v) for k, v in o.items()}
     if isinstance(o, list | tuple):
         return [plain(v) for v in o]
     if isinstance(o, np.generic):
         o = o.item()
-    if isinstance(o, float) and math.isnan(o):
+    if isinstance(o, float) and not math.isfinite(o):
         return None
     return o

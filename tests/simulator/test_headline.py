@@ -4,6 +4,7 @@ span, --quick and --set recorded, overrides in their own folder."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 
@@ -82,3 +83,88 @@ def test_overrides_go_to_their_own_folder_and_are_recorded(scenario_file, tmp_pa
     assert not (tmp_path / "results" / path.stem).exists()  # the base scenario's folder is untouched
     assert "--set engine.max_running=32" in (out / "report.html").read_text()
     assert len(pd.read_csv(out / "runs.csv")) == 1
+
+
+def test_a_baseline_whose_users_all_stalled_is_flagged_and_the_summary_and_report_are_written(scenario_file,
+                                                                                              tmp_path):
+    """The measured CPU recipe once crashed here: a baseline load point where no request got past its first
+    token has speed 0, and the gain at matched throughput against it was infinite."""
+    from simulator.hardware import load_target_table
+    from simulator.report import write_report
+    from simulator.summary import write_outputs
+
+    path = scenario_file(systems=["mtp-1", "dspark"], frontier={"concurrency": [2, 8, 16]})
+    scn = load_scenario(path)
+    out = tmp_path / "o"
+    sweep = Sweep.plan(scn, out, quick=True, seed=None, replicates=None)
+    sweep.execute(jobs=1)
+    runs = sweep.results()
+    # the baseline's heaviest point as a run whose followed users all stalled at their first token
+    hit = (runs["policy"] == "mtp-1") & (runs["concurrency"] == 16)
+    runs.loc[hit, ["tps_per_user", "tps_per_user_p50", "tps_per_user_p10", "sla_attainment"]] = 0.0
+    runs.loc[hit, "unfinished"] = runs.loc[hit, "requests"]
+    # at the highest throughput swept, so that the system's curve reaches it
+    runs.loc[hit, "throughput_per_gpu"] = runs["throughput_per_gpu"].max()
+    summary, frontier = write_outputs(out, scn, runs)
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk["systems"]["mtp-1"]["flags"][0]["kind"] == "no_finished"
+    assert on_disk["systems"]["mtp-1"]["flags"][0]["load_points"] == ["closed-16"]
+    gain = summary["systems"]["dspark"]["tps_gain_at_matched_throughput"]
+    assert math.isfinite(gain["min"]) and math.isfinite(gain["max"])
+    page = write_report(out / "report.html", scn, runs, frontier, summary, load_target_table(scn), None)
+    assert "no request that arrived in the measurement window finished" in page.read_text()
+
+
+def test_terminal_tables_fit_120_columns_and_name_what_they_leave_to_the_report(scenario_file, tmp_path):
+    from simulator.summary import fit_width, terminal_headline
+
+    path = scenario_file(systems=["mtp-1", "threshold-0.7", "dspark"], frontier={"concurrency": [2, 16, 64]},
+                         traffic={"kind": "poisson", "rate": 50.0}, sla={"tps_targets": [80.0, 120.0]})
+    res = CliRunner().invoke(cli, [str(path), "--quick", "--out", str(tmp_path / "o"), "--jobs", "1"])
+    assert res.exit_code == 0, res.output
+    table = res.output.split("\n(--quick")[0]
+    assert max(len(line) for line in table.splitlines()) <= 120
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    text = terminal_headline(summary)
+    assert text in res.output and "@80 tok/s/GPU" in text and "threshold-0.7" in text
+    wide = pd.DataFrame({"system": ["a"], **{f"column {i}": ["x" * 20] for i in range(8)}})
+    fitted, dropped = fit_width(wide, 120)
+    assert max(len(line) for line in fitted.splitlines()) <= 120
+    assert dropped == [f"column {i}" for i in range(8 - len(dropped), 8)] and len(dropped) >= 3
+    kept = [f"column {i}" for i in range(8 - len(dropped))]
+    assert fit_width(wide[["system", *kept, dropped[0]]], 120)[1] == [dropped[0]]  # one more would not fit
+
+
+def test_progress_is_printed_as_lines_when_stderr_is_not_a_terminal(scenario_file, tmp_path):
+    import io
+
+    from simulator.progress import LineProgress, progress_bar
+
+    stream = io.StringIO()
+    bar = progress_bar("scn: runs", 3, stream, every_s=0.0)
+    assert isinstance(bar, LineProgress)
+    for _ in range(3):
+        bar.update(1)
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert [line.split(",")[0] for line in lines] == [f"scn: runs: {n}/3 runs done" for n in (1, 2, 3, 3)]
+    quiet = io.StringIO()
+    slow = progress_bar("scn: plan runs", None, quiet, every_s=3600.0)
+    slow.update(5)
+    slow.close()
+    assert quiet.getvalue().startswith("scn: plan runs: 5 runs done, ")  # only the closing line
+
+
+def test_a_system_keeps_its_colour_whatever_the_other_systems():
+    from simulator.report import SYSTEM_PALETTE, colors
+
+    peak = ["mtp-1", "static-3", "static-5", "threshold-0.7", "batch-table", "goodput-k", "dspark", "dspark-async"]
+    full = colors(peak)
+    assert len(set(full.values())) == len(peak)  # distinct within a report
+    assert colors(["dspark", "mtp-1"]) == {"dspark": full["dspark"], "mtp-1": full["mtp-1"]}
+    assert colors(["mtp-1", "dspark"]) == colors(["dspark", "mtp-1"])  # not by position
+    assert colors(["dspark-async"])["dspark-async"] == full["dspark-async"]
+    mine = colors(["my-policy", "dspark"])  # a researcher's system: a colour the library's do not use
+    assert mine["my-policy"] not in full.values() and mine["my-policy"] == colors(["my-policy"])["my-policy"]
+    many = colors([f"s{i}" for i in range(30)])  # more systems than colours: every one still gets one
+    assert set(many.values()) <= set(SYSTEM_PALETTE)
