@@ -233,3 +233,30 @@ def test_bad_input_is_one_line(smoke_world, tmp_path):
     profile = live_scenario(tmp_path, paths.root, "table-live", **{"hardware.clock": "live"},
                             acceptance={"source": "profile"})
     _one_line_error(simulate("check", str(profile)), "hardware.clock")
+
+
+@pytest.mark.parametrize("module", ["transformers", "tokenizers", "safetensors"])
+def test_a_missing_runtime_dependency_is_one_line(module, tmp_path):
+    """torch present, another runtime module absent (a stand-in package that cannot be imported shadows it): the
+    shipped live scenario fails its check with one line naming the module and the extra, before any world is
+    touched."""
+    import os
+
+    fake = tmp_path / "missing" / module
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"raise ImportError(\"No module named '{module}'\")\n")
+    pythonpath = os.pathsep.join([str(fake.parent), str(ROOT)])
+    res = simulate("check", str(ROOT / "scenarios" / "hil-tiny.yaml"), env={"PYTHONPATH": pythonpath})
+    _one_line_error(res, module, "runtime extra", "dspark-sim[runtime]")
+
+
+def test_the_live_modules_are_those_of_the_runtime_extra():
+    """The one-line error tells the user to install the runtime extra: every module it checks must be in it."""
+    import re
+    import tomllib
+
+    from dspark_runtime.live import NEEDS
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["runtime"]
+    names = {re.split(r"[<>=!~\[ ]", req, maxsplit=1)[0] for req in extra}
+    assert set(NEEDS) <= names, set(NEEDS) - names
