@@ -37,6 +37,7 @@ from simulator.errors import UserError
 
 from ..target import TargetRunner, resolve_device, resolve_dtype
 from .session import LiveBatch
+from .standins import HOST_EVENTS, HostNvml
 from .timing import MeasuredTable, StepTimer
 from .world import load_world, resolve_world, world_digest
 
@@ -65,7 +66,7 @@ class LiveSource(AcceptanceSource):
     def __init__(self, *, scenario, drafter: str, gamma: int, mix: list[str], calibrated: bool,
                  rng: np.random.Generator, runtime: str = "tiny", device: str = "cpu", temperature: float = 1.0,
                  dtype: str = "float32", prompts_per_entry: int | None = None, threads: int | None = None,
-                 keep_outputs: bool = False, ignore_eos: bool = False):
+                 keep_outputs: bool = False, ignore_eos: bool = False, gpu_stand_in: bool = False):
         where = f"{scenario.path}: acceptance"
         if not isinstance(temperature, int | float) or temperature < 0:
             raise UserError(f"{where}.temperature: expected a number >= 0, got {temperature!r}")
@@ -105,10 +106,14 @@ class LiveSource(AcceptanceSource):
             pools.append(pool)
         self.pools = pools
         self.rng = rng
+        if not isinstance(gpu_stand_in, bool) or (gpu_stand_in and dev.type != "cpu"):
+            raise UserError(f"{where}.gpu_stand_in: true or false, and true only with device: cpu (it times the CPU "
+                            f"with the GPU path's event pairs and samples the host through the NVML sampler, for a "
+                            f"dry run of the GPU script); got {gpu_stand_in!r} on {dev}")
         slots = scenario.model.engine.max_running * scenario.model.hardware.replicas
         longest = max(len(t) for pool in pools for _, t in pool)
         capacity = longest + _max_output(scenario, where) + self.gamma + 2
-        self.timer = StepTimer(dev)
+        self.timer = StepTimer(dev, HOST_EVENTS if gpu_stand_in else None)
         gen = torch.Generator(device=dev).manual_seed(int(rng.integers(2**63 - 1)))
         runner = TargetRunner(world.target, world.layer_ids)
         self.batch = LiveBatch(runner, world.drafter, slots=slots, capacity=capacity, temperature=self.temperature,
@@ -124,12 +129,12 @@ class LiveSource(AcceptanceSource):
         self._pending = None
         self._unclaimed_ms = 0.0
         self.sampler = None
-        if dev.type == "cuda":
+        if dev.type == "cuda" or gpu_stand_in:
             from hw_profile.telemetry import NvmlSampler
 
-            self.sampler = NvmlSampler.open("cuda", index=dev.index or 0)
+            self.sampler = NvmlSampler.open("cuda", index=dev.index or 0, nvml=HostNvml() if gpu_stand_in else None)
         self.meta = {"runtime": str(paths.root), "device": str(dev), "dtype": dtype, "drafter": drafter,
-                     "temperature": self.temperature, "torch": torch.__version__, "host": platform.node(),
+                     "temperature": self.temperature, "torch": torch.__version__, "gpu_stand_in": gpu_stand_in, "host": platform.node(),
                      "target_parameters": int(sum(p.numel() for p in world.target.parameters()))}
 
     # --- the interface ------------------------------------------------------------------------------------
@@ -297,5 +302,8 @@ class LiveSource(AcceptanceSource):
                     "vocab": int(shape.vocab_size)},
                 "telemetry": (self.sampler.device_info() if self.sampler is not None
                               else {"telemetry": "no NVML telemetry: measuring on the CPU"})}
+        meta["steps"] = {"target": len(self.target_table.rows), "drafter": len(self.drafter_table.rows)}
+        meta["throttled_steps"] = {"target": self.target_table.throttled_steps(),
+                                   "drafter": self.drafter_table.throttled_steps()}
         return {"target": self.target_table.points(),
                 "drafter": self.drafter_table.points() if self.gamma else [], "meta": meta}
