@@ -416,8 +416,12 @@ class Simulation:
         """New requests arrive now: log them, tell the source, route them (after a remote prefill, if any)."""
         ids = self.requests.add(self.env.now, prompt, output, mix)
         self.source.attach(ids, mix)
+        ends = self.source.end_positions(ids)
         req = self.requests.data
+        # admitted on the drawn length, as a live run (which meets the end token only when it comes) admits
         fits = req["prompt"][ids] + req["output"][ids] + self.lookahead <= self.kv_capacity
+        if ends is not None:  # the request log's output is the real length, as a live run's is
+            req["output"][ids] = np.minimum(req["output"][ids], np.asarray(ends, dtype=np.int64))
         if not fits.all():
             req["rejected"][ids[~fits]] = True  # could never fit, even alone
             self.rejected += int((~fits).sum())

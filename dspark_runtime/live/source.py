@@ -116,8 +116,9 @@ class LiveSource(AcceptanceSource):
         self.timer = StepTimer(dev, HOST_EVENTS if gpu_stand_in else None)
         gen = torch.Generator(device=dev).manual_seed(int(rng.integers(2**63 - 1)))
         runner = TargetRunner(world.target, world.layer_ids)
+        self.eos_id = None if ignore_eos else world.tokenizer.eos_token_id
         self.batch = LiveBatch(runner, world.drafter, slots=slots, capacity=capacity, temperature=self.temperature,
-                               eos_id=None if ignore_eos else world.tokenizer.eos_token_id, generator=gen, timer=self.timer)
+                               eos_id=self.eos_id, generator=gen, timer=self.timer)
         self.state = GrowingArrays(mix=np.int64, prompt=np.int64, slot=np.int64)
         self.free = list(range(slots - 1, -1, -1))
         self.saved: dict[int, list[int]] = {}  # preempted requests: their context, recomputed on readmission
@@ -125,6 +126,7 @@ class LiveSource(AcceptanceSource):
         self.outputs: dict[int, list[int]] | None = {} if keep_outputs else None
         self.recording = False
         self.trace: list[dict[str, np.ndarray]] = []
+        self.ends: dict[int, tuple[int, bool]] = {}  # recorded requests that finished: (output tokens, ended at EOS)
         self.target_table, self.drafter_table = MeasuredTable(), MeasuredTable()
         self._pending = None
         self._unclaimed_ms = 0.0
@@ -186,7 +188,8 @@ class LiveSource(AcceptanceSource):
         if self.recording and drafted is not None:
             raw, conf = seen
             mix = self.state.mix[ids]
-            self.trace.append({"mix": mix, "prompt": self.state.prompt[ids], "accepted": out.full.numpy(),
+            self.trace.append({"mix": mix, "prompt": self.state.prompt[ids], "request": ids.copy(),
+                               "accepted": out.full.numpy(),
                                "c": conf if raw is not None else None, "raw": raw})
         return emitted - 1
 
@@ -194,6 +197,8 @@ class LiveSource(AcceptanceSource):
         s = self.state
         for rid in ids.tolist():  # bookkeeping of finished requests, no forwards
             slot = int(s.slot[rid]) if rid < len(s.slot) else -1
+            if self.recording and rid < len(s.slot):
+                self.ends[rid] = self._generated(rid)
             if slot >= 0:
                 if self.outputs is not None:
                     prompt = self.pools[int(s.mix[rid])][int(s.prompt[rid])][1]
@@ -242,6 +247,15 @@ class LiveSource(AcceptanceSource):
         return list(self.pools[int(s.mix[rid])][int(s.prompt[rid])][1])
 
     # --- internals --------------------------------------------------------------------------------------------
+    def _generated(self, rid: int) -> tuple[int, bool]:
+        """The request's real output so far (tokens emitted after its prompt) and whether its last one is EOS."""
+        slot = int(self.state.slot[rid])
+        if slot >= 0:
+            tokens = self.batch.tokens(slot, len(self.prompt_of(rid)))
+        else:
+            tokens = self.saved.get(rid, [])[len(self.prompt_of(rid)):]
+        return len(tokens), bool(tokens) and self.eos_id is not None and tokens[-1] == self.eos_id
+
     def _slots(self, ids: np.ndarray, ended: np.ndarray | None = None) -> torch.Tensor:
         """The requests' cache slots, taking and prefilling one for each that has none. A prefill's token that is
         EOS is reported in ``ended`` (n,) when given (the engine ends the request in this step), else the request
@@ -283,6 +297,13 @@ class LiveSource(AcceptanceSource):
             "drafter": self.drafter_name, "gamma": g,
             "accepted": np.concatenate([t["accepted"] for t in self.trace]),
         })
+        # where each request ended (the same on each of its rows): its real output and whether it ended at EOS;
+        # a request still running when the run stopped has what it had emitted then (censored, eos 0)
+        request = np.concatenate([t["request"] for t in self.trace])
+        ends = {rid: self.ends.get(rid) or self._generated(rid) for rid in np.unique(request).tolist()}
+        df["request"] = request
+        df["output"] = [ends[r][0] for r in request.tolist()]
+        df["eos"] = [int(ends[r][1]) for r in request.tolist()]
         has = self.trace[0]["raw"] is not None
         c = np.concatenate([t["c"] for t in self.trace]) if has else np.full((len(df), g), np.nan)
         raw = np.concatenate([t["raw"] for t in self.trace]) if has else np.full((len(df), g), np.nan)

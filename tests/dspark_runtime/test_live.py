@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -165,6 +166,48 @@ def test_live_trace_and_fitted_profile_agree(smoke_world, tmp_path):
     prof_path = live_scenario(tmp_path, paths.root, "profile", systems=["static-3"], **over,
                               acceptance={"source": "profile", "profile": str(tmp_path / "fitted.yaml")})
     prof_row, _ = run(prof_path, seed=2)
+    for other in (trace_row, prof_row):
+        for key in ("math", "code", "chat"):
+            assert _tau(other, key) == pytest.approx(_tau(live_row, key), rel=0.05)
+        assert other["throughput_per_gpu"] == pytest.approx(live_row["throughput_per_gpu"], rel=0.05)
+
+
+def _finished(sim) -> pd.DataFrame:
+    req = pd.DataFrame(sim.requests.frame())
+    return req[req["finish"].notna()]
+
+
+@pytest.mark.slow
+def test_with_eos_the_trace_records_where_requests_ended_and_replays_end_them_there(smoke_world, tmp_path):
+    """EOS on: the trace's ``output``/``eos`` are the live request log's; a replay of the same scenario and seed
+    ends every recorded request exactly where live ended it; trace and fitted-profile replays agree with live."""
+    from simulator.acceptance.trace_fit import fit_profile_file
+
+    paths, _, _ = smoke_world
+    over = {"acceptance.temperature": 1.0, "frontier.concurrency": [8], "run.duration_s": 2.0, "run.warmup_s": 0.2,
+            "workload.output": {"dist": "uniform", "low": 8, "high": 160}, "workload.prompt": 64,
+            "engine.max_running": 8}
+    live_path = live_scenario(tmp_path, paths.root, "live", systems=["static-3"], **over)
+    rec = tmp_path / "rec"
+    live_row, live_sim = run(live_path, records=rec)
+    trace = next(rec.glob("*.trace.csv"))
+    ends = pd.read_csv(trace).drop_duplicates("request").set_index("request")
+    live = _finished(live_sim)
+    common = ends.index.intersection(live.index)
+    assert len(common) > 20 and ends.loc[common, "eos"].sum() >= 3  # requests did end at their end token
+    assert (ends.loc[common, "output"] == live.loc[common, "output"]).all()
+    trace_path = live_scenario(tmp_path, paths.root, "trace", systems=["static-3"], **over,
+                               acceptance={"source": "trace", "trace": str(trace)})
+    trace_row, trace_sim = run(trace_path, seed=0)
+    replay = _finished(trace_sim)
+    both = common.intersection(replay.index)
+    assert len(both) > 20
+    assert (replay.loc[both, "output"] == live.loc[both, "output"]).all()
+    fitted = fit_profile_file(trace, tmp_path / "fitted.yaml")
+    assert set(fitted["ends"]) == {"math", "code", "chat"}
+    prof_path = live_scenario(tmp_path, paths.root, "profile", systems=["static-3"], **over,
+                              acceptance={"source": "profile", "profile": str(tmp_path / "fitted.yaml")})
+    prof_row, _ = run(prof_path, seed=0)
     for other in (trace_row, prof_row):
         for key in ("math", "code", "chat"):
             assert _tau(other, key) == pytest.approx(_tau(live_row, key), rel=0.05)
