@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from simulator.calibration import sts_apply
 from simulator.errors import UserError
 
 from ..target import TargetRunner, resolve_device, resolve_dtype
+from .checkpoints import checkpoint_digest, load_checkpoints
 from .session import LiveBatch
 from .standins import HOST_EVENTS, HostNvml
 from .timing import MeasuredTable, StepTimer
@@ -61,12 +63,16 @@ class LiveSource(AcceptanceSource):
 
     @classmethod
     def input_digest(cls, options: dict) -> str:
+        if options.get("target"):
+            return checkpoint_digest(str(options["target"]), options.get("drafter_checkpoint"),
+                                     str(options.get("prompts", "")))
         return world_digest(str(options.get("runtime", "tiny")))
 
     def __init__(self, *, scenario, drafter: str, gamma: int, mix: list[str], calibrated: bool,
                  rng: np.random.Generator, runtime: str = "tiny", device: str = "cpu", temperature: float = 1.0,
                  dtype: str = "float32", prompts_per_entry: int | None = None, threads: int | None = None,
-                 keep_outputs: bool = False, ignore_eos: bool = False, gpu_stand_in: bool = False):
+                 keep_outputs: bool = False, ignore_eos: bool = False, gpu_stand_in: bool = False,
+                 target: str | None = None, drafter_checkpoint: str | None = None, prompts: str | None = None):
         where = f"{scenario.path}: acceptance"
         if not isinstance(temperature, int | float) or temperature < 0:
             raise UserError(f"{where}.temperature: expected a number >= 0, got {temperature!r}")
@@ -85,13 +91,34 @@ class LiveSource(AcceptanceSource):
         kind = drafter if drafter != "none" else "dspark"
         if drafter not in ("none", "dspark", "dflash", "eagle3"):
             raise UserError(f"{where}: the live runtime has no {drafter!r} drafter (it has dspark, dflash, eagle3)")
-        paths = resolve_world(runtime, kind, where)
-        world = load_world(str(paths.root), drafter, str(dev), dtype)
+        if target is None:
+            if drafter_checkpoint is not None or prompts is not None:
+                field = "drafter_checkpoint" if drafter_checkpoint is not None else "prompts"
+                raise UserError(f"{where}.{field}: given without acceptance.target (real checkpoints need the target "
+                                "directory, its drafter and the prompts file; without them the tiny world is used)")
+            root = resolve_world(runtime, kind, where).root
+            world = load_world(str(root), drafter, str(dev), dtype)
+        else:
+            if prompts is None:
+                raise UserError(f"{where}.prompts: a live run on checkpoints (acceptance.target) needs a JSONL file "
+                                "of prompts ({\"prompt\": ..., \"domain\": ...} a line)")
+            if drafter != "none" and drafter_checkpoint is None:
+                raise UserError(f"{where}.drafter_checkpoint: system drafter {drafter!r} needs a DeepSpec-format "
+                                "drafter directory beside acceptance.target")
+            root = scenario.resolve(str(target))
+            world = load_checkpoints(str(root), str(scenario.resolve(str(drafter_checkpoint)))
+                                     if drafter_checkpoint is not None else None,
+                                     str(scenario.resolve(str(prompts))), str(dev), dtype, where)
+            if drafter == "none":
+                world = replace(world, drafter=None, temperatures=None)
+            elif not str(world.drafter.config.kind).startswith(drafter):
+                raise UserError(f"{where}.drafter_checkpoint: the checkpoint is a {world.drafter.config.kind!r} "
+                                f"drafter; the system drafts with {drafter!r}")
         self.world = world
         self.drafter_name = drafter
         self.gamma = 0 if drafter == "none" else int(gamma)
         if world.drafter is not None and self.gamma != world.drafter.gamma:
-            raise UserError(f"{scenario.path}: systems: the live {drafter} drafter of {paths.root} drafts "
+            raise UserError(f"{scenario.path}: systems: the live {drafter} drafter of {root} drafts "
                             f"{world.drafter.gamma} tokens; set gamma {world.drafter.gamma} (got {gamma})")
         self.calibrated = calibrated and world.temperatures is not None
         self.temperature = float(temperature)
@@ -101,7 +128,7 @@ class LiveSource(AcceptanceSource):
             if key not in world.prompts:
                 have = ", ".join(sorted(world.prompts))
                 raise UserError(f"{scenario.path}: workload.mix: {key!r} is neither a domain nor a benchmark of the "
-                                f"live world's held-out prompts (it has: {have})")
+                                f"live run's prompts (it has: {have})")
             pool = world.prompts[key][: prompts_per_entry] if prompts_per_entry else world.prompts[key]
             pools.append(pool)
         self.pools = pools
@@ -135,7 +162,7 @@ class LiveSource(AcceptanceSource):
             from hw_profile.telemetry import NvmlSampler
 
             self.sampler = NvmlSampler.open("cuda", index=dev.index or 0, nvml=HostNvml() if gpu_stand_in else None)
-        self.meta = {"runtime": str(paths.root), "device": str(dev), "dtype": dtype, "drafter": drafter,
+        self.meta = {"runtime": str(root), "device": str(dev), "dtype": dtype, "drafter": drafter,
                      "temperature": self.temperature, "torch": torch.__version__, "gpu_stand_in": gpu_stand_in, "host": platform.node(),
                      "target_parameters": int(sum(p.numel() for p in world.target.parameters()))}
 
