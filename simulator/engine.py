@@ -402,6 +402,7 @@ class Simulation:
         self.source_decodes = source.decodes_without_drafter
         # only a source that overrides `prefilled` (the live runtime) needs the per-step mask of completed prefills
         self.source_tracks_prefill = type(source).prefilled is not AcceptanceSource.prefilled
+        self.source_tracks_remote = type(source).prefilled_elsewhere is not AcceptanceSource.prefilled_elsewhere
         self.live_clock = source.step_ms if live_clock else None
         self.preemptions = 0
         self.rejected = 0
@@ -471,6 +472,10 @@ class Simulation:
         req["generated"][rid] = 1
         req["kv_ready"][rid] = True
         self.remote_tokens += 1
+        if self.source_tracks_remote:  # the real first token: an end token ends the request with it
+            ended = self.source.prefilled_elsewhere(np.array([rid]))
+            if ended is not None and bool(np.asarray(ended)[0]):
+                req["output"][rid] = 1
         if req["output"][rid] <= 1:
             req["finish"][rid] = self.env.now
             self.source.detach(np.array([rid]))

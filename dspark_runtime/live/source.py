@@ -72,7 +72,8 @@ class LiveSource(AcceptanceSource):
                  rng: np.random.Generator, runtime: str = "tiny", device: str = "cpu", temperature: float = 1.0,
                  dtype: str = "float32", prompts_per_entry: int | None = None, threads: int | None = None,
                  keep_outputs: bool = False, ignore_eos: bool = False, gpu_stand_in: bool = False,
-                 target: str | None = None, drafter_checkpoint: str | None = None, prompts: str | None = None):
+                 target: str | None = None, drafter_checkpoint: str | None = None, prompts: str | None = None,
+                 eos_token_id: int | None = None):
         where = f"{scenario.path}: acceptance"
         if not isinstance(temperature, int | float) or temperature < 0:
             raise UserError(f"{where}.temperature: expected a number >= 0, got {temperature!r}")
@@ -138,18 +139,29 @@ class LiveSource(AcceptanceSource):
                             f"with the GPU path's event pairs and samples the host through the NVML sampler, for a "
                             f"dry run of the GPU script); got {gpu_stand_in!r} on {dev}")
         slots = scenario.model.engine.max_running * scenario.model.hardware.replicas
+        # a disaggregated pool's prefill samples the first token in one more slot, given back at once (every other
+        # slot may be held by running requests then)
+        scratch = 1 if scenario.model.engine.prefill == "disaggregated" else 0
         longest = max(len(t) for pool in pools for _, t in pool)
         capacity = longest + _max_output(scenario, where) + self.gamma + 2
         self.timer = StepTimer(dev, HOST_EVENTS if gpu_stand_in else None)
         gen = torch.Generator(device=dev).manual_seed(int(rng.integers(2**63 - 1)))
         runner = TargetRunner(world.target, world.layer_ids)
-        self.eos_id = None if ignore_eos else world.tokenizer.eos_token_id
-        self.batch = LiveBatch(runner, world.drafter, slots=slots, capacity=capacity, temperature=self.temperature,
+        if eos_token_id is not None and (not isinstance(eos_token_id, int) or isinstance(eos_token_id, bool)
+                                         or not 0 <= eos_token_id < int(world.target.config.vocab_size)):
+            raise UserError(f"{where}.eos_token_id: expected a token id in 0..{world.target.config.vocab_size - 1}, "
+                            f"got {eos_token_id!r}")
+        # the tokenizer's end token unless told (a chat model may end its turns with another, e.g. <|im_end|>)
+        self.eos_id = None if ignore_eos else (eos_token_id if eos_token_id is not None
+                                                else world.tokenizer.eos_token_id)
+        self.batch = LiveBatch(runner, world.drafter, slots=slots + scratch, capacity=capacity, temperature=self.temperature,
                                eos_id=self.eos_id, generator=gen, timer=self.timer)
         self.state = GrowingArrays(mix=np.int64, prompt=np.int64, slot=np.int64)
         self.free = list(range(slots - 1, -1, -1))
         self.saved: dict[int, list[int]] = {}  # preempted requests: their context, recomputed on readmission
         self.eos_first: set[int] = set()
+        self.parked: dict[int, int] = {}  # first token a disaggregated pool emitted, until the request decodes
+        self.scratch = slots if scratch else None
         self.outputs: dict[int, list[int]] | None = {} if keep_outputs else None
         self.recording = False
         self.trace: list[dict[str, np.ndarray]] = []
@@ -233,7 +245,10 @@ class LiveSource(AcceptanceSource):
                 self.batch.release(torch.tensor([slot]))
                 self.free.append(slot)
                 s.slot[rid] = -1
+            elif rid in self.parked and self.outputs is not None:  # ended by the pool's first token
+                self.outputs[rid] = [self.parked[rid]]
             self.saved.pop(rid, None)
+            self.parked.pop(rid, None)
             self.eos_first.discard(rid)
 
     # --- hooks beyond the base interface ---------------------------------------------------------------------
@@ -259,6 +274,23 @@ class LiveSource(AcceptanceSource):
         self._slots(ids, ended)
         return ended
 
+    def prefilled_elsewhere(self, ids: np.ndarray) -> np.ndarray:
+        """A disaggregated pool prefilled these requests and emitted their first token: sample it for real now (in
+        the scratch slot, given back at once; the pool's forward is not this deployment's, so its time is not
+        kept) and keep it until the request first decodes, when its prompt is prefilled on the replica and that
+        token is its anchor. Returns which ended at their first token (EOS): they finish with that one token."""
+        ended = np.zeros(len(ids), dtype=bool)
+        if self.scratch is None:  # a pool without the scenario saying disaggregated: prefill when it decodes
+            return ended
+        slot = torch.tensor([self.scratch], device=self.batch.device)
+        for i, rid in enumerate(ids.tolist()):  # one request per completed remote prefill
+            self.batch.load(slot, [self.prompt_of(rid)])
+            ended[i] = bool(self.batch.prefill(slot)[0])
+            self.parked[rid] = int(self.batch.anchor[self.scratch])
+            self.batch.release(slot)
+        self.timer.end_step()
+        return ended
+
     def step_ms(self) -> float:
         """Measured milliseconds of this step's forwards (prefill, draft, verify) since the last call."""
         ms = self._unclaimed_ms + float(sum(self.timer.end_step().values()))
@@ -279,14 +311,17 @@ class LiveSource(AcceptanceSource):
         slot = int(self.state.slot[rid])
         if slot >= 0:
             tokens = self.batch.tokens(slot, len(self.prompt_of(rid)))
+        elif rid in self.saved:
+            tokens = self.saved[rid][len(self.prompt_of(rid)):]
         else:
-            tokens = self.saved.get(rid, [])[len(self.prompt_of(rid)):]
+            tokens = [self.parked[rid]] if rid in self.parked else []
         return len(tokens), bool(tokens) and self.eos_id is not None and tokens[-1] == self.eos_id
 
     def _slots(self, ids: np.ndarray, ended: np.ndarray | None = None) -> torch.Tensor:
         """The requests' cache slots, taking and prefilling one for each that has none. A prefill's token that is
         EOS is reported in ``ended`` (n,) when given (the engine ends the request in this step), else the request
-        ends at its next verify (``eos_first``: a disaggregated pool's request, prefilled when it first decodes)."""
+        ends at its next verify (``eos_first``; a disaggregated pool's request has its first token from
+        ``prefilled_elsewhere`` and takes it here as its anchor instead of sampling one)."""
         s = self.state
         slot = s.slot[ids]
         new = np.flatnonzero(slot < 0)
@@ -296,9 +331,10 @@ class LiveSource(AcceptanceSource):
             taken = [self.free.pop() for _ in range(len(new))]
             s.slot[ids[new]] = taken
             contexts = [self.saved.pop(rid, None) or self.prompt_of(rid) for rid in ids[new].tolist()]
+            forced = torch.tensor([self.parked.pop(rid, -1) for rid in ids[new].tolist()])
             t = torch.tensor(taken, device=self.batch.device)
             self.batch.load(t, contexts)
-            eos = self.batch.prefill(t).numpy()
+            eos = self.batch.prefill(t, forced if bool((forced >= 0).any()) else None).numpy()
             if ended is not None:
                 ended[new] = eos
             else:

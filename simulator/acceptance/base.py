@@ -87,6 +87,11 @@ class AcceptanceSource:
         (n,) bool: the requests that token ended (end-of-sequence), which the engine finishes in this step; None
         when none did."""
 
+    def prefilled_elsewhere(self, ids: np.ndarray) -> np.ndarray | None:
+        """A disaggregated prefill pool finished these requests' prefill and emitted their first token (before they
+        join a replica). A source that generates real tokens samples that token here and returns (n,) bool: the
+        requests it ended (end-of-sequence), which the engine finishes with their one token; None when none did."""
+
     def preempt(self, ids: np.ndarray) -> None:
         """Requests evicted by recompute preemption; they return later through ``propose`` (and finish with
         ``detach``). A source that holds real caches frees them here."""

@@ -104,6 +104,39 @@ def test_temperature_zero_is_the_targets_greedy_decoding_with_preemptions(smoke_
         assert ended_at_eos or len(got) == req["output"][rid]
 
 
+def test_disaggregated_a_first_token_at_eos_ends_the_request_with_that_token_alone(smoke_world, smoke_models,
+                                                                                      tmp_path):
+    """The pool's first token is sampled when the pool finishes: an end token there ends the request with one
+    token, and every request's count is its real length. The end token is set (``eos_token_id``) to the token the
+    smoke target most often emits first at temperature 0, so that the case happens (the colocated and
+    disaggregated greedy test above checks requests that decode on)."""
+    from collections import Counter
+
+    from dspark_runtime.live.world import load_world
+
+    paths, _, _ = smoke_world
+    target, _, _ = smoke_models
+    world = load_world(str(paths.root), "dspark", "cpu", "float32")
+    prompts = [t for key in ("math", "code", "chat") for _, t in world.prompts[key]]
+    firsts = Counter(g[0] for g in greedy(target, prompts, 1, -1))
+    eos, count = firsts.most_common(1)[0]
+    assert count > 0  # (on the smoke world every prompt's greedy first token is the same one)
+    path = live_scenario(tmp_path, paths.root, **{"engine.prefill": "disaggregated",
+                                                  "acceptance.options": {"keep_outputs": True, "eos_token_id": eos}})
+    _, sim = run(path)
+    check_invariants(sim)
+    src, req = sim.source, sim.requests.frame()
+    done = [rid for rid in src.outputs if not np.isnan(req["finish"][rid])]
+    want = greedy(target, [src.prompt_of(rid) for rid in done], 20, eos)
+    one = 0
+    for rid, ref in zip(done, want, strict=True):
+        got = src.outputs[rid]
+        assert got == ref[: len(got)], f"request {rid}: {got} != greedy {ref}"
+        assert len(got) == req["generated"][rid] == req["output"][rid] or got[-1] != eos
+        one += got == [eos]
+    assert one >= 1 and all(req["generated"][rid] == len(src.outputs[rid]) for rid in done)
+
+
 def exact_marginals(target, prompt: list[int], vocab: int) -> tuple[np.ndarray, np.ndarray]:
     """P(token 2) and P(token 3) of the target's sampling at temperature 1, enumerated exactly."""
     with torch.no_grad():
