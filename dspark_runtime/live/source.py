@@ -367,6 +367,7 @@ class LiveSource(AcceptanceSource):
         df["request"] = request
         df["output"] = [ends[r][0] for r in request.tolist()]
         df["eos"] = [int(ends[r][1]) for r in request.tolist()]
+        df["finished"] = [int(r in self.ends) for r in request.tolist()]
         has = self.trace[0]["raw"] is not None
         c = np.concatenate([t["c"] for t in self.trace]) if has else np.full((len(df), g), np.nan)
         raw = np.concatenate([t["raw"] for t in self.trace]) if has else np.full((len(df), g), np.nan)

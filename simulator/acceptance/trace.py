@@ -7,9 +7,9 @@ random start (so consecutive steps keep whatever correlation the recording had, 
 by prompt), wrapping around at the end.
 
 A trace written by a live run (``source: live`` with ``--records``) also says where each request ended:
-``request`` (the live run's request id), ``output`` (the tokens it emitted) and ``eos`` (1: it ended at its
-end-of-sequence token; 0: at its drawn length, or it was still running when the run stopped), the same on every
-row of the request. A replay then ends requests as live did (``end_positions``): simulated request i takes the
+``request`` (the live run's request id), ``output`` (the tokens it emitted), ``eos`` (1: it ended at its
+end-of-sequence token; 0: at its drawn length, or it was still running when the run stopped) and ``finished``
+(0: still running), the same on every row of the request. A replay then ends requests as live did (``end_positions``): simulated request i takes the
 end of recorded request i when that one is of the same mix entry (a replay of the same scenario and seed draws
 the same requests, so their ends are the recorded ones), else of a recorded request of its mix entry drawn at
 random; a recorded end token ends it there (or at its own drawn length if that comes first), and a recorded
@@ -38,11 +38,14 @@ def recorded_ends(rows: pd.DataFrame) -> pd.DataFrame | None:
     if any(c not in rows.columns for c in END_COLUMNS) or rows[END_COLUMNS].isna().any().any():
         return None
     first = rows.drop_duplicates("request")
-    return pd.DataFrame({"request": first["request"].to_numpy(dtype=np.int64),
-                         "domain": first["domain"].astype(str).to_numpy(),
-                         "benchmark": first["benchmark"].astype(str).to_numpy(),
-                         "output": first["output"].to_numpy(dtype=np.int64),
-                         "eos": first["eos"].to_numpy(dtype=np.int64) > 0})
+    out = pd.DataFrame({"request": first["request"].to_numpy(dtype=np.int64),
+                        "domain": first["domain"].astype(str).to_numpy(),
+                        "benchmark": first["benchmark"].astype(str).to_numpy(),
+                        "output": first["output"].to_numpy(dtype=np.int64),
+                        "eos": first["eos"].to_numpy(dtype=np.int64) > 0})
+    if "finished" in first.columns and not first["finished"].isna().any():
+        out["finished"] = first["finished"].to_numpy(dtype=np.int64) > 0
+    return out
 
 
 def read_trace(path: Path) -> pd.DataFrame:

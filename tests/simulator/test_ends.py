@@ -145,3 +145,34 @@ def test_the_fitted_profile_ends_requests_as_the_trace_did(scenario_file, tmp_pa
     for domain, hazard in (("math", 0.08), ("chat", 0.02)):  # E[min(geometric, uniform cap)] by simulation
         expect = np.minimum(rng.geometric(hazard, 200_000), rng.integers(24, 97, 200_000)).mean()
         assert done["output"][done["entry"] == domain].mean() == pytest.approx(expect, rel=0.15)
+
+
+def test_the_workload_can_take_output_lengths_from_a_live_trace(scenario_file, tmp_path):
+    path = tmp_path / "trace.csv"
+    recorded = live_like_trace(path, np.random.default_rng(7), requests=300)
+    df = pd.read_csv(path)
+    running = df["request"] >= 280  # still running when the recording stopped: cut short, left out
+    df["finished"] = (~running).astype(int)
+    df.loc[running, "output"] = 500
+    df.to_csv(path, index=False)
+    scn = scenario_file(systems=["static-3"], workload={"mix": {"math": 1, "chat": 1}, "prompt": 64,
+                                                        "output": {"dist": "recorded", "trace": str(path)}},
+                        frontier={"concurrency": [8]}, run={"duration_s": 3.0, "warmup_s": 0.1})
+    _, sim = simulate(scn)
+    drawn = pd.DataFrame(sim.requests.frame())["output"].to_numpy()
+    finished_lengths = recorded["output"].to_numpy()[:280]
+    assert len(drawn) > 100 and set(drawn.tolist()) <= set(finished_lengths.tolist())
+    assert drawn.mean() == pytest.approx(finished_lengths.mean(), rel=0.15)
+
+
+def test_recorded_lengths_need_a_live_trace_and_give_outputs_only(scenario_file, tmp_path):
+    from simulator.errors import UserError
+
+    path = tmp_path / "plain.csv"
+    pd.DataFrame({"domain": ["math"], "benchmark": ["a"], "drafter": ["dspark"], "gamma": [4],
+                  "accepted": [2]}).to_csv(path, index=False)
+    scn = scenario_file(systems=["static-3"], workload={"output": {"dist": "recorded", "trace": str(path)}})
+    with pytest.raises(UserError, match="dist 'recorded' needs a trace that records where its requests ended"):
+        simulate(scn)
+    with pytest.raises(UserError, match=r"workload\.prompt.*a live trace records no prompt lengths"):
+        load_scenario(scenario_file(name="p", workload={"prompt": {"dist": "recorded", "trace": str(path)}}))
