@@ -63,7 +63,7 @@ def batched_vs_single(runtime: str, device: str, requests: int, steps: int) -> d
     return {"requests": requests, "batched_ms": 1e3 * batched, "single_ms": 1e3 * single, "world": str(paths.root)}
 
 
-def simulator_share(requests: int, seconds: float) -> dict:
+def simulator_share(requests: int, seconds: float, runtime: str, device: str) -> dict:
     from dspark_runtime.live.source import LiveSource
     from simulator.config import load_scenario
     from simulator.run import LoadPoint, RunSpec, build
@@ -88,7 +88,9 @@ def simulator_share(requests: int, seconds: float) -> dict:
 
     LiveSource.propose, LiveSource.verify, LiveSource.prefilled = timed_propose, timed_verify, timed_prefilled
     try:
-        scn = load_scenario(ROOT / "scenarios" / "hil-tiny.yaml", [f"run.duration_s={seconds}", "run.warmup_s=0.1"])
+        scn = load_scenario(ROOT / "scenarios" / "hil-tiny.yaml", [f"run.duration_s={seconds}", f"run.warmup_s={seconds / 5}",
+                                                                   f"acceptance.runtime={runtime}",
+                                                                   f"acceptance.device={device}"])
         system = next(s for s in resolve_systems(scn) if s.name == "dspark")
         sim, _, duration, _ = build(scn, RunSpec(system, LoadPoint(requests), 0, False))
         t0 = time.perf_counter()
@@ -115,7 +117,7 @@ def main() -> None:
     print(f"world {b['world']}, {a.device}, {a.threads} thread(s)")
     print(f"live step, {b['requests']} requests: batched {b['batched_ms']:.1f} ms, {b['requests']} one-request steps "
           f"{b['single_ms']:.1f} ms -> batching is {b['single_ms'] / b['batched_ms']:.1f}x faster")
-    s = simulator_share(a.requests, a.seconds)
+    s = simulator_share(a.requests, a.seconds, a.runtime, a.device)
     print(f"live run ({s['steps']} steps, {s['wall']:.1f} s wall): forwards {100 * s['forwards'] / s['wall']:.1f}%, "
           f"live source bookkeeping {100 * s['glue'] / s['wall']:.1f}%, simulator {100 * s['simulator'] / s['wall']:.1f}% "
           f"({1e3 * s['simulator'] / max(s['steps'], 1):.2f} ms per step)")

@@ -4,28 +4,49 @@
 # measured to analytic step time across B and whether any point throttled. About 3 minutes of measurement plus
 # model build on one H200 (75 of 88 points fit); nothing here changes the GPU's clocks or power limits.
 #
-#   bash benchmarks/h200_qwen3_8b_sps.sh            # on a machine with one H200
+#   bash benchmarks/h200_qwen3_8b_sps.sh             # on a machine with one H200
+#   bash benchmarks/h200_qwen3_8b_sps.sh --dry-run   # the same commands on the CPU, on $H200_MODEL (a small
+#                                                    # transformers config.json), a handful of points, fp32
 #
 # ./run uses .venv (or $DSPARK_VENV) and installs the CPU build of torch only when no torch is there: point
 # DSPARK_VENV at an environment with a CUDA build of torch, transformers and nvidia-ml-py, or install them into
-# .venv first.
+# .venv first. With HIL_PYTHON set the commands run as `$HIL_PYTHON -m hw_profile.cli` (benchmarks/hil_gpu.sh).
 #
-# Writes scenarios/hardware/h200-qwen3-8b-bf16-measured.{csv,json} (+ .smooth.csv/.json) and /tmp/h200-*.
+# Writes scenarios/hardware/h200-qwen3-8b-bf16-measured.{csv,json} (+ .smooth.csv/.json) and, under $H200_OUT
+# (default /tmp), h200-roofline.csv, h200-ratio.csv and h200-vs-roofline.html. A dry run writes everything under
+# $H200_OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=scenarios/hardware/h200-qwen3-8b-bf16-measured.csv
+dry=0
+[ "${1:-}" = "--dry-run" ] && dry=1
+aux="${H200_OUT:-/tmp}"
+mkdir -p "$aux"
+if [ -n "${HIL_PYTHON:-}" ]; then
+    hw_profile() { "$HIL_PYTHON" -m hw_profile.cli "$@"; }
+else
+    hw_profile() { ./run hw-profile "$@"; }
+fi
 
-# for the record only (read-only queries)
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv
-
-./run hw-profile sps --model qwen3-8b --device cuda --dtype bf16 \
-    --requests 1..1024 --tokens-per-request 1,2,4,8 --context 512,4096 \
-    --warmup 5 --repeats 30 --min-time 0.3 --throttle-retries 2 \
-    --name h200-qwen3-8b-bf16-measured --out "$out"
-./run hw-profile analytic --gpu H200 --model qwen3-8b --dtype bf16 --name h200-roofline --out /tmp/h200-roofline.csv
-./run hw-profile compare "$out" /tmp/h200-roofline.csv --csv /tmp/h200-ratio.csv
-./run hw-profile fit "$out"
-./run hw-profile show "$out" /tmp/h200-roofline.csv --out /tmp/h200-vs-roofline.html
+if [ "$dry" = 1 ]; then
+    model="${H200_MODEL:?a dry run needs H200_MODEL: a small transformers config.json to profile on the CPU}"
+    out="$aux/h200-qwen3-8b-bf16-measured.csv"
+    hw_profile sps --model "$model" --device cpu --dtype fp32 \
+        --requests 1,8 --tokens-per-request 1,8 --context 32 \
+        --warmup 1 --repeats 3 --threads 1 --quiet \
+        --name h200-qwen3-8b-dry-run --out "$out"
+else
+    out=scenarios/hardware/h200-qwen3-8b-bf16-measured.csv
+    # for the record only (read-only queries)
+    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv
+    hw_profile sps --model qwen3-8b --device cuda --dtype bf16 \
+        --requests 1..1024 --tokens-per-request 1,2,4,8 --context 512,4096 \
+        --warmup 5 --repeats 30 --min-time 0.3 --throttle-retries 2 \
+        --name h200-qwen3-8b-bf16-measured --out "$out"
+fi
+hw_profile analytic --gpu H200 --model qwen3-8b --dtype bf16 --name h200-roofline --out "$aux/h200-roofline.csv"
+hw_profile compare "$out" "$aux/h200-roofline.csv" --csv "$aux/h200-ratio.csv"
+hw_profile fit "$out"
+hw_profile show "$out" "$aux/h200-roofline.csv" --out "$aux/h200-vs-roofline.html"
 
 # The drafter's cost on the same GPU (one layer of the target's width, gamma 8), about a minute more:
 # ./run hw-profile sps --model qwen3-8b --drafter-layers 1 --device cuda --dtype bf16 --requests 1..512 \

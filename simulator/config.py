@@ -69,7 +69,15 @@ class EmpiricalLength(Strict):
     max: PositiveInt | None = None
 
 
-Length = Annotated[FixedLength | UniformLength | LognormalLength | EmpiricalLength, Field(discriminator="dist")]
+class RecordedLength(Strict):
+    dist: Literal["recorded"]
+    trace: str = Field(description="a live run's acceptance trace (simulate --records): the real output lengths of "
+                                   "the requests that finished in it")
+    max: PositiveInt | None = None
+
+
+Length = Annotated[FixedLength | UniformLength | LognormalLength | EmpiricalLength | RecordedLength,
+                   Field(discriminator="dist")]
 
 
 def _length_shorthand(v: Any) -> Any:
@@ -161,6 +169,13 @@ class Workload(Strict):
     @classmethod
     def _shorthand(cls, v: Any) -> Any:
         return _length_shorthand(v)
+
+    @field_validator("prompt")
+    @classmethod
+    def _not_recorded(cls, v: Any) -> Any:
+        if isinstance(v, RecordedLength):
+            raise ValueError("dist 'recorded' gives output lengths (a live trace records no prompt lengths)")
+        return v
 
     @field_validator("mix")
     @classmethod
@@ -321,7 +336,7 @@ def _loc(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("fixed", "uniform", "lognormal", "empirical", "str", "System"):
+        elif part in ("fixed", "uniform", "lognormal", "empirical", "recorded", "str", "System"):
             continue  # union-member tags pydantic adds
         elif part.startswith("function-"):
             continue

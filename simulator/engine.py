@@ -446,6 +446,7 @@ class Simulation:
         self.source_decodes = source.decodes_without_drafter
         # only a source that overrides `prefilled` (the live runtime) needs the per-step mask of completed prefills
         self.source_tracks_prefill = type(source).prefilled is not AcceptanceSource.prefilled
+        self.source_tracks_remote = type(source).prefilled_elsewhere is not AcceptanceSource.prefilled_elsewhere
         self.live_clock = source.step_ms if live_clock else None
         self.preemptions = 0
         self.rejected = 0
@@ -460,8 +461,12 @@ class Simulation:
         """New requests arrive now: log them, tell the source, route them (after a remote prefill, if any)."""
         ids = self.requests.add(self.env.now, prompt, output, mix)
         self.source.attach(ids, mix)
+        ends = self.source.end_positions(ids)
         req = self.requests.data
+        # admitted on the drawn length, as a live run (which meets the end token only when it comes) admits
         fits = req["prompt"][ids] + req["output"][ids] + self.lookahead <= self.kv_capacity
+        if ends is not None:  # the request log's output is the real length, as a live run's is
+            req["output"][ids] = np.minimum(req["output"][ids], np.asarray(ends, dtype=np.int64))
         if not fits.all():
             req["rejected"][ids[~fits]] = True  # could never fit, even alone
             self.rejected += int((~fits).sum())
@@ -511,6 +516,10 @@ class Simulation:
         req["generated"][rid] = 1
         req["kv_ready"][rid] = True
         self.remote_tokens += 1
+        if self.source_tracks_remote:  # the real first token: an end token ends the request with it
+            ended = self.source.prefilled_elsewhere(np.array([rid]))
+            if ended is not None and bool(np.asarray(ended)[0]):
+                req["output"][rid] = 1
         if req["output"][rid] <= 1:
             req["finish"][rid] = self.env.now
             self.source.detach(np.array([rid]))

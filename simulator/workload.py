@@ -22,6 +22,7 @@ from simulator.config import (
     EmpiricalLength,
     FixedLength,
     LognormalLength,
+    RecordedLength,
     Traffic,
     UniformLength,
     Workload,
@@ -84,6 +85,8 @@ class LengthSampler:
                                     f"[{window[1]:g}, {window[2]:g}) s")
                 trace = trace[inside]
             self.values = trace[col].to_numpy()
+        elif isinstance(spec, RecordedLength):
+            self.values = recorded_output_lengths(resolve(spec.trace))
 
     @property
     def cap(self) -> int | None:
@@ -103,6 +106,21 @@ class LengthSampler:
         else:
             out = self.values[rng.integers(0, len(self.values), n)]
         return self.capped(out)
+
+
+def recorded_output_lengths(path: Path) -> np.ndarray:
+    """The real output lengths of the requests a live run's trace saw finish (at their end token or their drawn
+    length); requests still running when the run stopped are left out, their lengths being cut short."""
+    from simulator.acceptance.trace import read_trace, recorded_ends
+
+    ends = recorded_ends(read_trace(path))
+    if ends is None or "finished" not in ends.columns:
+        raise UserError(f"{path}: workload.output: dist 'recorded' needs a trace that records where its requests "
+                        "ended (columns request, output, eos, finished: a live run's `simulate --records`)")
+    done = ends[ends["finished"]]
+    if done.empty:
+        raise UserError(f"{path}: workload.output: no request finished in the recorded run")
+    return done["output"].to_numpy(dtype=np.int64)
 
 
 @dataclass

@@ -102,10 +102,12 @@ class LiveBatch:
 
     # --- the step ---------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def prefill(self, slots: torch.Tensor) -> torch.Tensor:
+    def prefill(self, slots: torch.Tensor, forced: torch.Tensor | None = None) -> torch.Tensor:
         """Run the contexts of slots that hold no cache through the target in one forward and sample each one's
         next token from it (a fresh request's first token; after a recompute preemption the token the recompute
-        emits, as vLLM's does). Returns (R,) bool on the host: the sampled token is EOS."""
+        emits, as vLLM's does). ``forced`` (R,): a token >= 0 is taken as that slot's next token instead of the
+        sampled one (a first token a disaggregated pool already emitted). Returns (R,) bool on the host: the
+        token is EOS."""
         dev = self.device
         counts = self.seq_len[slots].clone()
         width = int(counts.max())
@@ -115,6 +117,8 @@ class LiveBatch:
             logits, feats, nk, nv = self.runner.forward(self.tcache, slots, tokens, counts, logits_at=counts - 1)
         self.tcache.commit(slots, nk, nv, counts)
         first = sample_tokens(logits, self.temperature, self.gen)
+        if forced is not None:
+            first = torch.where(forced.to(first.device) >= 0, forced.to(first.device), first)
         self.anchor[slots] = first
         self.seq[slots, counts] = first
         self.seq_len[slots] = counts + 1

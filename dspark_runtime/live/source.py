@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,7 +37,9 @@ from simulator.calibration import sts_apply
 from simulator.errors import UserError
 
 from ..target import TargetRunner, resolve_device, resolve_dtype
+from .checkpoints import checkpoint_digest, load_checkpoints
 from .session import LiveBatch
+from .standins import HOST_EVENTS, HostNvml
 from .timing import MeasuredTable, StepTimer
 from .world import load_world, resolve_world, world_digest
 
@@ -60,12 +63,17 @@ class LiveSource(AcceptanceSource):
 
     @classmethod
     def input_digest(cls, options: dict) -> str:
+        if options.get("target"):
+            return checkpoint_digest(str(options["target"]), options.get("drafter_checkpoint"),
+                                     str(options.get("prompts", "")))
         return world_digest(str(options.get("runtime", "tiny")))
 
     def __init__(self, *, scenario, drafter: str, gamma: int, mix: list[str], calibrated: bool,
                  rng: np.random.Generator, runtime: str = "tiny", device: str = "cpu", temperature: float = 1.0,
                  dtype: str = "float32", prompts_per_entry: int | None = None, threads: int | None = None,
-                 keep_outputs: bool = False, ignore_eos: bool = False):
+                 keep_outputs: bool = False, ignore_eos: bool = False, gpu_stand_in: bool = False,
+                 target: str | None = None, drafter_checkpoint: str | None = None, prompts: str | None = None,
+                 eos_token_id: int | None = None):
         where = f"{scenario.path}: acceptance"
         if not isinstance(temperature, int | float) or temperature < 0:
             raise UserError(f"{where}.temperature: expected a number >= 0, got {temperature!r}")
@@ -84,13 +92,34 @@ class LiveSource(AcceptanceSource):
         kind = drafter if drafter != "none" else "dspark"
         if drafter not in ("none", "dspark", "dflash", "eagle3"):
             raise UserError(f"{where}: the live runtime has no {drafter!r} drafter (it has dspark, dflash, eagle3)")
-        paths = resolve_world(runtime, kind, where)
-        world = load_world(str(paths.root), drafter, str(dev), dtype)
+        if target is None:
+            if drafter_checkpoint is not None or prompts is not None:
+                field = "drafter_checkpoint" if drafter_checkpoint is not None else "prompts"
+                raise UserError(f"{where}.{field}: given without acceptance.target (real checkpoints need the target "
+                                "directory, its drafter and the prompts file; without them the tiny world is used)")
+            root = resolve_world(runtime, kind, where).root
+            world = load_world(str(root), drafter, str(dev), dtype)
+        else:
+            if prompts is None:
+                raise UserError(f"{where}.prompts: a live run on checkpoints (acceptance.target) needs a JSONL file "
+                                "of prompts ({\"prompt\": ..., \"domain\": ...} a line)")
+            if drafter != "none" and drafter_checkpoint is None:
+                raise UserError(f"{where}.drafter_checkpoint: system drafter {drafter!r} needs a DeepSpec-format "
+                                "drafter directory beside acceptance.target")
+            root = scenario.resolve(str(target))
+            world = load_checkpoints(str(root), str(scenario.resolve(str(drafter_checkpoint)))
+                                     if drafter_checkpoint is not None else None,
+                                     str(scenario.resolve(str(prompts))), str(dev), dtype, where)
+            if drafter == "none":
+                world = replace(world, drafter=None, temperatures=None)
+            elif not str(world.drafter.config.kind).startswith(drafter):
+                raise UserError(f"{where}.drafter_checkpoint: the checkpoint is a {world.drafter.config.kind!r} "
+                                f"drafter; the system drafts with {drafter!r}")
         self.world = world
         self.drafter_name = drafter
         self.gamma = 0 if drafter == "none" else int(gamma)
         if world.drafter is not None and self.gamma != world.drafter.gamma:
-            raise UserError(f"{scenario.path}: systems: the live {drafter} drafter of {paths.root} drafts "
+            raise UserError(f"{scenario.path}: systems: the live {drafter} drafter of {root} drafts "
                             f"{world.drafter.gamma} tokens; set gamma {world.drafter.gamma} (got {gamma})")
         self.calibrated = calibrated and world.temperatures is not None
         self.temperature = float(temperature)
@@ -100,36 +129,53 @@ class LiveSource(AcceptanceSource):
             if key not in world.prompts:
                 have = ", ".join(sorted(world.prompts))
                 raise UserError(f"{scenario.path}: workload.mix: {key!r} is neither a domain nor a benchmark of the "
-                                f"live world's held-out prompts (it has: {have})")
+                                f"live run's prompts (it has: {have})")
             pool = world.prompts[key][: prompts_per_entry] if prompts_per_entry else world.prompts[key]
             pools.append(pool)
         self.pools = pools
         self.rng = rng
+        if not isinstance(gpu_stand_in, bool) or (gpu_stand_in and dev.type != "cpu"):
+            raise UserError(f"{where}.gpu_stand_in: true or false, and true only with device: cpu (it times the CPU "
+                            f"with the GPU path's event pairs and samples the host through the NVML sampler, for a "
+                            f"dry run of the GPU script); got {gpu_stand_in!r} on {dev}")
         slots = scenario.model.engine.max_running * scenario.model.hardware.replicas
+        # a disaggregated pool's prefill samples the first token in one more slot, given back at once (every other
+        # slot may be held by running requests then)
+        scratch = 1 if scenario.model.engine.prefill == "disaggregated" else 0
         longest = max(len(t) for pool in pools for _, t in pool)
         capacity = longest + _max_output(scenario, where) + self.gamma + 2
-        self.timer = StepTimer(dev)
+        self.timer = StepTimer(dev, HOST_EVENTS if gpu_stand_in else None)
         gen = torch.Generator(device=dev).manual_seed(int(rng.integers(2**63 - 1)))
         runner = TargetRunner(world.target, world.layer_ids)
-        self.batch = LiveBatch(runner, world.drafter, slots=slots, capacity=capacity, temperature=self.temperature,
-                               eos_id=None if ignore_eos else world.tokenizer.eos_token_id, generator=gen, timer=self.timer)
+        if eos_token_id is not None and (not isinstance(eos_token_id, int) or isinstance(eos_token_id, bool)
+                                         or not 0 <= eos_token_id < int(world.target.config.vocab_size)):
+            raise UserError(f"{where}.eos_token_id: expected a token id in 0..{world.target.config.vocab_size - 1}, "
+                            f"got {eos_token_id!r}")
+        # the tokenizer's end token unless told (a chat model may end its turns with another, e.g. <|im_end|>)
+        self.eos_id = None if ignore_eos else (eos_token_id if eos_token_id is not None
+                                                else world.tokenizer.eos_token_id)
+        self.batch = LiveBatch(runner, world.drafter, slots=slots + scratch, capacity=capacity, temperature=self.temperature,
+                               eos_id=self.eos_id, generator=gen, timer=self.timer)
         self.state = GrowingArrays(mix=np.int64, prompt=np.int64, slot=np.int64)
         self.free = list(range(slots - 1, -1, -1))
         self.saved: dict[int, list[int]] = {}  # preempted requests: their context, recomputed on readmission
         self.eos_first: set[int] = set()
+        self.parked: dict[int, int] = {}  # first token a disaggregated pool emitted, until the request decodes
+        self.scratch = slots if scratch else None
         self.outputs: dict[int, list[int]] | None = {} if keep_outputs else None
         self.recording = False
         self.trace: list[dict[str, np.ndarray]] = []
+        self.ends: dict[int, tuple[int, bool]] = {}  # recorded requests that finished: (output tokens, ended at EOS)
         self.target_table, self.drafter_table = MeasuredTable(), MeasuredTable()
         self._pending = None
         self._unclaimed_ms = 0.0
         self.sampler = None
-        if dev.type == "cuda":
+        if dev.type == "cuda" or gpu_stand_in:
             from hw_profile.telemetry import NvmlSampler
 
-            self.sampler = NvmlSampler.open("cuda", index=dev.index or 0)
-        self.meta = {"runtime": str(paths.root), "device": str(dev), "dtype": dtype, "drafter": drafter,
-                     "temperature": self.temperature, "torch": torch.__version__, "host": platform.node(),
+            self.sampler = NvmlSampler.open("cuda", index=dev.index or 0, nvml=HostNvml() if gpu_stand_in else None)
+        self.meta = {"runtime": str(root), "device": str(dev), "dtype": dtype, "drafter": drafter,
+                     "temperature": self.temperature, "torch": torch.__version__, "gpu_stand_in": gpu_stand_in, "host": platform.node(),
                      "target_parameters": int(sum(p.numel() for p in world.target.parameters()))}
 
     # --- the interface ------------------------------------------------------------------------------------
@@ -181,7 +227,8 @@ class LiveSource(AcceptanceSource):
         if self.recording and drafted is not None:
             raw, conf = seen
             mix = self.state.mix[ids]
-            self.trace.append({"mix": mix, "prompt": self.state.prompt[ids], "accepted": out.full.numpy(),
+            self.trace.append({"mix": mix, "prompt": self.state.prompt[ids], "request": ids.copy(),
+                               "accepted": out.full.numpy(),
                                "c": conf if raw is not None else None, "raw": raw})
         return emitted - 1
 
@@ -189,6 +236,8 @@ class LiveSource(AcceptanceSource):
         s = self.state
         for rid in ids.tolist():  # bookkeeping of finished requests, no forwards
             slot = int(s.slot[rid]) if rid < len(s.slot) else -1
+            if self.recording and rid < len(s.slot):
+                self.ends[rid] = self._generated(rid)
             if slot >= 0:
                 if self.outputs is not None:
                     prompt = self.pools[int(s.mix[rid])][int(s.prompt[rid])][1]
@@ -196,7 +245,10 @@ class LiveSource(AcceptanceSource):
                 self.batch.release(torch.tensor([slot]))
                 self.free.append(slot)
                 s.slot[rid] = -1
+            elif rid in self.parked and self.outputs is not None:  # ended by the pool's first token
+                self.outputs[rid] = [self.parked[rid]]
             self.saved.pop(rid, None)
+            self.parked.pop(rid, None)
             self.eos_first.discard(rid)
 
     # --- hooks beyond the base interface ---------------------------------------------------------------------
@@ -222,6 +274,23 @@ class LiveSource(AcceptanceSource):
         self._slots(ids, ended)
         return ended
 
+    def prefilled_elsewhere(self, ids: np.ndarray) -> np.ndarray:
+        """A disaggregated pool prefilled these requests and emitted their first token: sample it for real now (in
+        the scratch slot, given back at once; the pool's forward is not this deployment's, so its time is not
+        kept) and keep it until the request first decodes, when its prompt is prefilled on the replica and that
+        token is its anchor. Returns which ended at their first token (EOS): they finish with that one token."""
+        ended = np.zeros(len(ids), dtype=bool)
+        if self.scratch is None:  # a pool without the scenario saying disaggregated: prefill when it decodes
+            return ended
+        slot = torch.tensor([self.scratch], device=self.batch.device)
+        for i, rid in enumerate(ids.tolist()):  # one request per completed remote prefill
+            self.batch.load(slot, [self.prompt_of(rid)])
+            ended[i] = bool(self.batch.prefill(slot)[0])
+            self.parked[rid] = int(self.batch.anchor[self.scratch])
+            self.batch.release(slot)
+        self.timer.end_step()
+        return ended
+
     def step_ms(self) -> float:
         """Measured milliseconds of this step's forwards (prefill, draft, verify) since the last call."""
         ms = self._unclaimed_ms + float(sum(self.timer.end_step().values()))
@@ -237,10 +306,22 @@ class LiveSource(AcceptanceSource):
         return list(self.pools[int(s.mix[rid])][int(s.prompt[rid])][1])
 
     # --- internals --------------------------------------------------------------------------------------------
+    def _generated(self, rid: int) -> tuple[int, bool]:
+        """The request's real output so far (tokens emitted after its prompt) and whether its last one is EOS."""
+        slot = int(self.state.slot[rid])
+        if slot >= 0:
+            tokens = self.batch.tokens(slot, len(self.prompt_of(rid)))
+        elif rid in self.saved:
+            tokens = self.saved[rid][len(self.prompt_of(rid)):]
+        else:
+            tokens = [self.parked[rid]] if rid in self.parked else []
+        return len(tokens), bool(tokens) and self.eos_id is not None and tokens[-1] == self.eos_id
+
     def _slots(self, ids: np.ndarray, ended: np.ndarray | None = None) -> torch.Tensor:
         """The requests' cache slots, taking and prefilling one for each that has none. A prefill's token that is
         EOS is reported in ``ended`` (n,) when given (the engine ends the request in this step), else the request
-        ends at its next verify (``eos_first``: a disaggregated pool's request, prefilled when it first decodes)."""
+        ends at its next verify (``eos_first``; a disaggregated pool's request has its first token from
+        ``prefilled_elsewhere`` and takes it here as its anchor instead of sampling one)."""
         s = self.state
         slot = s.slot[ids]
         new = np.flatnonzero(slot < 0)
@@ -250,9 +331,10 @@ class LiveSource(AcceptanceSource):
             taken = [self.free.pop() for _ in range(len(new))]
             s.slot[ids[new]] = taken
             contexts = [self.saved.pop(rid, None) or self.prompt_of(rid) for rid in ids[new].tolist()]
+            forced = torch.tensor([self.parked.pop(rid, -1) for rid in ids[new].tolist()])
             t = torch.tensor(taken, device=self.batch.device)
             self.batch.load(t, contexts)
-            eos = self.batch.prefill(t).numpy()
+            eos = self.batch.prefill(t, forced if bool((forced >= 0).any()) else None).numpy()
             if ended is not None:
                 ended[new] = eos
             else:
@@ -278,6 +360,14 @@ class LiveSource(AcceptanceSource):
             "drafter": self.drafter_name, "gamma": g,
             "accepted": np.concatenate([t["accepted"] for t in self.trace]),
         })
+        # where each request ended (the same on each of its rows): its real output and whether it ended at EOS;
+        # a request still running when the run stopped has what it had emitted then (censored, eos 0)
+        request = np.concatenate([t["request"] for t in self.trace])
+        ends = {rid: self.ends.get(rid) or self._generated(rid) for rid in np.unique(request).tolist()}
+        df["request"] = request
+        df["output"] = [ends[r][0] for r in request.tolist()]
+        df["eos"] = [int(ends[r][1]) for r in request.tolist()]
+        df["finished"] = [int(r in self.ends) for r in request.tolist()]
         has = self.trace[0]["raw"] is not None
         c = np.concatenate([t["c"] for t in self.trace]) if has else np.full((len(df), g), np.nan)
         raw = np.concatenate([t["raw"] for t in self.trace]) if has else np.full((len(df), g), np.nan)
@@ -297,5 +387,8 @@ class LiveSource(AcceptanceSource):
                     "vocab": int(shape.vocab_size)},
                 "telemetry": (self.sampler.device_info() if self.sampler is not None
                               else {"telemetry": "no NVML telemetry: measuring on the CPU"})}
+        meta["steps"] = {"target": len(self.target_table.rows), "drafter": len(self.drafter_table.rows)}
+        meta["throttled_steps"] = {"target": self.target_table.throttled_steps(),
+                                   "drafter": self.drafter_table.throttled_steps()}
         return {"target": self.target_table.points(),
                 "drafter": self.drafter_table.points() if self.gamma else [], "meta": meta}

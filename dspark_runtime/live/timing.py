@@ -3,7 +3,8 @@ telemetry around each step where a GPU has it, and the step-time tables the meas
 
 ``StepTimer.span(kind)`` brackets one forward. On a GPU the spans are pairs of CUDA events read once per step
 (``end_step``, one synchronisation), so timing adds no stall between forwards; on the CPU the forwards are
-synchronous and ``time.perf_counter`` brackets them. Only the spans count: the Python between them (the
+synchronous and ``time.perf_counter`` brackets them (a dry run of the GPU script takes the event path on the CPU
+with ``standins.HOST_EVENTS``). Only the spans count: the Python between them (the
 simulator's own work, bookkeeping) is not what the hardware would spend.
 
 ``MeasuredTable`` collects one point per step (target: B verified tokens, K context tokens read, ms; drafter:
@@ -22,16 +23,22 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from .standins import CUDA_EVENTS, Events
+
 
 class StepTimer:
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
+    """``events``: None times with ``time.perf_counter`` (the CPU); an ``Events`` pairs events around each forward
+    and reads them once per step (``CUDA_EVENTS``, the default on a GPU; ``HOST_EVENTS``, the CPU stand-in a dry
+    run of the GPU script uses)."""
+
+    def __init__(self, device: torch.device, events: Events | None = None):
+        self.events = events if events is not None else (CUDA_EVENTS if device.type == "cuda" else None)
         self._spans: dict[str, list] = defaultdict(list)
 
     @contextlib.contextmanager
     def span(self, kind: str):
-        if self.cuda:
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if self.events is not None:
+            start, stop = self.events.event(), self.events.event()
             start.record()
             yield
             stop.record()
@@ -44,10 +51,10 @@ class StepTimer:
     def end_step(self) -> dict[str, float]:
         """Milliseconds per kind of forward since the last call (prefill, draft, verify)."""
         out: dict[str, float] = {}
-        if self.cuda and self._spans:
-            torch.cuda.synchronize()
+        if self.events is not None and self._spans:
+            self.events.synchronize()
         for kind, spans in self._spans.items():
-            if self.cuda:
+            if self.events is not None:
                 out[kind] = float(sum(a.elapsed_time(b) for a, b in spans))
             else:
                 out[kind] = 1000.0 * float(sum(spans))
@@ -79,6 +86,9 @@ class MeasuredTable:
         throttled = bool(telemetry is not None and telemetry.throttled)
         self.rows.append((batch_tokens, kv_tokens, requests, ms, throttled, *tel))
         self.reasons.append(telemetry.throttle_reasons if throttled else "")
+
+    def throttled_steps(self) -> int:
+        return int(sum(1 for row in self.rows if row[4]))
 
     def points(self) -> list[dict]:
         if not self.rows:

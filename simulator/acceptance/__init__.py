@@ -13,7 +13,9 @@ Sources that generate real tokens (the runtime's ``live``, hardware in the loop;
 ``prefilled(ids)`` when a replica's prefill of requests completes, ``preempt(ids)`` on recompute preemption, end
 requests at EOS through ``Proposal.ended``, serve the drafter-less system (``decodes_without_drafter``), and may
 time their forwards (``measures_time``, ``step_ms``; ``hardware.clock: live``) and record what a trace holds
-(``start_recording``, ``write_trace``; ``simulate --records``). The base class gives every hook a default.
+(``start_recording``, ``write_trace``; ``simulate --records``). A source that knows where requests end before
+they run (a replayed live trace, a profile fitted to one; ``ends.py``) answers ``end_positions(ids)`` after
+``attach``. The base class gives every hook a default.
 
 Built in: ``profile`` (statistical, fitted to the paper) and ``trace`` (replay of recorded verifications, e.g.
 exported by ``dspark eval``). A scenario may name any other ``AcceptanceSource`` subclass by an entry point of

@@ -67,6 +67,14 @@ class AcceptanceSource:
     def detach(self, ids: np.ndarray) -> None:
         """Requests that finished (their state may be dropped)."""
 
+    def end_positions(self, ids: np.ndarray) -> np.ndarray | None:
+        """Where these just-attached requests end, for a source that knows it before they run (a replayed trace's
+        recorded ends, a profile's fitted end model): (n,) int, the position in the output of each one's
+        end-of-sequence token (1 = the first token), ``simulator.acceptance.ends.NEVER`` for none. The engine ends
+        each at the earlier of that and its drawn length. None (the default): the drawn lengths stand (a source
+        that generates real tokens ends requests as they come, through ``Proposal.ended``)."""
+        return None
+
     # --- for sources that generate real tokens (hardware in the loop) -----------------------------------------
     #: the drafter-less system (``ar``) is served by this source too (propose gives (R, 0), verify lengths 0)
     decodes_without_drafter: ClassVar[bool] = False
@@ -78,6 +86,11 @@ class AcceptanceSource:
         or the next one after a recompute). A source that generates real tokens samples it here, and returns
         (n,) bool: the requests that token ended (end-of-sequence), which the engine finishes in this step; None
         when none did."""
+
+    def prefilled_elsewhere(self, ids: np.ndarray) -> np.ndarray | None:
+        """A disaggregated prefill pool finished these requests' prefill and emitted their first token (before they
+        join a replica). A source that generates real tokens samples that token here and returns (n,) bool: the
+        requests it ended (end-of-sequence), which the engine finishes with their one token; None when none did."""
 
     def preempt(self, ids: np.ndarray) -> None:
         """Requests evicted by recompute preemption; they return later through ``propose`` (and finish with

@@ -15,6 +15,7 @@ import yaml
 from numba import njit
 
 from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
+from simulator.acceptance.ends import NEVER, EndModel
 from simulator.acceptance.latent import HeadModel, Variation
 from simulator.acceptance.normal_table import LEVELS, quantiles
 from simulator.errors import UserError
@@ -49,6 +50,7 @@ class Profile:
     variation: Variation
     domains: dict[str, str]  # benchmark -> domain
     drafters: dict[str, DrafterProfile]
+    ends: dict[str, EndModel] | None = None  # per domain or benchmark: where requests end (fitted to a live trace)
 
     def benchmarks_for(self, key: str) -> list[str]:
         """The benchmarks a workload mix entry stands for: a domain (all its benchmarks) or one benchmark."""
@@ -104,8 +106,15 @@ def load_profile(name_or_path: str, base: Path | None = None) -> Profile:
         raise
     except (KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
         raise UserError(f"{path}: not a valid acceptance profile ({type(exc).__name__}: {exc})") from None
+    ends = None
+    if raw.get("ends"):
+        try:
+            ends = {str(k): EndModel(v, f"{path}: ends.{k}") for k, v in raw["ends"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UserError(f"{path}: ends: not a valid end model ({exc})") from None
     return Profile(name=str(raw.get("name", path.stem)), path=path, target=str(raw.get("target", "")),
-                   description=str(raw.get("description", "")), variation=var, domains=domains, drafters=drafters)
+                   description=str(raw.get("description", "")), variation=var, domains=domains, drafters=drafters,
+                   ends=ends)
 
 
 class ProfileSource(AcceptanceSource):
@@ -148,6 +157,11 @@ class ProfileSource(AcceptanceSource):
                     f"(domains: {', '.join(sorted(set(profile.domains.values())))}; benchmarks: {', '.join(profile.domains)})"
                 )
             choices.append(np.array([d.benchmarks.index(b) for b in benches]))
+        # where requests of each mix entry end, when the profile says (its own model, else its domain's)
+        self.end_models = None
+        if profile.ends:
+            self.end_models = [profile.ends.get(key) or profile.ends.get(profile.domains.get(key, key)) for key in mix]
+            self.mix_of = GrowingArrays(key=np.int64)
         self._choices_flat = np.concatenate(choices)
         self._choice_count = np.array([len(c) for c in choices])
         self._choice_start = np.concatenate(([0], np.cumsum(self._choice_count)[:-1]))
@@ -159,9 +173,23 @@ class ProfileSource(AcceptanceSource):
         # a uniform pick among each request's mix entry's benchmarks, and the request's difficulty
         uniform = self.rng.random(len(ids))
         effect = self.rng.normal(0.0, self.var.request_sd, len(ids))
+        if self.end_models is not None:
+            self.mix_of.ensure(int(ids.max()))
+            self.mix_of.key[ids] = mix_index
         _attach(np.asarray(ids, dtype=np.int64), np.asarray(mix_index, dtype=np.int64), uniform, effect,
                 self._choice_count, self._choice_start, self._choices_flat, self.mu, self.a_over_t, self.state.base,
                 self.state.head)
+
+    def end_positions(self, ids: np.ndarray) -> np.ndarray | None:
+        if self.end_models is None:
+            return None
+        out = np.full(len(ids), NEVER, dtype=np.int64)
+        keys = self.mix_of.key[ids]
+        for k, model in enumerate(self.end_models):  # mix entries, a handful
+            at = np.flatnonzero(keys == k)
+            if model is not None and len(at):
+                out[at] = model.draw(len(at), self.rng)
+        return out
 
     def propose(self, ids: np.ndarray) -> Proposal:
         rows, gamma = len(ids), self.gamma

@@ -29,9 +29,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from simulator.acceptance.ends import fit_ends
 from simulator.acceptance.fitting import HEADS, VARIATION
 from simulator.acceptance.latent import HeadModel, conditional_acceptance, sample_blocks, solve_latent
-from simulator.acceptance.trace import read_trace
+from simulator.acceptance.trace import read_trace, recorded_ends
 from simulator.calibration import confidence_report, logit, sts_apply, sts_fit
 from simulator.errors import UserError
 
@@ -190,7 +191,7 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
             assert np.allclose(conditional_acceptance(np.array(e["mu"]), VARIATION), e["conditional"], atol=1e-4)
         entry["benchmarks"] = entries
         drafters[drafter] = entry
-    return {
+    profile = {
         "name": name,
         "target": "",
         "description": (f"Fitted to the acceptance trace {source} ({len(df)} request-steps) by "
@@ -200,6 +201,29 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
         "domains": domain_of,
         "drafters": drafters,
     }
+    ends = fit_domain_ends(df)
+    if ends:
+        profile["ends"] = ends
+        profile["description"] += (" Where requests end: an end-token hazard per domain fitted to the recorded "
+                                   "requests (ends.fit_ends).")
+    return profile
+
+
+def fit_domain_ends(df: pd.DataFrame) -> dict:
+    """Per domain, the end model of the trace's recorded requests (``ends.fit_ends``: a constant or a piecewise
+    hazard per position, as the likelihood-ratio test decides, with its fit), for a trace that records where its
+    requests ended; {} otherwise. Every drafter's rows describe requests of the same target, so all are pooled
+    (a request id is unique per drafter's run)."""
+    out = {}
+    per_drafter = [recorded_ends(rows) for _, rows in df.groupby(df["drafter"].astype(str), sort=True)]
+    if any(e is None for e in per_drafter) or not per_drafter:
+        return out
+    ends = pd.concat(per_drafter)
+    for domain in sorted(ends["domain"].unique()):
+        sel = ends[ends["domain"] == domain]
+        out[str(domain)] = fit_ends(sel["output"].to_numpy(), sel["eos"].to_numpy())
+    # requests run to their drawn length (ignore_eos) leave nothing to end them with: no ends at all
+    return out if any(e["kind"] != "none" for e in out.values()) else {}
 
 
 def fit_profile_file(trace: Path, out: Path) -> dict:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -103,6 +104,39 @@ def test_temperature_zero_is_the_targets_greedy_decoding_with_preemptions(smoke_
         assert ended_at_eos or len(got) == req["output"][rid]
 
 
+def test_disaggregated_a_first_token_at_eos_ends_the_request_with_that_token_alone(smoke_world, smoke_models,
+                                                                                      tmp_path):
+    """The pool's first token is sampled when the pool finishes: an end token there ends the request with one
+    token, and every request's count is its real length. The end token is set (``eos_token_id``) to the token the
+    smoke target most often emits first at temperature 0, so that the case happens (the colocated and
+    disaggregated greedy test above checks requests that decode on)."""
+    from collections import Counter
+
+    from dspark_runtime.live.world import load_world
+
+    paths, _, _ = smoke_world
+    target, _, _ = smoke_models
+    world = load_world(str(paths.root), "dspark", "cpu", "float32")
+    prompts = [t for key in ("math", "code", "chat") for _, t in world.prompts[key]]
+    firsts = Counter(g[0] for g in greedy(target, prompts, 1, -1))
+    eos, count = firsts.most_common(1)[0]
+    assert count > 0  # (on the smoke world every prompt's greedy first token is the same one)
+    path = live_scenario(tmp_path, paths.root, **{"engine.prefill": "disaggregated",
+                                                  "acceptance.options": {"keep_outputs": True, "eos_token_id": eos}})
+    _, sim = run(path)
+    check_invariants(sim)
+    src, req = sim.source, sim.requests.frame()
+    done = [rid for rid in src.outputs if not np.isnan(req["finish"][rid])]
+    want = greedy(target, [src.prompt_of(rid) for rid in done], 20, eos)
+    one = 0
+    for rid, ref in zip(done, want, strict=True):
+        got = src.outputs[rid]
+        assert got == ref[: len(got)], f"request {rid}: {got} != greedy {ref}"
+        assert len(got) == req["generated"][rid] == req["output"][rid] or got[-1] != eos
+        one += got == [eos]
+    assert one >= 1 and all(req["generated"][rid] == len(src.outputs[rid]) for rid in done)
+
+
 def exact_marginals(target, prompt: list[int], vocab: int) -> tuple[np.ndarray, np.ndarray]:
     """P(token 2) and P(token 3) of the target's sampling at temperature 1, enumerated exactly."""
     with torch.no_grad():
@@ -171,6 +205,48 @@ def test_live_trace_and_fitted_profile_agree(smoke_world, tmp_path):
         assert other["throughput_per_gpu"] == pytest.approx(live_row["throughput_per_gpu"], rel=0.05)
 
 
+def _finished(sim) -> pd.DataFrame:
+    req = pd.DataFrame(sim.requests.frame())
+    return req[req["finish"].notna()]
+
+
+@pytest.mark.slow
+def test_with_eos_the_trace_records_where_requests_ended_and_replays_end_them_there(smoke_world, tmp_path):
+    """EOS on: the trace's ``output``/``eos`` are the live request log's; a replay of the same scenario and seed
+    ends every recorded request exactly where live ended it; trace and fitted-profile replays agree with live."""
+    from simulator.acceptance.trace_fit import fit_profile_file
+
+    paths, _, _ = smoke_world
+    over = {"acceptance.temperature": 1.0, "frontier.concurrency": [8], "run.duration_s": 2.0, "run.warmup_s": 0.2,
+            "workload.output": {"dist": "uniform", "low": 8, "high": 160}, "workload.prompt": 64,
+            "engine.max_running": 8}
+    live_path = live_scenario(tmp_path, paths.root, "live", systems=["static-3"], **over)
+    rec = tmp_path / "rec"
+    live_row, live_sim = run(live_path, records=rec)
+    trace = next(rec.glob("*.trace.csv"))
+    ends = pd.read_csv(trace).drop_duplicates("request").set_index("request")
+    live = _finished(live_sim)
+    common = ends.index.intersection(live.index)
+    assert len(common) > 20 and ends.loc[common, "eos"].sum() >= 3  # requests did end at their end token
+    assert (ends.loc[common, "output"] == live.loc[common, "output"]).all()
+    trace_path = live_scenario(tmp_path, paths.root, "trace", systems=["static-3"], **over,
+                               acceptance={"source": "trace", "trace": str(trace)})
+    trace_row, trace_sim = run(trace_path, seed=0)
+    replay = _finished(trace_sim)
+    both = common.intersection(replay.index)
+    assert len(both) > 20
+    assert (replay.loc[both, "output"] == live.loc[both, "output"]).all()
+    fitted = fit_profile_file(trace, tmp_path / "fitted.yaml")
+    assert set(fitted["ends"]) == {"math", "code", "chat"}
+    prof_path = live_scenario(tmp_path, paths.root, "profile", systems=["static-3"], **over,
+                              acceptance={"source": "profile", "profile": str(tmp_path / "fitted.yaml")})
+    prof_row, _ = run(prof_path, seed=0)
+    for other in (trace_row, prof_row):
+        for key in ("math", "code", "chat"):
+            assert _tau(other, key) == pytest.approx(_tau(live_row, key), rel=0.05)
+        assert other["throughput_per_gpu"] == pytest.approx(live_row["throughput_per_gpu"], rel=0.05)
+
+
 def test_live_clock_charges_measured_time_and_writes_a_table(smoke_world, tmp_path):
     import pandas as pd
 
@@ -233,3 +309,30 @@ def test_bad_input_is_one_line(smoke_world, tmp_path):
     profile = live_scenario(tmp_path, paths.root, "table-live", **{"hardware.clock": "live"},
                             acceptance={"source": "profile"})
     _one_line_error(simulate("check", str(profile)), "hardware.clock")
+
+
+@pytest.mark.parametrize("module", ["transformers", "tokenizers", "safetensors"])
+def test_a_missing_runtime_dependency_is_one_line(module, tmp_path):
+    """torch present, another runtime module absent (a stand-in package that cannot be imported shadows it): the
+    shipped live scenario fails its check with one line naming the module and the extra, before any world is
+    touched."""
+    import os
+
+    fake = tmp_path / "missing" / module
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"raise ImportError(\"No module named '{module}'\")\n")
+    pythonpath = os.pathsep.join([str(fake.parent), str(ROOT)])
+    res = simulate("check", str(ROOT / "scenarios" / "hil-tiny.yaml"), env={"PYTHONPATH": pythonpath})
+    _one_line_error(res, module, "runtime extra", "dspark-sim[runtime]")
+
+
+def test_the_live_modules_are_those_of_the_runtime_extra():
+    """The one-line error tells the user to install the runtime extra: every module it checks must be in it."""
+    import re
+    import tomllib
+
+    from dspark_runtime.live import NEEDS
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["runtime"]
+    names = {re.split(r"[<>=!~\[ ]", req, maxsplit=1)[0] for req in extra}
+    assert set(NEEDS) <= names, set(NEEDS) - names
