@@ -73,6 +73,24 @@ def require_profile_extra(command: str, modules: tuple[str, ...] = ("torch", "tr
                                  f"{command} does it)") from None
 
 
+def device_and_shape(gpu: str, model: str, gpus: int):
+    """``--gpu``, ``--model`` and ``--gpus`` of the table-writing commands, each mistake one line."""
+    from hw_profile.gpus import get_gpu
+    from hw_profile.shapes import get_shape
+
+    try:
+        device = get_gpu(gpu)
+    except KeyError as exc:
+        raise HwProfileError(f"--gpu: {exc.args[0]}") from None
+    try:
+        shape = get_shape(model)
+    except KeyError as exc:
+        raise HwProfileError(f"--model: {exc.args[0]}") from None
+    if gpus < 1:
+        raise HwProfileError(f"--gpus: expected a positive integer, got {gpus}")
+    return device, shape
+
+
 @click.group(help="Step-time tables T(B, K): measured (sps), analytic (analytic), smoothed (fit), viewed (show).")
 def cli() -> None:
     pass
@@ -177,7 +195,6 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_
              mem_eff, launch_ms, name, out) -> None:
     from dataclasses import replace
 
-    from hw_profile.gpus import get_gpu
     from hw_profile.roofline import (
         RooflineParams,
         analytic_table,
@@ -186,18 +203,9 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_
         drafter_params,
         markov_head_costs,
     )
-    from hw_profile.shapes import drafter_attention_window, drafter_shape, get_shape
+    from hw_profile.shapes import drafter_attention_window, drafter_shape
 
-    try:
-        device = get_gpu(gpu)
-    except KeyError as exc:
-        raise HwProfileError(f"--gpu: {exc.args[0]}") from None
-    try:
-        shape = get_shape(model)
-    except KeyError as exc:
-        raise HwProfileError(f"--model: {exc.args[0]}") from None
-    if gpus < 1:
-        raise HwProfileError(f"--gpus: expected a positive integer, got {gpus}")
+    device, shape = device_and_shape(gpu, model, gpus)
     if ep is not None and (ep < 1 or gpus % ep):
         raise HwProfileError(f"--ep: expected a divisor of --gpus ({gpus}), got {ep}")
     target = shape
@@ -272,20 +280,9 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, parallel, drafters, kerne
              max_kv_tokens, name, out) -> None:
     from hw_profile.engine_costs import engine_defaults, with_overrides
     from hw_profile.estimate import Deployment, default_parallel, layout_note, write_estimate_set
-    from hw_profile.gpus import get_gpu
     from hw_profile.roofline import default_b_axis, default_k_axis
-    from hw_profile.shapes import get_shape
 
-    try:
-        device = get_gpu(gpu)
-    except KeyError as exc:
-        raise HwProfileError(f"--gpu: {exc.args[0]}") from None
-    try:
-        shape = get_shape(model)
-    except KeyError as exc:
-        raise HwProfileError(f"--model: {exc.args[0]}") from None
-    if gpus < 1:
-        raise HwProfileError(f"--gpus: expected a positive integer, got {gpus}")
+    device, shape = device_and_shape(gpu, model, gpus)
     if ep is None:
         ep = gpus if shape.is_moe else 1
     if ep < 1 or gpus % ep:
