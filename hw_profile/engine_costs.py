@@ -78,9 +78,6 @@ DEFAULTS: dict[str, EngineCosts] = {
     "trtllm": EngineCosts("trtllm", step_fixed_ms=0.5, graph_max_batch=128),
 }
 
-FLOAT_TERMS = ("step_fixed_ms", "launch_us", "kernels_per_layer", "sample_passes", "verify_tokens_per_request",
-               "a2a_us_per_layer")
-
 
 def engine_defaults(engine: str) -> EngineCosts:
     key = engine.lower()

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hw_profile.dp_ep import stored_bytes_per_gpu, weight_parts_per_gpu
 from hw_profile.engine_costs import (
     EngineCosts,
     a2a_latency_us,
@@ -46,14 +47,15 @@ from hw_profile.engine_costs import (
 )
 from hw_profile.errors import HwProfileError
 from hw_profile.gpus import GPU
-from hw_profile.moe import expected_distinct_experts, routed_weight_params
+from hw_profile.moe import routed_weight_params
 from hw_profile.roofline import (
-    _REFERENCE_NVLINK_GB_S,
     DTYPE_BYTES,
     RooflineParams,
+    allreduce_s,
     default_b_axis,
     default_k_axis,
     expert_bytes,
+    link_gb_s,
     markov_head_costs,
     stored_weight_bytes,
 )
@@ -119,8 +121,7 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
         eb = expert_bytes(shape, dep.dtype)
         if dep.parallel == "dp":
             group_tokens = b * ep  # every rank runs a batch like this one
-            touched = expected_distinct_experts(group_tokens, shape.experts, k_exp, ep=ep)
-            routed_bytes = shape.moe_layers * touched * shape.expert_params * eb
+            routed_bytes = weight_parts_per_gpu(shape, b, ep)[1] * eb
             routed_flops = 2.0 * shape.moe_layers * k_exp * shape.expert_params * b
             imb = imbalance_factor(group_tokens * k_exp, ep, dep.costs)
         else:
@@ -146,7 +147,7 @@ def comm_ms(shape: ModelShape, dep: Deployment, b: np.ndarray, parts: dict[str, 
         volume = b * shape.hidden * A2A_BYTES_PER_VALUE * shape.experts_per_token * (dep.ep - 1) / dep.ep
         if dep.ep <= nvlink_domain(dep.gpu):
             lat_us = dep.costs.a2a_us_per_layer if dep.costs.a2a_us_per_layer is not None else A2A_NVLINK_US
-            gb_s = _nvlink_gb_s(dep)
+            gb_s = link_gb_s(dep.gpu, dep.roofline)
         else:
             lat_us, gb_s = a2a_latency_us(dep.ep, dep.costs), A2A_GB_S
         # the latency figure is a floor; past it the exchange is bandwidth-bound on its volume
@@ -156,21 +157,12 @@ def comm_ms(shape: ModelShape, dep: Deployment, b: np.ndarray, parts: dict[str, 
             compute = sum(v for key, v in parts.items() if key != "comm")
             t = np.maximum(t - compute, 0.0)
         return t
-    if dep.gpus <= 1:
-        return np.zeros_like(b)
-    wb = DTYPE_BYTES[dep.dtype]
-    link = _nvlink_gb_s(dep)
-    ar_bytes = b * shape.hidden * wb * 2.0 * (dep.gpus - 1) / dep.gpus
-    return 2 * shape.layers * (dep.roofline.allreduce_us * 1e-3 + ar_bytes / (link * 1e9) * 1e3)
+    return allreduce_s(shape, dep.gpu, b, dep.dtype, dep.gpus, dep.roofline) * 1e3
 
 
 def nvlink_domain(gpu: GPU) -> int:
     """GPUs that share one NVLink fabric: a rack of 72 for Grace-Blackwell NVL72 parts, a board of 8 otherwise."""
     return 72 if gpu.name.upper().startswith("GB") else 8
-
-
-def _nvlink_gb_s(dep: Deployment) -> float:
-    return dep.roofline.nvlink_gb_s * ((dep.gpu.nvlink_gb_s or _REFERENCE_NVLINK_GB_S) / _REFERENCE_NVLINK_GB_S)
 
 
 def engine_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, costs: EngineCosts) -> dict[str, np.ndarray]:
@@ -326,9 +318,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
 
 def _stored_bytes_per_gpu(shape: ModelShape, dep: Deployment) -> float:
     if dep.parallel == "dp" and shape.is_moe:
-        routed = shape.moe_layers * shape.experts * shape.expert_params
-        dense = stored_weight_bytes(shape, dep.dtype) - routed * expert_bytes(shape, dep.dtype)
-        return dense + routed * expert_bytes(shape, dep.dtype) / dep.ep
+        return stored_bytes_per_gpu(shape, dep.ep, dep.dtype)
     return stored_weight_bytes(shape, dep.dtype) / dep.gpus
 
 

@@ -131,16 +131,26 @@ def step_time_ms(
     flops = 2.0 * shape.matmul_params * b + attn_flops
     t_mem = bytes_read / (gpus * gpu.hbm_tb_s * 1e12 * params.mem_eff)
     t_comp = flops / (gpus * gpu.peak_tflops(dtype) * 1e12 * params.comp_eff)
-    if gpus > 1:
-        link = params.nvlink_gb_s * (gpu.nvlink_gb_s / _REFERENCE_NVLINK_GB_S if gpu.nvlink_gb_s else 1.0)
-        ar_bytes = b * shape.hidden * wbytes * 2.0 * (gpus - 1) / gpus
-        t_comm = 2 * shape.layers * (params.allreduce_us * 1e-6 + ar_bytes / (link * 1e9))
-    else:
-        t_comm = np.zeros_like(b)
+    t_comm = allreduce_s(shape, gpu, b, dtype, gpus, params)
     busy = np.maximum(t_mem, t_comp)
     total = params.launch_ms * 1e-3 + busy + t_comm
     power = gpu.idle_w + (gpu.tdp_w - gpu.idle_w) * busy / total
     return total * 1e3, power * total * gpus
+
+
+def link_gb_s(gpu: GPU, params: RooflineParams = RooflineParams()) -> float:
+    """Achieved all-reduce bus bandwidth per GPU: ``params.nvlink_gb_s`` scaled by the part's NVLink figure."""
+    return params.nvlink_gb_s * (gpu.nvlink_gb_s / _REFERENCE_NVLINK_GB_S if gpu.nvlink_gb_s else 1.0)
+
+
+def allreduce_s(shape: ModelShape, gpu: GPU, batch_tokens: np.ndarray, dtype: str, gpus: int,
+                params: RooflineParams = RooflineParams()) -> np.ndarray:
+    """Seconds of a step's tensor-parallel all-reduces: two per layer of B x hidden activations (0 on one GPU)."""
+    b = np.asarray(batch_tokens, dtype=float)
+    if gpus <= 1:
+        return np.zeros_like(b)
+    ar_bytes = b * shape.hidden * DTYPE_BYTES[dtype] * 2.0 * (gpus - 1) / gpus
+    return 2 * shape.layers * (params.allreduce_us * 1e-6 + ar_bytes / (link_gb_s(gpu, params) * 1e9))
 
 
 def ridge_tokens(shape: ModelShape, gpu: GPU, dtype: str = "bf16", params: RooflineParams = RooflineParams()) -> float:
