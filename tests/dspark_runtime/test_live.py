@@ -199,7 +199,12 @@ def test_live_trace_and_fitted_profile_agree(smoke_world, tmp_path):
     prof_path = live_scenario(tmp_path, paths.root, "profile", systems=["static-3"], **over,
                               acceptance={"source": "profile", "profile": str(tmp_path / "fitted.yaml")})
     prof_row, _ = run(prof_path, seed=2)
-    for other in (trace_row, prof_row):
+    assert_agrees_with_live(live_row, trace_row, prof_row)
+
+
+def assert_agrees_with_live(live_row, *others):
+    """Every domain's tau and the throughput of each replay within 5% of live's."""
+    for other in others:
         for key in ("math", "code", "chat"):
             assert _tau(other, key) == pytest.approx(_tau(live_row, key), rel=0.05)
         assert other["throughput_per_gpu"] == pytest.approx(live_row["throughput_per_gpu"], rel=0.05)
@@ -241,10 +246,7 @@ def test_with_eos_the_trace_records_where_requests_ended_and_replays_end_them_th
     prof_path = live_scenario(tmp_path, paths.root, "profile", systems=["static-3"], **over,
                               acceptance={"source": "profile", "profile": str(tmp_path / "fitted.yaml")})
     prof_row, _ = run(prof_path, seed=0)
-    for other in (trace_row, prof_row):
-        for key in ("math", "code", "chat"):
-            assert _tau(other, key) == pytest.approx(_tau(live_row, key), rel=0.05)
-        assert other["throughput_per_gpu"] == pytest.approx(live_row["throughput_per_gpu"], rel=0.05)
+    assert_agrees_with_live(live_row, trace_row, prof_row)
 
 
 def test_live_clock_charges_measured_time_and_writes_a_table(smoke_world, tmp_path):

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hw_profile.cli import main
 from hw_profile.engine_costs import (
     EngineCosts,
     a2a_latency_us,
@@ -25,16 +24,9 @@ from hw_profile.gpus import get_gpu
 from hw_profile.prior_fit import PriorFit, apply_fit, fit_on_prior
 from hw_profile.shapes import get_shape
 from hw_profile.table import StepTable
+from tests.hw_profile.test_cli import run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exc.value.code or 0, out.out, out.err
 
 
 # --- engine cost terms ---------------------------------------------------------------------------------------------
