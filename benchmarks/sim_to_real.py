@@ -153,11 +153,16 @@ def predict_kernels(m: Measurement) -> float | None:
     return per_gpu(m, float(np.asarray(kt.ms)[0]))
 
 
-def estimate_step(m: Measurement, kernels: str = "auto") -> float:
+def target_ms(m: Measurement, kernels: str = "auto") -> float:
+    """The estimate's target step at the measurement's operating point (no drafter)."""
     shape = get_shape(m.model)
     est = estimate_points(shape, deployment(m), np.array([m.requests * m.budget]),
                           np.array([m.requests * m.context]), kernels=kernels)
-    return float(est.ms[0]) + draft_ms(m, kernels)
+    return float(est.ms[0])
+
+
+def estimate_step(m: Measurement, kernels: str = "auto") -> float:
+    return target_ms(m, kernels) + draft_ms(m, kernels)
 
 
 def prior_table(m: Measurement) -> StepTable:
@@ -189,23 +194,12 @@ def predict_calibrated(m: Measurement, group: list[Measurement]) -> float | None
 
 @dataclass(frozen=True)
 class SpecComparison:
-    """Speculative decoding against none on one deployment: the measured speed-up of decoding at R requests."""
+    """Speculative decoding against none on one deployment: the measured speed-up of decoding at its operating
+    point (``point``: tau and budget with speculation; no throughput is published, so its ``measured`` is 0)."""
 
-    key: str
-    source: str
-    model: str
-    gpu: str
-    gpus: int
-    ep: int
-    engine: str
-    parallel: str
-    requests: float
-    context: float
-    tau: float  # emitted tokens per request-step with speculation (ASSUMED where the source does not say)
-    budget: float  # verified tokens per request-step
+    point: Measurement
     draft_steps: int  # sequential drafter forwards per step
     measured: float  # speed-up (with / without)
-    dtype: str = "fp8"
 
 
 def spec_comparisons() -> list[SpecComparison]:
@@ -213,24 +207,22 @@ def spec_comparisons() -> list[SpecComparison]:
     # TP8. Its recommended setting drafts 3 steps and verifies 4 tokens; the accepted length is not in that line:
     # ASSUMED tau 2.5 (the MTP module's ~0.85 first-token acceptance decaying over reused steps). Context ASSUMED
     # 1,000 tokens (short benchmark prompts).
-    base = dict(model="deepseek-v3", gpu="H200", gpus=8, ep=1, engine="sglang", parallel="tp", context=1000.0,
-                tau=2.5, budget=4.0, draft_steps=3)
+    def point(key: str, source: str, requests: float) -> Measurement:
+        return Measurement(key, source, "deepseek-v3", "H200", 8, 1, "sglang", "tp", requests, 1000.0, tau=2.5,
+                           budget=4.0, measured=0.0, group=key, overlap=False)
+
     return [
-        SpecComparison("sglang-mtp-bs1", "SGLang DeepSeek-V3 MTP, H200 TP8, batch 1", requests=1.0, measured=1.8,
-                       **base),
-        SpecComparison("sglang-mtp-bs32", "SGLang DeepSeek-V3 MTP, H200 TP8, batch 32", requests=32.0,
-                       measured=1.5, **base),
+        SpecComparison(point("sglang-mtp-bs1", "SGLang DeepSeek-V3 MTP, H200 TP8, batch 1", 1.0), 3, 1.8),
+        SpecComparison(point("sglang-mtp-bs32", "SGLang DeepSeek-V3 MTP, H200 TP8, batch 32", 32.0), 3, 1.5),
     ]
 
 
 def predict_speedup(c: SpecComparison) -> float:
     """Decoding speed with speculation over without, from the estimate's tables."""
-    m = Measurement(c.key, c.source, c.model, c.gpu, c.gpus, c.ep, c.engine, c.parallel, c.requests, c.context,
-                    1.0, 1.0, 0.0, c.key, c.dtype, overlap=False)
-    plain = estimate_step(m)
-    spec = replace(m, tau=c.tau, budget=c.budget)
-    spec_ms = estimate_step(spec) - draft_ms(spec, "auto") + c.draft_steps * draft_ms(spec, "auto")
-    return (c.tau / spec_ms) / (1.0 / plain)
+    spec = c.point
+    plain_ms = target_ms(replace(spec, tau=1.0, budget=1.0))
+    spec_ms = target_ms(spec) + c.draft_steps * draft_ms(spec, "auto")
+    return (spec.tau / spec_ms) / (1.0 / plain_ms)
 
 
 def rows() -> list[dict]:
@@ -279,7 +271,7 @@ def main() -> int:
     for c in spec_comparisons():
         pred = predict_speedup(c)
         right = (pred > 1) == (c.measured > 1)
-        lines2.append([c.source, f"{c.measured:.2f}x", f"{pred:.2f}x", "right" if right else "WRONG"])
+        lines2.append([c.point.source, f"{c.measured:.2f}x", f"{pred:.2f}x", "right" if right else "WRONG"])
     if args.markdown:
         print("| " + " | ".join(head2) + " |")
         print("|" + "---|" * len(head2))
