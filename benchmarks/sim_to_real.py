@@ -245,6 +245,19 @@ def fmt(pred: float | None, measured: float) -> str:
     return f"{pred:,.0f} ({(pred / measured - 1) * 100:+.0f}%)"
 
 
+def print_table(head: list[str], lines: list[list[str]], markdown: bool) -> None:
+    """A markdown table (for docs/sim-to-real.md), or aligned columns for the terminal."""
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for line in lines:
+            print("| " + " | ".join(line) + " |")
+        return
+    widths = [max(len(x[i]) for x in [head, *lines]) for i in range(len(head))]
+    for line in [head, *lines]:
+        print("  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(line, widths, strict=True))))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--markdown", action="store_true", help="print the markdown table of docs/sim-to-real.md")
@@ -256,15 +269,7 @@ def main() -> int:
         lines.append([r["source"], f"{r['measured']:,.0f}", fmt(r["roofline"], r["measured"]),
                       fmt(r["kernels"], r["measured"]), fmt(r["estimate"], r["measured"]),
                       fmt(r["calibrated"], r["measured"])])
-    if args.markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for line in lines:
-            print("| " + " | ".join(line) + " |")
-    else:
-        widths = [max(len(x[i]) for x in [head, *lines]) for i in range(len(head))]
-        for line in [head, *lines]:
-            print("  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(line, widths, strict=True))))
+    print_table(head, lines, args.markdown)
     print()
     head2 = ["comparison", "measured speed-up", "kernels + engine", "sign"]
     lines2 = []
@@ -272,14 +277,7 @@ def main() -> int:
         pred = predict_speedup(c)
         right = (pred > 1) == (c.measured > 1)
         lines2.append([c.point.source, f"{c.measured:.2f}x", f"{pred:.2f}x", "right" if right else "WRONG"])
-    if args.markdown:
-        print("| " + " | ".join(head2) + " |")
-        print("|" + "---|" * len(head2))
-        for line in lines2:
-            print("| " + " | ".join(line) + " |")
-    else:
-        for line in [head2, *lines2]:
-            print("  ".join(line))
+    print_table(head2, lines2, args.markdown)
     errs = [abs(r["estimate"] / r["measured"] - 1) for r in table]
     print(f"\nkernels + engine: median |error| {np.median(errs) * 100:.0f}%, max {max(errs) * 100:.0f}%, "
           f"within 30%: {sum(e <= 0.3 for e in errs)} of {len(errs)}")
