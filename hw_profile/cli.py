@@ -307,7 +307,7 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, parallel, drafters, kerne
                                  b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens))
     from hw_profile.table import StepTable
 
-    for path in written:
+    for path in written:  # read back as a scenario will read them; the target's table comes last
         table = StepTable.read(path)
         grid = table.grid
         inside = table.meta.get("inside_share", 0.0)
@@ -315,7 +315,7 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, parallel, drafters, kerne
                    f"{grid.step_ms(256, 256 * 4096):.2f} ms; kernels: {'; '.join(table.meta.get('sources', []))}"
                    f" ({inside:.0%} of points inside measured data)")
     click.echo(f"hw-profile: {layout_note(dep)}", err=True)
-    for note in StepTable.read(written[-1]).meta.get("notes", []):
+    for note in table.meta.get("notes", []):
         click.echo(f"hw-profile: note: {note}", err=True)
 
 
