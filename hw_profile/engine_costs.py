@@ -1,20 +1,21 @@
 """What a serving engine adds to the kernels of a step: the costs a kernel database or a roofline does not see.
 
-Each term is named, has a documented default per engine and a source, and can be set from the command line
-(``hw-profile estimate --cost NAME=VALUE``) or fitted (``hw-profile calibrate --points``). All times are per step
-of one replica.
+Each term is named, has a documented default per engine with where it comes from, and can be set from the command
+line (``hw-profile estimate --cost NAME=VALUE``); ``hw-profile calibrate --prior TABLE --point B,K,MS`` fits the
+per-step cost and per-token scale of a written table. All times are per step of one replica.
 
 - ``step_fixed_ms``: per-step host cost the engine does not hide: scheduling, input preparation, the sync that
   reads sampled tokens back, detokenisation handed to other processes. vLLM's V1 engine runs its scheduler and
   the model in one loop with asynchronous output processing; SGLang overlaps the next batch's scheduling with the
   current forward ("overlap scheduler"); TensorRT-LLM's executor is C++. Defaults: vLLM 1.5 ms, SGLang 0.8 ms,
-  TensorRT-LLM 0.5 ms, from the engines' own published step breakdowns (vLLM's V1 announcement: CPU overhead the
-  main cost it removed at small models; SGLang's v0.4 overlap-scheduler post: GPU idle between batches near zero),
-  rounded up to cover a speculative step's extra host work. The least certain term: a one-point calibration fixes it.
+  TensorRT-LLM 0.5 ms. These are our judgement, ordered by how much host work each design leaves on the critical
+  path (vLLM's V1 announcement names CPU overhead as what it cut; SGLang's overlap scheduler hides the next batch's
+  scheduling; TensorRT-LLM's executor is C++), not measurements: the least certain term, which one single-stream
+  point fixes (``calibrate --prior``).
 - ``graph_max_batch``: the largest token count the engine captures as a CUDA graph. Past it a step runs eagerly
-  and pays ``launch_us`` per kernel, ``kernels_per_layer`` kernels per layer. Defaults: vLLM 512 (its default
-  ``max_capture_size``), SGLang 256 (``cuda_graph_max_bs`` on 80 GB+ parts; it captures batches, and speculative
-  verification multiplies tokens per request), TensorRT-LLM 128 (its default ``cuda_graph_config.max_batch_size``).
+  and pays ``launch_us`` per kernel, ``kernels_per_layer`` kernels per layer. Defaults: vLLM 512 (the largest of its
+  default capture sizes); SGLang 256 and TensorRT-LLM 128, typical of their ``cuda_graph_max_bs`` and CUDA-graph
+  batch settings, which depend on the GPU's memory and the engine's version (uncertain: set it for a deployment).
 - ``launch_us`` (5 us: a PyTorch-dispatched CUDA kernel launch, host side) and ``kernels_per_layer`` (dense 14,
   MoE 24: norms, projections, rotary, attention, activation, routing, grouped GEMMs, all-reduce).
 - ``sample_passes``: passes over the fp32 logits per verified token for sampling and the rejection test
