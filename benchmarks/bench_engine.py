@@ -164,7 +164,7 @@ def bench_greedy(sim) -> dict:
     conf = sim.source.propose(rng_ids).confidence
     st = sim.steps.frame()
     mid = len(st["end"]) // 2
-    sps = StepRate(sim.policy_grid, float(st["kv_tokens"][mid]), 0, float(st["draft_ms"][mid]) + sim.stall_ms)
+    sps = StepRate(sim.prices.policy_grid, float(st["kv_tokens"][mid]), 0, float(st["draft_ms"][mid]) + sim.config.stall_ms)
     lengths = greedy_prefix_lengths(conf, sps)
     reference = algorithm1_reference(conf.tolist(), lambda b: float(sps(np.array([b]))[0]))
     assert lengths.tolist() == reference, "vectorised greedy disagrees with Algorithm 1"

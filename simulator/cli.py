@@ -249,20 +249,22 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     from simulator.run import (
         check_engine_limits,
         check_live_clock,
+        check_rules,
         load_points,
         make_source,
-        prefill_pool_factory,
+        prefill_mode,
     )
     from simulator.systems import resolve_systems
 
     scn = load_scenario(scenario, sets)
     systems = resolve_systems(scn)
     hw = load_hardware(scn, {s.drafter for s in systems})
+    check_rules(scn)
     for s in systems:
         check_engine_limits(scn, s)
         make_policy(s.policy, s.params, s.name)  # its parameters, as a run builds it
         check_live_clock(scn, make_source(scn, s, np.random.default_rng(0)))  # loads the profile or trace and checks the mix
-    prefill_pool_factory(scn, hw)  # reads hardware.prefill_table when one is named
+    prefill_mode(scn, hw)  # reads hardware.prefill_table when one is named
     points = load_points(scn)
     m = scn.model
     for line in scenario_grid_warnings(scn):

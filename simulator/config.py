@@ -24,11 +24,13 @@ from pydantic import (
     model_validator,
 )
 
+from simulator.drafters import DRAFTER_KINDS
 from simulator.errors import UserError
 from simulator.library import find_builtin_scenario, library_dir
 from simulator.plugins import did_you_mean
 
-DRAFTERS = ("none", "mtp", "dspark", "dflash", "eagle3")
+DRAFTERS = tuple(DRAFTER_KINDS)  # declared once, with their shapes, in simulator/drafters.py
+DrafterName = Literal[DRAFTERS]  # type: ignore[valid-type]
 
 
 class Strict(BaseModel):
@@ -92,7 +94,8 @@ class Hardware(Strict):
     drafter_tables: dict[str, str] = Field(default_factory=dict, description="drafter -> cost table; defaults from the table's sidecar")
     replicas: PositiveInt = 1
     gpus_per_replica: PositiveInt = Field(1, description="GPUs of one replica (its TP/EP size)")
-    router: Literal["round-robin", "least-loaded"] = "least-loaded"
+    router: str = Field("least-loaded", description="'least-loaded', 'round-robin', a plug-in's entry-point name, "
+                        "or package.module:Class (simulator/engine_rules.py)")
     clock: Literal["table", "live"] = Field(
         "table", description="step time: from `table` (simulated hardware), or the measured time of a live source's forwards")
     prefill_replicas: PositiveInt | None = Field(
@@ -121,6 +124,10 @@ class Engine(Strict):
     prefill: Literal["colocated", "disaggregated"] = Field(
         "colocated", description="disaggregated: a separate prefill pool (not counted) sends the KV and first token")
     sched_stall_ms: NonNegativeFloat = Field(0.3, description="stall of policies that need this step's confidences before verify")
+    admission: str = Field("fcfs", description="which waiting requests join the batch: 'fcfs' (oldest first, no "
+                           "overtaking), a plug-in's entry-point name, or package.module:Class")
+    preemption: str = Field("newest", description="which request is evicted when the KV cache overflows: 'newest' "
+                            "(recompute the most recently admitted), a plug-in's name, or package.module:Class")
 
 
 class Acceptance(Strict):
@@ -147,13 +154,13 @@ class Acceptance(Strict):
 
 
 class DrafterDefault(Strict):
-    name: Literal["none", "mtp", "dspark", "dflash", "eagle3"] = "dspark"
+    name: DrafterName = "dspark"
     gamma: PositiveInt = 7
 
 
 class System(Strict):
     name: str | None = None
-    drafter: Literal["none", "mtp", "dspark", "dflash", "eagle3"] | None = None
+    drafter: DrafterName | None = None
     gamma: PositiveInt | None = None
     policy: str
     params: dict[str, Any] = Field(default_factory=dict)

@@ -1,14 +1,18 @@
 """The SimPy engine: a router over replicas, each a step-level continuous-batching loop with speculative decoding.
 
-A replica's loop admits waiting requests (oldest first, while the batch is under ``max_running`` and the KV cache
-can reserve the request's context plus gamma + 1 lookahead slots), then runs one step, in phases
-(``Replica.step``; a ``StepPlan`` carries what one phase hands the next, and nothing else crosses the clock):
+A ``Simulation`` is an ``EngineConfig`` (simulator/engine_config.py: limits, rules, replicas, where prompts are
+prefilled) priced by ``StepPrices`` (the step-time tables), with an acceptance source and a policy factory. A
+replica's loop admits waiting requests (the admission rule: by default oldest first, while the batch is under
+``max_running`` and the KV cache can reserve the request's context plus gamma + 1 lookahead slots), then runs one
+step, in phases (``Replica.step``; a ``StepPlan`` carries what one phase hands the next, and nothing else crosses
+the clock):
 
 1. ``plan_batch``: which rows decode and which prompt tokens are prefilled, by ``engine.schedule``:
    ``mixed`` (vLLM, TensorRT-LLM): requests still prefilling get up to ``prefill_chunk`` prompt tokens each,
-   within what the batch-token cap leaves after every decoding request's worst case (1 + gamma tokens);
-   ``prefill-first`` (SGLang): while any admitted request still prefills, the step is prefill-only (prompts
-   packed in admission order up to the batch-token cap, the last one chunked) and decode waits for it;
+   within what the batch-token cap leaves after every decoding request's worst case (1 + min(gamma,
+   remaining - 1) tokens); ``prefill-first`` (SGLang): while any admitted request still prefills, the step is
+   prefill-only (prompts packed in admission order up to the batch-token cap, the last one chunked) and decode
+   waits for it;
 2. ``speculate``: draft -> policy -> verify for the decoding requests: the acceptance source proposes
    confidences, the policy picks prefix lengths l (R,), the source says how many are accepted;
 3. ``step_time``, then the clock advances (one SimPy timeout) by draft + scheduling stall (policies that need
@@ -17,9 +21,10 @@ can reserve the request's context plus gamma + 1 lookahead slots), then runs one
    prompt chunks add their own price (``PrefillCost.ms``);
 4. ``apply_outcomes``: each decoding request emits its accepted prefix plus one target token; a request whose
    prefill completes emits its first token; the step is logged;
-5. ``retire``: finished requests leave; if the KV cache overflows, the most recently admitted request is
-   preempted and later recomputed (vLLM's default).
+5. ``retire``: finished requests leave; while the KV cache overflows, the preemption rule's victim (by default
+   the most recently admitted request) is evicted and later recomputed (vLLM's default).
 
+The router, admission and preemption rules are replaceable (simulator/engine_rules.py, docs/extending.md).
 Per-request state is declared once in ``REQUEST_FIELDS`` (see ``simulator/columns.py`` and docs/engine.md).
 Everything across the batch is numpy; there is no per-token Python loop.
 """
@@ -33,12 +38,15 @@ import numpy as np
 import simpy
 
 from hw_profile.table import PrefillCost, StepTimeGrid
-from simulator.acceptance.base import AcceptanceSource, checked_accepted, checked_confidence
+from simulator.acceptance.base import AcceptanceSource, NoDrafts, checked_accepted, checked_confidence
 from simulator.batch_kernels import advance_prefill, emit_decoded, finished_rows, plan_prefill, verifiable
 from simulator.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
-from simulator.drafters import DraftCost
+from simulator.drafters import DRAFTER_KINDS, DraftCost
+from simulator.engine_config import EngineConfig
+from simulator.engine_rules import Router, resolve_rule
+from simulator.policies import make_policy
 from simulator.policies.base import Policy, PolicyView, StepRate, checked_lengths
-from simulator.prefill import PrefillPool, PrefillPrice
+from simulator.prefill import PrefillPrice
 
 # Every per-request field, declared once. The request log holds them all; those with ``batch`` set are also
 # columns of a replica's running batch (COPY: read at admission; LIVE: also written back when the request leaves
@@ -66,7 +74,6 @@ BATCH_LOCAL = {
     "to_prefill": np.int64,  # prompt tokens still to prefill here (0 once decoding)
 }
 REQUEST_COLUMNS = {k: f.dtype for k, f in REQUEST_FIELDS.items()}
-SCHEDULES = ("mixed", "prefill-first")  # engine.schedule (simulator/config.py)
 # One row per replica step, written by name (``RowLog.append``).
 STEP_COLUMNS = {
     "replica": np.int64, "start": np.float64, "end": np.float64, "running": np.int64, "decoding": np.int64,
@@ -123,23 +130,26 @@ class StepPlan:
 class Replica:
     """One serving replica: its running batch (``Batch``, rows in admission order, at most max_running) and queue.
 
-    ``tokens`` (sum of prompt + generated over the running batch) and ``prefilling`` (how many still prefill) are
-    kept incrementally so that a plain decode step does no bookkeeping reductions.
+    ``tokens``, the KV context the running batch holds (sum of prompt + generated), is kept as requests join
+    (``admit``), grow (``apply_outcomes``) and leave (``leave``), so that a plain decode step does no reduction
+    over the batch; the invariant checker recomputes it.
     """
 
     def __init__(self, index: int, sim: Simulation, policy: Policy, policy_label: str):
         self.index = index
         self.sim = sim
         self.env = sim.env
+        self.config = sim.config
         self.policy = policy
         self.label = policy_label
-        self.batch = Batch(REQUEST_FIELDS, BATCH_LOCAL, sim.max_running)
+        self.batch = Batch(REQUEST_FIELDS, BATCH_LOCAL, sim.config.max_running)
         self.tokens = 0
-        self.prefilling = 0
         self.queue: deque[int] = deque()
         self.wake: simpy.Event | None = None
         self.step_no = 0
         self.idle_checks: list[tuple[float, int]] = []  # (time, queued) whenever the replica goes idle
+        self.admission = resolve_rule("admission", sim.config.admission)()
+        self.preemption = resolve_rule("preemption", sim.config.preemption)()
         self.process = self.env.process(self.loop())
 
     # --- queue, admission, eviction -------------------------------------------------------------------------
@@ -153,51 +163,62 @@ class Replica:
     def load(self) -> int:
         return self.batch.n + len(self.queue)
 
+    @property
+    def prefilling(self) -> int:
+        """Running requests with prompt tokens still to prefill here."""
+        return int(np.count_nonzero(self.batch.to_prefill[: self.batch.n]))
+
     def kv_used(self) -> int:
         """KV slots held: every running request's context plus gamma + 1 lookahead slots."""
-        return self.tokens + self.batch.n * self.sim.lookahead
+        return self.tokens + self.batch.n * self.config.lookahead
 
     def admit(self) -> None:
-        """Waiting requests join the batch, oldest first, while it has room and the cache can reserve their
-        context plus the lookahead slots."""
-        sim, batch = self.sim, self.batch
-        room = sim.max_running - batch.n
+        """Waiting requests join the batch, as the admission rule picks them (by default oldest first, while the
+        batch has room and the cache can reserve their context plus the lookahead slots)."""
+        cfg, batch = self.config, self.batch
+        room = cfg.max_running - batch.n
         if not self.queue or room <= 0:
             return
-        req = sim.requests.data
-        used = self.kv_used()
-        rids, prefill = [], []
-        while self.queue and len(rids) < room:
-            rid = self.queue[0]
-            context = int(req["prompt"][rid] + req["generated"][rid])
-            if used + context + sim.lookahead > sim.kv_capacity:
-                break
-            self.queue.popleft()
-            rids.append(rid)
-            # the prompt, plus generated tokens when recomputing; nothing when a prefill pool sent the KV
-            prefill.append(0 if req["kv_ready"][rid] else context)
-            self.tokens += context
-            used += context + sim.lookahead
+        req = self.sim.requests.data
+        free = cfg.kv_capacity - self.kv_used()
+        rids = self.admission.take(self.queue, room, free, req, cfg.lookahead)
         if not rids:
             return
-        batch.admit(sim.requests, rids, to_prefill=prefill)
-        self.prefilling += sum(p > 0 for p in prefill)
-        ids = np.array(rids)
+        ids = np.asarray(rids, dtype=np.int64)
+        context = req["prompt"][ids] + req["generated"][ids]
+        if len(ids) > room or int(context.sum()) + len(ids) * cfg.lookahead > free:
+            raise RuntimeError(f"admission rule {type(self.admission).__name__} took {len(ids)} requests needing "
+                               f"{int(context.sum()) + len(ids) * cfg.lookahead} KV slots; room for {room} and "
+                               f"{free} slots")
+        # the prompt, plus generated tokens when recomputing; nothing when a prefill pool sent the KV
+        batch.admit(self.sim.requests, ids, to_prefill=np.where(req["kv_ready"][ids], 0, context))
+        self.tokens += int(context.sum())
         first_time = ids[np.isnan(req["admitted"][ids])]
         req["admitted"][first_time] = self.env.now
 
+    def leave(self, rows: np.ndarray, freed: int) -> np.ndarray:
+        """These rows (ascending) leave the batch, their live columns saved to the request log (``freed``: the
+        context they held). Returns their request ids."""
+        b = self.batch
+        gone = b.rid[rows].copy()
+        b.save(self.sim.requests, rows)
+        self.tokens -= freed
+        b.drop(rows)
+        return gone
+
     def preempt_overflow(self) -> None:
-        """Recompute preemption: while the cache overflows, evict the most recently admitted request."""
-        sim, batch = self.sim, self.batch
-        if self.kv_used() <= sim.kv_capacity:
+        """Recompute preemption: while the cache overflows, evict the request the preemption rule picks (by
+        default the most recently admitted); it is first in line again."""
+        sim, cfg, batch = self.sim, self.config, self.batch
+        if self.kv_used() <= cfg.kv_capacity:
             return
         req = sim.requests.data
-        while self.kv_used() > sim.kv_capacity and batch.n > 1:
-            i = batch.n - 1
-            self.tokens -= int(batch.prompt[i] + batch.generated[i])
-            self.prefilling -= int(batch.to_prefill[i] > 0)
-            batch.save(sim.requests, slice(i, i + 1))
-            rid = batch.drop_last()
+        while self.kv_used() > cfg.kv_capacity and batch.n > 1:
+            i = self.preemption.victim(batch)
+            if not 0 <= i < batch.n:
+                raise RuntimeError(f"preemption rule {type(self.preemption).__name__} chose row {i} of {batch.n}")
+            held = int(batch.prompt[i] + batch.generated[i])
+            rid = int(self.leave(np.array([i]), held)[0])
             req["kv_ready"][rid] = False  # its cache is dropped: recomputed here on readmission
             sim.source.preempt(np.array([rid]))
             req["preemptions"][rid] += 1
@@ -235,15 +256,16 @@ class Replica:
         """Which rows decode and how many prompt tokens each prefilling row gets. Mixed: chunked prefill in
         admission order, within what the batch-token cap leaves after every decoding request's worst case
         (1 + gamma). Prefill-first: while any row prefills, only prompt tokens (``plan_prefill_only``)."""
-        sim, b = self.sim, self.batch
+        cfg, prices, b = self.config, self.sim.prices, self.batch
         n = b.n
         plan = StepPlan(self.env.now, n, self.kv_used())
-        if self.prefilling and sim.prefill_first:
+        prefilling = self.prefilling
+        if prefilling and cfg.schedule == "prefill-first":
             dec = remaining = plan.context = plan.ids = self.plan_prefill_only(plan)
-        elif self.prefilling:
+        elif prefilling:
             dec, remaining, plan.context, plan.ids, plan.prefill_chunks, plan.prefill_tokens, left = plan_prefill(
-                b.to_prefill, b.output, b.generated, b.prompt, b.rid, n, sim.gamma, sim.max_batch_tokens,
-                sim.prefill_chunk)
+                b.to_prefill, b.output, b.generated, b.prompt, b.rid, n, cfg.gamma, cfg.max_batch_tokens,
+                cfg.prefill_chunk)
             plan.kv = self.tokens - left  # prefilling requests read what is prefilled
         else:
             dec = slice(0, n)
@@ -254,9 +276,9 @@ class Replica:
         plan.decode_rows = dec
         plan.rows = len(remaining)
         plan.remaining = remaining
-        if sim.prefill_cost is not None and plan.prefill_tokens:
+        if prices.prefill_cost is not None and plan.prefill_tokens:
             cached = b.prompt[:n] + b.generated[:n] - b.to_prefill[:n]  # what each row holds before its chunk
-            plan.prefill_ms = sim.prefill_cost.ms(plan.prefill_chunks, cached)
+            plan.prefill_ms = prices.prefill_cost.ms(plan.prefill_chunks, cached)
             plan.kv_decode = int(plan.context.sum())
         return plan
 
@@ -267,7 +289,7 @@ class Replica:
         b, n = self.batch, plan.running
         left = b.to_prefill[:n]
         before = np.cumsum(left) - left  # prompt tokens the earlier rows want
-        chunks = np.minimum(np.maximum(self.sim.max_batch_tokens - before, 0), left)
+        chunks = np.minimum(np.maximum(self.config.max_batch_tokens - before, 0), left)
         plan.prefill_chunks = chunks
         plan.prefill_tokens = int(chunks.sum())
         plan.kv = int((b.prompt[:n] + b.generated[:n] - left)[chunks > 0].sum())
@@ -276,18 +298,18 @@ class Replica:
     def speculate(self, plan: StepPlan) -> None:
         """Draft -> policy -> verify for the decoding rows: the source proposes confidences, the policy picks
         prefix lengths, the source says how many draft tokens are accepted."""
-        sim, gamma, rows = self.sim, self.sim.gamma, plan.rows
-        plan.draft_ms = sim.draft.ms(rows, gamma, plan.kv)
-        plan.stall_ms = sim.stall_ms if (self.policy.sync_stall and rows) else 0.0
+        sim, prices, gamma, rows = self.sim, self.sim.prices, self.config.gamma, plan.rows
+        plan.draft_ms = prices.draft.ms(rows, gamma, plan.kv)
+        plan.stall_ms = self.config.stall_ms if (self.policy.sync_stall and rows) else 0.0
         if rows and (gamma or sim.source_decodes):
             remaining = plan.remaining
             proposal = sim.source.propose(plan.ids)
             conf = checked_confidence(sim.source, proposal.confidence, rows, gamma)
             maxl, conf = verifiable(conf, remaining, gamma)  # positions past a request's end: confidence 0
             if plan.prefill_ms is None:
-                sps = StepRate(sim.policy_grid, plan.kv, plan.prefill_tokens, plan.draft_ms + plan.stall_ms)
+                sps = StepRate(prices.policy_grid, plan.kv, plan.prefill_tokens, plan.draft_ms + plan.stall_ms)
             else:  # the prompt chunks' price is fixed for this step; T prices the verify tokens alone
-                sps = StepRate(sim.policy_grid, plan.kv_decode, 0, plan.draft_ms + plan.stall_ms + plan.prefill_ms)
+                sps = StepRate(prices.policy_grid, plan.kv_decode, 0, plan.draft_ms + plan.stall_ms + plan.prefill_ms)
             view = PolicyView(conf, remaining, plan.context, sps, gamma, self.step_no,
                               proposal.outcome if self.policy.needs_outcome else None, maxl)
             plan.lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
@@ -305,14 +327,14 @@ class Replica:
     def step_time(self, plan: StepPlan) -> float:
         """Milliseconds: draft + scheduling stall + the target's forward T(B, K) from the clock's table; with a
         prefill price, T(decode/verify tokens, their K) + the prompt chunks' price, where a step with nothing to
-        decode pays the table's smallest forward (``Simulation.empty_forward_ms``) once."""
-        sim = self.sim
+        decode pays the table's smallest forward (``StepPrices.empty_forward_ms``) once."""
+        sim, prices = self.sim, self.sim.prices
         if sim.live_clock is not None:  # the measured time of the step's real forwards (clock: live)
             return sim.live_clock() + plan.stall_ms
         if plan.prefill_ms is None:
-            return plan.draft_ms + plan.stall_ms + sim.clock.lookup(plan.batch_tokens, plan.kv)
+            return plan.draft_ms + plan.stall_ms + prices.clock.lookup(plan.batch_tokens, plan.kv)
         decode = plan.batch_tokens - plan.prefill_tokens
-        forward = sim.clock.lookup(decode, plan.kv_decode) if decode else sim.empty_forward_ms
+        forward = prices.clock.lookup(decode, plan.kv_decode) if decode else prices.empty_forward_ms
         return plan.draft_ms + plan.stall_ms + forward + plan.prefill_ms
 
     def apply_outcomes(self, plan: StepPlan) -> None:
@@ -342,7 +364,6 @@ class Replica:
                 first = b.rid[completed]
                 req = sim.requests.data
                 req["first_token"][first[np.isnan(req["first_token"][first])]] = now
-                self.prefilling -= done_prefill
                 if plan.prefill_ended is not None:  # that token ended the real sequence: it finishes now
                     self.end_early(plan.prefill_ended)
         emitted = acc_sum + rows + done_prefill
@@ -368,78 +389,62 @@ class Replica:
         sim, b = self.sim, self.batch
         rows, freed = finished_rows(b.generated, b.output, b.prompt, b.n)
         if len(rows):
-            gone = b.rid[rows]
+            gone = self.leave(rows, freed)
             sim.requests.data["finish"][gone] = self.env.now
-            b.save(sim.requests, rows)
-            self.tokens -= freed
-            b.drop(rows)
             sim.source.detach(gone)
             sim.router.finished(self.index, len(gone))
             sim.on_finish(len(gone))
         self.preempt_overflow()
 
 
-class Router:
-    """Sends each new request to a replica: round-robin, or the least loaded (requests running or queued there;
-    ties: lowest index). The loads are counted here as requests are routed and finish, so a pick is one argmin
-    rather than a scan of every replica's state (the invariant checker holds them to ``Replica.load``)."""
+NO_DRAFT = DraftCost(DRAFTER_KINDS["none"], None)
 
-    def __init__(self, replicas: list[Replica], kind: str):
-        self.replicas = replicas
-        self.kind = kind
-        self._next = 0
-        self.loads = np.zeros(len(replicas), dtype=np.int64)
 
-    def pick(self) -> int:
-        """The next request's replica (index), counted in."""
-        r = len(self.replicas)
-        if r == 1:
-            i = 0
-        elif self.kind == "round-robin":
-            i = self._next % r
-            self._next += 1
-        else:
-            i = int(self.loads.argmin())  # argmin: the first of equal loads
-        self.loads[i] += 1
-        return i
+class StepPrices:
+    """What a step costs, from the tables: ``clock`` gives the target's forward T(B, K) that advances the clock,
+    ``policy_grid`` the copy a hardware-aware policy prices SPS(B) on (default: the clock's), ``draft`` the
+    drafter's cost, and ``prefill_cost`` prices prompt chunks apart from T when the table's sidecar has one."""
 
-    def sent(self, replica: int, count: int) -> None:
-        """``count`` requests went to ``replica`` without a pick (it is the only one)."""
-        self.loads[replica] += count
-
-    def finished(self, replica: int, count: int) -> None:
-        self.loads[replica] -= count
+    def __init__(self, clock: StepTimeGrid, *, draft: DraftCost | None = None, policy_grid: StepTimeGrid | None = None,
+                 prefill_cost: PrefillCost | None = None):
+        self.clock = clock
+        self.policy_grid = clock if policy_grid is None else policy_grid
+        self.draft = NO_DRAFT if draft is None else draft
+        self.prefill_cost = prefill_cost
+        self.empty_forward_ms = PrefillPrice(clock, prefill_cost).empty_ms  # what a step with nothing to decode pays
 
 
 class Simulation:
-    """One run: an environment, replicas, a router, the request and step logs."""
+    """One run: an environment, replicas, a router, the request and step logs.
 
-    def __init__(self, *, gamma: int, source: AcceptanceSource, draft: DraftCost, clock: StepTimeGrid,
-                 policy_grid: StepTimeGrid, make_policy: Callable[[], Policy], policy_label: str, replicas: int,
-                 router: str, max_running: int, max_batch_tokens: int, kv_capacity: int, prefill_chunk: int,
-                 stall_ms: float, remote_prefill_ms: Callable[[np.ndarray], np.ndarray] | None = None,
-                 prefill_pool: Callable[[simpy.Environment, Callable[[int], None]], PrefillPool] | None = None,
-                 live_clock: bool = False, schedule: str = "mixed", prefill_cost: PrefillCost | None = None):
+    In code (a test, a notebook), a run is a few lines::
+
+        sim = Simulation(EngineConfig(max_running=64, max_batch_tokens=8192, kv_capacity=200_000),
+                         StepPrices(table.grid))        # no drafter: plain decoding
+        sim.closed_loop(32, lambda n: (np.full(n, 512), np.full(n, 256), np.zeros(n, dtype=np.int64)))
+        sim.run(until=10.0)
+
+    With a drafter: ``EngineConfig(gamma=...)``, ``source=`` an acceptance source, ``policy=`` a policy name
+    (``"dspark"``, ``"static-3"``) or a factory of ``Policy`` objects (one per replica), and the drafter's cost in
+    ``StepPrices(draft=...)``. ``live_clock``: the source times its own forwards (``hardware.clock: live``).
+    """
+
+    def __init__(self, config: EngineConfig, prices: StepPrices, *, source: AcceptanceSource | None = None,
+                 policy: str | Callable[[], Policy] = "ar", label: str | None = None, live_clock: bool = False):
+        if source is None:
+            if config.gamma:
+                raise ValueError("a simulation with a drafter (gamma > 0) needs an acceptance source")
+            source = NoDrafts()
+        if isinstance(policy, str):
+            spec = policy
+            label = label or spec
+            policy = lambda: make_policy(spec, label=label)  # noqa: E731
         self.env = simpy.Environment()
-        self.gamma = gamma
-        self.lookahead = gamma + 1
+        self.config = config
+        self.prices = prices
         self.source = source
-        self.draft = draft
-        self.clock = clock
-        self.policy_grid = policy_grid
-        self.max_running = max_running
-        self.max_batch_tokens = max_batch_tokens
-        self.kv_capacity = kv_capacity
-        self.prefill_chunk = prefill_chunk
-        if schedule not in SCHEDULES:
-            raise ValueError(f"schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
-        self.prefill_first = schedule == "prefill-first"
-        self.prefill_cost = prefill_cost
-        self.empty_forward_ms = PrefillPrice(clock, prefill_cost).empty_ms  # what a step with nothing to decode pays
-        self.stall_ms = stall_ms
         self.requests = RequestLog()
         self.steps = RowLog(STEP_COLUMNS)
-        self.remote_prefill_ms = remote_prefill_ms
         # hooks of a source that generates real tokens (hardware in the loop): it decodes even without a drafter,
         # may end a request at EOS (Proposal.ended), frees real caches on preemption, and under ``clock: live``
         # the measured time of its forwards is the step's time instead of the table's T(B, K)
@@ -451,10 +456,12 @@ class Simulation:
         self.preemptions = 0
         self.rejected = 0
         self.remote_tokens = 0  # first tokens emitted by a disaggregated prefill pool
-        # a finite prefill pool (simulator/prefill.py); without one, remote prefill is unbounded
-        self.prefill_pool = prefill_pool(self.env, self.prefilled) if prefill_pool is not None else None
-        self.replicas = [Replica(i, self, make_policy(), policy_label) for i in range(replicas)]
-        self.router = Router(self.replicas, router)
+        # a finite prefill pool (simulator/prefill.py); with an unbounded one, each prompt's forward is priced alone
+        pre = config.prefill
+        self.prefill_pool = pre.pool(self.env, self.prefilled) if pre is not None else None
+        self.remote_prefill_ms = pre.alone_ms() if pre is not None and self.prefill_pool is None else None
+        self.replicas = [Replica(i, self, policy(), label or "policy") for i in range(config.replicas)]
+        self.router: Router = resolve_rule("router", config.router)(config.replicas)
         self.on_finish: Callable[[int], None] = lambda count: None
 
     def submit(self, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> None:
@@ -464,7 +471,7 @@ class Simulation:
         ends = self.source.end_positions(ids)
         req = self.requests.data
         # admitted on the drawn length, as a live run (which meets the end token only when it comes) admits
-        fits = req["prompt"][ids] + req["output"][ids] + self.lookahead <= self.kv_capacity
+        fits = req["prompt"][ids] + req["output"][ids] + self.config.lookahead <= self.config.kv_capacity
         if ends is not None:  # the request log's output is the real length, as a live run's is
             req["output"][ids] = np.minimum(req["output"][ids], np.asarray(ends, dtype=np.int64))
         if not fits.all():

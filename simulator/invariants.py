@@ -55,12 +55,12 @@ def check_invariants(sim: Simulation) -> None:
 
     if not np.array_equal(st["emitted"], st["accepted"] + st["decoding"] + st["prefill_done"]):
         bad.append("INV-3 step-tokens: emitted != accepted + decoding requests + completed prefills in some step")
-    if np.any(st["accepted"] > st["verified"]) or np.any(st["verified"] > sim.gamma * st["decoding"]):
+    if np.any(st["accepted"] > st["verified"]) or np.any(st["verified"] > sim.config.gamma * st["decoding"]):
         bad.append("INV-4 verify-bounds: accepted <= verified <= gamma x decoding violated")
-    if np.any(st["batch_tokens"] > sim.max_batch_tokens):
-        bad.append(f"INV-5 batch-cap: batch tokens above the cap {sim.max_batch_tokens}: max {st['batch_tokens'].max()}")
-    if np.any(st["kv_used"] > sim.kv_capacity):
-        bad.append(f"INV-6 kv-capacity: KV use above capacity {sim.kv_capacity}: max {st['kv_used'].max()}")
+    if np.any(st["batch_tokens"] > sim.config.max_batch_tokens):
+        bad.append(f"INV-5 batch-cap: batch tokens above the cap {sim.config.max_batch_tokens}: max {st['batch_tokens'].max()}")
+    if np.any(st["kv_used"] > sim.config.kv_capacity):
+        bad.append(f"INV-6 kv-capacity: KV use above capacity {sim.config.kv_capacity}: max {st['kv_used'].max()}")
 
     # every token a request holds came from a step
     held = rq["generated"].copy()
@@ -86,7 +86,7 @@ def check_invariants(sim: Simulation) -> None:
     ordered("arrival", "first_token")
     ordered("admitted", "finish")
     ordered("first_token", "finish")
-    if sim.remote_prefill_ms is None:  # co-located: the first token comes from this replica's own prefill
+    if sim.config.prefill is None:  # co-located: the first token comes from this replica's own prefill
         ordered("admitted", "first_token")
     if bad:
         raise InvariantViolation("; ".join(bad))

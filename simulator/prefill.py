@@ -132,3 +132,29 @@ class PrefillPool:
         (read at the drain's end, one pool was judged saturated behind mtp-1 and not behind dspark-async)."""
         at_end = self.backlog_at(end)
         return bool(at_end > self.replicas * self.max_batch_tokens and at_end > self.backlog_at(end / 2))
+
+
+class Disaggregated:
+    """``EngineConfig.prefill`` for a separate prefill pool (not counted in the deployment's GPUs) that sends each
+    request's KV and first token to a decode replica: ``replicas`` prefill replicas (``PrefillPool``), or, with
+    None, an unbounded pool that prefills every prompt at once, alone in its forward. Prices: T(B, K) of ``grid``,
+    or ``cost`` when the table prices prefill apart (``PrefillPrice``)."""
+
+    def __init__(self, grid: StepTimeGrid, cost: PrefillCost | None = None, replicas: int | None = None,
+                 max_batch_tokens: int = 8192):
+        if replicas is not None and replicas < 1:
+            raise ValueError(f"prefill replicas must be at least 1 (or None: unbounded), got {replicas}")
+        self.grid = grid
+        self.cost = cost
+        self.replicas = replicas
+        self.max_batch_tokens = max_batch_tokens
+
+    def pool(self, env: simpy.Environment, on_done: Callable[[int], None]) -> PrefillPool | None:
+        """The finite pool of one simulation, or None when it is unbounded."""
+        if self.replicas is None:
+            return None
+        return PrefillPool(env, self.replicas, self.grid, self.max_batch_tokens, on_done, self.cost)
+
+    def alone_ms(self) -> Callable[[np.ndarray], np.ndarray]:
+        """An unbounded pool's forward time for each of an array of prompts."""
+        return PrefillPrice(self.grid, self.cost).alone_ms

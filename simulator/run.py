@@ -17,7 +17,9 @@ from simulator.acceptance.base import AcceptanceSource, NoDrafts
 from simulator.acceptance.profile import Profile, ProfileSource, load_profile
 from simulator.acceptance.trace import TraceSource
 from simulator.config import LoadedScenario
-from simulator.engine import Simulation
+from simulator.engine import Simulation, StepPrices
+from simulator.engine_config import EngineConfig
+from simulator.engine_rules import resolve_rule
 from simulator.errors import UserError
 from simulator.hardware import Hardware, load_hardware
 from simulator.metrics import (
@@ -35,7 +37,7 @@ from simulator.metrics import (
 from simulator.plugins import construct, did_you_mean
 from simulator.policies import make_policy
 from simulator.policies import resolve as resolve_policy
-from simulator.prefill import PrefillPool, PrefillPrice
+from simulator.prefill import Disaggregated
 from simulator.steady import choose_warmup
 from simulator.systems import SystemSpec
 from simulator.workload import RequestMaker, open_loop_arrivals, trace_window
@@ -160,36 +162,34 @@ def check_engine_limits(scn: LoadedScenario, system: SystemSpec) -> None:
         )
 
 
+def check_rules(scn: LoadedScenario) -> None:
+    """The scenario's router, admission and preemption rules exist (simulator/engine_rules.py)."""
+    m = scn.model
+    for kind, field, spec in (("router", "hardware.router", m.hardware.router),
+                              ("admission", "engine.admission", m.engine.admission),
+                              ("preemption", "engine.preemption", m.engine.preemption)):
+        resolve_rule(kind, spec, what=f"{scn.path}: {field}")
+
+
 def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, float, float]:
     m = scn.model
     check_engine_limits(scn, spec.system)
+    check_rules(scn)
     hw = _hardware(scn, frozenset({spec.system.drafter}))
     duration = m.run.quick_duration_s if spec.quick else m.run.duration_s
     warmup = m.run.quick_warmup_s if spec.quick else m.run.warmup_s
     source = make_source(scn, spec.system, _stream(spec.seed, spec.point.label, "acceptance", spec.system.name))
-    sim = Simulation(
-        gamma=0 if spec.system.drafter == "none" else spec.system.gamma,
-        source=source,
-        draft=hw.draft[spec.system.drafter],
-        clock=hw.clock,
-        policy_grid=hw.policy,
-        make_policy=lambda: make_policy(spec.system.policy, spec.system.params, spec.system.name),
-        policy_label=spec.system.name,
-        replicas=hw.replicas,
-        router=m.hardware.router,
-        max_running=m.engine.max_running,
-        max_batch_tokens=m.engine.max_batch_tokens,
-        kv_capacity=hw.kv_capacity,
-        prefill_chunk=m.engine.prefill_chunk,
-        schedule=m.engine.schedule,
-        prefill_cost=hw.prefill_cost,
-        stall_ms=m.engine.sched_stall_ms,
-        # a remote prefill's forward, for an array of prompts: T(prompt, K=0), or priced apart (PrefillPrice)
-        remote_prefill_ms=(PrefillPrice(hw.clock, hw.prefill_cost).alone_ms if m.engine.prefill == "disaggregated"
-                           else None),
-        live_clock=check_live_clock(scn, source),
-        prefill_pool=prefill_pool_factory(scn, hw),
-    )
+    config = EngineConfig(
+        max_running=m.engine.max_running, max_batch_tokens=m.engine.max_batch_tokens, kv_capacity=hw.kv_capacity,
+        gamma=0 if spec.system.drafter == "none" else spec.system.gamma, prefill_chunk=m.engine.prefill_chunk,
+        schedule=m.engine.schedule, stall_ms=m.engine.sched_stall_ms, replicas=hw.replicas,
+        router=m.hardware.router, admission=m.engine.admission, preemption=m.engine.preemption,
+        prefill=prefill_mode(scn, hw))
+    prices = StepPrices(hw.clock, draft=hw.draft[spec.system.drafter], policy_grid=hw.policy,
+                        prefill_cost=hw.prefill_cost)
+    sim = Simulation(config, prices, source=source, label=spec.system.name,
+                     policy=lambda: make_policy(spec.system.policy, spec.system.params, spec.system.name),
+                     live_clock=check_live_clock(scn, source))
     window = None  # one window of a replayed trace for the frontier and the open loop (workload.py)
     if m.traffic is not None and m.traffic.kind == "trace" and m.traffic.lengths_from_trace:
         window = (scn.resolve(m.traffic.trace), *trace_window(m.traffic, duration))
@@ -204,18 +204,18 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
     return sim, hw, duration, warmup
 
 
-def prefill_pool_factory(scn: LoadedScenario, hw: Hardware):
-    """A finite prefill pool when the scenario sizes one (hardware.prefill_replicas), else None (unbounded)."""
+def prefill_mode(scn: LoadedScenario, hw: Hardware) -> Disaggregated | None:
+    """Where prompts are prefilled: on the decode replicas (None), or a disaggregated pool: finite when the
+    scenario sizes one (hardware.prefill_replicas, priced on its own table if it names one), else unbounded."""
     m = scn.model
-    if m.engine.prefill != "disaggregated" or m.hardware.prefill_replicas is None:
+    if m.engine.prefill != "disaggregated":
         return None
-    if m.hardware.prefill_table:  # its own sidecar says whether it prices prefill apart
+    if m.hardware.prefill_replicas is not None and m.hardware.prefill_table:  # its sidecar says how it prices prefill
         table = _prefill_table(scn)
         grid, cost = table.grid, table.prefill_cost
     else:
         grid, cost = hw.clock, hw.prefill_cost
-    return lambda env, on_done: PrefillPool(env, m.hardware.prefill_replicas, grid, m.engine.max_batch_tokens, on_done,
-                                            cost)
+    return Disaggregated(grid, cost, m.hardware.prefill_replicas, m.engine.max_batch_tokens)
 
 
 @lru_cache(maxsize=4)

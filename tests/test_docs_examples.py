@@ -80,7 +80,7 @@ def test_survival_cut_verifies_the_closed_form_prefix_and_pays_the_stall(scenari
     assert cut["tau"] == pytest.approx((1 - alpha**4) / (1 - alpha), rel=0.03)
     steps = sim.steps.frame()
     decoding = steps["decoding"] > 0
-    clock = np.array([sim.clock.lookup(b, k) for b, k in zip(steps["batch_tokens"], steps["kv_tokens"], strict=True)])
+    clock = np.array([sim.prices.clock.lookup(b, k) for b, k in zip(steps["batch_tokens"], steps["kv_tokens"], strict=True)])
     stall = steps["step_ms"] - steps["draft_ms"] - clock
     assert stall[decoding] == pytest.approx(0.3)  # engine.sched_stall_ms, on every step the policy decides
 

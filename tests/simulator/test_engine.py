@@ -199,6 +199,6 @@ def test_policy_table_steers_the_policy_while_the_clock_keeps_the_raw_table(scen
     assert steered["mean_verify_budget"] > 7.5 > raw["mean_verify_budget"] + 1.0  # verifies (nearly) everything
     for sim in (sim_raw, sim_flat):  # the clock: draft + stall + T(B, K) from the raw table, never the policy's
         st = sim.steps.frame()
-        forward = st["step_ms"] - st["draft_ms"] - sim.stall_ms
-        expect = np.array([sim.clock.lookup(b, k) for b, k in zip(st["batch_tokens"], st["kv_tokens"], strict=True)])
+        forward = st["step_ms"] - st["draft_ms"] - sim.config.stall_ms
+        expect = np.array([sim.prices.clock.lookup(b, k) for b, k in zip(st["batch_tokens"], st["kv_tokens"], strict=True)])
         assert np.allclose(forward, expect)

@@ -47,11 +47,11 @@ def _inv4(sim):
 
 
 def _inv5(sim):
-    step_col(sim, "batch_tokens")[0] = sim.max_batch_tokens + 1
+    step_col(sim, "batch_tokens")[0] = sim.config.max_batch_tokens + 1
 
 
 def _inv6(sim):
-    step_col(sim, "kv_used")[0] = sim.kv_capacity + 1
+    step_col(sim, "kv_used")[0] = sim.config.kv_capacity + 1
 
 
 def _inv7(sim):

@@ -7,11 +7,9 @@ import numpy as np
 import pytest
 
 from hw_profile.table import PrefillCost, StepTable
-from simulator.acceptance.base import NoDrafts
-from simulator.drafters import DRAFTER_KINDS, DraftCost
-from simulator.engine import Simulation
+from simulator.engine import Simulation, StepPrices
+from simulator.engine_config import EngineConfig
 from simulator.invariants import check_invariants
-from simulator.policies import make_policy
 from tests.simulator.engine_helpers import simulate
 
 A_US, C_NS = 5.0, 10.0  # prefill price: 5 us per prompt token, 10 ns per (new token, attended token) pair
@@ -35,13 +33,9 @@ def tiny_table(tmp_path, priced: bool) -> StepTable:
 def ar_sim(table: StepTable, schedule: str, *, max_batch_tokens: int = 1000, prefill_chunk: int = 200,
            max_running: int = 64, kv_capacity: int = 1_000_000) -> Simulation:
     """One replica serving the drafter-less system (one token per request-step) on ``table``."""
-    return Simulation(
-        gamma=0, source=NoDrafts(), draft=DraftCost(DRAFTER_KINDS["none"], None), clock=table.grid,
-        policy_grid=table.grid, make_policy=lambda: make_policy("ar"), policy_label="ar", replicas=1,
-        router="least-loaded", max_running=max_running, max_batch_tokens=max_batch_tokens,
-        kv_capacity=kv_capacity, prefill_chunk=prefill_chunk, stall_ms=0.0, schedule=schedule,
-        prefill_cost=table.prefill_cost,
-    )
+    config = EngineConfig(max_running=max_running, max_batch_tokens=max_batch_tokens, kv_capacity=kv_capacity,
+                          prefill_chunk=prefill_chunk, schedule=schedule)
+    return Simulation(config, StepPrices(table.grid, prefill_cost=table.prefill_cost))
 
 
 def two_requests(sim: Simulation) -> None:
@@ -74,7 +68,7 @@ def test_mixed_without_the_block_is_t_of_all_tokens(tmp_path):
     st = sim.steps.frame()
     # today's engine: T(decode + prefill tokens, every token cached), e.g. step 2 = T(1 + 200, 101)
     assert st["step_ms"][:3] == pytest.approx([t_ms(100, 0), t_ms(201, 101), t_ms(101, 302)], abs=1e-9)
-    assert np.array_equal(st["step_ms"], [sim.clock.lookup(b, k) for b, k in zip(st["batch_tokens"],
+    assert np.array_equal(st["step_ms"], [sim.prices.clock.lookup(b, k) for b, k in zip(st["batch_tokens"],
                                                                                   st["kv_tokens"], strict=True)])
 
 
@@ -160,13 +154,13 @@ def test_scenario_schedule_and_sidecar_reach_the_engine(tmp_path, scenario_file,
               "workload": {"output": {"dist": "uniform", "low": 16, "high": 112}},  # users finish apart
               "engine": {"kv_capacity_tokens": 100_000, "schedule": schedule}}
     row, sim = simulate(scenario_file(**fields))  # the invariants hold (simulate checks them)
-    assert sim.prefill_first == (schedule == "prefill-first")
-    assert sim.prefill_cost == PrefillCost(A_US, C_NS, "test")
+    assert sim.config.schedule == schedule
+    assert sim.prices.prefill_cost == PrefillCost(A_US, C_NS, "test")
     st = sim.steps.frame()
     mixes = (st["prefill_tokens"] > 0) & (st["decoding"] > 0)
     assert st["prefill_tokens"].sum() > 0 and mixes.any() == (schedule == "mixed")
     plain = st["prefill_tokens"] == 0  # steps without prompt tokens: T(B, K) as without the block
-    forward = st["step_ms"][plain] - st["draft_ms"][plain] - sim.stall_ms * (system == "dspark")
+    forward = st["step_ms"][plain] - st["draft_ms"][plain] - sim.config.stall_ms * (system == "dspark")
     assert forward == pytest.approx([t_ms(b, k) for b, k in zip(st["batch_tokens"][plain], st["kv_tokens"][plain],
                                                                 strict=True)], abs=1e-9)
     assert row["tau"] >= 1.0

@@ -1,0 +1,205 @@
+"""The engine built in code, without a scenario: step-level numbers worked out by hand, and the replaceable rules
+(router, admission, preemption) as a researcher would plug theirs in."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pytest
+
+from hw_profile.table import StepTimeGrid
+from simulator.acceptance.base import AcceptanceSource, Proposal
+from simulator.columns import Batch
+from simulator.drafters import DRAFTER_KINDS, DraftCost
+from simulator.engine import Simulation, StepPrices
+from simulator.engine_config import EngineConfig
+from simulator.engine_rules import Admission, FirstComeFirstServed, Preemption
+from simulator.errors import UserError
+from simulator.invariants import check_invariants
+from tests.simulator.engine_helpers import simulate
+
+
+def flat(ms: float) -> StepTimeGrid:
+    """A table whose every step takes ``ms``, whatever B and K."""
+    return StepTimeGrid.from_points(np.array([1, 1, 4096, 4096]), np.array([0, 1e6, 0, 1e6]), np.full(4, ms))
+
+
+class GivenDrafts(AcceptanceSource):
+    """Every step, request r's block has confidences ``conf[r]`` and ``accept[r]`` of its draft tokens are right
+    (rows by request id, so the numbers follow the request wherever it sits in the batch)."""
+
+    def __init__(self, conf: list[list[float]], accept: list[int]):
+        self.gamma = len(conf[0])
+        self.conf = np.array(conf)
+        self.accept = np.array(accept)
+
+    def attach(self, ids, mix_index):
+        pass
+
+    def propose(self, ids):
+        self._ids = ids
+        return Proposal(confidence=self.conf[ids])
+
+    def verify(self, proposal, lengths):
+        return np.minimum(lengths, self.accept[self._ids])
+
+    def detach(self, ids):
+        pass
+
+
+def two_requests(sim: Simulation, prompt=(4, 4), output=(20, 20)) -> None:
+    sim.open_loop(np.zeros(len(prompt)), np.array(prompt), np.array(output), np.zeros(len(prompt), dtype=np.int64))
+
+
+def test_one_speculative_step_by_hand():
+    # R = 2 requests, gamma = 3. Confidences give prefix survivals a = (0.9, 0.72, 0) and (0.5, 0.25, 0.125); on a
+    # flat table SPS does not fall with B, so DSpark's greedy verifies every candidate with a > 0: lengths (2, 3).
+    # The target accepts 1 and 3 of them.
+    config = EngineConfig(max_running=2, max_batch_tokens=64, kv_capacity=10_000, gamma=3, stall_ms=0.3)
+    draft = DraftCost(DRAFTER_KINDS["dspark"], flat(1.0))  # one parallel pass over the block: 1 ms
+    source = GivenDrafts([[0.9, 0.8, 0.0], [0.5, 0.5, 0.5]], accept=[1, 3])
+    sim = Simulation(config, StepPrices(flat(10.0), draft=draft), source=source, policy="dspark")
+    two_requests(sim)
+    sim.run(until=0.0213 + 1e-9)
+    st = sim.steps.frame()
+    # step 1: both prompts (8 tokens) prefill, nothing decodes: no draft, no stall, T = 10 ms; two first tokens
+    # step 2: both decode: draft 1 ms + DSpark's stall 0.3 ms + T 10 ms = 11.3 ms; B = 2 anchors + 5 verified;
+    #         emitted = 1 + 3 accepted + one target token each = 6
+    assert st["step_ms"].tolist() == pytest.approx([10.0, 11.3])
+    assert st["end"].tolist() == pytest.approx([0.010, 0.0213])
+    assert st["prefill_tokens"].tolist() == [8, 0]
+    assert st["batch_tokens"].tolist() == [8, 7]
+    assert st["verified"].tolist() == [0, 5]
+    assert st["accepted"].tolist() == [0, 4]
+    assert st["emitted"].tolist() == [2, 6]
+    assert st["kv_tokens"].tolist() == [0, 10]  # step 2 reads both prompts plus both first tokens
+    assert sim.replicas[0].batch.col("generated").tolist() == [3, 5]
+    check_invariants(sim)
+
+
+def test_plain_decoding_needs_no_source_and_no_policy():
+    sim = Simulation(EngineConfig(max_running=8, max_batch_tokens=64, kv_capacity=10_000), StepPrices(flat(5.0)))
+    two_requests(sim, output=(3, 5))
+    sim.run(until=1.0)
+    rq = sim.requests.frame()
+    # one prefill step, then one token a step: the 3-token request finishes after step 3, the other after step 5
+    assert rq["finish"].tolist() == pytest.approx([0.015, 0.025])
+    check_invariants(sim)
+
+
+def test_a_drafter_needs_a_source():
+    with pytest.raises(ValueError, match="acceptance source"):
+        Simulation(EngineConfig(max_running=2, max_batch_tokens=64, kv_capacity=100, gamma=3), StepPrices(flat(1.0)))
+
+
+@pytest.mark.parametrize("router, expect", [("round-robin", [0, 1, 2, 0, 1, 2]), ("least-loaded", [0, 1, 2, 0, 1, 2])])
+def test_routers_spread_equal_requests(router, expect):
+    sim = Simulation(EngineConfig(max_running=8, max_batch_tokens=512, kv_capacity=10_000, replicas=3, router=router),
+                     StepPrices(flat(5.0)))
+    two_requests(sim, prompt=(4,) * 6, output=(50,) * 6)
+    sim.run(until=0.001)
+    assert sim.requests.frame()["replica"].tolist() == expect
+
+
+@pytest.mark.parametrize("router, fifth", [("least-loaded", 1), ("round-robin", 0)])
+def test_least_loaded_routes_around_a_busy_replica(router, fifth):
+    sim = Simulation(EngineConfig(max_running=8, max_batch_tokens=512, kv_capacity=10_000, replicas=2,
+                                  router=router), StepPrices(flat(5.0)))
+    # four requests alternate over the two replicas; request 1 (replica 1) ends after two steps, so at 50 ms
+    # replica 0 holds two and replica 1 one: the fifth goes to 1 by load, to 0 by turn
+    two_requests(sim, prompt=(4, 4, 4, 4), output=(50, 2, 50, 50))
+    sim.run(until=0.05)
+    sim.submit(np.array([4]), np.array([50]), np.zeros(1, dtype=np.int64))
+    sim.run(until=0.06)
+    assert sim.requests.frame()["replica"].tolist() == [0, 1, 0, 1, fifth]
+    check_invariants(sim)
+
+
+class ShortestPromptFirst(Admission):
+    name = "shortest-first"
+
+    def take(self, queue: deque[int], room, free_kv, requests, lookahead):
+        ordered = sorted(queue, key=lambda rid: requests["prompt"][rid])
+        taken = []
+        for rid in ordered[:room]:
+            need = int(requests["prompt"][rid] + requests["generated"][rid]) + lookahead
+            if need > free_kv:
+                break
+            taken.append(rid)
+            free_kv -= need
+        for rid in taken:
+            queue.remove(rid)
+        return taken
+
+
+def test_a_plug_in_admission_rule_orders_the_batch():
+    cfg = dict(max_running=2, max_batch_tokens=4096, kv_capacity=100_000)
+    prompts = (900, 300, 100, 50)
+    runs = {}
+    for rule in (FirstComeFirstServed, ShortestPromptFirst):
+        sim = Simulation(EngineConfig(**cfg, admission=rule), StepPrices(flat(5.0)))
+        two_requests(sim, prompt=prompts, output=(10,) * 4)
+        sim.run(until=1.0)
+        check_invariants(sim)
+        runs[rule.name] = sim.requests.frame()["admitted"]
+    # first come: requests 0 and 1 at once, 2 and 3 when they finish; shortest first: 3 and 2, then 1 and 0
+    assert runs["fcfs"][0] == runs["fcfs"][1] == 0.0 < runs["fcfs"][2]
+    assert runs["shortest-first"][3] == runs["shortest-first"][2] == 0.0 < runs["shortest-first"][1]
+
+
+class Greedy(Admission):
+    """Takes everything, whatever fits: the engine must refuse it."""
+
+    name = "greedy"
+
+    def take(self, queue, room, free_kv, requests, lookahead):
+        taken = list(queue)
+        queue.clear()
+        return taken
+
+
+def test_an_admission_rule_that_overfills_is_stopped():
+    sim = Simulation(EngineConfig(max_running=2, max_batch_tokens=4096, kv_capacity=100_000, admission=Greedy),
+                     StepPrices(flat(5.0)))
+    two_requests(sim, prompt=(4, 4, 4), output=(5, 5, 5))
+    with pytest.raises(RuntimeError, match="admission rule Greedy took 3 requests"):
+        sim.run(until=1.0)
+
+
+class Oldest(Preemption):
+    name = "oldest"
+
+    def victim(self, batch: Batch) -> int:
+        return 0
+
+
+@pytest.mark.parametrize("rule, evicted", [("newest", 2), (Oldest, 0)])
+def test_the_preemption_rule_picks_who_is_recomputed(rule, evicted):
+    # three requests of 100-token prompts growing to 200 tokens in a 560-slot cache: the third to join overflows
+    sim = Simulation(EngineConfig(max_running=4, max_batch_tokens=4096, kv_capacity=560, preemption=rule),
+                     StepPrices(flat(5.0)))
+    two_requests(sim, prompt=(100, 100, 100), output=(100, 100, 100))
+    sim.run(until=10.0)
+    check_invariants(sim)
+    rq = sim.requests.frame()
+    assert rq["preemptions"][evicted] >= 1
+    assert rq["preemptions"].sum() == rq["preemptions"][evicted]  # only that one, once or more
+    assert np.all(~np.isnan(rq["finish"]))
+
+
+def test_unknown_rules_are_one_line_errors():
+    with pytest.raises(UserError, match="EngineConfig.router: unknown router 'nearest'"):
+        EngineConfig(max_running=1, max_batch_tokens=8, kv_capacity=8, router="nearest")
+    with pytest.raises(UserError, match="not a subclass of Admission"):
+        EngineConfig(max_running=1, max_batch_tokens=8, kv_capacity=8, admission=Oldest)
+
+
+def test_a_scenario_names_its_rules(scenario_file, examples_on_path):
+    path = scenario_file(name="rules", hardware={"router": "round-robin", "replicas": 2},
+                         engine={"admission": "shortest_prompt_first:ShortestPromptFirst", "preemption": "newest"})
+    _, sim = simulate(path, quick=True)
+    assert type(sim.router).__name__ == "RoundRobin"
+    assert type(sim.replicas[0].admission).__name__ == "ShortestPromptFirst"
+    with pytest.raises(UserError, match="rules2.yaml: hardware.router: unknown router 'nearest'; known: least-loaded, round-robin"):
+        simulate(scenario_file(name="rules2", hardware={"router": "nearest"}), quick=True)
