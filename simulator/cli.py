@@ -21,7 +21,6 @@ import click
 from simulator.errors import UserError
 from simulator.progress import progress_bar
 
-SUBCOMMANDS = ("check", "list", "plan", "fit-profile")
 # plan seeds per candidate: three, the fewest with a usable interval (t = 4.3); a plan of peak.yaml stays a few
 # minutes on 2 cores
 PLAN_REPLICATES = 3
