@@ -1,7 +1,7 @@
 """The `simulate` command.
 
     simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2] [--fresh]
-             [--backend local|ray [--address auto|HOST:PORT]]
+             [--check-invariants] [--backend local|ray [--address auto|HOST:PORT]]
     simulate plan SCENARIO.yaml [--sla TPS] [--attainment A] [--ttft-p99 S] [--gpu-hour-cost USD] [--max-gpus N]
              [--out DIR] [--backend ...] [--set path=value]...
     simulate check SCENARIO.yaml [--set path=value]...
@@ -95,13 +95,16 @@ def make_backend(backend: str, address: str | None, jobs: int | None):
 @click.option("--records", type=click.Path(path_type=Path),
               help="also write per-request and per-step Parquet records here (stored runs are repeated to write them)")
 @click.option("--fresh", is_flag=True, help="ignore stored runs: run everything again and overwrite them")
+@click.option("--check-invariants", is_flag=True,
+              help="check the engine's invariants (docs/model.md) on every run, stored ones run again; the first "
+                   "broken one stops the command")
 @click.option("--format", "formats", type=click.Choice(["vllm-bench"]), multiple=True,
               help="also write every run as a `vllm bench serve --save-result` JSON in DIR/vllm-bench/")
 @backend_options
 @overrides
 def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, replicates: int | None,
-            jobs: int | None, records: Path | None, fresh: bool, formats: tuple[str, ...], backend: str,
-            address: str | None, sets: tuple[str, ...]) -> None:
+            jobs: int | None, records: Path | None, fresh: bool, check_invariants: bool, formats: tuple[str, ...],
+            backend: str, address: str | None, sets: tuple[str, ...]) -> None:
     """Run a scenario (also: `simulate SCENARIO`)."""
     from simulator.config import load_scenario
     from simulator.hardware import load_target_table, scenario_grid_warnings
@@ -114,7 +117,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
     out = output_dir(scenario, sets, out)
-    sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh)
+    sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh or check_invariants, check_invariants)
     for line in scenario_grid_warnings(scn):
         click.echo(f"warning: {line}", err=True)
     done_before = len(sweep.specs) - len(sweep.pending())
