@@ -106,7 +106,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
             jobs: int | None, records: Path | None, fresh: bool, check_invariants: bool, formats: tuple[str, ...],
             backend: str, address: str | None, sets: tuple[str, ...]) -> None:
     """Run a scenario (also: `simulate SCENARIO`)."""
-    from simulator.config import load_scenario
+    from simulator.config import load_scenario, unused_settings
     from simulator.hardware import load_target_table, scenario_grid_warnings
     from simulator.live_tables import write_live_tables
     from simulator.plan import matching_plan
@@ -118,7 +118,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     runner = make_backend(backend, address, jobs)
     out = output_dir(scenario, sets, out)
     sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh or check_invariants, check_invariants)
-    for line in scenario_grid_warnings(scn):
+    for line in [*unused_settings(scn.model), *scenario_grid_warnings(scn)]:
         click.echo(f"warning: {line}", err=True)
     done_before = len(sweep.specs) - len(sweep.pending())
     if done_before:
@@ -245,7 +245,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     import numpy as np
 
     from hw_profile.table import table_caveat
-    from simulator.config import load_scenario
+    from simulator.config import load_scenario, unused_settings
     from simulator.hardware import load_hardware, load_target_table, scenario_grid_warnings
     from simulator.policies import make_policy
     from simulator.run import (
@@ -267,7 +267,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     prefill_pool_factory(scn, hw)  # reads hardware.prefill_table when one is named
     points = load_points(scn)
     m = scn.model
-    for line in scenario_grid_warnings(scn):
+    for line in [*unused_settings(m), *scenario_grid_warnings(scn)]:
         click.echo(f"warning: {line}", err=True)
     click.echo(f"{scenario}: ok")
     click.echo(f"  systems ({len(systems)}): " + ", ".join(f"{s.name} [{s.drafter}, gamma {s.gamma}, {s.policy}]" for s in systems))
