@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hw_profile.table import COLUMNS, StepTable, StepTimeGrid
+from hw_profile.table import COLUMNS, StepTable
 
 FILLED_WEIGHT = 1e-3  # weight of a cell the rectangularisation filled in, relative to one measured point
 
@@ -151,9 +151,3 @@ def fit_file(path: str | Path, out: str | Path | None = None, command: str | Non
     target = Path(out) if out is not None else smooth_path(path)
     smooth.write(target)
     return smooth, target
-
-
-def is_monotone(grid: StepTimeGrid, rtol: float = 1e-9) -> bool:
-    ms = grid.ms
-    tol = rtol * max(float(np.abs(ms).max()), 1e-12)
-    return bool((np.diff(ms, axis=1) >= -tol).all() and (np.diff(ms, axis=0) >= -tol).all())

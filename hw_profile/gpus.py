@@ -98,10 +98,6 @@ class GPU:
             return self.tf32_tflops if self.tf32_tflops else self.bf16_tflops / 2.0
         return self.bf16_tflops
 
-    @property
-    def has_power(self) -> bool:
-        return math.isfinite(self.tdp_w) and math.isfinite(self.idle_w)
-
     def to_dict(self) -> dict:
         """The fields, leaving out optional ones that are unset (so older sidecars read the same)."""
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -260,7 +260,3 @@ def step_inputs(model, cache, requests: int, context: int, tokens: int, seed: in
     gen = torch.Generator(device="cpu").manual_seed(seed + 7919 * tokens)
     ids = torch.randint(0, model.config.vocab_size, (requests, tokens), generator=gen).to(model.device)
     return StepInputs(model=model, cache=cache, context=context, kwargs=forward_kwargs(model, cache, ids, context))
-
-
-def cache_bytes(cache) -> int:
-    return sum(t.numel() * t.element_size() for t in cache_tensors(cache))

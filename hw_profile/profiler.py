@@ -404,11 +404,6 @@ def _measure_point(cfg, timer, sampler, mb, model, cache, record: _Record) -> No
     record.still_throttled = record.still_throttled or telemetry.throttled
 
 
-def _skipped(requests: int, context: int, tokens: int, why: str) -> dict:
-    return {"batch_tokens": requests * tokens, "kv_tokens": requests * context, "requests": requests,
-            "context": context, "status": why, "step_ms": math.nan, "repeats": 0}
-
-
 class _Timer:
     """Picks the clock: CUDA events (around CUDA-graph replays when the model can be captured) or perf_counter."""
 

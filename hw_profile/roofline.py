@@ -153,12 +153,6 @@ def allreduce_s(shape: ModelShape, gpu: GPU, batch_tokens: np.ndarray, dtype: st
     return 2 * shape.layers * (params.allreduce_us * 1e-6 + ar_bytes / (link_gb_s(gpu, params) * 1e9))
 
 
-def ridge_tokens(shape: ModelShape, gpu: GPU, dtype: str = "bf16", params: RooflineParams = RooflineParams()) -> float:
-    """B at which a dense step at K = 0 turns from memory- to compute-bound (t_mem = t_comp)."""
-    wbytes = DTYPE_BYTES[dtype]
-    return (gpu.peak_tflops(dtype) * params.comp_eff * wbytes) / (2.0 * gpu.hbm_tb_s * params.mem_eff)
-
-
 def markov_head_costs(gpu: GPU, rank: int, vocab: int, dtype: str = "bf16",
                       params: RooflineParams = RooflineParams(), hidden: int = 0) -> dict:
     """DSpark's sequential Markov head, per draft position: rows x rank @ rank x vocab. Its weights are read once

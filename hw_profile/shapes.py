@@ -244,11 +244,6 @@ class ModelShape:
         defaults = {f.name: f.default for f in fields(self) if f.name in _OPTIONAL}
         return {k: v for k, v in out.items() if k not in defaults or v != defaults[k]}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> ModelShape:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
-
 
 _OPTIONAL = {
     "family", "experts", "experts_per_token", "shared_experts", "expert_intermediate", "dense_layers",

@@ -1,7 +1,7 @@
 """The `simulate` command.
 
     simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2] [--fresh]
-             [--backend local|ray [--address auto|HOST:PORT]]
+             [--check-invariants] [--backend local|ray [--address auto|HOST:PORT]]
     simulate plan SCENARIO.yaml [--sla TPS] [--attainment A] [--ttft-p99 S] [--gpu-hour-cost USD] [--max-gpus N]
              [--out DIR] [--backend ...] [--set path=value]...
     simulate check SCENARIO.yaml [--set path=value]...
@@ -21,7 +21,6 @@ import click
 from simulator.errors import UserError
 from simulator.progress import progress_bar
 
-SUBCOMMANDS = ("check", "list", "plan", "fit-profile")
 # plan seeds per candidate: three, the fewest with a usable interval (t = 4.3); a plan of peak.yaml stays a few
 # minutes on 2 cores
 PLAN_REPLICATES = 3
@@ -96,15 +95,18 @@ def make_backend(backend: str, address: str | None, jobs: int | None):
 @click.option("--records", type=click.Path(path_type=Path),
               help="also write per-request and per-step Parquet records here (stored runs are repeated to write them)")
 @click.option("--fresh", is_flag=True, help="ignore stored runs: run everything again and overwrite them")
+@click.option("--check-invariants", is_flag=True,
+              help="check the engine's invariants (docs/model.md) on every run, stored ones run again; the first "
+                   "broken one stops the command")
 @click.option("--format", "formats", type=click.Choice(["vllm-bench"]), multiple=True,
               help="also write every run as a `vllm bench serve --save-result` JSON in DIR/vllm-bench/")
 @backend_options
 @overrides
 def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, replicates: int | None,
-            jobs: int | None, records: Path | None, fresh: bool, formats: tuple[str, ...], backend: str,
-            address: str | None, sets: tuple[str, ...]) -> None:
+            jobs: int | None, records: Path | None, fresh: bool, check_invariants: bool, formats: tuple[str, ...],
+            backend: str, address: str | None, sets: tuple[str, ...]) -> None:
     """Run a scenario (also: `simulate SCENARIO`)."""
-    from simulator.config import load_scenario
+    from simulator.config import load_scenario, unused_settings
     from simulator.hardware import load_target_table, scenario_grid_warnings
     from simulator.live_tables import write_live_tables
     from simulator.plan import matching_plan
@@ -115,8 +117,8 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
     out = output_dir(scenario, sets, out)
-    sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh)
-    for line in scenario_grid_warnings(scn):
+    sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh or check_invariants, check_invariants)
+    for line in [*unused_settings(scn.model), *scenario_grid_warnings(scn)]:
         click.echo(f"warning: {line}", err=True)
     done_before = len(sweep.specs) - len(sweep.pending())
     if done_before:
@@ -243,7 +245,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     import numpy as np
 
     from hw_profile.table import table_caveat
-    from simulator.config import load_scenario
+    from simulator.config import load_scenario, unused_settings
     from simulator.hardware import load_hardware, load_target_table, scenario_grid_warnings
     from simulator.policies import make_policy
     from simulator.run import (
@@ -267,7 +269,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     prefill_mode(scn, hw)  # reads hardware.prefill_table when one is named
     points = load_points(scn)
     m = scn.model
-    for line in scenario_grid_warnings(scn):
+    for line in [*unused_settings(m), *scenario_grid_warnings(scn)]:
         click.echo(f"warning: {line}", err=True)
     click.echo(f"{scenario}: ok")
     click.echo(f"  systems ({len(systems)}): " + ", ".join(f"{s.name} [{s.drafter}, gamma {s.gamma}, {s.policy}]" for s in systems))

@@ -267,7 +267,19 @@ class Scenario(Strict):
             raise ValueError("a scenario needs a 'frontier' (closed loop), a 'traffic' (open loop) or both")
         if self.hardware.prefill_replicas is not None and self.engine.prefill != "disaggregated":
             raise ValueError("hardware.prefill_replicas sizes a disaggregated prefill pool; set engine.prefill: disaggregated")
+        if self.hardware.prefill_table is not None and self.engine.prefill != "disaggregated":
+            raise ValueError("hardware.prefill_table prices a disaggregated prefill pool; set engine.prefill: disaggregated")
         return self
+
+
+def unused_settings(scenario: Scenario) -> list[str]:
+    """Settings a `simulate` run of this scenario reads nothing from, though `simulate plan` does: one warning line
+    each (the run and `check` print them)."""
+    hw = scenario.hardware
+    if hw.prefill_table is not None and hw.prefill_replicas is None:
+        return ["hardware.prefill_table prices the replicas of a finite prefill pool (hardware.prefill_replicas, or "
+                "the pools `simulate plan` sizes); this run's unbounded pool prices every prompt from hardware.table"]
+    return []
 
 
 # --- loading -----------------------------------------------------------------------------------------------------

@@ -88,12 +88,6 @@ def anchor_status(tps: np.ndarray, throughput: np.ndarray, anchor: float) -> tup
     return "peaked", float(f[0])
 
 
-def throughput_at_anchor(tps: np.ndarray, throughput: np.ndarray, anchor: float) -> float:
-    """The throughput a system sustains at the anchor (crossed or peaked); NaN when not measured."""
-    status, value = anchor_status(tps, throughput, anchor)
-    return value if status in ("crossed", "peaked") else float("nan")
-
-
 def frontier_curve(tps: np.ndarray, thr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A frontier as TPS per user against throughput, in ascending throughput (along it, speed falls as
     throughput rises, so this is a function)."""

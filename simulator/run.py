@@ -22,6 +22,7 @@ from simulator.engine_config import EngineConfig
 from simulator.engine_rules import resolve_rule
 from simulator.errors import UserError
 from simulator.hardware import Hardware, load_hardware
+from simulator.invariants import InvariantViolation, check_invariants
 from simulator.metrics import (
     bench_counts,
     followed,
@@ -60,6 +61,7 @@ class RunSpec:
     point: LoadPoint
     seed: int
     quick: bool
+    check_invariants: bool = False  # simulate --check-invariants
 
 
 def load_points(scn: LoadedScenario) -> list[LoadPoint]:
@@ -260,6 +262,12 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
     recording = records_dir is not None and sim.source.start_recording()  # live: verify whole blocks, record
     warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup)
     wall = time.perf_counter() - t0
+    if spec.check_invariants:
+        try:
+            check_invariants(sim)
+        except InvariantViolation as exc:
+            raise UserError(f"--check-invariants: system {spec.system.name!r} at {spec.point.label}, seed {spec.seed}: "
+                            f"{exc}") from None
     m = scn.model
     req, steps = sim.requests.frame(), sim.steps.frame()
     gpus = hw.replicas * hw.gpus_per_replica

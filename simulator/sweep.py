@@ -116,11 +116,11 @@ class Sweep:
 
     @classmethod
     def plan(cls, scn: LoadedScenario, out: Path, quick: bool, seed: int | None, replicates: int | None,
-             records: Path | None = None, fresh: bool = False) -> Sweep:
+             records: Path | None = None, fresh: bool = False, check_invariants: bool = False) -> Sweep:
         systems = resolve_systems(scn)
         base_seed = scn.model.seed if seed is None else seed
         reps = replicates or scn.model.run.replicates
-        specs = [RunSpec(system, point, base_seed + r, quick)
+        specs = [RunSpec(system, point, base_seed + r, quick, check_invariants)
                  for r in range(reps) for system in systems for point in load_points(scn)]
         return cls(scn, specs, out, records, fresh)
 

@@ -23,6 +23,3 @@ def quantiles() -> np.ndarray:
     # float32: half the cache footprint of the random lookups; noise this precise is plenty for logits
     return np.array([nd.inv_cdf((i + 0.5) / LEVELS) for i in range(LEVELS)], dtype=np.float32)
 
-
-def standard_normal(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    return quantiles().take(rng.integers(0, LEVELS, shape, dtype=np.uint16))

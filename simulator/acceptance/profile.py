@@ -30,7 +30,6 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 @dataclass
 class DrafterProfile:
     gamma: int
-    head_kind: str
     head: HeadModel
     sts_temperatures: np.ndarray | None
     benchmarks: list[str]
@@ -90,7 +89,6 @@ def load_profile(name_or_path: str, base: Path | None = None) -> Profile:
             temps = d.get("sts_temperatures")
             drafters[name] = DrafterProfile(
                 gamma=int(d["gamma"]),
-                head_kind=str(d["head"]["kind"]),
                 head=HeadModel(noise_sd=float(d["head"]["noise_sd"]), sharpness=float(d["head"]["sharpness"])),
                 sts_temperatures=None if temps is None else np.asarray(temps, dtype=float),
                 benchmarks=benches,

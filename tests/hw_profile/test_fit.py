@@ -3,9 +3,16 @@
 import numpy as np
 import pytest
 
-from hw_profile.fit import fit_file, is_monotone, isotonic, monotone_grid, smooth_path
+from hw_profile.fit import fit_file, isotonic, monotone_grid, smooth_path
 from hw_profile.roofline import analytic_table
-from hw_profile.table import StepTable
+from hw_profile.table import StepTable, StepTimeGrid
+
+
+def is_monotone(grid: StepTimeGrid, rtol: float = 1e-9) -> bool:
+    """T never falls along B or along K (to rounding)."""
+    ms = grid.ms
+    tol = rtol * max(float(np.abs(ms).max()), 1e-12)
+    return bool((np.diff(ms, axis=1) >= -tol).all() and (np.diff(ms, axis=0) >= -tol).all())
 
 
 def test_isotonic_by_hand():

@@ -3,10 +3,11 @@ and an unknown name lists the known ones."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from hw_profile.gpus import ALIASES, GPUS, get_gpu, gpu_names
-from hw_profile.roofline import ridge_tokens
+from hw_profile.roofline import step_time_ms
 from hw_profile.shapes import get_shape
 
 FP4_PARTS = {"B200", "B300", "GB300", "MI355X", "GB200", "RTX-PRO-6000"}
@@ -44,8 +45,11 @@ def test_h20_141g_is_an_h20_with_h200_memory():
     assert big.peak_tflops("bf16") == h20.peak_tflops("bf16") and big.peak_tflops("fp8") == h20.peak_tflops("fp8")
     assert (big.hbm_tb_s, big.memory_gb) == (h200.hbm_tb_s, h200.memory_gb)
     # so its ridge point (B where decode turns compute-bound) sits lower than the 96 GB part's: more bandwidth,
-    # the same FLOPs
-    assert ridge_tokens(get_shape("qwen3-8b"), big) < ridge_tokens(get_shape("qwen3-8b"), h20)
+    # the same FLOPs. 148 x 0.6 / (4.8 x 0.8) = 23.1 and 148 x 0.6 / (4.0 x 0.8) = 27.75 tokens: at B = 25 the
+    # 141 GB part's step is already compute-bound (slower than at B = 1), the 96 GB part's still memory-bound
+    for gpu, compute_bound in ((big, True), (h20, False)):
+        ms, _ = step_time_ms(get_shape("qwen3-8b"), gpu, np.array([1, 25]), 0)
+        assert (ms[1] > ms[0]) == compute_bound
 
 
 @pytest.mark.parametrize("spelling", ["H20-141G", "h20_141g", "H20_141G", "h20-141gb", "H20 141G"])

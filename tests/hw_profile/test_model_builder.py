@@ -35,7 +35,7 @@ def test_prepared_cache_is_read(tiny_model):
     model = tiny_model
     cache = mb.prepare_cache(model, requests=3, context=40, max_tokens=2)
     # layers x (K, V) x R x slots x kv_heads x head_dim x fp32 bytes
-    assert mb.cache_bytes(cache) == 2 * 2 * 3 * 42 * 2 * 64 * 4
+    assert sum(t.numel() * t.element_size() for t in mb.cache_tensors(cache)) == 2 * 2 * 3 * 42 * 2 * 64 * 4
     step = mb.step_inputs(model, cache, 3, 40, 2)
     with torch.inference_mode():
         before = step.forward()

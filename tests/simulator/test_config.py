@@ -164,3 +164,21 @@ def test_list_shows_scenarios_and_sources():
     assert res.returncode == 0, res.stderr
     assert "scenarios (" in res.stdout and "\n  peak " in res.stdout and "\n  azure-conv " in res.stdout
     assert "acceptance sources:\n  profile, trace (built in)" in res.stdout
+
+
+def test_a_prefill_table_is_never_silently_ignored(scenario_file):
+    """Without a disaggregated prefill it prices nothing: an error. Without prefill_replicas a run's unbounded pool
+    prices prompts from hardware.table: `check` (and a run) warn; a plan sizes finite pools with it."""
+    table = str(ROOT / "scenarios" / "hardware" / "h200-qwen3-8b-bf16.csv")
+    colocated = scenario_file(name="colocated", hardware={"prefill_table": table})
+    res = run_cli("check", str(colocated))
+    assert res.returncode == 2 and res.stderr.count("\n") == 1
+    assert "hardware.prefill_table prices a disaggregated prefill pool; set engine.prefill: disaggregated" in res.stderr
+    unbounded = scenario_file(name="unbounded", hardware={"prefill_table": table}, engine={"prefill": "disaggregated"})
+    res = run_cli("check", str(unbounded))
+    assert res.returncode == 0, res.stderr
+    assert ("warning: hardware.prefill_table prices the replicas of a finite prefill pool (hardware.prefill_replicas, "
+            "or the pools `simulate plan` sizes); this run's unbounded pool prices every prompt from hardware.table"
+            in res.stderr)
+    res = run_cli("check", str(unbounded), "--set", "hardware.prefill_replicas=2")
+    assert res.returncode == 0 and "warning" not in res.stderr

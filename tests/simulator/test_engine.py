@@ -155,9 +155,15 @@ def test_custom_policy_with_invalid_lengths_gets_a_clear_error(scenario_file, cl
 
 
 def test_custom_policy_from_module_path_runs(scenario_file, examples_on_path):
-    path = scenario_file(systems=[{"name": "half", "policy": "half_block:HalfBlock"}])
+    """HalfBlock verifies l = min(ceil(0.5 x 7), remaining - 1) = min(4, remaining - 1). With nothing ever accepted
+    (alpha 0) every request-step emits one token, so each 64-token request decodes its remaining 63 tokens in 63
+    steps of budgets 5 (remaining 63..5), then 4, 3, 2, 1: a mean of (59 x 5 + 10) / 63 = 4.841 per request-step
+    (the window cuts the users' lock-step cycles at its edges: 0.1% off)."""
+    path = scenario_file(systems=[{"name": "half", "policy": "half_block:HalfBlock"}],
+                         acceptance={"source": "geometric_source:GeometricSource", "options": {"alpha": 0.0}})
     row, _ = simulate(path)
-    assert 1.0 < row["mean_verify_budget"] <= 1 + 4
+    assert row["tau"] == 1.0
+    assert row["mean_verify_budget"] == pytest.approx((59 * 5 + 4 + 3 + 2 + 1) / 63, rel=0.002)
 
 
 def test_disaggregated_prefill_moves_prefill_off_the_decode_replica(scenario_file):

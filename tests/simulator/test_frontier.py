@@ -17,7 +17,6 @@ from simulator.frontier import (
     matched_throughput_gain,
     mean_ci,
     pareto_front,
-    throughput_at_anchor,
 )
 
 
@@ -37,13 +36,14 @@ def test_pareto_front_is_exactly_the_non_dominated_set(points):
     assert np.all(np.diff(x[front]) > 0) and np.all(np.diff(y[front]) < 0)  # TPS up, throughput down
 
 
-def test_throughput_at_anchor_interpolates_along_the_frontier():
+def test_anchor_status_interpolates_along_the_frontier():
     # concurrency sweep: TPS falls, throughput rises; (70, 900) is dominated by (80, 1000)
     tps = np.array([200.0, 120.0, 80.0, 70.0, 40.0])
     thr = np.array([400.0, 800.0, 1000.0, 900.0, 1600.0])
-    assert throughput_at_anchor(tps, thr, 100.0) == pytest.approx(900.0)  # halfway between 120 and 80
-    assert throughput_at_anchor(tps, thr, 60.0) == pytest.approx(1000 + (80 - 60) / (80 - 40) * 600)
-    assert throughput_at_anchor(tps, thr, 200.0) == pytest.approx(400.0)
+    assert anchor_status(tps, thr, 100.0) == ("crossed", pytest.approx(900.0))  # halfway between 120 and 80
+    # the dominated point is stepped over: between (80, 1000) and (40, 1600)
+    assert anchor_status(tps, thr, 60.0) == ("crossed", pytest.approx(1000 + (80 - 60) / (80 - 40) * 600))
+    assert anchor_status(tps, thr, 200.0) == ("crossed", pytest.approx(400.0))
 
 
 def test_anchor_status():
@@ -62,7 +62,6 @@ def test_anchor_status_reads_every_swept_point_not_only_the_frontier():
     assert list(pareto_front(tps, thr)) == [2, 1, 0]  # the frontier alone lies above both anchors
     assert anchor_status(tps, thr, 80.0) == ("peaked", 18573.0)
     assert anchor_status(tps, thr, 120.0) == ("peaked", 18573.0)
-    assert throughput_at_anchor(tps, thr, 80.0) == 18573.0
     # only when every swept point is faster is it a lower bound
     assert anchor_status(tps[:3], thr[:3], 120.0) == ("above", 18573.0)
 
@@ -70,8 +69,10 @@ def test_anchor_status_reads_every_swept_point_not_only_the_frontier():
 def test_no_extrapolation_beyond_the_frontier():
     tps = np.array([90.0, 60.0, 30.0])
     thr = np.array([100.0, 200.0, 300.0])
-    assert math.isnan(throughput_at_anchor(tps, thr, 120.0))  # never that fast
-    assert math.isnan(throughput_at_anchor(tps, thr, 20.0))  # not swept that far
+    status, value = anchor_status(tps, thr, 120.0)
+    assert status == "unreachable" and math.isnan(value)  # never that fast
+    # not swept that far: only a lower bound (the slowest point's throughput), never an extrapolated value
+    assert anchor_status(tps, thr, 20.0) == ("above", 300.0)
     assert math.isnan(interpolate_at(np.array([]), np.array([]), 1.0))
 
 

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.paper_check import PUBLISHED, REFERENCE, main, report
+from simulator.paper_check import REFERENCE, main, report
 
 
-def write_results(folder, dspark_thr):
+def write_results(folder, dspark_thr, scenario="paper-v4-flash", anchors=(80, 120), gains=(0.5, 9.0)):
     folder.mkdir()
     rows = []
     for c, thr in ((16, 1845.0), (128, 10443.0)):
@@ -20,11 +20,12 @@ def write_results(folder, dspark_thr):
         rows.append({"policy": "dspark-async", "concurrency": c, "throughput_per_gpu": thr * 1.4,
                      "tps_per_user": thr * 1.4 / c, "mean_verify_budget": 4.5, "tau": 3.9})
     pd.DataFrame(rows).to_csv(folder / "frontier.csv", index=False)
-    anchors = {"80": {"status": "crossed", "throughput_per_gpu": dspark_thr[0], "gain_vs_baseline": 0.5},
-               "120": {"status": "crossed", "throughput_per_gpu": dspark_thr[1], "gain_vs_baseline": 9.0}}
-    summary = {"scenario": "paper-v4-flash", "baseline": "mtp-1", "systems": {
-        "mtp-1": {"anchors": {"80": {"throughput_per_gpu": 10000.0}, "120": {"throughput_per_gpu": 1100.0}}},
-        "dspark-async": {"anchors": anchors, "tps_gain_at_matched_throughput": {"min": 0.2, "max": 0.9}}}}
+    lo, hi = (str(a) for a in anchors)
+    dspark = {lo: {"status": "crossed", "throughput_per_gpu": dspark_thr[0], "gain_vs_baseline": gains[0]},
+              hi: {"status": "crossed", "throughput_per_gpu": dspark_thr[1], "gain_vs_baseline": gains[1]}}
+    summary = {"scenario": scenario, "baseline": "mtp-1", "systems": {
+        "mtp-1": {"anchors": {lo: {"throughput_per_gpu": 10000.0}, hi: {"throughput_per_gpu": 1100.0}}},
+        "dspark-async": {"anchors": dspark, "tps_gain_at_matched_throughput": {"min": 0.2, "max": 0.9}}}}
     (folder / "summary.json").write_text(json.dumps(summary))
 
 
@@ -39,7 +40,23 @@ def test_report_sets_predictions_beside_the_papers_gains(tmp_path):
     # against Figure 7's own MTP-1 line at 120 tok/s/user: twice its throughput is +100%
     line = next(x for x in text.splitlines() if x.startswith("| predicted dspark-async against Figure 7"))
     assert line.split("|")[3].strip() == "+100%"
-    assert PUBLISHED["paper-v4-pro"]["anchors"] == {35: 0.52, 50: 4.06}
+
+
+def test_each_scenario_is_set_beside_its_own_published_gains(tmp_path):
+    """Two result folders in one report: each section takes its scenario's anchors, published gains and
+    Figure 7 line (the pro model's at 35 and 50 tok/s/user), not the first one's."""
+    write_results(tmp_path / "flash", (15000.0, 9000.0))
+    write_results(tmp_path / "pro", (5000.0, 2500.0), scenario="paper-v4-pro", anchors=(35, 50), gains=(0.3, 2.0))
+    flash, pro = report([tmp_path / "flash", tmp_path / "pro"]).split("### paper-v4-pro")
+    assert "| | gain @35 tok/s/user | gain @50 tok/s/user | TPS gain at matched throughput |" in pro
+    assert "| paper (measured in production) | +52% | +406% | +57%..+78% |" in pro
+    assert "| predicted: dspark-async | +30% | +200% | +20%..+90% |" in pro
+    assert "@35" not in flash and "@80" not in pro
+    ref = pd.read_csv(REFERENCE)
+    fig7 = ref[(ref.figure == "fig7") & (ref.model == "v4-pro")].sort_values("x")
+    base50 = float(np.interp(50, fig7.x.to_numpy(), fig7.y.to_numpy()))
+    line = next(x for x in pro.splitlines() if x.startswith("| predicted dspark-async against Figure 7"))
+    assert line.split("|")[3].strip() == f"{(2500.0 / base50 - 1) * 100:+.0f}%"
 
 
 def test_missing_results_are_one_line(tmp_path, capsys):

@@ -170,7 +170,7 @@ def propose_as_arrays(src: ProfileSource, rng: np.random.Generator, ids: np.ndar
     exp is the C library's (``math.exp``, which the compiled kernel calls too), not ``np.exp``: on CPUs with
     AVX-512 numpy's vectorised exp differs from it in the last bit for a few percent of arguments, so the array
     expressions' numbers depended on the CPU; the kernel's do not."""
-    from simulator.acceptance.normal_table import standard_normal
+    from tests.simulator.test_normal_table import standard_normal
 
     libm_exp = np.vectorize(math.exp, otypes=[np.float64])
 
