@@ -1,4 +1,5 @@
-"""``LiveSource``: the simulator's acceptance-source interface served by real drafting and verification.
+"""``LiveSource``: the simulator's acceptance-source interface, with its extension for sources that generate real
+tokens (``simulator.acceptance.runtime.RuntimeSource``), served by real drafting and verification.
 
 A scenario selects it with ``acceptance: {source: live, runtime: tiny | smoke | DIR, device: cpu | cuda,
 temperature: 1.0}`` (the simulator finds ``live`` through the ``dspark_sim.acceptance`` entry point and never

@@ -68,7 +68,8 @@ def read_trace(path: Path) -> pd.DataFrame:
 
 @register
 class TraceSource(AcceptanceSource):
-    """Replays the scenario's ``acceptance.trace`` (see the module docstring)."""
+    """Replays recorded full-block verifications (the scenario's acceptance.trace), each request walking its mix
+    entry's rows in order (see the module docstring)."""
 
     name = "trace"
     draws_outcome = True
