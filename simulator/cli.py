@@ -314,7 +314,7 @@ def fit_profile_cmd(trace: Path, out: Path) -> None:
 def list_cmd() -> None:
     """Show the built-in scenarios, policies, drafters, acceptance profiles and hardware tables, and the installed
     plug-ins."""
-    from simulator.acceptance import BUILTIN_SOURCES
+    from simulator.acceptance import REGISTRY as SOURCES
     from simulator.acceptance.profile import available_profiles, load_profile
     from simulator.drafters import DRAFTER_KINDS
     from simulator.library import builtin_scenarios, library_dir, scenario_description
@@ -331,7 +331,8 @@ def list_cmd() -> None:
         click.echo(f"  {name:18s} plug-in {ep.value}")
     click.echo("  module:Class       a researcher's policy (docs/adding-a-policy.md)")
     click.echo("acceptance sources:")
-    click.echo(f"  {', '.join(BUILTIN_SOURCES)} (built in)")
+    for name, cls in sorted(SOURCES.items()):
+        click.echo(f"  {name:18s} {one_line(cls.__doc__ or '')}")
     for name, ep in sorted(entry_points(ACCEPTANCE_GROUP).items()):
         click.echo(f"  {name:18s} plug-in {ep.value}")
     click.echo("  module:Class       a researcher's source (docs/adding-an-acceptance-source.md)")

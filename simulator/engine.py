@@ -39,6 +39,7 @@ import simpy
 
 from hw_profile.table import PrefillCost, StepTimeGrid
 from simulator.acceptance.base import AcceptanceSource, NoDrafts, checked_accepted, checked_confidence
+from simulator.acceptance.runtime import RuntimeSource
 from simulator.batch_kernels import advance_prefill, emit_decoded, finished_rows, plan_prefill, verifiable
 from simulator.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.drafters import DRAFTER_KINDS, DraftCost
@@ -102,7 +103,7 @@ class StepPlan:
     prefills this step, None when nothing prefills; lengths, accepted: (rows,) the policy's verification lengths
     and the accepted draft tokens, None without speculation; ended: (rows,) bool, requests a token-generating
     source ended at EOS this step (``Proposal.ended``), or None; prefill_ended: batch rows whose completing
-    prefill sampled an end-of-sequence token (``AcceptanceSource.prefilled``), or None; prefill_ms: the price of
+    prefill sampled an end-of-sequence token (``RuntimeSource.prefilled``), or None; prefill_ms: the price of
     this step's prompt chunks when the table prices prefill apart, else None (T(B, K) covers them), and then
     kv_decode: the KV tokens the decoding rows read (the K of their T).
     """
@@ -220,7 +221,8 @@ class Replica:
             held = int(batch.prompt[i] + batch.generated[i])
             rid = int(self.leave(np.array([i]), held)[0])
             req["kv_ready"][rid] = False  # its cache is dropped: recomputed here on readmission
-            sim.source.preempt(np.array([rid]))
+            if sim.runtime_source is not None:
+                sim.runtime_source.preempt(np.array([rid]))
             req["preemptions"][rid] += 1
             sim.preemptions += 1
             self.queue.appendleft(rid)  # first in line again (the replica is running: no wake-up needed)
@@ -317,10 +319,10 @@ class Replica:
             plan.ended = proposal.ended
             plan.verified = int(plan.lengths.sum())
         plan.batch_tokens = rows + plan.verified + plan.prefill_tokens
-        if plan.prefill_chunks is not None and sim.source_tracks_prefill:  # prefills completing in this forward
+        if plan.prefill_chunks is not None and sim.runtime_source is not None:  # prefills completing in this forward
             left = self.batch.to_prefill[: plan.running]
             done = np.flatnonzero((left > 0) & (left == plan.prefill_chunks))
-            ended = sim.source.prefilled(self.batch.rid[done])
+            ended = sim.runtime_source.prefilled(self.batch.rid[done])
             if ended is not None and np.any(ended):
                 plan.prefill_ended = done[np.asarray(ended, dtype=bool)]
 
@@ -445,14 +447,12 @@ class Simulation:
         self.source = source
         self.requests = RequestLog()
         self.steps = RowLog(STEP_COLUMNS)
-        # hooks of a source that generates real tokens (hardware in the loop): it decodes even without a drafter,
-        # may end a request at EOS (Proposal.ended), frees real caches on preemption, and under ``clock: live``
-        # the measured time of its forwards is the step's time instead of the table's T(B, K)
-        self.source_decodes = source.decodes_without_drafter
-        # only a source that overrides `prefilled` (the live runtime) needs the per-step mask of completed prefills
-        self.source_tracks_prefill = type(source).prefilled is not AcceptanceSource.prefilled
-        self.source_tracks_remote = type(source).prefilled_elsewhere is not AcceptanceSource.prefilled_elsewhere
-        self.live_clock = source.step_ms if live_clock else None
+        # a source that generates real tokens (hardware in the loop), else None: it hears of completed prefills
+        # and preemptions, may decode without a drafter and end a request at EOS (Proposal.ended), and under
+        # ``clock: live`` the measured time of its forwards is the step's time instead of the table's T(B, K)
+        self.runtime_source = source if isinstance(source, RuntimeSource) else None
+        self.source_decodes = self.runtime_source is not None and self.runtime_source.decodes_without_drafter
+        self.live_clock = self.runtime_source.step_ms if live_clock else None
         self.preemptions = 0
         self.rejected = 0
         self.remote_tokens = 0  # first tokens emitted by a disaggregated prefill pool
@@ -523,8 +523,8 @@ class Simulation:
         req["generated"][rid] = 1
         req["kv_ready"][rid] = True
         self.remote_tokens += 1
-        if self.source_tracks_remote:  # the real first token: an end token ends the request with it
-            ended = self.source.prefilled_elsewhere(np.array([rid]))
+        if self.runtime_source is not None:  # the real first token: an end token ends the request with it
+            ended = self.runtime_source.prefilled_elsewhere(np.array([rid]))
             if ended is not None and bool(np.asarray(ended)[0]):
                 req["output"][rid] = 1
         if req["output"][rid] <= 1:

@@ -11,7 +11,8 @@ A spec that is not one of the built-in names (which the caller's registry resolv
 - or an import string ``package.module:Class``, importable from where the command runs (``PYTHONPATH=.``).
 
 A plug-in class must subclass the project's base (``simulator.policies.Policy`` or
-``simulator.acceptance.AcceptanceSource``), so that it inherits the flags and defaults the engine reads.
+``simulator.acceptance.AcceptanceSource``, of which ``simulator.acceptance.runtime.RuntimeSource`` is the kind
+that generates real tokens), so that it inherits the flags and defaults the engine reads.
 
 ``source_files`` names the files a loaded class depends on; the run key hashes them, so that editing a plug-in
 re-runs what it affects instead of serving stored numbers made by the old code.

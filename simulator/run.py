@@ -12,10 +12,9 @@ import numpy as np
 import pandas as pd
 
 from hw_profile.files import atomic_write, atomic_write_text
-from simulator.acceptance import BUILTIN_SOURCES, resolve_source
+from simulator.acceptance import resolve_source
 from simulator.acceptance.base import AcceptanceSource, NoDrafts
-from simulator.acceptance.profile import Profile, ProfileSource, load_profile
-from simulator.acceptance.trace import TraceSource
+from simulator.acceptance.runtime import ENGINE_FACTS, RuntimeSource
 from simulator.config import LoadedScenario
 from simulator.engine import Simulation, StepPrices
 from simulator.engine_config import EngineConfig
@@ -35,7 +34,7 @@ from simulator.metrics import (
     tau_by_mix,
     time_series,
 )
-from simulator.plugins import construct, did_you_mean
+from simulator.plugins import construct
 from simulator.policies import make_policy
 from simulator.policies import resolve as resolve_policy
 from simulator.prefill import Disaggregated
@@ -92,60 +91,45 @@ def source_options(scn: LoadedScenario) -> dict:
 
 
 def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generator) -> AcceptanceSource:
-    """The acceptance source of one run of ``system``: built in, or a plug-in constructed with the keyword
-    arguments of SOURCE_ARGS plus ``acceptance.options`` (errors name the scenario's field and the system)."""
+    """The acceptance source of one run of ``system``, built in or plug-in alike: constructed with the keyword
+    arguments of SOURCE_ARGS (a RuntimeSource also with the engine facts of ENGINE_FACTS) plus
+    ``acceptance.options``; errors name the scenario's field and the system."""
     acc = scn.model.acceptance
-    mix = list(scn.model.workload.mix)
-    calibrated = acc.confidence == "calibrated"
-    drafter = system.drafter
-    if drafter == "none" and acc.source in ("profile", "trace"):
-        return NoDrafts()
     field = f"{scn.path}: acceptance"
     cls = resolve_source(acc.source, what=f"{field}.source")
+    runtime = issubclass(cls, RuntimeSource)
+    if system.drafter == "none" and not (runtime and cls.decodes_without_drafter):
+        return NoDrafts()
     policy_cls, _ = resolve_policy(system.policy)
     if policy_cls.needs_outcome and not cls.draws_outcome:
         raise UserError(f"{field}.source: system {system.name!r} runs policy {system.policy!r}, which reads realised "
                         f"outcomes (needs_outcome), but source {acc.source!r} does not draw them (draws_outcome)")
-    if acc.source in BUILTIN_SOURCES and acc.options:
-        raise UserError(f"{field}.options: the built-in source {acc.source!r} takes no options "
-                        f"(got {', '.join(acc.options)})")
-    if acc.source == "profile":
-        profile = load_profile(acc.profile, scn.base)
-        check_mix(scn, profile)
-        return ProfileSource(profile, drafter, system.gamma, mix, calibrated, rng)
-    if acc.source == "trace":
-        return TraceSource(scn.resolve(acc.trace), drafter, system.gamma, mix, calibrated, rng,
-                           need_confidence=policy_cls.reads_confidence)
-    if drafter == "none" and not getattr(cls, "decodes_without_drafter", False):
-        return NoDrafts()
     options = source_options(scn)
-    clash = [k for k in options if k in SOURCE_ARGS]
+    clash = [k for k in options if k in SOURCE_ARGS or (runtime and k in ENGINE_FACTS)]
     if clash:
         raise UserError(f"{field}.options.{clash[0]}: set by the simulator for every source; not an option")
-    kwargs = dict(scenario=scn, drafter=drafter, gamma=system.gamma, mix=mix, calibrated=calibrated, rng=rng,
-                  **options)
+    kwargs = dict(scenario=scn, drafter=system.drafter, gamma=system.gamma, mix=list(scn.model.workload.mix),
+                  calibrated=acc.confidence == "calibrated", rng=rng, **options)
+    if runtime:
+        eng = scn.model.engine
+        kwargs.update(slots=eng.max_running * scn.model.hardware.replicas,
+                      disaggregated=eng.prefill == "disaggregated")
     source = construct(cls, kwargs, f"{field}.options (source {acc.source!r}, system {system.name!r})")
     if getattr(source, "gamma", None) != system.gamma:
         raise UserError(f"{field}.source: {acc.source!r} set gamma {getattr(source, 'gamma', None)!r}; system "
                         f"{system.name!r} drafts {system.gamma} tokens (a source must keep the gamma it is given)")
+    if policy_cls.reads_confidence and not source.has_confidence:
+        raise UserError(f"{field}.source: system {system.name!r} runs policy {system.policy!r}, which reads "
+                        f"confidences (reads_confidence), but source {acc.source!r} has no {acc.confidence} "
+                        f"confidences for drafter {system.drafter!r} (a drafter without a confidence head records none)")
     return source
-
-
-def check_mix(scn: LoadedScenario, profile: Profile) -> None:
-    """Every workload mix entry must be a domain or a benchmark of the profile."""
-    for key in scn.model.workload.mix:
-        if not profile.benchmarks_for(key):
-            domains = sorted(set(profile.domains.values()))
-            raise UserError(f"{scn.path}: workload.mix.{key}: not a domain or benchmark of acceptance profile "
-                            f"{profile.name!r}{did_you_mean(key, [*domains, *profile.domains])}; domains: "
-                            f"{', '.join(domains)}; benchmarks: {', '.join(profile.domains)}")
 
 
 def check_live_clock(scn: LoadedScenario, source: AcceptanceSource) -> bool:
     """``hardware.clock: live`` needs a source that measures its own forwards (``step_ms``)."""
     if scn.model.hardware.clock != "live":
         return False
-    if not source.measures_time:
+    if not (isinstance(source, RuntimeSource) and source.measures_time):
         raise UserError(f"{scn.path}: hardware.clock: 'live' needs a source that runs real forwards "
                         f"(acceptance.source: live); {scn.model.acceptance.source!r} measures nothing")
     return True
@@ -259,7 +243,8 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
     records are written there, marked with ``run_key`` (the run store's key) when one is given."""
     t0 = time.perf_counter()
     sim, hw, duration, warmup = build(scn, spec)
-    recording = records_dir is not None and sim.source.start_recording()  # live: verify whole blocks, record
+    # a source that generates tokens records what it generated (live: every step also verifies the whole block)
+    recording = records_dir is not None and isinstance(sim.source, RuntimeSource) and sim.source.start_recording()
     warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup)
     wall = time.perf_counter() - t0
     if spec.check_invariants:
@@ -318,7 +303,9 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
         if run_key:  # last, so that an interrupted write does not count as written (records_written)
             atomic_write_text(records_dir / f"{stem}.run-key", run_key + "\n")
     if m.hardware.clock == "live":
-        row["live_tables"] = sim.source.measured_tables()  # written beside the results by the command (simulator/live_tables.py)
+        # a RuntimeSource that measures time (check_live_clock); written beside the results by the command
+        # (simulator/live_tables.py)
+        row["live_tables"] = sim.source.measured_tables()
     return row, sim
 
 

@@ -23,7 +23,7 @@ import pandas as pd
 import hw_profile
 import simulator
 from hw_profile.files import atomic_write
-from simulator.acceptance import BUILTIN_SOURCES, resolve_source
+from simulator.acceptance import resolve_source
 from simulator.acceptance.profile import resolve_profile_path
 from simulator.backends import Backend, Task, execute
 from simulator.config import LoadedScenario
@@ -161,10 +161,7 @@ class Sweep:
 
     def _source_inputs(self) -> str:
         """A plug-in source's digest of the data it reads (``AcceptanceSource.input_digest``; a built world)."""
-        acc = self.scn.model.acceptance
-        if acc.source in BUILTIN_SOURCES:
-            return ""
-        cls = resolve_source(acc.source, what=f"{self.scn.path}: acceptance.source")
+        cls = resolve_source(self.scn.model.acceptance.source, what=f"{self.scn.path}: acceptance.source")
         return cls.input_digest(source_options(self.scn))
 
     def pending(self) -> list[tuple[RunSpec, str]]:

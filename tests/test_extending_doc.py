@@ -28,7 +28,7 @@ def test_the_scenario_snippet_admits_shortest_prompts_first(scenario_file, examp
     fields["engine"] = {**fields["engine"], "max_running": 4}
     fields["frontier"] = {"concurrency": [32]}
     shortest, sim = simulate(scenario_file(name="spf", **fields), quick=True)
-    fcfs, base = simulate(scenario_file(name="fcfs", **{**fields, "engine": {"max_running": 4}}), quick=True)
+    _, base = simulate(scenario_file(name="fcfs", **{**fields, "engine": {"max_running": 4}}), quick=True)
     assert shortest["throughput_per_gpu"] > 0
     # 32 users behind 4 slots: the queue is long, so picking the shortest prompts admits shorter ones than first
     # come first served does, and leaves the long ones waiting

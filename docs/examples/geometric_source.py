@@ -37,7 +37,7 @@ class GeometricSource(AcceptanceSource):
         survives = self.rng.random((len(ids), self.gamma)) < alpha
         outcome = np.logical_and.accumulate(survives, axis=1).sum(axis=1)  # (R,) leading survivors
         confidence = np.broadcast_to(alpha, (len(ids), self.gamma))
-        return Proposal(confidence=confidence, outcome=outcome, truth=confidence)
+        return Proposal(confidence=confidence, outcome=outcome)
 
     def verify(self, proposal, lengths):
         # verifying l tokens accepts the first min(l, outcome) of them

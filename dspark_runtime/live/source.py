@@ -1,4 +1,5 @@
-"""``LiveSource``: the simulator's acceptance-source interface served by real drafting and verification.
+"""``LiveSource``: the simulator's acceptance-source interface, with its extension for sources that generate real
+tokens (``simulator.acceptance.runtime.RuntimeSource``), served by real drafting and verification.
 
 A scenario selects it with ``acceptance: {source: live, runtime: tiny | smoke | DIR, device: cpu | cuda,
 temperature: 1.0}`` (the simulator finds ``live`` through the ``dspark_sim.acceptance`` entry point and never
@@ -32,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
+from simulator.acceptance.base import GrowingArrays, Proposal
+from simulator.acceptance.runtime import RuntimeSource
 from simulator.calibration import sts_apply
 from simulator.errors import UserError
 
@@ -56,7 +58,7 @@ def _max_output(scn, where: str) -> int:
                     f"allocated once); give the {out.dist} length a 'max'")
 
 
-class LiveSource(AcceptanceSource):
+class LiveSource(RuntimeSource):
     #: the drafter-less system (``ar``) also decodes for real: one target forward per step
     decodes_without_drafter = True
     measures_time = True
@@ -69,7 +71,7 @@ class LiveSource(AcceptanceSource):
         return world_digest(str(options.get("runtime", "tiny")))
 
     def __init__(self, *, scenario, drafter: str, gamma: int, mix: list[str], calibrated: bool,
-                 rng: np.random.Generator, runtime: str = "tiny", device: str = "cpu", temperature: float = 1.0,
+                 rng: np.random.Generator, slots: int, disaggregated: bool, runtime: str = "tiny", device: str = "cpu", temperature: float = 1.0,
                  dtype: str = "float32", prompts_per_entry: int | None = None, threads: int | None = None,
                  keep_outputs: bool = False, ignore_eos: bool = False, gpu_stand_in: bool = False,
                  target: str | None = None, drafter_checkpoint: str | None = None, prompts: str | None = None,
@@ -138,10 +140,9 @@ class LiveSource(AcceptanceSource):
             raise UserError(f"{where}.gpu_stand_in: true or false, and true only with device: cpu (it times the CPU "
                             f"with the GPU path's event pairs and samples the host through the NVML sampler, for a "
                             f"dry run of the GPU script); got {gpu_stand_in!r} on {dev}")
-        slots = scenario.model.engine.max_running * scenario.model.hardware.replicas
         # a disaggregated pool's prefill samples the first token in one more slot, given back at once (every other
         # slot may be held by running requests then)
-        scratch = 1 if scenario.model.engine.prefill == "disaggregated" else 0
+        scratch = 1 if disaggregated else 0
         longest = max(len(t) for pool in pools for _, t in pool)
         capacity = longest + _max_output(scenario, where) + self.gamma + 2
         self.timer = StepTimer(dev, HOST_EVENTS if gpu_stand_in else None)
@@ -251,7 +252,7 @@ class LiveSource(AcceptanceSource):
             self.parked.pop(rid, None)
             self.eos_first.discard(rid)
 
-    # --- hooks beyond the base interface ---------------------------------------------------------------------
+    # --- the runtime extension (simulator.acceptance.runtime) ------------------------------------------------
     def preempt(self, ids: np.ndarray) -> None:
         """The engine evicted these requests: free their caches, keep their tokens for the recompute. (A request a
         disaggregated pool prefilled decodes in every step it is admitted to, so it holds its cache here before
@@ -280,7 +281,7 @@ class LiveSource(AcceptanceSource):
         kept) and keep it until the request first decodes, when its prompt is prefilled on the replica and that
         token is its anchor. Returns which ended at their first token (EOS): they finish with that one token."""
         ended = np.zeros(len(ids), dtype=bool)
-        if self.scratch is None:  # a pool without the scenario saying disaggregated: prefill when it decodes
+        if self.scratch is None:  # not built as disaggregated: prefill when it decodes
             return ended
         slot = torch.tensor([self.scratch], device=self.batch.device)
         for i, rid in enumerate(ids.tolist()):  # one request per completed remote prefill

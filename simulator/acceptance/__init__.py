@@ -1,6 +1,6 @@
 """Acceptance sources: who decides how many draft tokens the target accepts.
 
-The engine talks to a source through four calls, always with arrays across the batch:
+The engine talks to every source through four calls, always with arrays across the batch:
 
 - ``attach(ids, mix_index)`` when requests are created: ids (n,) request ids, mix_index (n,) the index of each
   request's entry in the workload's mix (a domain such as ``math`` or a benchmark such as ``gsm8k``);
@@ -9,18 +9,20 @@ The engine talks to a source through four calls, always with arrays across the b
 - ``verify(proposal, lengths) -> accepted`` (R,) after the policy chose lengths (R,);
 - ``detach(ids)`` when requests finish.
 
-Sources that generate real tokens (the runtime's ``live``, hardware in the loop; docs/hil.md) also get
-``prefilled(ids)`` when a replica's prefill of requests completes, ``preempt(ids)`` on recompute preemption, end
-requests at EOS through ``Proposal.ended``, serve the drafter-less system (``decodes_without_drafter``), and may
-time their forwards (``measures_time``, ``step_ms``; ``hardware.clock: live``) and record what a trace holds
-(``start_recording``, ``write_trace``; ``simulate --records``). A source that knows where requests end before
-they run (a replayed live trace, a profile fitted to one; ``ends.py``) answers ``end_positions(ids)`` after
-``attach``. The base class gives every hook a default.
+A source that knows where requests end before they run (a replayed live trace, a profile fitted to one;
+``ends.py``) also answers ``end_positions(ids)`` after ``attach``; the base class's default says it does not.
 
-Built in: ``profile`` (statistical, fitted to the paper) and ``trace`` (replay of recorded verifications, e.g.
-exported by ``dspark eval``). A scenario may name any other ``AcceptanceSource`` subclass by an entry point of
-the ``dspark_sim.acceptance`` group or by import string (``package.module:Class``), which is how the torch runtime
-plugs in without the simulator importing it (see simulator/plugins.py and docs/adding-an-acceptance-source.md).
+Sources that generate real tokens (the runtime's ``live``, hardware in the loop; docs/hil.md) subclass the
+extension ``runtime.RuntimeSource``: they hear of completed prefills (``prefilled``, ``prefilled_elsewhere``) and
+preemptions (``preempt``), end requests at EOS through ``Proposal.ended``, may serve the drafter-less system
+(``decodes_without_drafter``), time their forwards (``measures_time``, ``step_ms``; ``hardware.clock: live``)
+and record what a trace holds (``start_recording``, ``write_trace``; ``simulate --records``).
+
+Built in, registered under their names: ``profile`` (statistical, fitted to the paper) and ``trace`` (replay of
+recorded verifications, e.g. exported by ``dspark eval``). A scenario may name any other ``AcceptanceSource``
+subclass by an entry point of the ``dspark_sim.acceptance`` group or by import string (``package.module:Class``),
+which is how the torch runtime plugs in without the simulator importing it (see simulator/plugins.py and
+docs/adding-an-acceptance-source.md). Built-ins and plug-ins are constructed alike (simulator/run.py).
 """
 
 from __future__ import annotations
@@ -28,21 +30,25 @@ from __future__ import annotations
 from simulator.acceptance.base import AcceptanceSource, Proposal
 from simulator.plugins import ACCEPTANCE_GROUP, load_plugin
 
-BUILTIN_SOURCES = ("profile", "trace")
+REGISTRY: dict[str, type[AcceptanceSource]] = {}
+
+
+def register(cls: type[AcceptanceSource]) -> type[AcceptanceSource]:
+    if not cls.name:
+        raise ValueError(f"{cls.__qualname__} has no name")
+    REGISTRY[cls.name] = cls
+    return cls
 
 
 def resolve_source(spec: str, what: str = "acceptance.source") -> type[AcceptanceSource]:
     """The class of a scenario's ``acceptance.source``: a built-in name, an entry point or module:Class."""
-    if spec == "profile":
-        from simulator.acceptance.profile import ProfileSource
-
-        return ProfileSource
-    if spec == "trace":
-        from simulator.acceptance.trace import TraceSource
-
-        return TraceSource
+    if spec in REGISTRY:
+        return REGISTRY[spec]
     return load_plugin(spec, group=ACCEPTANCE_GROUP, base=AcceptanceSource, what=what, noun="acceptance source",
-                       known=BUILTIN_SOURCES)
+                       known=sorted(REGISTRY))
 
 
-__all__ = ["BUILTIN_SOURCES", "AcceptanceSource", "Proposal", "resolve_source"]
+# Registration of the built-ins (imported for their side effect, after REGISTRY exists).
+from simulator.acceptance import profile, trace  # noqa: E402,F401
+
+__all__ = ["REGISTRY", "AcceptanceSource", "Proposal", "register", "resolve_source"]

@@ -18,34 +18,38 @@ class Proposal:
     confidence: (R, gamma) conditional confidences the policy sees (calibrated or raw, as the scenario says).
     outcome:    (R,) accepted draft tokens if all gamma were verified, when the source draws it in advance (the
                 oracle needs it); None otherwise.
-    truth:      (R, gamma) true conditional acceptance probabilities where the source knows them; None otherwise.
     ended:      (R,) bool, set by ``verify`` of a source that generates real tokens: the request's emitted tokens
                 reached its end-of-sequence token, so it finishes now whatever its drawn length; None otherwise.
     """
 
     confidence: np.ndarray
     outcome: np.ndarray | None = None
-    truth: np.ndarray | None = None
     ended: np.ndarray | None = None
 
 
 class AcceptanceSource:
     """Base class of acceptance sources (built-in and plug-in); see the package docstring for the calls.
 
-    The engine calls, with arrays across the batch: ``attach`` when requests are created, ``propose`` every step
-    for the decoding requests, ``verify`` with the lengths the policy chose, ``detach`` when requests finish.
-    ``gamma`` is the block length the system drafts; ``propose`` returns (R, gamma) confidences.
+    The engine calls, with arrays across the batch: ``attach`` when requests are created (then ``end_positions``),
+    ``propose`` every step for the decoding requests, ``verify`` with the lengths the policy chose, ``detach`` when
+    requests finish. ``gamma`` is the block length the system drafts; ``propose`` returns (R, gamma) confidences.
 
-    A plug-in source is constructed once per run with keyword arguments: ``scenario`` (the LoadedScenario),
-    ``drafter`` (name), ``gamma``, ``mix`` (the workload's mix keys, in order), ``calibrated`` (bool), ``rng`` (a
-    numpy Generator it must draw all its randomness from), plus the scenario's ``acceptance.options``. A bad
-    option value should raise ValueError (reported as one line naming the field).
+    Every source, built in or plug-in, is constructed once per run with keyword arguments: ``scenario`` (the
+    LoadedScenario), ``drafter`` (name), ``gamma``, ``mix`` (the workload's mix keys, in order), ``calibrated``
+    (bool), ``rng`` (a numpy Generator it must draw all its randomness from), plus the scenario's
+    ``acceptance.options``. A bad option value should raise ValueError (reported as one line naming the field).
+    A source that generates real tokens subclasses ``simulator.acceptance.runtime.RuntimeSource`` instead.
     """
 
+    #: the name a built-in registers under (``simulator.acceptance.register``); plug-ins are named by their spec
+    name: ClassVar[str] = ""
     gamma: int = 0
     #: ``propose`` fills Proposal.outcome (the accepted prefix were the whole block verified): policies that
     #: read it (``needs_outcome``, the oracle) can run on this source
     draws_outcome: ClassVar[bool] = False
+    #: False when ``propose``'s confidences are zeros standing in for a confidence head the drafter lacks (a trace
+    #: recorded without one): policies that read confidences (``reads_confidence``) are refused on this source
+    has_confidence: bool = True
 
     @classmethod
     def input_digest(cls, options: dict) -> str:
@@ -74,44 +78,6 @@ class AcceptanceSource:
         each at the earlier of that and its drawn length. None (the default): the drawn lengths stand (a source
         that generates real tokens ends requests as they come, through ``Proposal.ended``)."""
         return None
-
-    # --- for sources that generate real tokens (hardware in the loop) -----------------------------------------
-    #: the drafter-less system (``ar``) is served by this source too (propose gives (R, 0), verify lengths 0)
-    decodes_without_drafter: ClassVar[bool] = False
-    #: ``step_ms`` measures the step's real forwards, which ``hardware.clock: live`` uses as the step's time
-    measures_time: ClassVar[bool] = False
-
-    def prefilled(self, ids: np.ndarray) -> np.ndarray | None:
-        """These requests' prefill on a replica completed: the engine counts the token it yields (the first token,
-        or the next one after a recompute). A source that generates real tokens samples it here, and returns
-        (n,) bool: the requests that token ended (end-of-sequence), which the engine finishes in this step; None
-        when none did."""
-
-    def prefilled_elsewhere(self, ids: np.ndarray) -> np.ndarray | None:
-        """A disaggregated prefill pool finished these requests' prefill and emitted their first token (before they
-        join a replica). A source that generates real tokens samples that token here and returns (n,) bool: the
-        requests it ended (end-of-sequence), which the engine finishes with their one token; None when none did."""
-
-    def preempt(self, ids: np.ndarray) -> None:
-        """Requests evicted by recompute preemption; they return later through ``propose`` (and finish with
-        ``detach``). A source that holds real caches frees them here."""
-
-    def step_ms(self) -> float:
-        """Milliseconds the last propose/verify pair spent in its forwards (sources with ``measures_time``)."""
-        raise NotImplementedError
-
-    def measured_tables(self) -> dict:
-        """What ``measures_time`` sources measured, as step-time table rows: {"target": [...], "drafter": [...],
-        "meta": {...}} (written by simulator/live_tables.py)."""
-        raise NotImplementedError
-
-    def start_recording(self) -> bool:
-        """Begin recording each step's full-block outcome for ``write_trace`` (``simulate --records``); False
-        when the source records nothing (replaying or sampling sources: their inputs are already known)."""
-        return False
-
-    def write_trace(self, path) -> None:
-        """Write what was recorded in the trace format that ``source: trace`` reads."""
 
 
 def checked_confidence(source: AcceptanceSource, confidence: object, rows: int, gamma: int) -> np.ndarray:

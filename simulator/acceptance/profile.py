@@ -9,17 +9,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
 from numba import njit
 
+from simulator.acceptance import register
 from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
 from simulator.acceptance.ends import NEVER, EndModel
 from simulator.acceptance.latent import HeadModel, Variation
 from simulator.acceptance.normal_table import LEVELS, quantiles
 from simulator.errors import UserError
 from simulator.library import library_dir
+from simulator.plugins import did_you_mean
+
+if TYPE_CHECKING:
+    from simulator.config import LoadedScenario
 
 PROFILE_DIR = library_dir() / "profiles"
 # every run reads its profile: libyaml's parser (when PyYAML has it) takes ~10 ms where the pure-Python one takes
@@ -74,6 +80,16 @@ def resolve_profile_path(name_or_path: str, base: Path | None = None) -> Path:
     raise UserError(f"acceptance profile {name_or_path!r} not found; built-in profiles: {', '.join(available_profiles())}")
 
 
+def check_mix(scn: LoadedScenario, profile: Profile) -> None:
+    """Every workload mix entry must be a domain or a benchmark of the profile."""
+    for key in scn.model.workload.mix:
+        if not profile.benchmarks_for(key):
+            domains = sorted(set(profile.domains.values()))
+            raise UserError(f"{scn.path}: workload.mix.{key}: not a domain or benchmark of acceptance profile "
+                            f"{profile.name!r}{did_you_mean(key, [*domains, *profile.domains])}; domains: "
+                            f"{', '.join(domains)}; benchmarks: {', '.join(profile.domains)}")
+
+
 def load_profile(name_or_path: str, base: Path | None = None) -> Profile:
     path = resolve_profile_path(name_or_path, base)
     try:
@@ -115,17 +131,34 @@ def load_profile(name_or_path: str, base: Path | None = None) -> Profile:
                    ends=ends)
 
 
+@register
 class ProfileSource(AcceptanceSource):
     """Samples acceptance and confidences per request-step from a profile's latent model (vectorised).
 
-    A system's gamma may differ from the profile's block: shorter blocks use the first gamma positions (prefix
-    acceptance is unaffected by what is not drafted); longer ones repeat the last position's parameters.
+    The profile is the scenario's ``acceptance.profile`` (a built-in name or a file). A system's gamma may differ
+    from the profile's block: shorter blocks use the first gamma positions (prefix acceptance is unaffected by
+    what is not drafted); longer ones repeat the last position's parameters.
     """
 
+    name = "profile"
     draws_outcome = True
 
-    def __init__(self, profile: Profile, drafter: str, gamma: int, mix: list[str], calibrated: bool,
+    def __init__(self, *, scenario: LoadedScenario, drafter: str, gamma: int, mix: list[str], calibrated: bool,
                  rng: np.random.Generator):
+        profile = load_profile(scenario.model.acceptance.profile, scenario.base)
+        check_mix(scenario, profile)
+        self._sample(profile, drafter, gamma, mix, calibrated, rng)
+
+    @classmethod
+    def of(cls, profile: Profile, *, drafter: str, gamma: int, mix: list[str], calibrated: bool,
+           rng: np.random.Generator) -> ProfileSource:
+        """The source of a profile already in hand (one just fitted, or loaded by name), without a scenario."""
+        source = cls.__new__(cls)
+        source._sample(profile, drafter, gamma, mix, calibrated, rng)
+        return source
+
+    def _sample(self, profile: Profile, drafter: str, gamma: int, mix: list[str], calibrated: bool,
+                rng: np.random.Generator) -> None:
         if drafter not in profile.drafters:
             raise UserError(f"profile {profile.name!r} has no drafter {drafter!r}; it has {', '.join(profile.drafters)}")
         d = profile.drafters[drafter]
@@ -199,8 +232,6 @@ class ProfileSource(AcceptanceSource):
         outcome = np.empty(rows, dtype=np.int64)
         _propose(np.asarray(ids, dtype=np.int64), self.state.base, self.state.head, quantiles(), noise, uniform,
                  self._step_sd, self._token_sd, self._noise_sd, self.b_over_t, confidence, outcome)
-        # Proposal.truth stays None: nothing in a run reads it, and leaving it out lets the kernel skip the true
-        # probabilities after a block's first rejection
         return Proposal(confidence=confidence, outcome=outcome)
 
     def verify(self, proposal: Proposal, lengths: np.ndarray) -> np.ndarray:

@@ -20,13 +20,18 @@ request that stopped without one (censored at ``output``) continues with a draw 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from simulator.acceptance import register
 from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
 from simulator.acceptance.ends import EndModel, fit_ends
 from simulator.errors import UserError
+
+if TYPE_CHECKING:
+    from simulator.config import LoadedScenario
 
 TRACE_COLUMNS = ["domain", "benchmark", "drafter", "gamma", "accepted"]
 END_COLUMNS = ["request", "output", "eos"]
@@ -61,11 +66,17 @@ def read_trace(path: Path) -> pd.DataFrame:
     return df
 
 
+@register
 class TraceSource(AcceptanceSource):
+    """Replays recorded full-block verifications (the scenario's acceptance.trace), each request walking its mix
+    entry's rows in order (see the module docstring)."""
+
+    name = "trace"
     draws_outcome = True
 
-    def __init__(self, path: Path, drafter: str, gamma: int, mix: list[str], calibrated: bool,
-                 rng: np.random.Generator, need_confidence: bool = True):
+    def __init__(self, *, scenario: LoadedScenario, drafter: str, gamma: int, mix: list[str], calibrated: bool,
+                 rng: np.random.Generator):
+        path = scenario.resolve(scenario.model.acceptance.trace)
         df = read_trace(path)
         rows = df[df["drafter"].astype(str) == drafter]
         if rows.empty:
@@ -77,11 +88,8 @@ class TraceSource(AcceptanceSource):
         prefix = "c" if calibrated else "raw"
         cols = [f"{prefix}_{j}" for j in range(1, gamma + 1)]
         missing = [c for c in cols if c not in rows.columns]
-        has_confidence = not missing and not rows[cols].isna().any().any()
-        if need_confidence and not has_confidence:
-            what = "calibrated confidences c_j" if calibrated else "raw confidences raw_j"
-            raise UserError(f"{path}: drafter {drafter!r} has no {what} for positions 1..{gamma}, which this "
-                            "system's policy reads (a drafter without a confidence head records none)")
+        # a drafter without a confidence head records none: policies that read none can still replay it
+        self.has_confidence = not missing and not rows[cols].isna().any().any()
         self.gamma = int(gamma)
         self.rng = rng
         blocks, starts, lengths = [], [], []
@@ -95,8 +103,7 @@ class TraceSource(AcceptanceSource):
             lengths.append(len(sel))
             offset += len(sel)
         table = pd.concat(blocks)
-        # a policy that reads no confidences gets zeros where the recording has none
-        self.confidence = (np.clip(table[cols].to_numpy(dtype=float), 0.0, 1.0) if has_confidence
+        self.confidence = (np.clip(table[cols].to_numpy(dtype=float), 0.0, 1.0) if self.has_confidence
                            else np.zeros((len(table), gamma)))
         self.accepted = np.minimum(table["accepted"].to_numpy(dtype=np.int64), gamma)
         self.start = np.array(starts)

@@ -163,7 +163,8 @@ def test_list_shows_scenarios_and_sources():
     res = run_cli("list")
     assert res.returncode == 0, res.stderr
     assert "scenarios (" in res.stdout and "\n  peak " in res.stdout and "\n  azure-conv " in res.stdout
-    assert "acceptance sources:\n  profile, trace (built in)" in res.stdout
+    sources = res.stdout.split("acceptance sources:\n")[1].split("drafters:")[0]
+    assert sources.startswith("  profile            Samples acceptance") and "\n  trace              Replays" in sources
 
 
 def test_a_prefill_table_is_never_silently_ignored(scenario_file):

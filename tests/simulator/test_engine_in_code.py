@@ -189,7 +189,7 @@ def test_the_preemption_rule_picks_who_is_recomputed(rule, evicted):
 
 
 def test_unknown_rules_are_one_line_errors():
-    with pytest.raises(UserError, match="EngineConfig.router: unknown router 'nearest'"):
+    with pytest.raises(UserError, match=r"EngineConfig\.router: unknown router 'nearest'"):
         EngineConfig(max_running=1, max_batch_tokens=8, kv_capacity=8, router="nearest")
     with pytest.raises(UserError, match="not a subclass of Admission"):
         EngineConfig(max_running=1, max_batch_tokens=8, kv_capacity=8, admission=Oldest)
@@ -201,5 +201,5 @@ def test_a_scenario_names_its_rules(scenario_file, examples_on_path):
     _, sim = simulate(path, quick=True)
     assert type(sim.router).__name__ == "RoundRobin"
     assert type(sim.replicas[0].admission).__name__ == "ShortestPromptFirst"
-    with pytest.raises(UserError, match="rules2.yaml: hardware.router: unknown router 'nearest'; known: least-loaded, round-robin"):
+    with pytest.raises(UserError, match=r"rules2\.yaml: hardware\.router: unknown router 'nearest'; known: least-loaded, round-robin"):
         simulate(scenario_file(name="rules2", hardware={"router": "nearest"}), quick=True)

@@ -60,7 +60,8 @@ def test_fitted_profile_reproduces_the_trace(tmp_path):
         tau_trace = 1 + trace[trace.domain == domain]["accepted"].mean()
         assert d.tau[i] == pytest.approx(tau_trace, rel=1e-6)
     # replaying the fitted profile (full blocks) gives the trace's tau back
-    src = ProfileSource(prof, "dspark", 5, ["math", "chat"], True, np.random.default_rng(1))
+    src = ProfileSource.of(prof, drafter="dspark", gamma=5, mix=["math", "chat"], calibrated=True,
+                           rng=np.random.default_rng(1))
     ids = np.arange(20_000)
     src.attach(ids, np.repeat([0, 1], 10_000))
     acc = src.verify(src.propose(ids), np.full(20_000, 5))
@@ -92,7 +93,8 @@ def test_fit_recovers_a_domain_biased_head_and_the_deployed_temperatures(tmp_pat
     # the bias lands on chat (its size in logits depends on the sharpness the grid picks)
     gap = d.head_bias[d.benchmarks.index("chat")] - d.head_bias[d.benchmarks.index("math")]
     assert (gap > 0.5).all()
-    src = ProfileSource(prof, "dspark", 5, ["math", "chat"], True, np.random.default_rng(1))
+    src = ProfileSource.of(prof, drafter="dspark", gamma=5, mix=["math", "chat"], calibrated=True,
+                           rng=np.random.default_rng(1))
     ids = np.arange(20_000)
     src.attach(ids, np.repeat([0, 1], 10_000))
     seen = src.propose(ids).confidence

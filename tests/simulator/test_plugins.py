@@ -11,6 +11,7 @@ import pytest
 
 from simulator.acceptance import AcceptanceSource, Proposal, resolve_source
 from simulator.acceptance.base import checked_accepted, checked_confidence
+from simulator.acceptance.runtime import RuntimeSource
 from simulator.errors import PolicyError, SourceError, UserError
 from simulator.plugins import (
     ACCEPTANCE_GROUP,
@@ -172,8 +173,11 @@ def test_bad_source_options_are_one_line_errors(scenario_file, examples_on_path,
 
 def test_builtin_source_takes_no_options(scenario_file):
     path = scenario_file(acceptance={"source": "profile", "options": {"alpha": 0.5}})
-    with pytest.raises(UserError, match=r"acceptance\.options: the built-in source 'profile' takes no options"):
+    with pytest.raises(UserError, match=r"acceptance\.options \(source 'profile', system 'dspark'\): unknown "
+                                        r"parameter 'alpha'; ProfileSource takes scenario, drafter, gamma, mix, "
+                                        r"calibrated, rng$") as info:
         simulate(path)
+    assert "\n" not in str(info.value)
 
 
 def test_oracle_needs_a_source_that_draws_outcomes(scenario_file, tmp_path, monkeypatch):
@@ -263,11 +267,11 @@ def test_bad_policy_parameters_stop_check_and_run_with_one_line(scenario_file, t
     assert "system 'thr' (policy 'threshold-1.5'): value must be in [0, 1], got 1.5" in res.stderr
 
 
-class EndsAtPrefill(AcceptanceSource):
+class EndsAtPrefill(RuntimeSource):
     """A token-generating source whose prefill samples the end-of-sequence token for every third request: nothing
     is accepted, and those requests must end in the step their prefill completes."""
 
-    def __init__(self, *, scenario, drafter, gamma, mix, calibrated, rng):
+    def __init__(self, *, scenario, drafter, gamma, mix, calibrated, rng, slots, disaggregated):
         self.gamma = gamma
         self.prefill_ids: list[int] = []
 

@@ -23,7 +23,8 @@ STEPS = 30_000
 
 def sample(profile, drafter: str, key: str, n: int = STEPS, calibrated: bool = True, seed: int = 0):
     """n request-steps of full-block verification through ProfileSource, one request per step."""
-    src = ProfileSource(profile, drafter, profile.drafters[drafter].gamma, [key], calibrated, np.random.default_rng(seed))
+    src = ProfileSource.of(profile, drafter=drafter, gamma=profile.drafters[drafter].gamma, mix=[key],
+                           calibrated=calibrated, rng=np.random.default_rng(seed))
     ids = np.arange(n)
     src.attach(ids, np.zeros(n, dtype=np.int64))
     prop = src.propose(ids)
@@ -76,7 +77,7 @@ def test_pooled_tau_matches_a_brute_force_closed_loop():
     """pooled_tau against requests run to their length through ProfileSource, full block capped at what remains."""
     profile = load_profile("paper-qwen3-4b")
     rng = np.random.default_rng(3)
-    src = ProfileSource(profile, "eagle3", 7, ["aime25"], True, rng)
+    src = ProfileSource.of(profile, drafter="eagle3", gamma=7, mix=["aime25"], calibrated=True, rng=rng)
     n = 6000
     ids = np.arange(n)
     src.attach(ids, np.zeros(n, dtype=np.int64))
@@ -197,7 +198,8 @@ def propose_as_arrays(src: ProfileSource, rng: np.random.Generator, ids: np.ndar
                          [("dspark", 7, True), ("dspark", 7, False), ("mtp", 1, True), ("dflash", 9, True)])
 def test_compiled_draw_equals_the_array_expressions_bit_for_bit(drafter, gamma, calibrated):
     profile = load_profile("paper-qwen3-8b")
-    src = ProfileSource(profile, drafter, gamma, ["math", "code", "chat"], calibrated, np.random.default_rng(3))
+    src = ProfileSource.of(profile, drafter=drafter, gamma=gamma, mix=["math", "code", "chat"], calibrated=calibrated,
+                           rng=np.random.default_rng(3))
     ids = np.arange(400)
     src.attach(ids, ids % 3)
     twin = np.random.default_rng(0)
@@ -207,4 +209,3 @@ def test_compiled_draw_equals_the_array_expressions_bit_for_bit(drafter, gamma, 
         got = src.propose(rows)
         conf, outcome, _ = propose_as_arrays(src, twin, rows)
         assert np.array_equal(got.confidence, conf) and np.array_equal(got.outcome, outcome)
-        assert got.truth is None  # not returned: the kernel stops computing it at a block's first rejection

@@ -62,7 +62,7 @@ def test_a_drafter_without_confidences_serves_only_policies_that_read_none(scena
             "workload": {"mix": {"math": 1, "chat": 1}}}
     row, _ = simulate(scenario_file(systems=["static-3", "goodput-k"], **base), "static-3")
     assert row["tau"] > 1.0
-    with pytest.raises(UserError, match=r"drafter 'dflash' has no calibrated confidences .* which this system's policy reads"):
+    with pytest.raises(UserError, match=r"policy 'dspark', which reads confidences .* no calibrated confidences for drafter 'dflash'"):
         simulate(scenario_file(name="d", systems=["dspark"], **base))
 
 
