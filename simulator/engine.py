@@ -257,7 +257,7 @@ class Replica:
     def plan_batch(self) -> StepPlan:
         """Which rows decode and how many prompt tokens each prefilling row gets. Mixed: chunked prefill in
         admission order, within what the batch-token cap leaves after every decoding request's worst case
-        (1 + gamma). Prefill-first: while any row prefills, only prompt tokens (``plan_prefill_only``)."""
+        (1 + min(gamma, remaining - 1)). Prefill-first: while any row prefills, only prompt tokens (``plan_prefill_only``)."""
         cfg, prices, b = self.config, self.sim.prices, self.batch
         n = b.n
         plan = StepPlan(self.env.now, n, self.kv_used())
@@ -452,6 +452,8 @@ class Simulation:
         # ``clock: live`` the measured time of its forwards is the step's time instead of the table's T(B, K)
         self.runtime_source = source if isinstance(source, RuntimeSource) else None
         self.source_decodes = self.runtime_source is not None and self.runtime_source.decodes_without_drafter
+        if live_clock and self.runtime_source is None:
+            raise ValueError("live_clock needs a RuntimeSource that times its forwards (measures_time)")
         self.live_clock = self.runtime_source.step_ms if live_clock else None
         self.preemptions = 0
         self.rejected = 0
