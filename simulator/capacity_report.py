@@ -1,13 +1,83 @@
-"""The report's capacity section (from ``simulate plan``'s plan.json): the verdict, the plan table, the GPUs each
-system needs (prefill and decode stacked) and the search's SLA attainment against decode GPUs."""
+"""How a capacity plan reads (``simulate plan``'s plan.json): the plan table for a terminal and the report's
+capacity section (the verdict, the plan table, the GPUs each system needs, prefill and decode stacked, and the
+search's SLA attainment against decode GPUs), and the lines that say why a system is unmet."""
 
 from __future__ import annotations
 
 import html
+import math
 
+import pandas as pd
 import plotly.graph_objects as go
 
-from simulator.plan import MET, format_plan, unmet_lines
+from simulator.plan import MET, UNRESOLVED_STATUS, plan_table
+from simulator.summary import fit_width
+
+HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus": "decode GPUs",
+           "prefill_gpus": "prefill GPUs", "replicas": "replicas", "prefill_replicas": "prefill replicas",
+           "max_rate_per_replica": "max req/s per replica", "headroom": "headroom",
+           "attainment": "SLA attainment", "ttft_p99": "TTFT p99 (s)", "tps_per_user_p10": "TPS p10 (tok/s/user)",
+           "throughput_per_gpu": "tok/s/decode GPU", "throughput_per_deployed_gpu": "tok/s/GPU (all)",
+           "cost_per_mtok": "$/M output tok", "seeds": "seeds",
+           "attainment_lo": "attainment 95% low", "attainment_hi": "attainment 95% high",
+           "headroom_lo": "headroom low", "headroom_hi": "headroom high", "gpus_lo": "GPUs, fewest possible"}
+
+
+def unmet_lines(doc: dict) -> list[str]:
+    """One line per unmet system (and an unmet prefill pool) saying why, for the terminal and the report."""
+    lines = []
+    pre = doc.get("prefill")
+    if pre and pre.get("met") is False:
+        lines.append(f"! prefill pool: no size up to {pre['replicas']} replica(s) meets the TTFT limit"
+                     + (f" ({pre['why_unmet']})" if pre.get("why_unmet") else ""))
+    for name, e in doc["systems"].items():
+        if e["status"] == UNRESOLVED_STATUS:
+            lines.append(f"! {name} unresolved: {e.get('why_unmet')}")
+        elif e["status"] != MET:
+            lines.append(f"! {name} unmet: {e.get('why_unmet') or 'the SLA fails at the largest size tried'}")
+        elif e.get("gpus_lo") is not None and e["gpus_lo"] < e["gpus"]:
+            lines.append(f"! {name}: between {e['gpus_lo']} and {e['gpus']} GPUs, unresolvable at "
+                         f"{e.get('seeds', 1)} seeds (attainment near the target; --replicates more to resolve)")
+    return lines
+
+
+def format_plan(doc: dict) -> pd.DataFrame:
+    df = plan_table(doc).drop(columns=["why_unmet"])  # a sentence: printed under the table (unmet_lines)
+    if doc.get("prefill") is None:
+        df = df.drop(columns=["decode_gpus", "prefill_gpus", "prefill_replicas"])
+
+    def fmt(col: str, v):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        if col.startswith("attainment") or col.startswith("headroom"):
+            return f"{v:+.0%}" if col.startswith("headroom") else f"{v:.1%}"
+        if col == "ttft_p99":
+            return f"{v:.3f}"
+        if col == "cost_per_mtok":
+            return f"{v:.3f}"
+        if col == "max_rate_per_replica":
+            return f"{v:.1f}"
+        if isinstance(v, float):
+            return f"{v:,.0f}"
+        return str(v)
+
+    return pd.DataFrame({HEADERS[c]: [fmt(c, v) for v in df[c]] for c in df.columns})
+
+
+def terminal_plan(doc: dict) -> str:
+    """The plan table for a terminal, at most 120 columns: GPUs as prefill + decode, the replica counts and
+    TPS p10 left to plan.csv and the report."""
+    full = format_plan(doc)
+    df = pd.DataFrame({"system": full["system"], "status": [s.replace("_at_max_gpus", "") for s in full["status"]],
+                       "GPUs": full["GPUs"]})
+    if doc.get("prefill") is not None:
+        df["P+D"] = [f"{p}+{d}" for p, d in zip(full["prefill GPUs"], full["decode GPUs"], strict=True)]
+    df["req/s/replica"] = full["max req/s per replica"]
+    for col in ("headroom", "SLA attainment", "TTFT p99 (s)", "tok/s/GPU (all)", "$/M output tok"):
+        df[col] = full[col]
+    text, dropped = fit_width(df)
+    return text + (f"\n(in plan.csv and the report: {', '.join(dropped)})" if dropped else "")
+
 
 
 def gpus_figure(doc: dict, col: dict[str, str]) -> go.Figure:

@@ -186,8 +186,9 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
     import time
 
+    from simulator.capacity_report import terminal_plan, unmet_lines
     from simulator.config import load_scenario
-    from simulator.plan import Planner, Target, terminal_plan, unmet_lines, write_plan, write_plan_report
+    from simulator.plan import Planner, Target, write_plan
 
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
@@ -220,6 +221,27 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         click.echo("(--quick: short smoke runs; do not plan on these numbers)")
     click.echo(f"\n{planner.runs} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)"
                f"\nplan: {csv}\n      {js}\nreport: {report}")
+
+
+def write_plan_report(out: Path, scn, doc: dict, quick: bool, seed: int | None) -> Path:
+    """report.html with the capacity section: the whole report when the scenario's sweep is stored in ``out``,
+    else the capacity section alone (``simulate`` on the same scenario adds the rest)."""
+    import json
+
+    from simulator.hardware import load_target_table
+    from simulator.report import write_report
+    from simulator.summary import plain, write_outputs
+    from simulator.sweep import Sweep
+
+    doc = json.loads(json.dumps(plain(doc)))  # as plan.json has it (NaN as null)
+    sweep = Sweep.plan(scn, out, quick, seed, None)
+    table = load_target_table(scn)
+    if sweep.specs and not sweep.pending():
+        runs = sweep.results()
+        sweep.write_runs_csv(runs)
+        summary, frontier = write_outputs(out, scn, runs)
+        return write_report(out / "report.html", scn, runs, frontier, summary, table, doc)
+    return write_report(out / "report.html", scn, None, None, None, table, doc)
 
 
 def plan_options(target, scenario_sla: float) -> tuple[str, ...]:

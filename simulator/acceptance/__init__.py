@@ -27,17 +27,9 @@ docs/adding-an-acceptance-source.md). Built-ins and plug-ins are constructed ali
 
 from __future__ import annotations
 
-from simulator.acceptance.base import AcceptanceSource, Proposal
+from simulator.acceptance import profile, trace  # noqa: F401  (the built-ins register themselves)
+from simulator.acceptance.base import REGISTRY, AcceptanceSource, Proposal, register
 from simulator.plugins import ACCEPTANCE_GROUP, load_plugin
-
-REGISTRY: dict[str, type[AcceptanceSource]] = {}
-
-
-def register(cls: type[AcceptanceSource]) -> type[AcceptanceSource]:
-    if not cls.name:
-        raise ValueError(f"{cls.__qualname__} has no name")
-    REGISTRY[cls.name] = cls
-    return cls
 
 
 def resolve_source(spec: str, what: str = "acceptance.source") -> type[AcceptanceSource]:
@@ -47,8 +39,5 @@ def resolve_source(spec: str, what: str = "acceptance.source") -> type[Acceptanc
     return load_plugin(spec, group=ACCEPTANCE_GROUP, base=AcceptanceSource, what=what, noun="acceptance source",
                        known=sorted(REGISTRY))
 
-
-# Registration of the built-ins (imported for their side effect, after REGISTRY exists).
-from simulator.acceptance import profile, trace  # noqa: E402,F401
 
 __all__ = ["REGISTRY", "AcceptanceSource", "Proposal", "register", "resolve_source"]

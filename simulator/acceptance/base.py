@@ -80,6 +80,18 @@ class AcceptanceSource:
         return None
 
 
+#: the built-in sources by name (each registers itself with ``register``; simulator.acceptance.resolve_source
+#: looks names up here before plug-ins)
+REGISTRY: dict[str, type[AcceptanceSource]] = {}
+
+
+def register(cls: type[AcceptanceSource]) -> type[AcceptanceSource]:
+    if not cls.name:
+        raise ValueError(f"{cls.__qualname__} has no name")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
 def checked_confidence(source: AcceptanceSource, confidence: object, rows: int, gamma: int) -> np.ndarray:
     """A source's ``Proposal.confidence`` as a C-contiguous (rows, gamma) float64 array, or a SourceError that names
     the source and what is wrong."""

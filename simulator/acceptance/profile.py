@@ -15,8 +15,7 @@ import numpy as np
 import yaml
 from numba import njit
 
-from simulator.acceptance import register
-from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
+from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal, register
 from simulator.acceptance.ends import NEVER, EndModel
 from simulator.acceptance.latent import HeadModel, Variation
 from simulator.acceptance.normal_table import LEVELS, quantiles

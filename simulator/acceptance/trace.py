@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from simulator.acceptance import register
-from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
+from simulator.acceptance.base import AcceptanceSource, GrowingArrays, Proposal, register
 from simulator.acceptance.ends import EndModel, fit_ends
 from simulator.errors import UserError
 

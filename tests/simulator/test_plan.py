@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from hw_profile.table import StepTimeGrid
 from simulator.backends import Backend
+from simulator.capacity_report import format_plan, unmet_lines
 from simulator.config import load_scenario
 from simulator.plan import (
     MET,
@@ -25,9 +26,7 @@ from simulator.plan import (
     Planner,
     Target,
     fewest,
-    format_plan,
     most_traffic,
-    unmet_lines,
     verdict,
 )
 from simulator.prefill import PrefillPool

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from simulator.backends import Backend
+from simulator.capacity_report import unmet_lines
 from simulator.config import load_scenario
-from simulator.plan import MET, Planner, SystemPlan, Target, Trial, plan_table, unmet_lines, verdict
+from simulator.plan import MET, Planner, SystemPlan, Target, Trial, plan_table, verdict
 from simulator.replicates import combine, judge, unresolved
 from tests.simulator.test_plan import small_plan_scenario
 
