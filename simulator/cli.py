@@ -3,7 +3,7 @@
     simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2] [--fresh]
              [--check-invariants] [--backend local|ray [--address auto|HOST:PORT]]
     simulate plan SCENARIO.yaml [--sla TPS] [--attainment A] [--ttft-p99 S] [--gpu-hour-cost USD] [--max-gpus N]
-             [--out DIR] [--backend ...] [--set path=value]...
+             [--out DIR] [--check-invariants] [--backend ...] [--set path=value]...
     simulate check SCENARIO.yaml [--set path=value]...
     simulate fit-profile TRACE --out PROFILE.yaml
     simulate list
@@ -178,11 +178,15 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 @click.option("--replicates", type=click.IntRange(min=1), default=PLAN_REPLICATES, show_default=True,
               help="seeds per candidate: a size meets when the 95%% interval of its attainment clears the target")
 @click.option("--jobs", type=click.IntRange(min=1), help="parallel runs [default: all cores]")
+@click.option("--check-invariants", is_flag=True,
+              help="check the engine's invariants (docs/model.md) on every run the plan reads, stored ones run "
+                   "again; the first broken one stops the command")
 @backend_options
 @overrides
 def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99: float, gpu_hour_cost: float,
              max_gpus: int, rate_tolerance: float, out: Path | None, quick: bool, seed: int | None,
-             replicates: int, jobs: int | None, backend: str, address: str | None, sets: tuple[str, ...]) -> None:
+             replicates: int, jobs: int | None, check_invariants: bool, backend: str, address: str | None,
+             sets: tuple[str, ...]) -> None:
     """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
     import time
 
@@ -200,7 +204,7 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     out = output_dir(scenario, sets, out, options)
     bar = progress_bar(f"{scn.name}: plan runs")
     planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
-                      replicates=replicates)
+                      replicates=replicates, check_invariants=check_invariants)
     t0 = time.perf_counter()
     try:
         doc = planner.run()

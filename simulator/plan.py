@@ -169,7 +169,8 @@ class Planner:
     """Drives the searches of every system in rounds over the run store."""
 
     def __init__(self, scn: LoadedScenario, out: Path, target: Target, backend: Backend, quick: bool = False,
-                 seed: int | None = None, on_stored: Callable[[Task], None] | None = None, replicates: int = 1):
+                 seed: int | None = None, on_stored: Callable[[Task], None] | None = None, replicates: int = 1,
+                 check_invariants: bool = False):
         m = scn.model
         if m.traffic is None:
             raise UserError(f"{scn.path}: traffic: simulate plan sizes a deployment for open-loop traffic; the "
@@ -193,6 +194,9 @@ class Planner:
         self.prefill_gpr = hw.prefill_gpus_per_replica or hw.gpus_per_replica
         self.disaggregated = scn.model.engine.prefill == "disaggregated"
         self.runs = 0
+        # --check-invariants: every run this plan reads goes through the checker once, stored ones run again
+        self.check_invariants = check_invariants
+        self.checked: set[Path] = set()
 
     # --- candidates -> runs ----------------------------------------------------------------------------------
     def variant(self, c: Candidate) -> LoadedScenario:
@@ -214,12 +218,15 @@ class Planner:
         """Run each candidate at every seed (together, in one batch) and combine its seeds' rows."""
         tasks = []
         for c in cands:
-            specs = [RunSpec(c.system, LoadPoint(None), seed, self.quick) for seed in self.seeds]
+            specs = [RunSpec(c.system, LoadPoint(None), seed, self.quick, self.check_invariants)
+                     for seed in self.seeds]
             sweep = Sweep(self.variant(c), specs, self.out)
             tasks.append([Task(sweep.scn, spec, sweep.store / f"{key}.json")
                           for spec, key in zip(sweep.specs, sweep.keys(), strict=True)])
-        todo = list({t.store: t for group in tasks for t in group if not t.store.is_file()}.values())
+        todo = list({t.store: t for group in tasks for t in group
+                     if not t.store.is_file() or (self.check_invariants and t.store not in self.checked)}.values())
         execute(todo, self.backend, self.on_stored)
+        self.checked.update(t.store for t in todo)
         self.runs += len(todo)
         return [combine([json.loads(t.store.read_text()) for t in group]) for group in tasks]
 

@@ -221,3 +221,23 @@ def test_the_routers_load_count_is_held_to_the_replicas(scenario_file):
     sim.router.loads[0] += 1
     with pytest.raises(InvariantViolation, match="INV-2 work-conserving: replica 0: the router counts"):
         check_invariants(sim)
+
+
+def test_check_invariants_flag_stops_a_plan_whose_plugin_breaks_one(scenario_file, tmp_path):
+    plug = tmp_path / "plug"
+    plug.mkdir()
+    (plug / "bonus_policy.py").write_text(BONUS_POLICY)
+    path = scenario_file(systems=[{"name": "bonus", "policy": "bonus_policy:CountsBonus"}],
+                         traffic={"kind": "poisson", "rate": 4.0})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plug), str(ROOT)])}
+
+    def plan_cli(*flags: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "simulator.cli", "plan", str(path), "--quick", "--replicates", "1",
+               "--max-gpus", "2", "--out", str(tmp_path / "p"), "--jobs", "1", *flags]
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    assert plan_cli().returncode == 0  # the plan goes through on the wrong numbers
+    checked = plan_cli("--check-invariants")  # the runs it stored are run again to be checked
+    assert checked.returncode == 2 and "Traceback" not in checked.stderr
+    error = checked.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: --check-invariants: system 'bonus' at open, seed 0: INV-4 verify-bounds: ")
