@@ -267,6 +267,9 @@ class StepTimeGrid:
 
     def values(self, batch_tokens: np.ndarray | float, kv_tokens: np.ndarray | float) -> np.ndarray:
         """``step_ms`` elementwise over arrays of (B, K) (broadcast together)."""
+        if np.ndim(kv_tokens) == 0:  # one K (a curve, a step's SPS): its rows are found once
+            b = np.asarray(batch_tokens, dtype=np.float64)
+            return _step_ms_at_k(self.b_axis, self.k_axis, self.ms, b.ravel(), float(kv_tokens)).reshape(b.shape)
         shape = np.broadcast_shapes(np.shape(batch_tokens), np.shape(kv_tokens))
         b, k = (np.broadcast_to(x, shape).astype(np.float64, order="C").ravel() for x in (batch_tokens, kv_tokens))
         return _step_ms_each(self.b_axis, self.k_axis, self.ms, b, k).reshape(shape)
@@ -314,37 +317,58 @@ def _blend(lo, hi, w):
 
 
 @njit(cache=True, inline="always")
-def _along(b_axis, ms, row, b, seg):
-    """T along row ``row`` at ``b``, and the segment it lay in; ``seg`` is 0 or a segment at or before b's."""
+def _along(b_axis, ms, row, b, seg, f):
+    """T along row ``row`` at ``b``, given where b lies (``_b_position``)."""
+    n = b_axis.shape[0]
+    if seg > 0:  # inside
+        return ms[row, seg - 1] + (ms[row, seg] - ms[row, seg - 1]) * f
+    if seg == 0:  # clamped below the first point (or one point only)
+        return ms[row, 0]
+    slope = (ms[row, n - 1] - ms[row, n - 2]) / (b_axis[n - 1] - b_axis[n - 2])
+    return ms[row, n - 1] + (0.0 if 0.0 > slope else slope) * (b - b_axis[n - 1])
+
+
+@njit(cache=True, inline="always")
+def _b_position(b_axis, b, seg):
+    """Where ``b`` lies along B: (seg, f) with b between points seg - 1 and seg at fraction f, or seg 0 at or below
+    the first point, or seg -1 at or beyond the last (NaN too: it stays NaN). ``seg`` given: a segment at or
+    before b's (a walk's last), or 0 or -1 when there is none."""
     n = b_axis.shape[0]
     if n == 1 or b <= b_axis[0]:
-        return ms[row, 0], seg
-    if not b < b_axis[n - 1]:  # at or beyond the last point (NaN too: it stays NaN)
-        slope = (ms[row, n - 1] - ms[row, n - 2]) / (b_axis[n - 1] - b_axis[n - 2])
-        return ms[row, n - 1] + (0.0 if 0.0 > slope else slope) * (b - b_axis[n - 1]), seg
-    if seg == 0:
+        return 0, 0.0
+    if not b < b_axis[n - 1]:
+        return -1, 0.0
+    if seg <= 0:
         seg = np.searchsorted(b_axis, b, side="right")  # bisect_right: B on a point is that point at f = 0
     else:
         while b_axis[seg] <= b:
             seg += 1
-    f = (b - b_axis[seg - 1]) / (b_axis[seg] - b_axis[seg - 1])
-    return ms[row, seg - 1] + (ms[row, seg] - ms[row, seg - 1]) * f, seg
+    return seg, (b - b_axis[seg - 1]) / (b_axis[seg] - b_axis[seg - 1])
 
 
 @njit(cache=True, inline="always")
 def step_ms_at(b_axis, ms, lo, hi, w, b, seg):
     """T(b, K) for K's rows (lo, hi, w) from ``k_rows``, and a segment hint for the next, larger b (start at 0)."""
-    t_lo, seg = _along(b_axis, ms, lo, b, seg)
+    seg, f = _b_position(b_axis, b, seg)
+    t_lo = _along(b_axis, ms, lo, b, seg, f)
     if lo == hi:
         return t_lo, seg
-    t_hi, seg = _along(b_axis, ms, hi, b, seg)
-    return _blend(t_lo, t_hi, w), seg
+    return _blend(t_lo, _along(b_axis, ms, hi, b, seg, f), w), seg
 
 
 @njit(float64(float64[::1], float64[::1], float64[:, ::1], float64, float64), cache=True)
 def _step_ms(b_axis, k_axis, ms, b, kv):
     lo, hi, w = k_rows(k_axis, kv)
     return step_ms_at(b_axis, ms, lo, hi, w, b, 0)[0]
+
+
+@njit(cache=True)
+def _step_ms_at_k(b_axis, k_axis, ms, b, kv):
+    lo, hi, w = k_rows(k_axis, kv)
+    out = np.empty(b.shape[0])
+    for n in range(b.shape[0]):
+        out[n] = step_ms_at(b_axis, ms, lo, hi, w, b[n], 0)[0]
+    return out
 
 
 @njit(cache=True)

@@ -29,6 +29,8 @@ from hw_profile.table import k_rows, step_ms_at
 from simulator.policies.base import StepRate
 from simulator.policies.candidate_order import descending_stable
 
+# k_rows, step_ms_at and descending_stable are compiled into _walk, whose cache does not see edits to their files
+# (docs/engine.md, Speed)
 SPS = Callable[[np.ndarray], np.ndarray]
 EARLY_STOP, GLOBAL, TOP_K = 0, 1, 2
 
