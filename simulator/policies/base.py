@@ -20,7 +20,8 @@ from simulator.errors import PolicyError
 
 class StepRate:
     """SPS(B) for one step (``view.sps``): the whole engine step rate, 1000 / (T(B + prefill, K) + fixed ms), with
-    this step's K, prefill tokens and fixed costs (draft, scheduling stall), T priced by the grid's one rule."""
+    this step's K, prefill tokens and fixed costs (draft, scheduling stall). T is the grid's one rule, the clock's,
+    so what a policy prices is what the step costs (the same table given); the greedy evaluates it inside its walk."""
 
     __slots__ = ("fixed_ms", "grid", "kv", "prefill")
 
