@@ -8,8 +8,9 @@ mix. ``us_per_step`` is wall microseconds per engine step with start-up excluded
 seconds per wall second. Each engine figure is the fastest of ``--rounds`` alternating runs, after a short first
 run that pays the one-time costs (``first_run_s``: loading the compiled kernels, or compiling them on a fresh
 install). The scheduler: the compiled greedy on confidences drawn from that profile at R=256, gamma=7 with a
-step's SPS of that run, against a plain-Python transcription of Algorithm 1 on the same inputs. For scale, the
-same engine run without speculation (system `ar`) is timed too.
+step's SPS of that run, against the plain-Python transcription of Algorithm 1 the tests use
+(tests/simulator/algorithm1.py) on the same inputs. For scale, the same engine run without speculation (system
+`ar`) is timed too.
 
 Where a step's time goes (``phase_us``, from one more run of each system with a timer around each phase; shares
 hold, the timers add a little): ``speculate`` (draft confidences, policy, verify) is the speculative work proper;
@@ -42,10 +43,11 @@ sys.path.insert(0, str(ROOT))
 
 from simulator import engine  # noqa: E402
 from simulator.config import load_scenario  # noqa: E402
-from simulator.policies import algorithm1_reference, greedy_prefix_lengths  # noqa: E402
+from simulator.policies import greedy_prefix_lengths  # noqa: E402
 from simulator.policies.base import StepRate  # noqa: E402
 from simulator.run import LoadPoint, RunSpec, build  # noqa: E402
 from simulator.systems import resolve_systems  # noqa: E402
+from tests.simulator.algorithm1 import algorithm1_reference  # noqa: E402
 
 USERS = 256
 
@@ -167,7 +169,7 @@ def bench_greedy(sim) -> dict:
     sps = StepRate(sim.prices.policy_grid, float(st["kv_tokens"][mid]), 0, float(st["draft_ms"][mid]) + sim.config.stall_ms)
     lengths = greedy_prefix_lengths(conf, sps)
     reference = algorithm1_reference(conf.tolist(), lambda b: float(sps(np.array([b]))[0]))
-    assert lengths.tolist() == reference, "vectorised greedy disagrees with Algorithm 1"
+    assert lengths.tolist() == reference, "compiled greedy disagrees with Algorithm 1"
     reps = 2000
     t0 = time.perf_counter()
     for _ in range(reps):

@@ -23,7 +23,6 @@ with the chunk and with the prompt already cached before it rather than with B a
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from numba import float64, njit
 
 from hw_profile.errors import HwProfileError
 from hw_profile.files import atomic_write, atomic_write_text
@@ -226,11 +226,19 @@ class StepTable:
 
 @dataclass(frozen=True)
 class StepTimeGrid:
-    """A rectangular grid ms[k, b] of step times over ascending axes b_axis (tokens) and k_axis (KV tokens)."""
+    """A rectangular grid ms[k, b] of step times over ascending axes b_axis (tokens) and k_axis (KV tokens).
+
+    Every lookup, scalar or array, and the compiled callers (the greedy's walk) price T(B, K) with this module's
+    one rule (``_step_ms``): piecewise linear in B along the two K rows around K, then linear in K between them."""
 
     b_axis: np.ndarray
     k_axis: np.ndarray
     ms: np.ndarray
+
+    def __post_init__(self):
+        # the compiled rule takes contiguous float64 arrays
+        for name in ("b_axis", "k_axis", "ms"):
+            object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.float64))
 
     @classmethod
     def from_points(cls, b: np.ndarray, k: np.ndarray, t: np.ndarray) -> StepTimeGrid:
@@ -246,114 +254,130 @@ class StepTimeGrid:
             ms = _fill_missing(b_axis, ms)
         return cls(b_axis=b_axis, k_axis=k_axis, ms=ms)
 
-    def row(self, kv_tokens: float) -> np.ndarray:
-        """Step times over b_axis at one K (linear in K between rows)."""
-        lo, hi, w = self.row_blend(kv_tokens)
-        if lo is hi:
-            return lo
-        if w > 1.0:  # beyond the last row: extrapolate, never downwards
-            return hi + np.maximum(hi - lo, 0.0) * (w - 1.0)
-        return lo + (hi - lo) * w
-
-    def row_blend(self, kv_tokens: float) -> tuple[np.ndarray, np.ndarray, float]:
-        """The rows ``row(K)`` is made of: ``lo + (hi - lo) * w``, or beyond the last row (w > 1)
-        ``hi + max(hi - lo, 0) * (w - 1)``; ``lo is hi`` (w = 0) at or below the first row. A compiled caller
-        blends only the entries it reads, with the same arithmetic."""
-        k = self._lists[1]
-        if len(k) == 1 or kv_tokens <= k[0]:
-            return self.ms[0], self.ms[0], 0.0
-        j = min(max(bisect.bisect_left(k, kv_tokens), 1), len(k) - 1)
-        return self.ms[j - 1], self.ms[j], (kv_tokens - k[j - 1]) / (k[j] - k[j - 1])
-
-    def curve(self, kv_tokens: float) -> StepCurve:
-        return StepCurve(self.b_axis, self.row(kv_tokens))
+    @property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(b_axis, k_axis, ms): what a compiled caller passes to this module's kernels (``step_ms_at``)."""
+        return self.b_axis, self.k_axis, self.ms
 
     def step_ms(self, batch_tokens: float, kv_tokens: float) -> float:
-        return float(self.curve(kv_tokens)(np.asarray(batch_tokens, dtype=float)))
+        """T(B, K) in ms for one (B, K): one compiled call, cheap enough for the engine's per-step clock."""
+        return _step_ms(self.b_axis, self.k_axis, self.ms, batch_tokens, kv_tokens)
 
-    @cached_property
-    def _lists(self) -> tuple[list[float], list[float], list[list[float]]]:
-        return self.b_axis.tolist(), self.k_axis.tolist(), self.ms.tolist()
+    lookup = step_ms  # the engine's name for it
 
-    def lookup(self, batch_tokens: float, kv_tokens: float) -> float:
-        """``step_ms`` for one (B, K) in plain Python (bisect), for the engine's per-step clock: numpy's
-        per-call overhead would dominate a scalar lookup."""
-        ba, ka, ms = self._lists
-        nk = len(ka)
-        if nk == 1 or kv_tokens <= ka[0]:
-            return _along(ba, ms[0], batch_tokens)
-        j = min(max(bisect.bisect_left(ka, kv_tokens), 1), nk - 1)
-        w = (kv_tokens - ka[j - 1]) / (ka[j] - ka[j - 1])
-        lo, hi = _along(ba, ms[j - 1], batch_tokens), _along(ba, ms[j], batch_tokens)
-        if w > 1.0:
-            return hi + max(hi - lo, 0.0) * (w - 1.0)
-        return lo + (hi - lo) * w
+    def values(self, batch_tokens: np.ndarray | float, kv_tokens: np.ndarray | float) -> np.ndarray:
+        """``step_ms`` elementwise over arrays of (B, K) (broadcast together)."""
+        if np.ndim(kv_tokens) == 0:  # one K (a curve, a step's SPS): its rows are found once
+            b = np.asarray(batch_tokens, dtype=np.float64)
+            return _step_ms_at_k(self.b_axis, self.k_axis, self.ms, b.ravel(), float(kv_tokens)).reshape(b.shape)
+        shape = np.broadcast_shapes(np.shape(batch_tokens), np.shape(kv_tokens))
+        b, k = (np.broadcast_to(x, shape).astype(np.float64, order="C").ravel() for x in (batch_tokens, kv_tokens))
+        return _step_ms_each(self.b_axis, self.k_axis, self.ms, b, k).reshape(shape)
 
-    def values(self, batch_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray:
-        """Elementwise lookups over arrays of (B, K), with exactly the semantics of ``step_ms``."""
-        b = np.asarray(batch_tokens, dtype=float)
-        k = np.asarray(kv_tokens, dtype=float)
-        b, k = np.broadcast_arrays(b, k)
-        rows_lo, rows_hi, w = self._k_weights(k)
-        lo = self._along_b(rows_lo, b)
-        if rows_hi is None:
-            return lo
-        hi = self._along_b(rows_hi, b)
-        return np.where(w > 1.0, hi + np.maximum(hi - lo, 0.0) * (w - 1.0), lo + (hi - lo) * w)
-
-    def _k_weights(self, k: np.ndarray):
-        ka = self.k_axis
-        if len(ka) == 1:
-            return np.zeros(k.shape, dtype=np.int64), None, None
-        j = np.clip(np.searchsorted(ka, k), 1, len(ka) - 1)
-        w = (k - ka[j - 1]) / (ka[j] - ka[j - 1])
-        w = np.where(k <= ka[0], 0.0, w)
-        return j - 1, j, w
-
-    def _along_b(self, row: np.ndarray, b: np.ndarray) -> np.ndarray:
-        ba, ms = self.b_axis, self.ms
-        if len(ba) == 1:
-            return ms[row, 0]
-        i = np.clip(np.searchsorted(ba, b), 1, len(ba) - 1)
-        frac = np.clip((b - ba[i - 1]) / (ba[i] - ba[i - 1]), 0.0, 1.0)
-        out = ms[row, i - 1] + (ms[row, i] - ms[row, i - 1]) * frac
-        slope = np.maximum((ms[row, -1] - ms[row, -2]) / (ba[-1] - ba[-2]), 0.0)
-        return np.where(b > ba[-1], ms[row, -1] + slope * (b - ba[-1]), out)
-
-
-def _along(ba: list[float], row: list[float], b: float) -> float:
-    """Piecewise linear in B along one row, clamped below, extrapolated (never downwards) above."""
-    n = len(ba)
-    if n == 1 or b <= ba[0]:
-        return row[0]
-    if b >= ba[-1]:
-        slope = max((row[-1] - row[-2]) / (ba[-1] - ba[-2]), 0.0)
-        return row[-1] + slope * (b - ba[-1])
-    i = bisect.bisect_right(ba, b)
-    f = (b - ba[i - 1]) / (ba[i] - ba[i - 1])
-    return row[i - 1] + (row[i] - row[i - 1]) * f
+    def curve(self, kv_tokens: float) -> StepCurve:
+        """T as a function of B at this K."""
+        return StepCurve(self, float(kv_tokens))
 
 
 @dataclass(frozen=True)
 class StepCurve:
-    """Step time as a function of B at fixed K: piecewise linear, extrapolated linearly beyond the last B."""
+    """Step time as a function of B at a fixed K of a grid."""
 
-    b_axis: np.ndarray
-    ms: np.ndarray
-
-    @property
-    def last_slope(self) -> float:
-        if len(self.b_axis) < 2:
-            return 0.0
-        return max((self.ms[-1] - self.ms[-2]) / (self.b_axis[-1] - self.b_axis[-2]), 0.0)
+    grid: StepTimeGrid
+    kv_tokens: float
 
     def __call__(self, batch_tokens: np.ndarray | float) -> np.ndarray:
-        b = np.asarray(batch_tokens, dtype=float)
-        out = np.interp(b, self.b_axis, self.ms)
-        b_last = self.b_axis[-1]
-        if np.any(b > b_last):
-            out = np.where(b > b_last, self.ms[-1] + self.last_slope * (b - b_last), out)
-        return out
+        return self.grid.values(batch_tokens, self.kv_tokens)
+
+
+# --- the rule, compiled ------------------------------------------------------------------------------------------
+# T(B, K) on a grid: along each K row piecewise linear in B, clamped below the first B, continued beyond the last B
+# along the row's last segment with its slope clamped at zero; between two rows linear in K, at or below the first
+# row that row, beyond the last row continued along the last two with the rise clamped at zero. A compiled caller
+# that prices many B at one K (the greedy) finds the rows once (``k_rows``) and walks B upwards (``step_ms_at``).
+
+
+@njit(cache=True, inline="always")
+def k_rows(k_axis, kv):
+    """Where K sits among the rows: (lo, hi, w), T(B, K) = blend of rows lo and hi with weight w (``_blend``);
+    lo == hi at or below the first row (or with one row): that row alone."""
+    nk = k_axis.shape[0]
+    if nk == 1 or kv <= k_axis[0]:
+        return 0, 0, 0.0
+    j = min(max(np.searchsorted(k_axis, kv), 1), nk - 1)  # bisect_left: K on a row is that row at w = 1
+    return j - 1, j, (kv - k_axis[j - 1]) / (k_axis[j] - k_axis[j - 1])
+
+
+@njit(cache=True, inline="always")
+def _blend(lo, hi, w):
+    if w > 1.0:  # beyond the last row: never downwards
+        rise = hi - lo
+        return hi + (0.0 if 0.0 > rise else rise) * (w - 1.0)
+    return lo + (hi - lo) * w
+
+
+@njit(cache=True, inline="always")
+def _along(b_axis, ms, row, b, seg, f):
+    """T along row ``row`` at ``b``, given where b lies (``_b_position``)."""
+    n = b_axis.shape[0]
+    if seg > 0:  # inside
+        return ms[row, seg - 1] + (ms[row, seg] - ms[row, seg - 1]) * f
+    if seg == 0:  # clamped below the first point (or one point only)
+        return ms[row, 0]
+    slope = (ms[row, n - 1] - ms[row, n - 2]) / (b_axis[n - 1] - b_axis[n - 2])
+    return ms[row, n - 1] + (0.0 if 0.0 > slope else slope) * (b - b_axis[n - 1])
+
+
+@njit(cache=True, inline="always")
+def _b_position(b_axis, b, seg):
+    """Where ``b`` lies along B: (seg, f) with b between points seg - 1 and seg at fraction f, or seg 0 at or below
+    the first point, or seg -1 at or beyond the last (NaN too: it stays NaN). ``seg`` given: a segment at or
+    before b's (a walk's last), or 0 or -1 when there is none."""
+    n = b_axis.shape[0]
+    if n == 1 or b <= b_axis[0]:
+        return 0, 0.0
+    if not b < b_axis[n - 1]:
+        return -1, 0.0
+    if seg <= 0:
+        seg = np.searchsorted(b_axis, b, side="right")  # bisect_right: B on a point is that point at f = 0
+    else:
+        while b_axis[seg] <= b:
+            seg += 1
+    return seg, (b - b_axis[seg - 1]) / (b_axis[seg] - b_axis[seg - 1])
+
+
+@njit(cache=True, inline="always")
+def step_ms_at(b_axis, ms, lo, hi, w, b, seg):
+    """T(b, K) for K's rows (lo, hi, w) from ``k_rows``, and a segment hint for the next, larger b (start at 0)."""
+    seg, f = _b_position(b_axis, b, seg)
+    t_lo = _along(b_axis, ms, lo, b, seg, f)
+    if lo == hi:
+        return t_lo, seg
+    return _blend(t_lo, _along(b_axis, ms, hi, b, seg, f), w), seg
+
+
+@njit(float64(float64[::1], float64[::1], float64[:, ::1], float64, float64), cache=True)
+def _step_ms(b_axis, k_axis, ms, b, kv):
+    lo, hi, w = k_rows(k_axis, kv)
+    return step_ms_at(b_axis, ms, lo, hi, w, b, 0)[0]
+
+
+@njit(cache=True)
+def _step_ms_at_k(b_axis, k_axis, ms, b, kv):
+    lo, hi, w = k_rows(k_axis, kv)
+    out = np.empty(b.shape[0])
+    for n in range(b.shape[0]):
+        out[n] = step_ms_at(b_axis, ms, lo, hi, w, b[n], 0)[0]
+    return out
+
+
+@njit(cache=True)
+def _step_ms_each(b_axis, k_axis, ms, b, kv):
+    out = np.empty(b.shape[0])
+    for n in range(b.shape[0]):
+        lo, hi, w = k_rows(k_axis, kv[n])
+        out[n] = step_ms_at(b_axis, ms, lo, hi, w, b[n], 0)[0]
+    return out
 
 
 def _fill_missing(b_axis: np.ndarray, ms: np.ndarray) -> np.ndarray:

@@ -11,11 +11,7 @@ import re
 from simulator.errors import PolicyError, UserError
 from simulator.plugins import POLICY_GROUP, construct, load_plugin
 from simulator.policies.base import Policy, PolicyView, checked_lengths
-from simulator.policies.greedy import (
-    algorithm1_reference,
-    greedy_prefix_lengths,
-    top_k_prefix_lengths,
-)
+from simulator.policies.greedy import greedy_prefix_lengths, top_k_prefix_lengths
 
 REGISTRY: dict[str, type[Policy]] = {}
 
@@ -76,7 +72,6 @@ __all__ = [
     "REGISTRY",
     "Policy",
     "PolicyView",
-    "algorithm1_reference",
     "checked_lengths",
     "display_name",
     "greedy_prefix_lengths",

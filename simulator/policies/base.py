@@ -13,34 +13,26 @@ from typing import ClassVar
 
 import numpy as np
 
-from hw_profile.table import StepCurve, StepTimeGrid
+from hw_profile.table import StepTimeGrid
 from simulator.batch_kernels import within
 from simulator.errors import PolicyError
 
 
 class StepRate:
     """SPS(B) for one step (``view.sps``): the whole engine step rate, 1000 / (T(B + prefill, K) + fixed ms), with
-    this step's K, prefill tokens and fixed costs (draft, scheduling stall). T at this K is interpolated from the
-    grid on first use, so a step whose policy never prices a batch does not pay for it."""
+    this step's K, prefill tokens and fixed costs (draft, scheduling stall). T is the grid's one rule, the clock's,
+    so what a policy prices is what the step costs (the same table given); the greedy evaluates it inside its walk."""
 
-    __slots__ = ("_curve", "fixed_ms", "grid", "kv", "prefill")
+    __slots__ = ("fixed_ms", "grid", "kv", "prefill")
 
     def __init__(self, grid: StepTimeGrid, kv: float, prefill: int, fixed_ms: float):
         self.grid = grid
         self.kv = kv
         self.prefill = prefill
         self.fixed_ms = fixed_ms
-        self._curve: StepCurve | None = None
-
-    @property
-    def curve(self) -> StepCurve:
-        """T(B) in ms at this step's K."""
-        if self._curve is None:
-            self._curve = self.grid.curve(self.kv)
-        return self._curve
 
     def step_ms(self, batch: np.ndarray | float) -> np.ndarray:
-        return self.curve(np.asarray(batch, dtype=float) + self.prefill) + self.fixed_ms
+        return self.grid.values(np.asarray(batch) + self.prefill, self.kv) + self.fixed_ms
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         return 1000.0 / self.step_ms(batch)

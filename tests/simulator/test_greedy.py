@@ -1,4 +1,5 @@
-"""The prefix scheduler against brute force, the paper's Appendix A numbers and its plain transcription."""
+"""The prefix scheduler against brute force, the paper's Appendix A numbers and its plain transcription
+(tests/simulator/algorithm1.py), with the engine's StepRate and with any SPS callable."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.policies import algorithm1_reference, greedy_prefix_lengths, top_k_prefix_lengths
+from hw_profile.table import StepTimeGrid
+from simulator.policies import greedy_prefix_lengths, top_k_prefix_lengths
+from simulator.policies.base import StepRate
+from simulator.policies.candidate_order import descending_stable
+from tests.simulator.algorithm1 import algorithm1_reference
 
 
 def theta(conf: np.ndarray, lengths: tuple[int, ...], sps) -> float:
@@ -71,6 +76,16 @@ def test_global_search_is_optimal_for_any_sps_curve(inst, curve_seed):
     assert theta(conf, tuple(got), sps) == pytest.approx(brute_force_best(conf, sps), rel=1e-12)
 
 
+@settings(max_examples=100, deadline=None)
+@given(instances, st.integers(0, 2**32 - 1))
+def test_global_search_is_optimal_on_the_engines_step_rate(inst, grid_seed):
+    rows, gamma, seed = inst
+    conf = np.random.default_rng(seed).uniform(0, 1, (rows, gamma))
+    sps = random_step_rate(np.random.default_rng(grid_seed))
+    got = greedy_prefix_lengths(conf, sps, early_stop=False)
+    assert theta(conf, tuple(got), sps) == pytest.approx(brute_force_best(conf, sps), rel=1e-12)
+
+
 def appendix_a_sps(b):
     return np.array([np.nan, 1.0, 0.5, 0.45])[np.asarray(b)]
 
@@ -99,73 +114,82 @@ def test_zero_confidence_positions_are_never_verified():
     assert greedy_prefix_lengths(conf, flat, early_stop=False).tolist() == [1, 3]
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 40), st.integers(1, 8), st.integers(0, 2**32 - 1), st.booleans())
-def test_matches_plain_transcription_of_algorithm_1(rows, gamma, seed, early_stop):
-    rng = np.random.default_rng(seed)
-    conf = rng.uniform(0, 1, (rows, gamma)) ** rng.uniform(0.1, 2)
-    conf[rng.random((rows, gamma)) < 0.1] = 1.0  # exact ties in a
-    curve = rng.uniform(0.2, 1.0, rows * (gamma + 1) + 1).cumsum()  # rising step time: falling SPS, with kinks
-    sps = lambda b: 1.0 / curve[np.asarray(b)]  # noqa: E731
-    got = greedy_prefix_lengths(conf, sps, early_stop=early_stop)
-    want = algorithm1_reference(conf.tolist(), lambda b: float(sps(b)), early_stop=early_stop)
-    assert got.tolist() == want
-
-
-def test_rejects_malformed_confidence():
-    flat = lambda b: np.ones_like(np.asarray(b), dtype=float)  # noqa: E731
-    with pytest.raises(ValueError, match=r"\(R, gamma\)"):
-        greedy_prefix_lengths(np.ones(3), flat)
-    with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        greedy_prefix_lengths(np.array([[0.5, np.nan]]), flat)
-    assert greedy_prefix_lengths(np.zeros((0, 4)), flat).shape == (0,)
-
-
-def random_step_rate(rng: np.random.Generator):
-    """The engine's SPS on a random step-time grid: kinks, points below and above the axis, prefill, fixed ms."""
-    from hw_profile.table import StepTimeGrid
-    from simulator.policies.base import StepRate
-
-    nb = int(rng.integers(1, 8))
-    b = np.sort(rng.choice(np.arange(1, 3000), nb, replace=False)).astype(float)
-    ms = np.cumsum(rng.random(nb) * 5) + rng.random() * 3
-    grid = StepTimeGrid(b, np.array([0.0, 1e6]), np.vstack([ms, ms * 1.5]))
-    return StepRate(grid, float(rng.random() * 2e6), int(rng.integers(0, 50)), float(rng.random() * 3))
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.integers(1, 300), st.integers(1, 9), st.integers(0, 2**32 - 1),
-       st.sampled_from(["uniform", "ties", "0/1", "near-ties"]))
-def test_compiled_walk_equals_numpy_path_bit_for_bit(rows, gamma, seed, kind):
-    """With the engine's StepRate the greedy runs compiled (bucketed sort, SPS priced in the kernel); any other
-    callable takes the numpy path (argsort, SPS priced in chunks). Both must give the same lengths, ties, early
-    stops and chunk-boundary rounding included. "near-ties" differ far below a bucket's width, so their order is
-    settled by the kernel's insertion pass."""
-    from simulator.policies.greedy import admission_order
-
-    rng = np.random.default_rng(seed)
-    conf = {"uniform": lambda: rng.random((rows, gamma)) ** rng.uniform(0.1, 2),
+def random_confidence(rng: np.random.Generator, rows: int, gamma: int, kind: str) -> np.ndarray:
+    """A step's confidences: spread, exact ties in a (c = 1, few distinct values), 0/1, or a differing far below a
+    bucket's width (ordered by the sort's insertion pass)."""
+    return {"uniform": lambda: rng.random((rows, gamma)) ** rng.uniform(0.1, 2),
             "ties": lambda: rng.choice([0.0, 0.5, 0.9, 1.0], (rows, gamma)),
             "0/1": lambda: (rng.random((rows, gamma)) < 0.7).astype(float),
             "near-ties": lambda: rng.choice([0.3, 0.6, 0.9], (rows, gamma)) * (1 - rng.integers(0, 5, (rows, gamma))
                                                                                 * 2.0**-40)}[kind]()
+
+
+def random_step_rate(rng: np.random.Generator) -> StepRate:
+    """The engine's SPS on a random step-time grid: kinks, a falling last segment, 1 to 4 K rows (one lower than
+    the next at some B, so that K beyond the last row meets the clamp), B and K inside, on and beyond the axes,
+    prefill and fixed ms."""
+    nb, nk = int(rng.integers(1, 8)), int(rng.integers(1, 5))
+    b = np.sort(rng.choice(np.arange(1, 3000), nb, replace=False)).astype(float)
+    k = np.sort(rng.choice(np.arange(0, 10**6), nk, replace=False)).astype(float)
+    ms = np.cumsum(rng.random((nk, nb)) * 5, axis=1) + rng.random((nk, 1)) * 3 + np.arange(nk)[:, None]
+    if nb >= 2 and rng.random() < 0.5:
+        ms[:, -1] = ms[:, -2] - rng.random(nk)  # a falling last segment: extrapolated flat
+    kv = float(rng.choice([rng.random() * 2e6, k[int(rng.integers(nk))]]))
+    return StepRate(StepTimeGrid(b, k, ms), kv, int(rng.integers(0, 50)), float(rng.random() * 3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 9), st.integers(0, 2**32 - 1),
+       st.sampled_from(["uniform", "ties", "0/1", "near-ties"]), st.booleans())
+def test_matches_plain_transcription_of_algorithm_1(rows, gamma, seed, kind, early_stop):
+    """The compiled walk against Algorithm 1 line by line, bit for bit in the lengths: with the engine's StepRate
+    (priced inside the walk), with the same rate behind an arbitrary callable (tabulated, then walked), and with a
+    jagged curve that no table could give."""
+    rng = np.random.default_rng(seed)
+    conf = random_confidence(rng, rows, gamma, kind)
     sps = random_step_rate(rng)
-    as_callable = lambda b: sps(b)  # noqa: E731  (not a StepRate: the numpy path)
-    for early_stop in (True, False):
-        compiled = greedy_prefix_lengths(conf, sps, early_stop)
-        assert np.array_equal(compiled, greedy_prefix_lengths(conf, as_callable, early_stop)), early_stop
+    want = algorithm1_reference(conf.tolist(), lambda b: float(sps(np.array([b]))[0]), early_stop=early_stop)
+    assert greedy_prefix_lengths(conf, sps, early_stop).tolist() == want
+    assert greedy_prefix_lengths(conf, lambda b: sps(b), early_stop).tolist() == want
+    curve = rng.uniform(0.2, 1.0, rows * (gamma + 1) + 1).cumsum()  # rising step time: falling SPS, with kinks
+    jagged = lambda b: 1.0 / curve[np.asarray(b)]  # noqa: E731
+    assert greedy_prefix_lengths(conf, jagged, early_stop).tolist() == algorithm1_reference(
+        conf.tolist(), lambda b: float(jagged(b)), early_stop=early_stop)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 9), st.integers(0, 2**32 - 1),
+       st.sampled_from(["uniform", "ties", "0/1", "near-ties"]))
+def test_top_k_takes_the_first_candidates_of_the_admission_order(rows, gamma, seed, kind):
+    rng = np.random.default_rng(seed)
+    conf = random_confidence(rng, rows, gamma, kind)
     capacity = int(rng.integers(0, rows * gamma + 2))
-    order, _ = admission_order(conf)
-    assert top_k_prefix_lengths(conf, capacity).tolist() == np.bincount(order[:capacity] // gamma, minlength=rows).tolist()
+    a = np.cumprod(conf, axis=1).ravel()
+    order = np.argsort(-a, kind="stable")[: min(capacity, int(np.count_nonzero(a)))]
+    assert top_k_prefix_lengths(conf, capacity).tolist() == np.bincount(order // gamma, minlength=rows).tolist()
 
 
-def test_compiled_walk_rejects_malformed_confidence():
+def test_step_rate_is_the_clocks_step_time():
+    """What the policy prices is what the clock charges: T from the grid's lookup, plus prefill and fixed ms."""
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        sps = random_step_rate(rng)
+        batch = np.arange(1, 4000, 37)
+        expect = [1000.0 / (sps.grid.lookup(b + sps.prefill, sps.kv) + sps.fixed_ms) for b in batch]
+        assert sps(batch).tolist() == expect
+
+
+def test_rejects_malformed_confidence():
+    flat = lambda b: np.ones_like(np.asarray(b), dtype=float)  # noqa: E731
     sps = random_step_rate(np.random.default_rng(0))
-    with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        greedy_prefix_lengths(np.array([[0.5, np.nan]]), sps)
+    for rate in (flat, sps):
+        with pytest.raises(ValueError, match=r"\(R, gamma\)"):
+            greedy_prefix_lengths(np.ones(3), rate)
+        with pytest.raises(ValueError, match=r"\[0, 1\]"):
+            greedy_prefix_lengths(np.array([[0.5, np.nan]]), rate)
+        assert greedy_prefix_lengths(np.zeros((0, 4)), rate).shape == (0,)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         top_k_prefix_lengths(np.array([[1.5, 0.5]]), 1)
-    assert greedy_prefix_lengths(np.zeros((0, 4)), sps).shape == (0,)
 
 
 @given(st.integers(1, 5000), st.sampled_from(["uniform", "ties", "ones", "tiny", "survival", "weak"]),
@@ -175,8 +199,6 @@ def test_candidate_sort_is_numpys_stable_descending_order(m, kind, seed):
     """The bucketed sort against numpy's stable argsort on the shapes a step's survivals take: spread, many exact
     ties, values of exactly 1 (the top bucket), values far below one bucket's width, cumulative products of a
     good drafter's confidences (buckets of value) and of a weak one's over long blocks (buckets of the key)."""
-    from simulator.policies.greedy import _descending_stable
-
     rng = np.random.default_rng(seed)
     a = {"uniform": lambda: 1.0 - rng.random(m),
          "ties": lambda: rng.choice([0.25, 0.5, 0.9, 1.0], m),
@@ -184,20 +206,18 @@ def test_candidate_sort_is_numpys_stable_descending_order(m, kind, seed):
          "tiny": lambda: (1.0 - rng.random(m)) * 10.0 ** rng.integers(-300, -3, m),
          "survival": lambda: np.cumprod(0.5 + 0.5 * rng.random((m, 7)), axis=1).ravel()[:m],
          "weak": lambda: np.cumprod(1.0 - rng.random((m, 16)), axis=1).ravel()[:m]}[kind]()
-    assert np.array_equal(_descending_stable(a), np.argsort(-a, kind="stable"))
+    assert np.array_equal(descending_stable(a), np.argsort(-a, kind="stable"))
 
 
 @pytest.mark.parametrize(("rows", "gamma"), [(256, 7), (600, 12)])
 def test_candidate_sort_stays_exact_and_linear_when_confidences_agree_to_many_digits(rows, gamma):
     """Confidences equal to 1e-9: the value buckets leave almost everything tied, the insertion pass gives up past
     its budget and a radix sort on every bit orders them; the order is still numpy's stable one."""
-    from simulator.policies.greedy import _descending_stable
-
     rng = np.random.default_rng(rows)
     conf = 0.9 + rng.random((rows, gamma)) * 1e-9
     a = np.cumprod(conf, axis=1).ravel()
-    assert np.array_equal(_descending_stable(a), np.argsort(-a, kind="stable"))
+    assert np.array_equal(descending_stable(a), np.argsort(-a, kind="stable"))
     sps = random_step_rate(rng)
     for early_stop in (True, False):
-        assert np.array_equal(greedy_prefix_lengths(conf, sps, early_stop),
-                              greedy_prefix_lengths(conf, lambda b: sps(b), early_stop))
+        want = algorithm1_reference(conf.tolist(), lambda b: float(sps(np.array([b]))[0]), early_stop=early_stop)
+        assert greedy_prefix_lengths(conf, sps, early_stop).tolist() == want
