@@ -10,17 +10,9 @@ import re
 
 from simulator.errors import PolicyError, UserError
 from simulator.plugins import POLICY_GROUP, construct, load_plugin
-from simulator.policies.base import Policy, PolicyView, checked_lengths
+from simulator.policies import adaptive, dspark, oracle, static  # noqa: F401  (the built-ins register themselves)
+from simulator.policies.base import REGISTRY, Policy, PolicyView, checked_lengths, register
 from simulator.policies.greedy import greedy_prefix_lengths, top_k_prefix_lengths
-
-REGISTRY: dict[str, type[Policy]] = {}
-
-
-def register(cls: type[Policy]) -> type[Policy]:
-    if not cls.name:
-        raise ValueError(f"{cls.__qualname__} has no name")
-    REGISTRY[cls.name] = cls
-    return cls
 
 
 def resolve(spec: str, what: str | None = None) -> tuple[type[Policy], dict]:
@@ -59,14 +51,6 @@ def display_name(name: str, cls: type[Policy]) -> str:
 def describe_names() -> list[str]:
     return [display_name(name, cls) for name, cls in sorted(REGISTRY.items())]
 
-
-# Registration of the built-ins (imported for their side effect, after REGISTRY exists).
-from simulator.policies import (  # noqa: E402,F401
-    adaptive,
-    dspark,
-    oracle,
-    static,
-)
 
 __all__ = [
     "REGISTRY",

@@ -7,8 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from simulator.policies import register
-from simulator.policies.base import Policy, PolicyView
+from simulator.policies.base import Policy, PolicyView, register
 
 
 @register

@@ -94,6 +94,18 @@ class Policy:
         """Called after verification with the lengths chosen and the draft tokens accepted (both (R,))."""
 
 
+#: the built-in policies by name (each registers itself with ``register``; simulator.policies.resolve looks names
+#: up here before plug-ins)
+REGISTRY: dict[str, type[Policy]] = {}
+
+
+def register(cls: type[Policy]) -> type[Policy]:
+    if not cls.name:
+        raise ValueError(f"{cls.__qualname__} has no name")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
 def checked_lengths(policy: Policy, label: str, lengths: object, view: PolicyView) -> np.ndarray:
     """The policy's answer as an int64 array, or a PolicyError that names the policy and what is wrong."""
     rows = view.remaining.shape[0]

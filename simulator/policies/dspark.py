@@ -6,8 +6,7 @@ from collections import deque
 
 import numpy as np
 
-from simulator.policies import register
-from simulator.policies.base import Policy, PolicyView
+from simulator.policies.base import Policy, PolicyView, register
 from simulator.policies.greedy import greedy_prefix_lengths, top_k_prefix_lengths
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.policies import register
-from simulator.policies.base import Policy, PolicyView
+from simulator.policies.base import Policy, PolicyView, register
 
 
 @register
