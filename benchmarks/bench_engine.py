@@ -41,12 +41,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator import engine  # noqa: E402
-from simulator.config import load_scenario  # noqa: E402
-from simulator.policies import greedy_prefix_lengths  # noqa: E402
-from simulator.policies.base import StepRate  # noqa: E402
-from simulator.run import LoadPoint, RunSpec, build  # noqa: E402
-from simulator.systems import resolve_systems  # noqa: E402
+from simulator.core import engine  # noqa: E402
+from simulator.core.policies import greedy_prefix_lengths  # noqa: E402
+from simulator.core.policies.base import StepRate  # noqa: E402
+from simulator.inputs.config import load_scenario  # noqa: E402
+from simulator.inputs.systems import resolve_systems  # noqa: E402
+from simulator.runs.run import LoadPoint, RunSpec, build  # noqa: E402
 from tests.simulator.algorithm1 import algorithm1_reference  # noqa: E402
 
 USERS = 256

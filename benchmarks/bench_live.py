@@ -65,9 +65,9 @@ def batched_vs_single(runtime: str, device: str, requests: int, steps: int) -> d
 
 def simulator_share(requests: int, seconds: float, runtime: str, device: str) -> dict:
     from dspark_runtime.live.source import LiveSource
-    from simulator.config import load_scenario
-    from simulator.run import LoadPoint, RunSpec, build
-    from simulator.systems import resolve_systems
+    from simulator.inputs.config import load_scenario
+    from simulator.inputs.systems import resolve_systems
+    from simulator.runs.run import LoadPoint, RunSpec, build
 
     spent = {"source": 0.0, "forwards_ms": 0.0}
     propose, verify, prefilled = LiveSource.propose, LiveSource.verify, LiveSource.prefilled

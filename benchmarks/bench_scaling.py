@@ -31,9 +31,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator.config import load_scenario  # noqa: E402
-from simulator.run import LoadPoint, RunSpec, build  # noqa: E402
-from simulator.systems import resolve_systems  # noqa: E402
+from simulator.inputs.config import load_scenario  # noqa: E402
+from simulator.inputs.systems import resolve_systems  # noqa: E402
+from simulator.runs.run import LoadPoint, RunSpec, build  # noqa: E402
 
 
 def scenario(users: int, replicas: int, seconds: float) -> dict:

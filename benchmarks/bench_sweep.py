@@ -20,9 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator.backends import Backend  # noqa: E402
-from simulator.config import load_scenario  # noqa: E402
-from simulator.sweep import Sweep  # noqa: E402
+from simulator.inputs.config import load_scenario  # noqa: E402
+from simulator.runs.backends import Backend  # noqa: E402
+from simulator.runs.sweep import Sweep  # noqa: E402
 
 
 def timed_sweep(scenario: Path, backend: Backend) -> tuple[float, int]:

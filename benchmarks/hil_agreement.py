@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
-    from simulator.acceptance.trace_fit import fit_profile_file
-    from simulator.config import load_scenario
-    from simulator.run import LoadPoint, RunSpec, run_one
-    from simulator.systems import resolve_systems
+    from simulator.core.acceptance.trace_fit import fit_profile_file
+    from simulator.inputs.config import load_scenario
+    from simulator.inputs.systems import resolve_systems
+    from simulator.runs.run import LoadPoint, RunSpec, run_one
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default=str(ROOT / "scenarios" / "hil-tiny.yaml"))

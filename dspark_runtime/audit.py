@@ -29,8 +29,8 @@ import torch
 from dspark_runtime.audit_worlds import CASES, MarkovWorld, draft_blocks, make_world
 from dspark_runtime.chi_square import goodness_of_fit, independence
 from dspark_runtime.verify import verify_block
+from simulator.core.policies import PolicyView, checked_lengths, greedy_prefix_lengths, make_policy
 from simulator.errors import UserError
-from simulator.policies import PolicyView, checked_lengths, greedy_prefix_lengths, make_policy
 
 SCHEDULERS = ("dspark", "global", "dspark-async")
 # Request-steps drafted and verified at once: bounds memory (about 2 * chunk * (gamma+1) * V doubles, under 100 MB

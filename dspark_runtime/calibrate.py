@@ -2,12 +2,12 @@
 
 The calibration set is real: full-block speculative decoding on the calibration prompts (never trained on), at
 the evaluation temperature, records the raw confidences c_1..c_gamma and the accepted prefix length of every
-block. ``simulator.calibration.sts_fit`` then fits one temperature per position, left to right, minimising the ECE
+block. ``simulator.core.calibration.sts_fit`` then fits one temperature per position, left to right, minimising the ECE
 of the cumulative product (paper 3.2.1). The temperatures are saved with the drafter (calibration.json)."""
 
 from __future__ import annotations
 
-from simulator.calibration import confidence_report, sts_apply, sts_fit
+from simulator.core.calibration import confidence_report, sts_apply, sts_fit
 
 from .rollouts import Blocks
 

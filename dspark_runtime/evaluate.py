@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from hw_profile.files import atomic_write_text
-from simulator.calibration import sts_apply
+from simulator.core.calibration import sts_apply
 
 from .corpus import DOMAINS, Record
 from .metrics import acceptance_metrics, confidence_metrics

@@ -1,5 +1,5 @@
 """Acceptance and confidence metrics of full-block verification records (numpy; the confidence maths is
-``simulator.calibration``'s, so there is one definition of ECE, AUROC and Brier in the project).
+``simulator.core.calibration``'s, so there is one definition of ECE, AUROC and Brier in the project).
 
 - tau: mean emitted tokens per request-step, accepted drafts + 1 (bonus included), the paper's accepted length,
   with its standard error clustered by request;
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.calibration import confidence_report
+from simulator.core.calibration import confidence_report
 
 
 def clustered_se(x: np.ndarray, cluster: np.ndarray | None) -> float:

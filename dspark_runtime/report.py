@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from hw_profile.files import atomic_write_text
-from simulator.calibration import reliability
+from simulator.core.calibration import reliability
 
 
 def reliability_html(path: Path, title: str, panels: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from simulator.errors import UserError
-from simulator.progress import progress_bar
+from simulator.runs.progress import progress_bar
 
 # plan seeds per candidate: three, the fewest with a usable interval (t = 4.3); a plan of peak.yaml stays a few
 # minutes on 2 cores
@@ -79,8 +79,8 @@ def output_dir(scenario: Path, sets: tuple[str, ...], out: Path | None, plan_opt
 
 
 def make_backend(backend: str, address: str | None, jobs: int | None):
-    from simulator.backends import Backend
-    from simulator.sweep import default_jobs
+    from simulator.runs.backends import Backend
+    from simulator.runs.sweep import default_jobs
 
     return Backend(backend, jobs or default_jobs(), address)
 
@@ -106,13 +106,13 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
             jobs: int | None, records: Path | None, fresh: bool, check_invariants: bool, formats: tuple[str, ...],
             backend: str, address: str | None, sets: tuple[str, ...]) -> None:
     """Run a scenario (also: `simulate SCENARIO`)."""
-    from simulator.config import load_scenario, unused_settings
-    from simulator.hardware import load_target_table, scenario_grid_warnings
-    from simulator.live_tables import write_live_tables
-    from simulator.plan import matching_plan
-    from simulator.report import write_report
-    from simulator.summary import flag_lines, terminal_headline, write_outputs
-    from simulator.sweep import Sweep
+    from simulator.inputs.config import load_scenario, unused_settings
+    from simulator.inputs.hardware import load_target_table, scenario_grid_warnings
+    from simulator.outputs.live_tables import write_live_tables
+    from simulator.outputs.report import write_report
+    from simulator.outputs.summary import flag_lines, terminal_headline, write_outputs
+    from simulator.runs.plan import matching_plan
+    from simulator.runs.sweep import Sweep
 
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
@@ -141,7 +141,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     summary, frontier = write_outputs(out, scn, runs)
     bench = None
     if "vllm-bench" in formats:
-        from simulator.vllm_bench import write_bench_results
+        from simulator.outputs.vllm_bench import write_bench_results
 
         bench = write_bench_results(out, runs, scn.name, scn.model.traffic.kind if scn.model.traffic else None)
     capacity = matching_plan(out, scn, quick)
@@ -190,9 +190,9 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
     import time
 
-    from simulator.capacity_report import terminal_plan, unmet_lines
-    from simulator.config import load_scenario
-    from simulator.plan import Planner, Target, write_plan
+    from simulator.inputs.config import load_scenario
+    from simulator.outputs.capacity_report import terminal_plan, unmet_lines
+    from simulator.runs.plan import Planner, Target, write_plan
 
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
@@ -232,10 +232,10 @@ def write_plan_report(out: Path, scn, doc: dict, quick: bool, seed: int | None) 
     else the capacity section alone (``simulate`` on the same scenario adds the rest)."""
     import json
 
-    from simulator.hardware import load_target_table
-    from simulator.report import write_report
-    from simulator.summary import plain, write_outputs
-    from simulator.sweep import Sweep
+    from simulator.inputs.hardware import load_target_table
+    from simulator.outputs.report import write_report
+    from simulator.outputs.summary import plain, write_outputs
+    from simulator.runs.sweep import Sweep
 
     doc = json.loads(json.dumps(plain(doc)))  # as plan.json has it (NaN as null)
     sweep = Sweep.plan(scn, out, quick, seed, None)
@@ -252,7 +252,7 @@ def plan_options(target, scenario_sla: float) -> tuple[str, ...]:
     """The plan options that differ from their defaults, as ``name=value`` (they name the output folder)."""
     from dataclasses import fields
 
-    from simulator.plan import Target
+    from simulator.runs.plan import Target
 
     given = []
     for f in fields(Target):
@@ -271,10 +271,11 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     import numpy as np
 
     from hw_profile.table import table_caveat
-    from simulator.config import load_scenario, unused_settings
-    from simulator.hardware import load_hardware, load_target_table, scenario_grid_warnings
-    from simulator.policies import make_policy
-    from simulator.run import (
+    from simulator.core.policies import make_policy
+    from simulator.inputs.config import load_scenario, unused_settings
+    from simulator.inputs.hardware import load_hardware, load_target_table, scenario_grid_warnings
+    from simulator.inputs.systems import resolve_systems
+    from simulator.runs.run import (
         check_engine_limits,
         check_live_clock,
         check_rules,
@@ -282,7 +283,6 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
         make_source,
         prefill_mode,
     )
-    from simulator.systems import resolve_systems
 
     scn = load_scenario(scenario, sets)
     systems = resolve_systems(scn)
@@ -327,7 +327,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="the acceptance profile to write (YAML)")
 def fit_profile_cmd(trace: Path, out: Path) -> None:
     """Fit an acceptance profile to a recorded trace (`simulate --records` of a live run, or `dspark eval`)."""
-    from simulator.acceptance.trace_fit import fit_profile_file
+    from simulator.core.acceptance.trace_fit import fit_profile_file
 
     profile = fit_profile_file(trace, out)
     for name, d in profile["drafters"].items():
@@ -340,12 +340,12 @@ def fit_profile_cmd(trace: Path, out: Path) -> None:
 def list_cmd() -> None:
     """Show the built-in scenarios, policies, drafters, acceptance profiles and hardware tables, and the installed
     plug-ins."""
-    from simulator.acceptance import REGISTRY as SOURCES
-    from simulator.acceptance.profile import available_profiles, load_profile
-    from simulator.drafters import DRAFTER_KINDS
-    from simulator.library import builtin_scenarios, library_dir, scenario_description
-    from simulator.plugins import ACCEPTANCE_GROUP, POLICY_GROUP, entry_points
-    from simulator.policies import REGISTRY, display_name
+    from simulator.core.acceptance import REGISTRY as SOURCES
+    from simulator.core.acceptance.profile import available_profiles, load_profile
+    from simulator.core.drafters import DRAFTER_KINDS
+    from simulator.core.plugins import ACCEPTANCE_GROUP, POLICY_GROUP, entry_points
+    from simulator.core.policies import REGISTRY, display_name
+    from simulator.inputs.library import builtin_scenarios, library_dir, scenario_description
 
     click.echo(f"scenarios ({library_dir()}; run one with `simulate NAME`):")
     for path in builtin_scenarios():

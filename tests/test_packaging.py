@@ -50,7 +50,7 @@ def test_non_editable_install_runs_without_the_source_tree(tmp_path):
     elsewhere = tmp_path / "work"
     elsewhere.mkdir()
     env = {"PATH": f"{env_dir / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
-    where = run([str(py), "-c", "import simulator, simulator.library as l; print(simulator.__file__, l.library_dir())"],
+    where = run([str(py), "-c", "import simulator, simulator.inputs.library as l; print(simulator.__file__, l.library_dir())"],
                 elsewhere, env).stdout.split()
     assert all(Path(p).is_relative_to(site) for p in where), where  # the installed copy, not the checkout
 

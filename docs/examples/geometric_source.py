@@ -8,8 +8,8 @@ differ per workload mix entry (``alpha: {math: 0.9, chat: 0.6}``).
 
 import numpy as np
 
-from simulator.acceptance import AcceptanceSource, Proposal
-from simulator.acceptance.base import GrowingArrays
+from simulator.core.acceptance import AcceptanceSource, Proposal
+from simulator.core.acceptance.base import GrowingArrays
 
 
 class GeometricSource(AcceptanceSource):

@@ -1,5 +1,5 @@
 """``LiveSource``: the simulator's acceptance-source interface, with its extension for sources that generate real
-tokens (``simulator.acceptance.runtime.RuntimeSource``), served by real drafting and verification.
+tokens (``simulator.core.acceptance.runtime.RuntimeSource``), served by real drafting and verification.
 
 A scenario selects it with ``acceptance: {source: live, runtime: tiny | smoke | DIR, device: cpu | cuda,
 temperature: 1.0}`` (the simulator finds ``live`` through the ``dspark_sim.acceptance`` entry point and never
@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from simulator.acceptance.base import GrowingArrays, Proposal
-from simulator.acceptance.runtime import RuntimeSource
-from simulator.calibration import sts_apply
+from simulator.core.acceptance.base import GrowingArrays, Proposal
+from simulator.core.acceptance.runtime import RuntimeSource
+from simulator.core.calibration import sts_apply
 from simulator.errors import UserError
 
 from ..target import TargetRunner, resolve_device, resolve_dtype
@@ -252,7 +252,7 @@ class LiveSource(RuntimeSource):
             self.parked.pop(rid, None)
             self.eos_first.discard(rid)
 
-    # --- the runtime extension (simulator.acceptance.runtime) ------------------------------------------------
+    # --- the runtime extension (simulator.core.acceptance.runtime) ------------------------------------------------
     def preempt(self, ids: np.ndarray) -> None:
         """The engine evicted these requests: free their caches, keep their tokens for the recompute. (A request a
         disaggregated pool prefilled decodes in every step it is admitted to, so it holds its cache here before

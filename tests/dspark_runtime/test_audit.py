@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from dspark_runtime.audit import StepScheduler, run_audit
 from dspark_runtime.audit_worlds import appendix_a, draft_blocks, random_world
 from dspark_runtime.cli import cli
-from simulator.policies import greedy_prefix_lengths, top_k_prefix_lengths
+from simulator.core.policies import greedy_prefix_lengths, top_k_prefix_lengths
 
 PASS = 1e-3
 CAUGHT = 1e-6

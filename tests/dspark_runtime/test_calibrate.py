@@ -11,7 +11,7 @@ import torch
 
 from dspark_runtime.calibrate import fit_sts
 from dspark_runtime.rollouts import Blocks
-from simulator.calibration import confidence_report, logit, sigmoid, sts_apply
+from simulator.core.calibration import confidence_report, logit, sigmoid, sts_apply
 
 
 def synthetic_blocks(n: int, gamma: int, seed: int) -> tuple[Blocks, np.ndarray]:

@@ -23,10 +23,10 @@ import torch
 import yaml
 
 from dspark_runtime.chi_square import goodness_of_fit
-from simulator.config import load_scenario
-from simulator.invariants import check_invariants
-from simulator.run import LoadPoint, RunSpec, run_one
-from simulator.systems import resolve_systems
+from simulator.core.invariants import check_invariants
+from simulator.inputs.config import load_scenario
+from simulator.inputs.systems import resolve_systems
+from simulator.runs.run import LoadPoint, RunSpec, run_one
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "scenarios" / "hardware" / "h200-qwen3-8b-bf16.csv"
@@ -181,7 +181,7 @@ def _tau(row: dict, key: str) -> float:
 
 def test_live_trace_and_fitted_profile_agree(smoke_world, tmp_path):
     """One scenario under live, under its own recorded trace, and under the profile fitted to that trace."""
-    from simulator.acceptance.trace_fit import fit_profile_file
+    from simulator.core.acceptance.trace_fit import fit_profile_file
 
     paths, _, _ = smoke_world
     # ignore_eos: replays do not know where a real sequence ends, so every run keeps its drawn lengths
@@ -219,7 +219,7 @@ def _finished(sim) -> pd.DataFrame:
 def test_with_eos_the_trace_records_where_requests_ended_and_replays_end_them_there(smoke_world, tmp_path):
     """EOS on: the trace's ``output``/``eos`` are the live request log's; a replay of the same scenario and seed
     ends every recorded request exactly where live ended it; trace and fitted-profile replays agree with live."""
-    from simulator.acceptance.trace_fit import fit_profile_file
+    from simulator.core.acceptance.trace_fit import fit_profile_file
 
     paths, _, _ = smoke_world
     over = {"acceptance.temperature": 1.0, "frontier.concurrency": [8], "run.duration_s": 2.0, "run.warmup_s": 0.2,
@@ -253,7 +253,7 @@ def test_live_clock_charges_measured_time_and_writes_a_table(smoke_world, tmp_pa
     import pandas as pd
 
     from hw_profile.table import StepTable
-    from simulator.live_tables import write_live_tables
+    from simulator.outputs.live_tables import write_live_tables
 
     paths, _, _ = smoke_world
     # under the live clock a simulated second is a second of real forwards: long enough for several steps on a

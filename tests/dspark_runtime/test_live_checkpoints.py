@@ -20,7 +20,7 @@ from dspark_runtime.live.checkpoints import read_prompts
 from dspark_runtime.rollouts import encode_prompts
 from dspark_runtime.target import load_target, save_target
 from dspark_runtime.world import SIZES
-from simulator.invariants import check_invariants
+from simulator.core.invariants import check_invariants
 from tests.dspark_runtime.conftest import randomize
 from tests.dspark_runtime.test_live import _one_line_error, greedy, run, simulate
 

@@ -130,8 +130,8 @@ def test_prefill_is_priced_per_token_and_per_token_pair():
 def test_table_set_loads_from_hardware_table_alone(tmp_path):
     """The sidecars name each other: a scenario that only changes hardware.table gets both drafters, DSpark's head
     cost included."""
-    from simulator.config import load_scenario
-    from simulator.hardware import load_hardware
+    from simulator.inputs.config import load_scenario
+    from simulator.inputs.hardware import load_hardware
 
     shape, d = dep("qwen3-8b", "B200", engine="sglang", costs=engine_defaults("sglang"))
     b_axis, k_axis = np.array([1, 8, 64, 512, 4096]), np.array([0, 4096, 262144, 2_000_000])

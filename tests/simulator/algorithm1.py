@@ -1,5 +1,5 @@
 """A plain-Python transcription of the paper's Algorithm 1, line by line: the ground truth the compiled greedy
-(simulator/policies/greedy.py) is tested against, and the baseline benchmarks/bench_engine.py measures it against."""
+(simulator/core/policies/greedy.py) is tested against, and the baseline benchmarks/bench_engine.py measures it against."""
 
 from __future__ import annotations
 

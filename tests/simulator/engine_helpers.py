@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from simulator.config import load_scenario
-from simulator.invariants import check_invariants
-from simulator.run import LoadPoint, RunSpec, run_one
-from simulator.systems import resolve_systems
+from simulator.core.invariants import check_invariants
+from simulator.inputs.config import load_scenario
+from simulator.inputs.systems import resolve_systems
+from simulator.runs.run import LoadPoint, RunSpec, run_one
 
 
 def simulate(path, system: int | str = 0, concurrency: int | None = -1, seed: int = 0, quick: bool = False,

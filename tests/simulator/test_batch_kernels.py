@@ -1,4 +1,4 @@
-"""The compiled step bookkeeping (simulator/batch_kernels.py) against the numpy expressions it replaced."""
+"""The compiled step bookkeeping (simulator/core/batch_kernels.py) against the numpy expressions it replaced."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.batch_kernels import (
+from simulator.core.batch_kernels import (
     advance_prefill,
     emit_decoded,
     finished_rows,
@@ -102,7 +102,7 @@ def test_within_is_zero_to_hi_inclusive():
 @settings(max_examples=100, deadline=None)
 @given(st.integers(0, 300), st.integers(0, 2**32 - 1))
 def test_finished_rows_and_drop_equal_the_array_expressions(n, seed):
-    from simulator.columns import Batch, Field
+    from simulator.core.columns import Batch, Field
 
     rng = np.random.default_rng(seed)
     _, output, generated, prompt, _ = random_batch(rng, n, n + 5)

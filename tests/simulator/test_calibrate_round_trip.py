@@ -13,8 +13,8 @@ from hw_profile.observations import read_telemetry
 from hw_profile.paper_v4 import WINDOW, head_layer_equivalents
 from hw_profile.shapes import get_shape
 from hw_profile.table import StepTable
-from simulator.config import load_scenario
-from simulator.sweep import Sweep
+from simulator.inputs.config import load_scenario
+from simulator.runs.sweep import Sweep
 from tests.conftest import ROOT
 
 FLASH = ROOT / "scenarios" / "hardware" / "paper-v4-flash-calibrated.csv"

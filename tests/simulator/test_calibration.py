@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.calibration import auroc, brier, confidence_report, ece, logit, sigmoid, sts_apply, sts_fit
+from simulator.core.calibration import (
+    auroc,
+    brier,
+    confidence_report,
+    ece,
+    logit,
+    sigmoid,
+    sts_apply,
+    sts_fit,
+)
 
 
 def test_ece_by_hand():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator import engine
-from simulator.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
+from simulator.core import engine
+from simulator.core.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from tests.simulator.engine_helpers import simulate
 
 FIELDS = {

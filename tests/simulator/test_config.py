@@ -8,8 +8,8 @@ import sys
 import pytest
 import yaml
 
-from simulator.config import load_scenario
 from simulator.errors import UserError
+from simulator.inputs.config import load_scenario
 from tests.conftest import ROOT
 
 
@@ -142,7 +142,7 @@ def test_gamma_too_large_blames_the_system(scenario_file):
 
 
 def test_builtin_scenarios_and_library_files_are_found_by_name(tmp_path, monkeypatch):
-    from simulator.library import library_dir
+    from simulator.inputs.library import library_dir
 
     monkeypatch.chdir(tmp_path)  # no scenarios/ folder here
     for name in ("peak", "peak.yaml", "scenarios/peak.yaml"):

@@ -4,8 +4,8 @@ and a scenario whose engine limits reach far beyond a table's grid is warned abo
 from __future__ import annotations
 
 from hw_profile.table import StepTable
-from simulator.config import load_scenario
-from simulator.hardware import scenario_grid_warnings
+from simulator.inputs.config import load_scenario
+from simulator.inputs.hardware import scenario_grid_warnings
 from tests.conftest import ROOT
 from tests.simulator.engine_helpers import simulate
 from tests.simulator.test_config import run_cli

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from scipy import stats
 
-from simulator.acceptance.ends import NEVER, EndModel, _chi2_sf, fit_ends
-from simulator.acceptance.trace_fit import fit_profile_file
-from simulator.config import load_scenario
+from simulator.core.acceptance.ends import NEVER, EndModel, _chi2_sf, fit_ends
+from simulator.core.acceptance.trace_fit import fit_profile_file
+from simulator.inputs.config import load_scenario
 from tests.simulator.engine_helpers import simulate
 
 GAMMA = 4

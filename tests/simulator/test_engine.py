@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
+from simulator.core.policies import Policy
 from simulator.errors import PolicyError
-from simulator.policies import Policy
 from tests.conftest import ROOT
 from tests.simulator.engine_helpers import simulate
 
@@ -179,7 +179,7 @@ def test_disaggregated_prefill_moves_prefill_off_the_decode_replica(scenario_fil
 
 def test_sliding_window_drafter_reads_at_most_its_window():
     from hw_profile.table import StepTimeGrid
-    from simulator.drafters import DRAFTER_KINDS, DraftCost
+    from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 
     b = np.array([1.0, 1e4, 1.0, 1e4])
     k = np.array([0.0, 0.0, 1e6, 1e6])

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from hw_profile.table import StepTimeGrid
-from simulator.acceptance.base import AcceptanceSource, Proposal
-from simulator.columns import Batch
-from simulator.drafters import DRAFTER_KINDS, DraftCost
-from simulator.engine import Simulation, StepPrices
-from simulator.engine_config import EngineConfig
-from simulator.engine_rules import Admission, FirstComeFirstServed, Preemption
+from simulator.core.acceptance.base import AcceptanceSource, Proposal
+from simulator.core.columns import Batch
+from simulator.core.drafters import DRAFTER_KINDS, DraftCost
+from simulator.core.engine import Simulation, StepPrices
+from simulator.core.engine_config import EngineConfig
+from simulator.core.engine_rules import Admission, FirstComeFirstServed, Preemption
+from simulator.core.invariants import check_invariants
 from simulator.errors import UserError
-from simulator.invariants import check_invariants
 from tests.simulator.engine_helpers import simulate
 
 

@@ -11,11 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.acceptance.fitting import VARIATION
-from simulator.acceptance.latent import HeadModel, conditional_acceptance, sample_blocks
-from simulator.acceptance.profile import ProfileSource, load_profile
-from simulator.acceptance.trace_fit import conditional_from_accepted, deployed_temperatures, fit_profile_file
-from simulator.calibration import confidence_report, sts_apply
+from simulator.core.acceptance.fitting import VARIATION
+from simulator.core.acceptance.latent import HeadModel, conditional_acceptance, sample_blocks
+from simulator.core.acceptance.profile import ProfileSource, load_profile
+from simulator.core.acceptance.trace_fit import (
+    conditional_from_accepted,
+    deployed_temperatures,
+    fit_profile_file,
+)
+from simulator.core.calibration import confidence_report, sts_apply
 
 ROOT = Path(__file__).resolve().parents[2]
 MU = {"math": np.array([2.5, 2.2, 2.0, 1.8, 1.5]), "chat": np.array([0.8, 0.6, 0.5, 0.4, 0.3])}

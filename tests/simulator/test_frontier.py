@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.frontier import (
+from simulator.outputs.frontier import (
     anchor_status,
     anchors_summary,
     interpolate_at,

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hw_profile.table import StepTimeGrid
-from simulator.policies import greedy_prefix_lengths, top_k_prefix_lengths
-from simulator.policies.base import StepRate
-from simulator.policies.candidate_order import descending_stable
+from simulator.core.policies import greedy_prefix_lengths, top_k_prefix_lengths
+from simulator.core.policies.base import StepRate
+from simulator.core.policies.candidate_order import descending_stable
 from tests.simulator.algorithm1 import algorithm1_reference
 
 

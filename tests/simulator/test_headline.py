@@ -12,9 +12,9 @@ import pandas as pd
 from click.testing import CliRunner
 
 from simulator.cli import cli, default_out
-from simulator.config import load_scenario
-from simulator.summary import FLAG_HINTS, build_summary, flag_lines, format_headline, headline_table
-from simulator.sweep import Sweep
+from simulator.inputs.config import load_scenario
+from simulator.outputs.summary import FLAG_HINTS, build_summary, flag_lines, format_headline, headline_table
+from simulator.runs.sweep import Sweep
 
 
 def test_saturated_and_empty_runs_are_flagged_with_a_hint_in_the_terminal_and_the_report(scenario_file, tmp_path):
@@ -89,9 +89,9 @@ def test_a_baseline_whose_users_all_stalled_is_flagged_and_the_summary_and_repor
                                                                                               tmp_path):
     """The measured CPU recipe once crashed here: a baseline load point where no request got past its first
     token has speed 0, and the gain at matched throughput against it was infinite."""
-    from simulator.hardware import load_target_table
-    from simulator.report import write_report
-    from simulator.summary import write_outputs
+    from simulator.inputs.hardware import load_target_table
+    from simulator.outputs.report import write_report
+    from simulator.outputs.summary import write_outputs
 
     path = scenario_file(systems=["mtp-1", "dspark"], frontier={"concurrency": [2, 8, 16]})
     scn = load_scenario(path)
@@ -116,7 +116,7 @@ def test_a_baseline_whose_users_all_stalled_is_flagged_and_the_summary_and_repor
 
 
 def test_terminal_tables_fit_120_columns_and_name_what_they_leave_to_the_report(scenario_file, tmp_path):
-    from simulator.summary import fit_width, terminal_headline
+    from simulator.outputs.summary import fit_width, terminal_headline
 
     path = scenario_file(systems=["mtp-1", "threshold-0.7", "dspark"], frontier={"concurrency": [2, 16, 64]},
                          traffic={"kind": "poisson", "rate": 50.0}, sla={"tps_targets": [80.0, 120.0]})
@@ -138,7 +138,7 @@ def test_terminal_tables_fit_120_columns_and_name_what_they_leave_to_the_report(
 def test_progress_is_printed_as_lines_when_stderr_is_not_a_terminal(scenario_file, tmp_path):
     import io
 
-    from simulator.progress import LineProgress, progress_bar
+    from simulator.runs.progress import LineProgress, progress_bar
 
     stream = io.StringIO()
     bar = progress_bar("scn: runs", 3, stream, every_s=0.0)
@@ -156,7 +156,7 @@ def test_progress_is_printed_as_lines_when_stderr_is_not_a_terminal(scenario_fil
 
 
 def test_a_system_keeps_its_colour_whatever_the_other_systems():
-    from simulator.report import SYSTEM_PALETTE, colors
+    from simulator.outputs.report import SYSTEM_PALETTE, colors
 
     peak = ["mtp-1", "static-3", "static-5", "threshold-0.7", "batch-table", "goodput-k", "dspark", "dspark-async"]
     full = colors(peak)

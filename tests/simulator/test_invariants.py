@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator import invariants
-from simulator.config import load_scenario
-from simulator.engine import STEP_COLUMNS
-from simulator.invariants import InvariantViolation, check_invariants
-from simulator.run import LoadPoint, RunSpec, run_one
-from simulator.systems import resolve_systems
+from simulator.core import invariants
+from simulator.core.engine import STEP_COLUMNS
+from simulator.core.invariants import InvariantViolation, check_invariants
+from simulator.inputs.config import load_scenario
+from simulator.inputs.systems import resolve_systems
+from simulator.runs.run import LoadPoint, RunSpec, run_one
 from tests.conftest import ROOT
 
 
@@ -138,7 +138,7 @@ def test_a_prefill_pool_emits_the_first_token_before_routing(scenario_file):
 # every request-step emits one token too many.
 BONUS_POLICY = """\
 import numpy as np
-from simulator.policies import Policy
+from simulator.core.policies import Policy
 
 
 class CountsBonus(Policy):

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.cli import cli
-from simulator.metrics import followed, inter_token_gaps, user_speed
+from simulator.outputs.metrics import followed, inter_token_gaps, user_speed
 from tests.simulator.engine_helpers import simulate
 
 

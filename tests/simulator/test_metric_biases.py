@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.config import load_scenario
-from simulator.metrics import followed, user_speed
-from simulator.steady import choose_warmup, drifting, mser, state_series
-from simulator.workload import RequestMaker, open_loop_arrivals, trace_window
+from simulator.inputs.config import load_scenario
+from simulator.inputs.workload import RequestMaker, open_loop_arrivals, trace_window
+from simulator.outputs.metrics import followed, user_speed
+from simulator.runs.steady import choose_warmup, drifting, mser, state_series
 from tests.simulator.engine_helpers import simulate
 
 LOADED = {

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from hw_profile.table import StepTimeGrid
-from simulator.engine import REQUEST_COLUMNS, STEP_COLUMNS
-from simulator.metrics import request_metrics, saturated, step_metrics, tau_by_mix, user_speed
+from simulator.core.engine import REQUEST_COLUMNS, STEP_COLUMNS
+from simulator.outputs.metrics import request_metrics, saturated, step_metrics, tau_by_mix, user_speed
 
 NAN = float("nan")
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from simulator.acceptance.normal_table import LEVELS, quantiles
+from simulator.core.acceptance.normal_table import LEVELS, quantiles
 
 
 def standard_normal(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.paper_check import REFERENCE, main, report
+from benchmarks.paper_check import REFERENCE, main, report
 
 
 def write_results(folder, dspark_thr, scenario="paper-v4-flash", anchors=(80, 120), gains=(0.5, 9.0)):
@@ -67,7 +67,7 @@ def test_missing_results_are_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("anchor", [80, 120])
 def test_figure7_line_is_read_not_extrapolated(anchor):
-    from simulator.paper_check import _interp, _line
+    from benchmarks.paper_check import _interp, _line
 
     x, y = _line(pd.read_csv(REFERENCE), "fig7", "v4-flash")
     assert _interp(x, y, anchor) > 0

@@ -17,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hw_profile.table import StepTimeGrid
-from simulator.backends import Backend
-from simulator.capacity_report import format_plan, unmet_lines
-from simulator.config import load_scenario
-from simulator.plan import (
+from simulator.core.prefill import PrefillPool
+from simulator.inputs.config import load_scenario
+from simulator.outputs.capacity_report import format_plan, unmet_lines
+from simulator.runs.backends import Backend
+from simulator.runs.plan import (
     MET,
     UNMET,
     Planner,
@@ -29,7 +30,6 @@ from simulator.plan import (
     most_traffic,
     verdict,
 )
-from simulator.prefill import PrefillPool
 from tests.conftest import ROOT
 
 
@@ -318,7 +318,7 @@ def test_headroom_is_measured_with_the_planned_prefill_pool_and_its_bound_meets(
 
 
 def test_no_decode_replica_is_added_against_a_saturated_prefill_pool(scenario_file, tmp_path):
-    from simulator.plan import SystemPlan
+    from simulator.runs.plan import SystemPlan
 
     path = small_plan_scenario(scenario_file, systems=["mtp-1"], **DISAGG)
     target = Target(tps=100.0, attainment=0.9, ttft_p99=0.3, max_gpus=32, rate_tolerance=0.3)

@@ -1,4 +1,4 @@
-"""Plug-in resolution (simulator/plugins.py): import strings, entry points, base classes, parameters, files."""
+"""Plug-in resolution (simulator/core/plugins.py): import strings, entry points, base classes, parameters, files."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.acceptance import AcceptanceSource, Proposal, resolve_source
-from simulator.acceptance.base import checked_accepted, checked_confidence
-from simulator.acceptance.runtime import RuntimeSource
-from simulator.errors import PolicyError, SourceError, UserError
-from simulator.plugins import (
+from simulator.core.acceptance import AcceptanceSource, Proposal, resolve_source
+from simulator.core.acceptance.base import checked_accepted, checked_confidence
+from simulator.core.acceptance.runtime import RuntimeSource
+from simulator.core.plugins import (
     ACCEPTANCE_GROUP,
     POLICY_GROUP,
     construct,
     entry_points,
     source_files,
 )
-from simulator.policies import Policy, make_policy, resolve
-from simulator.policies.adaptive import Threshold
+from simulator.core.policies import Policy, make_policy, resolve
+from simulator.core.policies.adaptive import Threshold
+from simulator.errors import PolicyError, SourceError, UserError
 from tests.simulator.engine_helpers import simulate
 
 
@@ -44,7 +44,7 @@ def plugin_dir(tmp_path, monkeypatch):
     (pkg / "sched" / "helpers.py").write_text("K = 2\n")
     (pkg / "sched" / "fixed.py").write_text(textwrap.dedent("""
         import numpy as np
-        from simulator.policies import Policy
+        from simulator.core.policies import Policy
         from mylab.sched.helpers import K
 
         class AlwaysK(Policy):
@@ -58,7 +58,7 @@ def plugin_dir(tmp_path, monkeypatch):
                 return view.max_lengths
     """))
     (tmp_path / "single.py").write_text(textwrap.dedent("""
-        from simulator.policies import Policy
+        from simulator.core.policies import Policy
 
         class Zero(Policy):
             def choose(self, view):
@@ -183,7 +183,7 @@ def test_builtin_source_takes_no_options(scenario_file):
 def test_oracle_needs_a_source_that_draws_outcomes(scenario_file, tmp_path, monkeypatch):
     (tmp_path / "nooutcome.py").write_text(textwrap.dedent("""
         import numpy as np
-        from simulator.acceptance import AcceptanceSource, Proposal
+        from simulator.core.acceptance import AcceptanceSource, Proposal
 
         class Blind(AcceptanceSource):
             def __init__(self, *, scenario, drafter, gamma, mix, calibrated, rng):

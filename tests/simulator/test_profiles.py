@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.acceptance.fitting import REFERENCE_OUTPUT
-from simulator.acceptance.latent import Variation, conditional_acceptance, full_block_tau, solve_latent
-from simulator.acceptance.pooled import lognormal_output_pmf, pooled_tau
-from simulator.acceptance.profile import PROFILE_DIR, ProfileSource, load_profile
-from simulator.calibration import confidence_report
+from simulator.core.acceptance.fitting import REFERENCE_OUTPUT
+from simulator.core.acceptance.latent import Variation, conditional_acceptance, full_block_tau, solve_latent
+from simulator.core.acceptance.pooled import lognormal_output_pmf, pooled_tau
+from simulator.core.acceptance.profile import PROFILE_DIR, ProfileSource, load_profile
+from simulator.core.calibration import confidence_report
 from tests.simulator.engine_helpers import simulate
 
 TABLE1 = pd.read_csv(PROFILE_DIR / "paper-table1.csv")

@@ -9,9 +9,9 @@ import sys
 import pandas as pd
 import pytest
 
-from simulator.backends import Backend
-from simulator.config import load_scenario
-from simulator.sweep import Sweep
+from simulator.inputs.config import load_scenario
+from simulator.runs.backends import Backend
+from simulator.runs.sweep import Sweep
 from tests.conftest import ROOT
 
 ray = pytest.importorskip("ray", reason="the test extra installs ray; CI runs this")

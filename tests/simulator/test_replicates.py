@@ -9,11 +9,11 @@ import math
 import pandas as pd
 import pytest
 
-from simulator.backends import Backend
-from simulator.capacity_report import unmet_lines
-from simulator.config import load_scenario
-from simulator.plan import MET, Planner, SystemPlan, Target, Trial, plan_table, verdict
-from simulator.replicates import combine, judge, unresolved
+from simulator.inputs.config import load_scenario
+from simulator.outputs.capacity_report import unmet_lines
+from simulator.runs.backends import Backend
+from simulator.runs.plan import MET, Planner, SystemPlan, Target, Trial, plan_table, verdict
+from simulator.runs.replicates import combine, judge, unresolved
 from tests.simulator.test_plan import small_plan_scenario
 
 

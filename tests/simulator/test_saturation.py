@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import simpy
 
-from simulator.prefill import PrefillPool
+from simulator.core.prefill import PrefillPool
 from tests.simulator.engine_helpers import simulate
 from tests.simulator.test_plan import linear_grid
 
@@ -74,11 +74,11 @@ def absorbing_scenario(scenario_file, rate: float):
 
 
 def test_overload_the_batch_absorbs_is_flagged_where_saturated_is_not(scenario_file, tmp_path):
-    from simulator.config import load_scenario
-    from simulator.metrics import OVERLOAD_SHARE
-    from simulator.plan import Target, shortfall
-    from simulator.summary import FLAG_HINTS, build_summary, flag_lines, headline_table
-    from simulator.sweep import Sweep
+    from simulator.inputs.config import load_scenario
+    from simulator.outputs.metrics import OVERLOAD_SHARE
+    from simulator.outputs.summary import FLAG_HINTS, build_summary, flag_lines, headline_table
+    from simulator.runs.plan import Target, shortfall
+    from simulator.runs.sweep import Sweep
 
     light, _ = simulate(absorbing_scenario(scenario_file, 100.0), concurrency=None, quick=True)
     assert light["unfinished"] == 0 and not light["overloaded"] and not light["saturated"]

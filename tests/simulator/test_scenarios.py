@@ -18,8 +18,8 @@ def test_the_library_is_complete():
 
 @pytest.mark.parametrize("stem", sorted(PAPER))
 def test_paper_scenarios_run_on_calibrated_tables_and_compare_dspark_with_mtp1(stem):
-    from simulator.config import load_scenario
-    from simulator.hardware import load_target_table
+    from simulator.inputs.config import load_scenario
+    from simulator.inputs.hardware import load_target_table
 
     scn = load_scenario(ROOT / "scenarios" / f"{stem}.yaml")
     assert load_target_table(scn).meta["kind"] == "calibrated"
@@ -48,10 +48,10 @@ def test_sla_anchors_separate_the_policies(stem):
     'above'), more than 10% apart in throughput per GPU (quick runs, the scenario's own load points)."""
     import pandas as pd
 
-    from simulator.config import load_scenario
-    from simulator.frontier import anchors_summary
-    from simulator.run import LoadPoint, RunSpec, run_one
-    from simulator.systems import resolve_systems
+    from simulator.inputs.config import load_scenario
+    from simulator.inputs.systems import resolve_systems
+    from simulator.outputs.frontier import anchors_summary
+    from simulator.runs.run import LoadPoint, RunSpec, run_one
 
     scn = load_scenario(ROOT / "scenarios" / f"{stem}.yaml", ("systems=[mtp-1, dspark]",))
     rows = [run_one(scn, RunSpec(system, LoadPoint(c), 0, True))[0]

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from hw_profile.table import PrefillCost, StepTable
-from simulator.engine import Simulation, StepPrices
-from simulator.engine_config import EngineConfig
-from simulator.invariants import check_invariants
+from simulator.core.engine import Simulation, StepPrices
+from simulator.core.engine_config import EngineConfig
+from simulator.core.invariants import check_invariants
 from tests.simulator.engine_helpers import simulate
 
 A_US, C_NS = 5.0, 10.0  # prefill price: 5 us per prompt token, 10 ns per (new token, attended token) pair
@@ -184,7 +184,7 @@ def test_check_names_the_schedule_and_price_and_a_wrong_schedule_is_one_line(tmp
 def test_a_prefill_pool_prices_its_forwards_apart_too(tmp_path):
     import simpy
 
-    from simulator.prefill import PrefillPool, PrefillPrice
+    from simulator.core.prefill import PrefillPool, PrefillPrice
 
     table = tiny_table(tmp_path, priced=True)
     env = simpy.Environment()

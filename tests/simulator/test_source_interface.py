@@ -8,10 +8,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from simulator.acceptance import REGISTRY, AcceptanceSource, Proposal, resolve_source
-from simulator.acceptance.profile import ProfileSource
-from simulator.acceptance.runtime import RuntimeSource
-from simulator.acceptance.trace import TraceSource
+from simulator.core.acceptance import REGISTRY, AcceptanceSource, Proposal, resolve_source
+from simulator.core.acceptance.profile import ProfileSource
+from simulator.core.acceptance.runtime import RuntimeSource
+from simulator.core.acceptance.trace import TraceSource
 from simulator.errors import UserError
 from tests.simulator.engine_helpers import simulate
 
@@ -110,7 +110,7 @@ def test_the_builtins_are_registered_under_their_names():
 @pytest.mark.parametrize(("spec", "match"), [
     ("profle", r"unknown acceptance source 'profle' \(did you mean 'profile'\?\); known: profile, trace"),
     ("nosuchmodule:Source", r"cannot import module 'nosuchmodule'"),
-    ("simulator.acceptance.profile:Profile", r"'Profile', expected a subclass of .*AcceptanceSource"),
+    ("simulator.core.acceptance.profile:Profile", r"'Profile', expected a subclass of .*AcceptanceSource"),
 ])
 def test_unresolvable_sources_are_one_line_errors(spec, match):
     with pytest.raises(UserError, match=match) as info:

@@ -12,8 +12,8 @@ import time
 import pandas as pd
 import pytest
 
-from simulator.config import load_scenario
-from simulator.sweep import Sweep
+from simulator.inputs.config import load_scenario
+from simulator.runs.sweep import Sweep
 from tests.conftest import ROOT
 
 SMALL = {"systems": ["mtp-1", "dspark", "static-3"], "frontier": {"concurrency": [2, 8, 32]},
@@ -131,7 +131,7 @@ def test_editing_a_plugin_between_runs_recomputes_its_runs(scenario_file, tmp_pa
     plug = tmp_path / "plug"
     plug.mkdir()
     policy = plug / "mypolicies.py"
-    source = ("import numpy as np\nfrom simulator.policies import Policy\n\n"
+    source = ("import numpy as np\nfrom simulator.core.policies import Policy\n\n"
               "class AlwaysK(Policy):\n    reads_confidence = False\n\n"
               "    def choose(self, view):\n        return np.minimum({k}, view.max_lengths)\n")
     policy.write_text(source.format(k=2))
@@ -193,7 +193,7 @@ def test_records_of_stored_runs_are_written_and_fresh_ignores_the_store(scenario
 
 BUILT_SOURCE = """
 import numpy as np
-from simulator.acceptance import AcceptanceSource, Proposal
+from simulator.core.acceptance import AcceptanceSource, Proposal
 
 class Built(AcceptanceSource):
     # stands for a source that loads a built model: its digest is that of the file it would load

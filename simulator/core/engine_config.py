@@ -1,0 +1,57 @@
+"""What an engine is, in one object: the limits and rules of each replica, how many replicas, and where prompts are
+prefilled. A scenario's ``engine`` and ``hardware`` sections become one (simulator/runs/run.py); a test or a notebook
+writes one in a line (docs/extending.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.core.engine_rules import resolve_rule
+from simulator.core.prefill import Disaggregated
+
+SCHEDULES = ("mixed", "prefill-first")  # engine.schedule (simulator/inputs/config.py)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One deployment's engine.
+
+    max_running: requests in one replica's running batch; max_batch_tokens: tokens in one forward (decode, verify
+    and prompt chunks); kv_capacity: KV-cache slots of one replica; gamma: draft tokens proposed per request and
+    step (0: no drafter); every running request reserves gamma + 1 lookahead slots beyond its context.
+    prefill_chunk: most prompt tokens of one request per step (``schedule`` mixed); schedule: ``mixed`` (prompt
+    chunks ride in decode steps) or ``prefill-first`` (prefill-only steps while any prompt waits); stall_ms:
+    scheduling stall of policies that read this step's confidences before the verify can launch.
+    replicas, router, admission, preemption: how many replicas and the rules (simulator/core/engine_rules.py, by name,
+    import string or class). prefill: None (prompts prefill on the decode replica, colocated) or a
+    ``Disaggregated`` pool.
+    """
+
+    max_running: int
+    max_batch_tokens: int
+    kv_capacity: int
+    gamma: int = 0
+    prefill_chunk: int = 2048
+    schedule: str = "mixed"
+    stall_ms: float = 0.0
+    replicas: int = 1
+    router: str | type = "least-loaded"
+    admission: str | type = "fcfs"
+    preemption: str | type = "newest"
+    prefill: Disaggregated | None = None
+
+    def __post_init__(self):
+        for name in ("max_running", "max_batch_tokens", "kv_capacity", "prefill_chunk", "replicas"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EngineConfig.{name} must be at least 1, got {getattr(self, name)}")
+        if self.gamma < 0:
+            raise ValueError(f"EngineConfig.gamma must be >= 0, got {self.gamma}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"EngineConfig.schedule {self.schedule!r}: expected one of {', '.join(SCHEDULES)}")
+        for kind in ("router", "admission", "preemption"):
+            resolve_rule(kind, getattr(self, kind), what=f"EngineConfig.{kind}")
+
+    @property
+    def lookahead(self) -> int:
+        """KV slots each running request reserves beyond its context: gamma draft tokens + one target token."""
+        return self.gamma + 1

@@ -1,0 +1,149 @@
+"""The engine's replaceable rules: where a request goes (router), which waiting requests join a running batch
+(admission) and which running request leaves when the KV cache overflows (preemption).
+
+Each is a small class with a ``name``, registered here like the verification policies, and named in a scenario
+(``hardware.router``, ``engine.admission``, ``engine.preemption``) by its name, by an entry point of the groups
+below, or by import string ``package.module:Class`` (simulator/core/plugins.py). The built-ins are vLLM's defaults:
+least-loaded routing, first-come first-served admission without skipping, recompute preemption of the newest
+request. docs/extending.md says what a rule may read and what it must return; the engine checks the answer.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import ClassVar
+
+import numpy as np
+
+from simulator.core.columns import Batch
+from simulator.core.plugins import load_plugin
+from simulator.errors import UserError
+
+ROUTER_GROUP = "dspark_sim.routers"
+ADMISSION_GROUP = "dspark_sim.admission"
+PREEMPTION_GROUP = "dspark_sim.preemption"
+
+
+class Router:
+    """Sends each new request to a replica. The base class counts each replica's load (requests running or queued
+    there) as requests are routed and finish, so that a rule reads ``self.loads`` instead of scanning replicas (the
+    invariant checker holds the counts to what the replicas hold). A subclass implements ``choose``."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, replicas: int):
+        self.loads = np.zeros(replicas, dtype=np.int64)
+
+    def choose(self) -> int:
+        """The replica (index) of the next request; called only with two or more replicas."""
+        raise NotImplementedError
+
+    def pick(self) -> int:
+        """The next request's replica (index), counted in."""
+        i = 0 if len(self.loads) == 1 else self.choose()
+        self.loads[i] += 1
+        return i
+
+    def sent(self, replica: int, count: int) -> None:
+        """``count`` requests went to ``replica`` without a pick (it is the only one)."""
+        self.loads[replica] += count
+
+    def finished(self, replica: int, count: int) -> None:
+        self.loads[replica] -= count
+
+
+class RoundRobin(Router):
+    name = "round-robin"
+
+    def __init__(self, replicas: int):
+        super().__init__(replicas)
+        self._next = 0
+
+    def choose(self) -> int:
+        i = self._next % len(self.loads)
+        self._next += 1
+        return i
+
+
+class LeastLoaded(Router):
+    """The replica with the fewest requests running or queued; ties: the lowest index."""
+
+    name = "least-loaded"
+
+    def choose(self) -> int:
+        return int(self.loads.argmin())  # argmin: the first of equal loads
+
+
+class Admission:
+    """Which waiting requests join a replica's running batch, called before every step."""
+
+    name: ClassVar[str] = ""
+
+    def take(self, queue: deque[int], room: int, free_kv: int, requests: dict[str, np.ndarray],
+             lookahead: int) -> list[int]:
+        """Remove from ``queue`` (request ids, oldest first) the requests that join now and return them in the
+        order they join: at most ``room`` of them, whose contexts plus ``lookahead`` slots each fit in ``free_kv``
+        KV slots. A request's context is ``requests["prompt"][rid] + requests["generated"][rid]`` (what it generated
+        before a preemption is recomputed with its prompt); ``requests`` is the request log, read only."""
+        raise NotImplementedError
+
+
+class FirstComeFirstServed(Admission):
+    """Oldest first, stopping at the first that does not fit: a long prompt at the head is not overtaken (vLLM)."""
+
+    name = "fcfs"
+
+    def take(self, queue: deque[int], room: int, free_kv: int, requests: dict[str, np.ndarray],
+             lookahead: int) -> list[int]:
+        prompt, generated = requests["prompt"], requests["generated"]
+        rids: list[int] = []
+        while queue and len(rids) < room:
+            rid = queue[0]
+            need = int(prompt[rid] + generated[rid]) + lookahead
+            if need > free_kv:
+                break
+            rids.append(queue.popleft())
+            free_kv -= need
+        return rids
+
+
+class Preemption:
+    """Which running request is evicted (its KV dropped, recomputed when it is admitted again) while the cache
+    overflows. It returns to the front of its replica's queue."""
+
+    name: ClassVar[str] = ""
+
+    def victim(self, batch: Batch) -> int:
+        """The row (0..batch.n - 1) to evict. Rows are in admission order, the last the most recently admitted;
+        ``batch``'s columns (``rid``, ``prompt``, ``generated``, ``to_prefill``, ...) are read only."""
+        raise NotImplementedError
+
+
+class Newest(Preemption):
+    """The most recently admitted request (vLLM's recompute preemption)."""
+
+    name = "newest"
+
+    def victim(self, batch: Batch) -> int:
+        return batch.n - 1
+
+
+ROUTERS: dict[str, type[Router]] = {c.name: c for c in (LeastLoaded, RoundRobin)}
+ADMISSIONS: dict[str, type[Admission]] = {c.name: c for c in (FirstComeFirstServed,)}
+PREEMPTIONS: dict[str, type[Preemption]] = {c.name: c for c in (Newest,)}
+_KINDS = {"router": (ROUTERS, Router, ROUTER_GROUP), "admission": (ADMISSIONS, Admission, ADMISSION_GROUP),
+          "preemption": (PREEMPTIONS, Preemption, PREEMPTION_GROUP)}
+
+
+def resolve_rule(kind: str, spec: str | type, what: str | None = None) -> type:
+    """The class of a rule (``kind``: router, admission or preemption) from a built-in name, an entry point,
+    ``package.module:Class`` or the class itself. Unknown names raise a UserError that starts with ``what``."""
+    registry, base, group = _KINDS[kind]
+    if isinstance(spec, type):
+        if not issubclass(spec, base):
+            raise UserError(f"{what or kind}: {spec.__qualname__} is not a subclass of {base.__qualname__}")
+        return spec
+    if spec in registry:
+        return registry[spec]
+    return load_plugin(spec, group=group, base=base, what=what or f"{kind} {spec!r}", noun=kind,
+                       known=sorted(registry))

@@ -1,0 +1,445 @@
+"""Scenario files: the schema, validation with one-line errors, and command-line overrides.
+
+A scenario is YAML. Every field is validated on load; unknown keys are errors; a wrong or missing field stops with
+one line that names the file, the field path and what was expected. ``--set dotted.path=value`` (value parsed as
+YAML; list items by index, e.g. ``systems.0.gamma=5``) overrides fields before validation. Paths inside a scenario
+(tables, traces, profiles) are relative to the scenario file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from simulator.core.drafters import DRAFTER_KINDS
+from simulator.core.plugins import did_you_mean
+from simulator.errors import UserError
+from simulator.inputs.library import find_builtin_scenario, library_dir
+
+DRAFTERS = tuple(DRAFTER_KINDS)  # declared once, with their shapes, in simulator/core/drafters.py
+DrafterName = Literal[DRAFTERS]  # type: ignore[valid-type]
+
+
+class Strict(BaseModel):
+    # strict: a quoted number ("60") is a string, not silently a number
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+# --- lengths -----------------------------------------------------------------------------------------------------
+
+class FixedLength(Strict):
+    dist: Literal["fixed"] = "fixed"
+    value: PositiveInt = Field(description="every request has this many tokens")
+
+
+class UniformLength(Strict):
+    dist: Literal["uniform"]
+    low: PositiveInt
+    high: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.high < self.low:
+            raise ValueError("high must be >= low")
+        return self
+
+
+class LognormalLength(Strict):
+    dist: Literal["lognormal"]
+    median: PositiveFloat
+    sigma: PositiveFloat = Field(description="standard deviation of log length")
+    max: PositiveInt | None = Field(None, description="lengths above are clipped")
+
+
+class EmpiricalLength(Strict):
+    dist: Literal["empirical"]
+    trace: str = Field(description="Azure-format CSV (TIMESTAMP,ContextTokens,GeneratedTokens) to sample from")
+    column: Literal["ContextTokens", "GeneratedTokens"]
+    max: PositiveInt | None = None
+
+
+class RecordedLength(Strict):
+    dist: Literal["recorded"]
+    trace: str = Field(description="a live run's acceptance trace (simulate --records): the real output lengths of "
+                                   "the requests that finished in it")
+    max: PositiveInt | None = None
+
+
+Length = Annotated[FixedLength | UniformLength | LognormalLength | EmpiricalLength | RecordedLength,
+                   Field(discriminator="dist")]
+
+
+def _length_shorthand(v: Any) -> Any:
+    return {"dist": "fixed", "value": v} if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+# --- blocks ------------------------------------------------------------------------------------------------------
+
+class Hardware(Strict):
+    table: str = Field(description="step-time table T(B, K) of the target, CSV (see hw_profile)")
+    policy_table: str | None = Field(None, description="a (smoothed) copy the policy sees; the clock uses `table`")
+    drafter_tables: dict[str, str] = Field(default_factory=dict, description="drafter -> cost table; defaults from the table's sidecar")
+    replicas: PositiveInt = 1
+    gpus_per_replica: PositiveInt = Field(1, description="GPUs of one replica (its TP/EP size)")
+    router: str = Field("least-loaded", description="'least-loaded', 'round-robin', a plug-in's entry-point name, "
+                        "or package.module:Class (simulator/core/engine_rules.py)")
+    clock: Literal["table", "live"] = Field(
+        "table", description="step time: from `table` (simulated hardware), or the measured time of a live source's forwards")
+    prefill_replicas: PositiveInt | None = Field(
+        None, description="engine.prefill disaggregated: replicas of the prefill pool (default: unbounded)")
+    prefill_table: str | None = Field(None, description="step-time table of a prefill replica (default: `table`)")
+    prefill_gpus_per_replica: PositiveInt | None = Field(None, description="GPUs of one prefill replica (default: gpus_per_replica)")
+
+    @field_validator("drafter_tables")
+    @classmethod
+    def _known(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if k not in DRAFTERS or k == "none":
+                raise ValueError(f"unknown drafter {k!r}; expected one of {', '.join(DRAFTERS[1:])}")
+        return v
+
+
+class Engine(Strict):
+    max_running: PositiveInt = Field(256, description="max requests in the running batch of one replica")
+    max_batch_tokens: PositiveInt = Field(8192, description="max tokens in one forward (decode + prefill)")
+    kv_capacity_tokens: PositiveInt | None = Field(None, description="KV cache per replica, tokens; default: from the table's GPU memory and model")
+    prefill_chunk: PositiveInt = Field(
+        2048, description="schedule mixed: max prompt tokens of one request per step (chunked prefill)")
+    schedule: Literal["mixed", "prefill-first"] = Field(
+        "mixed", description="mixed: prompt chunks ride in decode steps (vLLM, TensorRT-LLM); prefill-first: waiting "
+        "prompts run in prefill-only steps of up to max_batch_tokens while decode waits (SGLang)")
+    prefill: Literal["colocated", "disaggregated"] = Field(
+        "colocated", description="disaggregated: a separate prefill pool (not counted) sends the KV and first token")
+    sched_stall_ms: NonNegativeFloat = Field(0.3, description="stall of policies that need this step's confidences before verify")
+    admission: str = Field("fcfs", description="which waiting requests join the batch: 'fcfs' (oldest first, no "
+                           "overtaking), a plug-in's entry-point name, or package.module:Class")
+    preemption: str = Field("newest", description="which request is evicted when the KV cache overflows: 'newest' "
+                            "(recompute the most recently admitted), a plug-in's name, or package.module:Class")
+
+
+class Acceptance(Strict):
+    # a plug-in source's own settings may sit beside `source` (e.g. `runtime`, `device`, `temperature` of the live
+    # runtime): they join `options`; the built-in sources take none
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    source: str = Field("profile", description="'profile', 'trace', a plug-in's entry-point name, or package.module:Class")
+    profile: str = "paper-qwen3-8b"
+    trace: str | None = None
+    confidence: Literal["calibrated", "raw"] = "calibrated"
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of a plug-in source")
+
+    @model_validator(mode="after")
+    def _source(self) -> Acceptance:
+        if self.source == "trace" and not self.trace:
+            raise ValueError("source 'trace' needs a 'trace' path")
+        if not self.source.strip():
+            raise ValueError("source must be 'profile', 'trace', an installed plug-in's name or module:Class")
+        extra = sorted(self.model_extra or {})
+        if extra and self.source in ("profile", "trace"):
+            raise ValueError(f"unknown field {extra[0]!r} (the {self.source} source takes none)")
+        return self
+
+
+class DrafterDefault(Strict):
+    name: DrafterName = "dspark"
+    gamma: PositiveInt = 7
+
+
+class System(Strict):
+    name: str | None = None
+    drafter: DrafterName | None = None
+    gamma: PositiveInt | None = None
+    policy: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Workload(Strict):
+    mix: dict[str, PositiveFloat] = Field(default_factory=lambda: {"math": 1.0, "code": 1.0, "chat": 1.0},
+                                          description="domain or benchmark -> weight")
+    prompt: Length = Field(default_factory=lambda: FixedLength(value=512))
+    output: Length = Field(default_factory=lambda: FixedLength(value=256))
+
+    @field_validator("prompt", "output", mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return _length_shorthand(v)
+
+    @field_validator("prompt")
+    @classmethod
+    def _not_recorded(cls, v: Any) -> Any:
+        if isinstance(v, RecordedLength):
+            raise ValueError("dist 'recorded' gives output lengths (a live trace records no prompt lengths)")
+        return v
+
+    @field_validator("mix")
+    @classmethod
+    def _nonempty(cls, v: dict[str, float]) -> dict[str, float]:
+        if not v:
+            raise ValueError("mix needs at least one entry")
+        return v
+
+
+class Frontier(Strict):
+    concurrency: list[PositiveInt] = Field(min_length=1, description="closed-loop users (whole deployment), one run each")
+
+
+class Segment(Strict):
+    duration_s: PositiveFloat
+    rate: NonNegativeFloat = Field(description="mean arrivals per second")
+
+
+class Traffic(Strict):
+    kind: Literal["poisson", "trace"]
+    # positive: at 0 nothing arrives, the open-loop run measures nothing and a plan has nothing to size
+    rate: PositiveFloat | None = Field(None, description="poisson: constant arrivals per second")
+    segments: list[Segment] | None = Field(None, description="poisson: piecewise-constant rate (a tide), repeated to fill the run")
+    time_scale: PositiveFloat = Field(1.0, description="segments run this many times faster (a 24 h tide in minutes)")
+    trace: str | None = Field(None, description="trace: Azure-format CSV to replay")
+    rate_scale: PositiveFloat = Field(1.0, description="trace: replay at this multiple of the recorded arrival rate")
+    start_s: NonNegativeFloat = Field(0.0, description="trace: skip this much of the recording")
+    lengths_from_trace: bool = Field(True, description="trace: prompt and output lengths from the trace")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Traffic:
+        if self.kind == "poisson" and (self.rate is None) == (self.segments is None):
+            raise ValueError("poisson traffic needs exactly one of 'rate' or 'segments'")
+        if self.kind == "trace" and not self.trace:
+            raise ValueError("trace traffic needs a 'trace' path")
+        return self
+
+
+class Run(Strict):
+    duration_s: PositiveFloat = Field(300.0, description="simulated seconds per run")
+    warmup_s: NonNegativeFloat = Field(30.0, description="excluded from the metrics (at least; longer when the "
+                                                         "run detects that its state settles later)")
+    quick_duration_s: PositiveFloat = Field(20.0, description="--quick: simulated seconds per run")
+    quick_warmup_s: NonNegativeFloat = 4.0
+    drain_cap_s: NonNegativeFloat = Field(60.0, description="after the window, follow its requests to completion "
+                                                            "for at most this long (the rest count as unfinished)")
+    quick_drain_cap_s: NonNegativeFloat = 10.0
+    replicates: PositiveInt = Field(1, description="seeds per load point")
+
+    @model_validator(mode="after")
+    def _warm(self) -> Run:
+        if self.warmup_s >= self.duration_s:
+            raise ValueError("warmup_s must be shorter than duration_s")
+        if self.quick_warmup_s >= self.quick_duration_s:
+            raise ValueError("quick_warmup_s must be shorter than quick_duration_s")
+        return self
+
+
+class SLA(Strict):
+    tps_targets: list[PositiveFloat] = Field(min_length=1, description="tokens/s/user; the first is the one sla_attainment uses")
+    baseline: str | None = Field(None, description="system the gains are measured against (default: mtp-1 if present)")
+
+
+class Scenario(Strict):
+    name: str | None = None
+    description: str = ""
+    seed: int = 0
+    hardware: Hardware
+    engine: Engine = Field(default_factory=Engine)
+    acceptance: Acceptance = Field(default_factory=Acceptance)
+    drafter: DrafterDefault = Field(default_factory=DrafterDefault, description="default drafter of systems that name none")
+    systems: list[str | System] = Field(min_length=1)
+    workload: Workload = Field(default_factory=Workload)
+    frontier: Frontier | None = None
+    traffic: Traffic | None = None
+    run: Run = Field(default_factory=Run)
+    sla: SLA = Field(default_factory=lambda: SLA(tps_targets=[80.0]))
+
+    @model_validator(mode="after")
+    def _load_points(self) -> Scenario:
+        if self.frontier is None and self.traffic is None:
+            raise ValueError("a scenario needs a 'frontier' (closed loop), a 'traffic' (open loop) or both")
+        if self.hardware.prefill_replicas is not None and self.engine.prefill != "disaggregated":
+            raise ValueError("hardware.prefill_replicas sizes a disaggregated prefill pool; set engine.prefill: disaggregated")
+        if self.hardware.prefill_table is not None and self.engine.prefill != "disaggregated":
+            raise ValueError("hardware.prefill_table prices a disaggregated prefill pool; set engine.prefill: disaggregated")
+        return self
+
+
+def unused_settings(scenario: Scenario) -> list[str]:
+    """Settings a `simulate` run of this scenario reads nothing from, though `simulate plan` does: one warning line
+    each (the run and `check` print them)."""
+    hw = scenario.hardware
+    if hw.prefill_table is not None and hw.prefill_replicas is None:
+        return ["hardware.prefill_table prices the replicas of a finite prefill pool (hardware.prefill_replicas, or "
+                "the pools `simulate plan` sizes); this run's unbounded pool prices every prompt from hardware.table"]
+    return []
+
+
+# --- loading -----------------------------------------------------------------------------------------------------
+
+class LoadedScenario:
+    """A validated scenario and where it came from (for resolving relative paths)."""
+
+    def __init__(self, model: Scenario, path: Path, overrides: list[str]):
+        self.model = model
+        self.path = path
+        self.overrides = overrides
+
+    @property
+    def base(self) -> Path:
+        return self.path.parent
+
+    @property
+    def name(self) -> str:
+        return self.model.name or self.path.stem
+
+    def resolve(self, rel: str) -> Path:
+        """A path the scenario names, relative to the scenario's folder; a relative path found there falls back
+        to the built-in library (``hardware/h200-qwen3-8b-bf16.csv`` works from any folder)."""
+        p = Path(rel)
+        if p.is_absolute():
+            return p
+        here = self.base / p
+        if not here.exists() and (library_dir() / p).exists():
+            return library_dir() / p
+        return here
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise UserError(f"--set {text!r}: expected dotted.path=value")
+    key, _, raw = text.partition("=")
+    if not key.strip():
+        raise UserError(f"--set {text!r}: empty field path")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise UserError(f"--set {key}: value is not valid YAML ({exc})") from None
+    return key.strip().split("."), value
+
+
+def apply_override(doc: dict, path: list[str], value: Any, text: str) -> None:
+    node: Any = doc
+    for i, part in enumerate(path):
+        last = i == len(path) - 1
+        if isinstance(node, list):
+            try:
+                idx = int(part)
+                node[idx]
+            except (ValueError, IndexError):
+                raise UserError(f"--set {text}: {'.'.join(path[:i + 1])}: expected a list index 0..{len(node) - 1}") from None
+            if last:
+                node[idx] = value
+            else:
+                if isinstance(node[idx], str):  # a shorthand system name becomes a mapping to edit
+                    node[idx] = {"policy": node[idx]}
+                node = node[idx]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, {})
+        else:
+            raise UserError(f"--set {text}: {'.'.join(path[:i])} is a value, not a mapping")
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("fixed", "uniform", "lognormal", "empirical", "recorded", "str", "System"):
+            continue  # union-member tags pydantic adds
+        elif part.startswith("function-"):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The scenario models an annotation may hold (through Optional, unions, lists and Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def _tags(model: type[BaseModel]) -> tuple:
+    dist = model.model_fields.get("dist")  # the discriminator of the length distributions
+    return get_args(dist.annotation) if dist is not None else ()
+
+
+def _fields_at(loc: tuple) -> list[str]:
+    """The field names of the model at ``loc`` in a Scenario (pydantic's error location, union tags included)."""
+    models: list[type[BaseModel]] = [Scenario]
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        tagged = [m for m in models if m.__name__ == part or part in _tags(m)]
+        if tagged:  # a union member pydantic names by class or discriminator tag
+            models = tagged
+            continue
+        models = [m for model in models if part in model.model_fields
+                  for m in _models_in(model.model_fields[part].annotation)]
+    return [name for model in models for name in model.model_fields]
+
+
+def format_validation_error(path: Path, exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False)
+    # a system given as a mapping fails both the str and the System branch; report the System one
+    errors.sort(key=lambda e: 1 if (len(e["loc"]) > 2 and e["loc"][0] == "systems" and e["loc"][2] == "str") else 0)
+    err = errors[0]
+    msg = err["msg"]
+    got = err.get("input")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field" + did_you_mean(str(err["loc"][-1]), _fields_at(err["loc"][:-1]))
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif err["type"] in ("int_type", "float_type") and isinstance(got, str) and _is_number(got):
+        msg = f"expected a number, got the string {got!r}; write it without quotes"
+    extra = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, dict | list) else f" (got {got!r})"
+    more = f" [+{len(errors) - 1} more]" if len(errors) > 1 else ""
+    return f"{path}: {_loc(err['loc'])}: {msg}{extra}{more}"
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedScenario:
+    path = Path(path)
+    if not path.is_file():
+        # a built-in scenario named as in the docs (`peak`, `scenarios/peak.yaml`), from any folder or an install
+        builtin = find_builtin_scenario(str(path)) if path.parent.name in ("", "scenarios") else None
+        if builtin is None:
+            raise UserError(f"{path}: scenario file not found (built-in scenarios: `simulate list`)")
+        path = builtin
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        raise UserError(f"{path}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{path}: expected a mapping of scenario fields at the top level")
+    for text in overrides:
+        keys, value = parse_override(text)
+        apply_override(doc, keys, value, text)
+    try:
+        model = Scenario.model_validate(doc)
+    except ValidationError as exc:
+        raise UserError(format_validation_error(path, exc)) from None
+    return LoadedScenario(model, path, list(overrides))

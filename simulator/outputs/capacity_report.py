@@ -1,0 +1,159 @@
+"""How a capacity plan reads (``simulate plan``'s plan.json): the plan table for a terminal and the report's
+capacity section (the verdict, the plan table, the GPUs each system needs, prefill and decode stacked, and the
+search's SLA attainment against decode GPUs), and the lines that say why a system is unmet."""
+
+from __future__ import annotations
+
+import html
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from simulator.outputs.summary import fit_width
+from simulator.runs.plan import MET, UNRESOLVED_STATUS, plan_table
+
+HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus": "decode GPUs",
+           "prefill_gpus": "prefill GPUs", "replicas": "replicas", "prefill_replicas": "prefill replicas",
+           "max_rate_per_replica": "max req/s per replica", "headroom": "headroom",
+           "attainment": "SLA attainment", "ttft_p99": "TTFT p99 (s)", "tps_per_user_p10": "TPS p10 (tok/s/user)",
+           "throughput_per_gpu": "tok/s/decode GPU", "throughput_per_deployed_gpu": "tok/s/GPU (all)",
+           "cost_per_mtok": "$/M output tok", "seeds": "seeds",
+           "attainment_lo": "attainment 95% low", "attainment_hi": "attainment 95% high",
+           "headroom_lo": "headroom low", "headroom_hi": "headroom high", "gpus_lo": "GPUs, fewest possible"}
+
+
+def unmet_lines(doc: dict) -> list[str]:
+    """One line per unmet system (and an unmet prefill pool) saying why, for the terminal and the report."""
+    lines = []
+    pre = doc.get("prefill")
+    if pre and pre.get("met") is False:
+        lines.append(f"! prefill pool: no size up to {pre['replicas']} replica(s) meets the TTFT limit"
+                     + (f" ({pre['why_unmet']})" if pre.get("why_unmet") else ""))
+    for name, e in doc["systems"].items():
+        if e["status"] == UNRESOLVED_STATUS:
+            lines.append(f"! {name} unresolved: {e.get('why_unmet')}")
+        elif e["status"] != MET:
+            lines.append(f"! {name} unmet: {e.get('why_unmet') or 'the SLA fails at the largest size tried'}")
+        elif e.get("gpus_lo") is not None and e["gpus_lo"] < e["gpus"]:
+            lines.append(f"! {name}: between {e['gpus_lo']} and {e['gpus']} GPUs, unresolvable at "
+                         f"{e.get('seeds', 1)} seeds (attainment near the target; --replicates more to resolve)")
+    return lines
+
+
+def format_plan(doc: dict) -> pd.DataFrame:
+    df = plan_table(doc).drop(columns=["why_unmet"])  # a sentence: printed under the table (unmet_lines)
+    if doc.get("prefill") is None:
+        df = df.drop(columns=["decode_gpus", "prefill_gpus", "prefill_replicas"])
+
+    def fmt(col: str, v):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        if col.startswith("attainment") or col.startswith("headroom"):
+            return f"{v:+.0%}" if col.startswith("headroom") else f"{v:.1%}"
+        if col == "ttft_p99":
+            return f"{v:.3f}"
+        if col == "cost_per_mtok":
+            return f"{v:.3f}"
+        if col == "max_rate_per_replica":
+            return f"{v:.1f}"
+        if isinstance(v, float):
+            return f"{v:,.0f}"
+        return str(v)
+
+    return pd.DataFrame({HEADERS[c]: [fmt(c, v) for v in df[c]] for c in df.columns})
+
+
+def terminal_plan(doc: dict) -> str:
+    """The plan table for a terminal, at most 120 columns: GPUs as prefill + decode, the replica counts and
+    TPS p10 left to plan.csv and the report."""
+    full = format_plan(doc)
+    df = pd.DataFrame({"system": full["system"], "status": [s.replace("_at_max_gpus", "") for s in full["status"]],
+                       "GPUs": full["GPUs"]})
+    if doc.get("prefill") is not None:
+        df["P+D"] = [f"{p}+{d}" for p, d in zip(full["prefill GPUs"], full["decode GPUs"], strict=True)]
+    df["req/s/replica"] = full["max req/s per replica"]
+    for col in ("headroom", "SLA attainment", "TTFT p99 (s)", "tok/s/GPU (all)", "$/M output tok"):
+        df[col] = full[col]
+    text, dropped = fit_width(df)
+    return text + (f"\n(in plan.csv and the report: {', '.join(dropped)})" if dropped else "")
+
+
+
+def gpus_figure(doc: dict, col: dict[str, str]) -> go.Figure:
+    systems = list(doc["systems"])
+    rows = [doc["systems"][s] for s in systems]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=systems, y=[r["decode_gpus"] for r in rows], name="decode GPUs",
+                         marker={"color": [col.get(s, "#1f77b4") for s in systems],
+                                 "pattern": {"shape": ["" if r["status"] == MET else "/" for r in rows]}},
+                         hovertemplate="%{x}: %{y} decode GPUs<extra></extra>"))
+    if any(r["prefill_gpus"] for r in rows):
+        fig.add_trace(go.Bar(x=systems, y=[r["prefill_gpus"] for r in rows], name="prefill GPUs",
+                             marker={"color": "#bbbbbb"}, hovertemplate="%{x}: %{y} prefill GPUs<extra></extra>"))
+    fig.add_trace(go.Scatter(
+        x=systems, y=[r["gpus"] for r in rows], mode="text", showlegend=False, textposition="top center",
+        text=[f"{r['gpus']}" if r["status"] == MET else f"{r['gpus']}: {r['status'].split('_')[0]}" for r in rows],
+        hoverinfo="skip"))
+    base = doc["systems"].get(doc.get("baseline") or "")
+    if base is not None and base["status"] == MET:
+        fig.add_hline(y=base["gpus"], line={"dash": "dash", "color": "#555"},
+                      annotation_text=f"{html.escape(base['system'])}: {base['gpus']} GPUs",
+                      annotation_position="top right")
+    top = max([r["gpus"] for r in rows] + [1])
+    fig.update_layout(title="GPUs needed at the SLA (hatched: not met, or not resolved, at the largest size tried)",
+                      barmode="stack", xaxis_title="system", yaxis_title="GPUs", yaxis_range=[0, top * 1.15],
+                      height=440, legend_title="pool")
+    return fig
+
+
+def search_figure(doc: dict, col: dict[str, str]) -> go.Figure:
+    t = doc["target"]
+    gpr = doc["gpus_per_replica"]
+    fig = go.Figure()
+    for system, e in doc["systems"].items():
+        pts = sorted({(tr["replicas"], tr["attainment"]) for tr in e["search"]
+                      if tr["phase"] == "decode" and tr["attainment"] is not None})
+        if not pts:
+            continue
+        fig.add_trace(go.Scatter(x=[p[0] * gpr for p in pts], y=[p[1] for p in pts], mode="lines+markers",
+                                 name=system, line={"color": col.get(system)},
+                                 hovertemplate=system + ": %{x} decode GPUs, attainment %{y:.1%}<extra></extra>"))
+    fig.add_hline(y=t["attainment"], line={"dash": "dash", "color": "#b00"},
+                  annotation_text=f"target {t['attainment']:.0%}", annotation_position="bottom right")
+    fig.update_layout(title=f"Search: share of requests at >= {t['tps_per_user']:g} tok/s/user against decode GPUs "
+                            "(saturated or overloaded runs fail whatever their share)",
+                      xaxis_title="decode GPUs", xaxis_type="log", yaxis_title="SLA attainment (share of requests)",
+                      yaxis_range=[0, 1], height=420, legend_title="system")
+    return fig
+
+
+def capacity_html(doc: dict) -> str:
+    """The section's text and table (figures are added by the report, which embeds plotly once)."""
+    t = doc["target"]
+    pre = doc.get("prefill")
+    pool = ""
+    if pre:
+        pool = (f" Prefill is disaggregated: the prefill pool is sized once for every system against the TTFT "
+                f"limit ({pre['replicas']} replica(s) of {pre['gpus_per_replica']} GPU(s)); P:D is prefill GPUs to "
+                "decode GPUs.")
+    notes = []
+    if doc.get("quick"):
+        notes.append("<p class='warn'>Planned on quick runs (--quick): do not plan on these numbers.</p>")
+    if doc.get("overrides"):
+        notes.append("<p class='meta'>Overrides: " + html.escape(" ".join(f"--set {s}" for s in doc["overrides"]))
+                     + "</p>")
+    unmet = unmet_lines(doc)
+    if unmet:
+        notes.append("<p class='warn'>Why unmet:</p><ul>" + "".join(f"<li>{html.escape(u[2:])}</li>" for u in unmet)
+                     + "</ul>")
+    table = format_plan(doc).to_html(index=False, classes="headline", border=0, escape=True)
+    return f"""<p><strong>{html.escape(doc['verdict'])}</strong></p>
+<p class="meta">Per system, the fewest GPUs at which the scenario's open-loop traffic meets the SLA: at least
+{t['attainment']:.0%} of requests at or above {t['tps_per_user']:g} tok/s/user, TTFT p99 within {t['ttft_p99_s']:g} s,
+not saturated or overloaded (exponential-then-bisection search over replicas, at most {t['max_gpus']} GPUs). Max req/s per
+replica: the most traffic the chosen size sustains at the SLA, per replica; headroom: how much more traffic than
+the scenario's that is. Cost per million output tokens at ${t['gpu_hour_cost_usd']:g} per GPU-hour, all GPUs
+counted.{pool}</p>
+{''.join(notes)}
+{table}"""

@@ -1,0 +1,237 @@
+"""What a planner reads first: per system, the open-loop operating point and the frontier at the SLA anchors.
+
+Written as ``DIR/frontier.csv`` (closed-loop points averaged over seeds, frontier marked) and ``DIR/summary.json``;
+the terminal and the report show the same headline table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hw_profile.files import atomic_write, atomic_write_text
+from simulator.inputs.config import LoadedScenario
+from simulator.outputs.frontier import anchors_summary, default_baseline, frontier_table, mean_ci
+from simulator.outputs.metrics import OVERLOAD_SHARE, overloaded
+
+OPEN_LOOP_FIELDS = ("throughput_per_gpu", "tps_per_user", "tps_per_user_p50", "tps_per_user_p10", "ttft_p99",
+                    "admission_wait_p99", "sla_attainment", "tau", "mean_verify_budget", "joules_per_token",
+                    "arrival_rate", "unfinished")
+
+
+def build_summary(scn: LoadedScenario, runs: pd.DataFrame) -> dict:
+    m = scn.model
+    systems = list(dict.fromkeys(runs["policy"]))
+    anchors = list(m.sla.tps_targets)
+    baseline = default_baseline(systems, m.sla.baseline)
+    frontier = anchors_summary(runs, anchors, baseline) if runs["concurrency"].notna().any() else {}
+    out_systems = {}
+    for system in systems:
+        mine = runs[runs["policy"] == system]
+        entry: dict = {"drafter": mine["drafter"].iloc[0], "gamma": int(mine["gamma"].iloc[0]),
+                       "policy": mine["policy_impl"].iloc[0]}
+        opened = mine[mine["concurrency"].isna()]
+        if len(opened):
+            entry["open_loop"] = {}
+            for f in OPEN_LOOP_FIELDS:
+                mean, ci = mean_ci(opened[f].to_numpy(dtype=float))
+                entry["open_loop"][f] = mean
+                entry["open_loop"][f"{f}_ci95"] = ci
+            entry["open_loop"]["saturated"] = bool(opened["saturated"].any())
+            entry["open_loop"]["overloaded"] = bool(overload_mask(opened).any())
+            entry["open_loop"]["steady_state"] = bool(opened["steady_state"].all())
+        entry.update(frontier.get(system, {}))
+        g = entry.get("tps_gain_at_matched_throughput")
+        if g is not None and "span" not in g and baseline in systems:
+            g["span"] = shared_throughput_span(runs, system, baseline)
+        entry["flags"] = run_flags(mine)
+        out_systems[system] = entry
+    return {
+        "scenario": scn.name,
+        "description": m.description,
+        "sla_anchors": anchors,
+        "baseline": baseline,
+        "seeds": sorted(int(s) for s in runs["seed"].unique()),
+        "quick": bool(runs["quick"].any()),
+        "overrides": list(scn.overrides),
+        "systems": out_systems,
+    }
+
+
+def shared_throughput_span(runs: pd.DataFrame, system: str, baseline: str) -> list[float]:
+    """The throughput range (tok/s/GPU) both closed-loop curves cover: where TPS at matched throughput is read."""
+    closed = runs[runs["concurrency"].notna()]
+    spans = []
+    for s in (system, baseline):
+        thr = closed[closed["policy"] == s].groupby("concurrency")["throughput_per_gpu"].mean()
+        spans.append((float(thr.min()), float(thr.max())) if len(thr) else (math.nan, math.nan))
+    lo, hi = max(spans[0][0], spans[1][0]), min(spans[0][1], spans[1][1])
+    return [lo, hi] if lo <= hi else [math.nan, math.nan]
+
+
+# Why a run's numbers should not be planned on, and what to change.
+FLAG_HINTS = {
+    "no_steps": "no engine steps: run.duration_s is too short or no request arrived (check the traffic rate)",
+    "no_finished": "no request that arrived in the measurement window finished (by the drain cap): "
+                   "run.duration_s is too short for the output lengths (or run.drain_cap_s too short, run.warmup_s "
+                   "too long), or the load is far past what the deployment serves",
+    "saturated": "the queue was still growing at the end: the traffic is more than this deployment serves "
+                 "(lower traffic.rate or add hardware.replicas; `simulate plan` sizes it)",
+    "overloaded": f"more than {OVERLOAD_SHARE:.0%} of the requests that arrived in the window were still "
+                  "unfinished at the drain cap, so their speed and latency figures are partial: in the open loop "
+                  "the running batch took on more than it serves, with no queue to show it (lower traffic.rate or "
+                  "add hardware.replicas); at any load run.drain_cap_s may be short for the output lengths",
+    "beyond_table": "steps ran beyond the step-time table's grid (times extrapolated): measure a larger grid "
+                    "(hw-profile) or lower engine.max_batch_tokens / max_running",
+}
+
+
+def run_flags(runs: pd.DataFrame) -> list[dict]:
+    """Flags of one system's runs, each with the load points it hit and a hint."""
+    checks = {
+        "no_steps": runs["steps"].fillna(0) == 0,
+        # no request arrived in the window, or none of those that did finished by the drain cap
+    "no_finished": (runs["steps"].fillna(0) > 0) & ((runs["requests"].fillna(0) == 0)
+                                                    | (runs["unfinished"].fillna(0) >= runs["requests"].fillna(0))),
+        "saturated": runs["saturated"].fillna(False).astype(bool),
+    }
+    checks["overloaded"] = overload_mask(runs) & ~checks["no_finished"]  # none finished says it already
+    if "beyond_table" in runs.columns:
+        checks["beyond_table"] = runs["beyond_table"].fillna(0) > 0.01
+    flags = []
+    for kind, hit in checks.items():
+        if hit.any():
+            points = list(dict.fromkeys(runs.loc[hit, "load_point"]))
+            flags.append({"kind": kind, "load_points": points, "hint": FLAG_HINTS[kind]})
+    return flags
+
+
+def overload_mask(runs: pd.DataFrame) -> pd.Series:
+    """``overloaded`` per run: the column where runs.csv has it, else from requests and unfinished (runs stored
+    before it existed)."""
+    if "overloaded" in runs.columns and runs["overloaded"].notna().all():
+        return runs["overloaded"].astype(bool)
+    return pd.Series([overloaded(int(r), int(u)) for r, u in zip(runs["requests"].fillna(0),
+                                                                runs["unfinished"].fillna(0), strict=True)],
+                     index=runs.index, dtype=bool)
+
+
+def flag_lines(summary: dict) -> list[str]:
+    """One line per flagged system and kind, for the terminal (and the report)."""
+    return [f"! {system} ({', '.join(f['load_points'])}): {f['hint']}"
+            for system, e in summary["systems"].items() for f in e.get("flags", [])]
+
+
+def headline_table(summary: dict) -> pd.DataFrame:
+    """One row per system: the open-loop operating point, then throughput and gain at each SLA anchor."""
+    rows = []
+    sla = summary["sla_anchors"][0] if summary.get("sla_anchors") else None
+    base = summary.get("baseline")
+    for system, e in summary["systems"].items():
+        row = {"system": system + (" !" if e.get("flags") else "")}
+        ol = e.get("open_loop")
+        if ol:
+            row.update({"tok/s/GPU": ol["throughput_per_gpu"], "TPS p10 (tok/s/user)": ol["tps_per_user_p10"],
+                        "TPS p50 (tok/s/user)": ol["tps_per_user_p50"], "TTFT p99 (s)": ol["ttft_p99"],
+                        f"SLA (share >={sla:g} tok/s/user)": ol["sla_attainment"]})
+        for a, v in e.get("anchors", {}).items():
+            row[f"@{a} tok/s/user: tok/s/GPU"] = (f">={v['at_least']:,.0f}" if v.get("status") == "above"
+                                                  else v["throughput_per_gpu"])
+            if "gain_vs_baseline" in v:
+                row[f"@{a} gain vs {base}"] = v["gain_vs_baseline"]
+        g = e.get("tps_gain_at_matched_throughput")
+        if g and g["min"] is not None and not math.isnan(g["min"]):
+            span = [math.nan if x is None else x for x in (g.get("span") or [None, None])]
+            over = (f" over {span[0]:,.0f}-{span[1]:,.0f}" if not any(math.isnan(x) for x in span) else "")
+            row["TPS gain at matched throughput (tok/s/GPU range)"] = f"{g['min']:+.0%}..{g['max']:+.0%}{over}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def format_headline(df: pd.DataFrame) -> pd.DataFrame:
+    def fmt(col: str, v):
+        if isinstance(v, str):
+            return v
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        if " gain vs " in col:
+            return f"{v:+.0%}"
+        if col.startswith("SLA"):
+            return f"{v:.0%}"
+        if "TTFT" in col:
+            return f"{v:.3f}"
+        return f"{v:,.0f}"
+
+    return pd.DataFrame({c: [fmt(c, v) for v in df[c]] if c != "system" else df[c] for c in df.columns})
+
+
+TERMINAL_WIDTH = 120
+
+
+def fit_width(df: pd.DataFrame, width: int = TERMINAL_WIDTH) -> tuple[str, list[str]]:
+    """``df`` as text at most ``width`` columns wide: columns are dropped from the right (never the first)
+    until it fits. Returns the text and the dropped columns' names (the report has them)."""
+    dropped: list[str] = []
+    while True:
+        text = df.to_string(index=False)
+        if max(len(line) for line in text.splitlines()) <= width or df.shape[1] <= 1:
+            return text, dropped
+        dropped.insert(0, df.columns[-1])
+        df = df.iloc[:, :-1]
+
+
+def terminal_headline(summary: dict, width: int = TERMINAL_WIDTH) -> str:
+    """The headline table for a terminal: short headers (their units in a legend line), at most ``width``
+    columns wide; what does not fit is named and left to the report."""
+    df = format_headline(headline_table(summary))
+    base = summary.get("baseline")
+
+    def short(col: str) -> str:
+        if col.startswith("TPS p"):
+            return col.split(" (")[0]
+        if col.startswith("TTFT"):
+            return "TTFT p99 s"
+        if col.startswith("SLA"):
+            return "SLA>=" + col.split(">=")[1].split(" ")[0]
+        if col.startswith("@") and col.endswith("tok/s/GPU"):
+            return col.split(" ")[0] + " tok/s/GPU"
+        if col.startswith("@") and " gain vs " in col:
+            return col.split(" ")[0] + " gain"
+        if col.startswith("TPS gain at matched"):
+            return "TPS gain at matched tok/s/GPU"
+        return col
+
+    text, dropped = fit_width(df.rename(columns=short), width)
+    legend = ("TPS: tok/s/user; @X: where the frontier crosses X tok/s/user; SLA>=X: share of requests at X or "
+              f"more; gains vs {base}")
+    if dropped:
+        legend += f"; in the report: {', '.join(dropped)}"
+    import textwrap
+
+    return text + "\n" + textwrap.fill(legend, width, break_on_hyphens=False)
+
+
+def write_outputs(out: Path, scn: LoadedScenario, runs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    table = frontier_table(runs)
+    atomic_write(out / "frontier.csv", lambda p: table.to_csv(p, index=False, float_format="%.6g"))
+    summary = build_summary(scn, runs)
+    atomic_write_text(out / "summary.json", json.dumps(plain(summary), indent=2, allow_nan=False) + "\n")
+    return summary, table
+
+
+def plain(o):
+    """JSON-ready: numpy scalars to Python, NaN and infinities to null (undefined, e.g. an anchor a system never
+    reaches; JSON has no infinity, and a crash here would lose a whole sweep's summary)."""
+    if isinstance(o, dict):
+        return {k: plain(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [plain(v) for v in o]
+    if isinstance(o, np.generic):
+        o = o.item()
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    return o

@@ -1,0 +1,565 @@
+"""Capacity planning: per system, the fewest GPUs at which the scenario's open-loop traffic meets the SLA.
+
+The SLA holds for a run when at least ``attainment`` of its requests generate at or above ``tps`` tok/s/user, its
+TTFT p99 is within the limit, it is neither saturated nor overloaded (``metrics.overloaded``) and it finished
+requests at all. Per system:
+
+1. decode replicas: an exponential search (1, 2, 4, ... up to ``max_gpus``) finds a replica count that meets the
+   SLA, then bisection between it and the last count that failed finds the fewest (the SLA is taken to be
+   monotone in replicas: more replicas, less load each);
+2. headroom: at that size, a search over a multiplier of the traffic (exponential, then geometric bisection to
+   ``rate_tolerance``) finds the most traffic it sustains at the SLA; headroom is that multiplier minus one, and
+   ``max_rate_per_replica`` that traffic's mean arrival rate divided by the replicas;
+3. with a disaggregated prefill pool, the decode searches run behind an unbounded prefill pool (TTFT is then
+   the prefill pool's business) while the prefill pool is sized, once for all systems (prompts and their
+   prefill do not depend on the system), by the same replica search against the TTFT limit; each system's
+   decode size is then confirmed with that pool in place (one replica more while the SLA fails for the decode
+   pool's sake, never against the prefill pool's backlog or TTFT), and its headroom is measured with both pools.
+
+Every candidate is a run of the sweep's run store (``DIR/.runs``, keyed by everything that determines it), so a
+plan resumes where an interrupted one stopped and shares runs with sweeps of the same settings. Each round of
+the search runs one candidate per system in parallel, on the local pool or Ray.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from hw_profile.files import atomic_write, atomic_write_text
+from simulator.errors import UserError
+from simulator.inputs.config import LoadedScenario
+from simulator.inputs.systems import SystemSpec, resolve_systems
+from simulator.outputs.frontier import default_baseline
+from simulator.outputs.metrics import overloaded
+from simulator.outputs.summary import plain
+from simulator.runs.backends import Backend, Task, execute
+from simulator.runs.replicates import combine, judge, unresolved
+from simulator.runs.run import LoadPoint, RunSpec
+from simulator.runs.sweep import Sweep
+
+MET, UNMET, UNRESOLVED_STATUS = "met", "unmet_at_max_gpus", "unresolved"
+PLAN_COLUMNS = ["system", "status", "gpus", "decode_gpus", "prefill_gpus", "replicas", "prefill_replicas",
+                "max_rate_per_replica", "headroom", "attainment", "ttft_p99", "tps_per_user_p10",
+                "throughput_per_gpu", "throughput_per_deployed_gpu", "cost_per_mtok", "why_unmet", "seeds", "attainment_lo", "attainment_hi",
+                "headroom_lo", "headroom_hi", "gpus_lo"]
+
+
+@dataclass(frozen=True)
+class Target:
+    tps: float                      # tok/s/user a request must reach
+    attainment: float = 0.99        # share of requests that must reach it
+    ttft_p99: float = 1.0           # seconds
+    max_gpus: int = 64
+    gpu_hour_cost: float = 1.0      # USD per GPU-hour
+    rate_tolerance: float = 0.05    # relative precision of the headroom search
+
+
+def shortfall(row: dict, target: Target, ttft: bool = True) -> str | None:
+    """None when the run meets the SLA, else why it does not (short, for plan.json's search log). ``ttft``
+    False leaves TTFT out (a decode pool behind a separately sized prefill pool)."""
+    if not row.get("steps") or not row.get("requests"):
+        return "no finished requests"
+    if row["saturated"]:
+        return "saturated (prefill pool)" if row.get("prefill_saturated") else "saturated"
+    if overloaded(row["requests"], row.get("unfinished") or 0):
+        return f"overloaded ({row['unfinished'] / row['requests']:.0%} unfinished at the drain cap)"
+    if row["sla_attainment"] < target.attainment:
+        return f"attainment {row['sla_attainment']:.1%} < {target.attainment:.0%}"
+    if ttft and row["ttft_p99"] > target.ttft_p99:
+        return f"TTFT p99 {row['ttft_p99']:.2f} s > {target.ttft_p99:g} s"
+    return None
+
+
+def prefill_bound(why: str | None) -> bool:
+    """Whether a shortfall is the prefill pool's (its backlog, or TTFT, which ends when prefill does)."""
+    return bool(why) and (why.startswith("saturated (prefill pool)") or why.startswith("TTFT"))
+
+
+# --- searches (generators: yield a candidate, receive whether it met the SLA) ----------------------------------
+
+def fewest(cap: int, start: int = 1) -> Generator[int, bool, int | None]:
+    """The smallest count in start..cap that meets, by doubling then bisection; None if even cap fails."""
+    n, failed = start, start - 1
+    while not (yield n):
+        failed = n
+        if n >= cap:
+            return None
+        n = min(2 * n, cap)
+    met = n
+    while met - failed > 1:
+        mid = (failed + met) // 2
+        if (yield mid):
+            met = mid
+        else:
+            failed = mid
+    return met
+
+
+def most_traffic(met_at_one: bool, guess: float, tolerance: float) -> Generator[float, bool, float]:
+    """The largest traffic multiplier that meets (within ``1 + tolerance``), knowing whether 1 does."""
+    if met_at_one:
+        lo, s = 1.0, max(guess, 1.0 + 2 * tolerance)
+        while (yield s):
+            lo, s = s, 2 * s
+        hi = s
+    else:
+        hi, s = 1.0, 0.5
+        while not (yield s):
+            hi, s = s, s / 2
+            if s < 1 / 64:
+                return 0.0
+        lo = s
+    while hi / lo > 1 + tolerance:
+        mid = math.sqrt(lo * hi)
+        if (yield mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass(frozen=True)
+class Candidate:
+    system: SystemSpec
+    replicas: int
+    scale: float = 1.0
+    prefill: int | None = None  # prefill replicas; None: unbounded
+
+
+@dataclass
+class Trial:
+    """One candidate run, as plan.json's search log keeps it."""
+
+    phase: str
+    replicas: int
+    scale: float
+    prefill_replicas: int | None
+    row: dict
+    why_not: str | None
+
+    def log(self) -> dict:
+        r = self.row
+        return {"phase": self.phase, "replicas": self.replicas, "traffic_scale": round(self.scale, 6),
+                "prefill_replicas": self.prefill_replicas, "met": self.why_not is None, "why_not": self.why_not,
+                "attainment": r.get("sla_attainment"), "ttft_p99": r.get("ttft_p99"),
+                "saturated": bool(r.get("saturated")), "prefill_saturated": bool(r.get("prefill_saturated")),
+                "overloaded": overloaded(r.get("requests") or 0, r.get("unfinished") or 0),
+                "arrival_rate": r.get("arrival_rate"), "resolved": not unresolved(self.why_not),
+                "attainment_lo": r.get("attainment_lo"), "attainment_hi": r.get("attainment_hi")}
+
+
+@dataclass
+class SystemPlan:
+    system: SystemSpec
+    trials: list[Trial] = field(default_factory=list)
+    replicas: int | None = None
+    met: bool = False
+    final: dict | None = None
+    max_scale: float | None = None
+
+
+class Planner:
+    """Drives the searches of every system in rounds over the run store."""
+
+    def __init__(self, scn: LoadedScenario, out: Path, target: Target, backend: Backend, quick: bool = False,
+                 seed: int | None = None, on_stored: Callable[[Task], None] | None = None, replicates: int = 1,
+                 check_invariants: bool = False):
+        m = scn.model
+        if m.traffic is None:
+            raise UserError(f"{scn.path}: traffic: simulate plan sizes a deployment for open-loop traffic; the "
+                            "scenario has none")
+        self.key = scenario_key(scn, out)  # of the scenario as given, so that the sweep's report finds the plan
+        if target.tps != m.sla.tps_targets[0]:
+            targets = [target.tps, *(t for t in m.sla.tps_targets if t != target.tps)]
+            scn = LoadedScenario(m.model_copy(update={"sla": m.sla.model_copy(update={"tps_targets": targets})}),
+                                 scn.path, scn.overrides)
+        self.scn = scn
+        self.out = out
+        self.target = target
+        self.backend = backend
+        self.quick = quick
+        self.seed = scn.model.seed if seed is None else seed
+        self.seeds = [self.seed + i for i in range(replicates)]  # every candidate runs at each (replicates.py)
+        self.on_stored = on_stored
+        self.systems = resolve_systems(scn)
+        hw = scn.model.hardware
+        self.gpr = hw.gpus_per_replica
+        self.prefill_gpr = hw.prefill_gpus_per_replica or hw.gpus_per_replica
+        self.disaggregated = scn.model.engine.prefill == "disaggregated"
+        self.runs = 0
+        # --check-invariants: every run this plan reads goes through the checker once, stored ones run again
+        self.check_invariants = check_invariants
+        self.checked: set[Path] = set()
+
+    # --- candidates -> runs ----------------------------------------------------------------------------------
+    def variant(self, c: Candidate) -> LoadedScenario:
+        m = self.scn.model
+        hw = m.hardware.model_copy(update={"replicas": c.replicas, "prefill_replicas": c.prefill})
+        update: dict = {"hardware": hw}
+        if c.scale != 1.0:
+            t = m.traffic
+            if t.kind == "trace":
+                update["traffic"] = t.model_copy(update={"rate_scale": t.rate_scale * c.scale})
+            elif t.segments is not None:
+                update["traffic"] = t.model_copy(update={"segments": [
+                    s.model_copy(update={"rate": s.rate * c.scale}) for s in t.segments]})
+            else:
+                update["traffic"] = t.model_copy(update={"rate": t.rate * c.scale})
+        return LoadedScenario(m.model_copy(update=update), self.scn.path, self.scn.overrides)
+
+    def evaluate(self, cands: list[Candidate]) -> list[dict]:
+        """Run each candidate at every seed (together, in one batch) and combine its seeds' rows."""
+        tasks = []
+        for c in cands:
+            specs = [RunSpec(c.system, LoadPoint(None), seed, self.quick, self.check_invariants)
+                     for seed in self.seeds]
+            sweep = Sweep(self.variant(c), specs, self.out)
+            tasks.append([Task(sweep.scn, spec, sweep.store / f"{key}.json")
+                          for spec, key in zip(sweep.specs, sweep.keys(), strict=True)])
+        todo = list({t.store: t for group in tasks for t in group
+                     if not t.store.is_file() or (self.check_invariants and t.store not in self.checked)}.values())
+        execute(todo, self.backend, self.on_stored)
+        self.checked.update(t.store for t in todo)
+        self.runs += len(todo)
+        return [combine([json.loads(t.store.read_text()) for t in group]) for group in tasks]
+
+    def drive(self, searches: dict[str, Generator]) -> dict[str, object]:
+        """Advance every search a round at a time (one candidate each, run together) until all return."""
+        results: dict[str, object] = {}
+        asked: dict[str, Candidate] = {}
+        for k, g in searches.items():
+            try:
+                asked[k] = next(g)
+            except StopIteration as stop:
+                results[k] = stop.value
+        while asked:
+            rows = self.evaluate(list(asked.values()))
+            nxt = {}
+            for (k, _), row in zip(asked.items(), rows, strict=True):
+                try:
+                    nxt[k] = searches[k].send(row)
+                except StopIteration as stop:
+                    results[k] = stop.value
+            asked = nxt
+        return results
+
+    # --- the searches, in candidates ------------------------------------------------------------------------
+    def _probe(self, plan: SystemPlan, phase: str, c: Candidate,
+               judge: Callable[[dict], str | None]) -> Generator[Candidate, dict, bool]:
+        row = yield c
+        why = judge(row)
+        plan.trials.append(Trial(phase, c.replicas, c.scale, c.prefill, row, why))
+        return why is None
+
+    def _counts(self, plan: SystemPlan, phase: str, make: Callable[[int], Candidate], cap: int,
+                judge: Callable[[dict], str | None]) -> Generator[Candidate, dict, int | None]:
+        search = fewest(cap)
+        n = next(search)
+        try:
+            while True:
+                ok = yield from self._probe(plan, phase, make(n), judge)
+                n = search.send(ok)
+        except StopIteration as stop:
+            return stop.value
+
+    def _judge(self, ttft: bool) -> Callable[[dict], str | None]:
+        return lambda row: judge(row, lambda r: shortfall(r, self.target, ttft), self.target.attainment)
+
+    def _prefill_judge(self, row: dict) -> str | None:
+        return judge(row, self._prefill_one, None)
+
+    def _prefill_one(self, row: dict) -> str | None:
+        """A prefill pool is judged by TTFT alone (and its own backlog): decode speed is not its business."""
+        if not row.get("requests"):
+            return "no finished requests"
+        if row.get("prefill_saturated"):
+            return "prefill pool saturated"
+        if row["ttft_p99"] > self.target.ttft_p99:
+            return f"TTFT p99 {row['ttft_p99']:.2f} s > {self.target.ttft_p99:g} s"
+        return None
+
+    def prefill_search(self) -> tuple[SystemPlan, Generator]:
+        """The search for the fewest prefill replicas whose TTFT p99 meets the limit, with the scenario's decode
+        pool: prompts and their prefill are the same for every system, so one system (the baseline) stands for
+        all."""
+        names = [s.name for s in self.systems]
+        base = self.systems[names.index(default_baseline(names, self.scn.model.sla.baseline) or names[0])]
+        plan = SystemPlan(base)
+        cap = max(self.target.max_gpus // self.prefill_gpr, 1)
+        decode = self.scn.model.hardware.replicas
+        return plan, self._counts(plan, "prefill", lambda p: Candidate(base, decode, 1.0, p), cap,
+                                  self._prefill_judge)
+
+    def decode_alone(self, plan: SystemPlan) -> Generator[Candidate, dict, None]:
+        """The fewest decode replicas, then the headroom at that size. With a disaggregated prefill pool the
+        decode pool is searched behind an unbounded one (TTFT is the prefill pool's business) while the prefill
+        pool is sized, and confirmed with it afterwards (``with_prefill``)."""
+        s = plan.system
+        cap = max(self.target.max_gpus // self.gpr, 1)
+        n = yield from self._counts(plan, "decode", lambda k: Candidate(s, k), cap, self._judge(not self.disaggregated))
+        plan.met = n is not None
+        plan.replicas = n if n is not None else cap
+        plan.final = yield Candidate(s, plan.replicas)  # from the store: the search ran it
+        if not self.disaggregated:  # else measured with the sized prefill pool in place (with_prefill)
+            yield from self.headroom(plan)
+
+    def headroom(self, plan: SystemPlan, prefill: int | None = None) -> Generator[Candidate, dict, None]:
+        """The largest traffic multiplier the chosen deployment sustains at the SLA: the decode pool, with the
+        sized prefill pool in place when prefill is disaggregated (more traffic loads both pools; behind an
+        unbounded prefill pool the headroom overstated what the whole deployment sustains)."""
+        n = plan.replicas
+        guess = n / (n - 1) if plan.met and n > 1 else 2.0
+        search = most_traffic(plan.met, guess, self.target.rate_tolerance)
+        scale = next(search)
+        try:
+            while True:
+                ok = yield from self._probe(plan, "headroom", Candidate(plan.system, n, scale, prefill),
+                                            self._judge(prefill is not None or not self.disaggregated))
+                scale = search.send(ok)
+        except StopIteration as stop:
+            plan.max_scale = stop.value
+
+    def with_prefill(self, plan: SystemPlan, prefill: int) -> Generator[Candidate, dict, None]:
+        """Confirm the decode size with the sized prefill pool in place, one decode replica more while it fails
+        for the decode pool's sake (never against a saturated prefill pool or its TTFT: more decode replicas do
+        not prefill faster); then the headroom with both pools."""
+        cap = max(self.target.max_gpus // self.gpr, 1)
+        n = plan.replicas
+        while True:
+            ok = yield from self._probe(plan, "with-prefill", Candidate(plan.system, n, 1.0, prefill), self._judge(True))
+            if ok or n >= cap or not plan.met or prefill_bound(plan.trials[-1].why_not):
+                break
+            n += 1
+        plan.met = plan.met and ok
+        plan.replicas = n
+        plan.final = plan.trials[-1].row
+        yield from self.headroom(plan, prefill)
+
+    def run(self) -> dict:
+        plans = {s.name: SystemPlan(s) for s in self.systems}
+        searches = {k: self.decode_alone(p) for k, p in plans.items()}
+        prefill_plan = prefill = None
+        if self.disaggregated:
+            prefill_plan, search = self.prefill_search()
+            searches["\0prefill"] = search
+        found = self.drive(searches)
+        if self.disaggregated:
+            prefill_met = found["\0prefill"] is not None
+            prefill = found["\0prefill"] or max(self.target.max_gpus // self.prefill_gpr, 1)
+            self.drive({k: self.with_prefill(p, prefill) for k, p in plans.items()})
+            return self.document(plans, prefill_plan, prefill, prefill_met)
+        return self.document(plans, prefill_plan, prefill)
+
+    # --- output ----------------------------------------------------------------------------------------------
+    def row_of(self, plan: SystemPlan, prefill: int | None) -> dict:
+        f = plan.final
+        decode_gpus = plan.replicas * self.gpr
+        prefill_gpus = (prefill or 0) * self.prefill_gpr
+        gpus = decode_gpus + prefill_gpus
+        tokens_per_s = f["throughput_per_gpu"] * decode_gpus
+        cost = gpus * self.target.gpu_hour_cost / (tokens_per_s * 3600) * 1e6 if tokens_per_s > 0 else float("nan")
+        rate = f.get("arrival_rate") or float("nan")
+        met = plan.met and gpus <= self.target.max_gpus
+        lowest = self.lowest_possible(plan)
+        status = MET if met else (UNRESOLVED_STATUS if lowest is not None and not plan.met else UNMET)
+        return {
+            "system": plan.system.name, "status": status, "gpus": gpus, "decode_gpus": decode_gpus,
+            "prefill_gpus": prefill_gpus, "replicas": plan.replicas, "prefill_replicas": prefill,
+            "max_rate_per_replica": (plan.max_scale or 0.0) * rate / plan.replicas,
+            "headroom": (plan.max_scale or 0.0) - 1.0,
+            "attainment": f["sla_attainment"], "ttft_p99": f["ttft_p99"], "tps_per_user_p10": f["tps_per_user_p10"],
+            # per decode GPU (as runs.csv), and per GPU of the whole deployment: the basis of the cost
+            "throughput_per_gpu": f["throughput_per_gpu"],
+            "throughput_per_deployed_gpu": tokens_per_s / gpus if gpus else float("nan"), "cost_per_mtok": cost,
+            "why_unmet": None if met else self.why_unmet(plan, gpus),
+            "seeds": len(self.seeds),
+            "attainment_lo": f.get("attainment_lo"), "attainment_hi": f.get("attainment_hi"),
+            "headroom_lo": (plan.max_scale or 0.0) - 1.0, "headroom_hi": self.headroom_hi(plan, prefill),
+            # the fewest GPUs the data cannot rule out: below it every count probed clearly failed
+            "gpus_lo": (lowest if lowest is not None else plan.replicas) * self.gpr + prefill_gpus,
+        }
+
+    def lowest_possible(self, plan: SystemPlan) -> int | None:
+        """The fewest decode replicas not clearly failing: one above the largest count that clearly failed at
+        the scenario's traffic, when some count between it and the answer was unresolved; else None."""
+        sized = [t for t in plan.trials if t.scale == 1.0 and t.phase in ("decode", "with-prefill")]
+        open_ = [t.replicas for t in sized if unresolved(t.why_not)
+                 and (not plan.met or t.replicas < plan.replicas)]
+        if not open_:
+            return None
+        failed = [t.replicas for t in sized if t.why_not is not None and not unresolved(t.why_not)
+                  and t.replicas < min(open_)]
+        return max(failed) + 1 if failed else 1
+
+    def headroom_hi(self, plan: SystemPlan, prefill: int | None) -> float:
+        """The smallest traffic multiplier seen to fail clearly at the chosen size, minus one: with ``headroom``
+        (the largest seen to meet) the bracket the most sustainable traffic lies in. NaN when none failed."""
+        fails = [t.scale for t in plan.trials if t.replicas == plan.replicas and t.phase in ("headroom", "with-prefill")
+                 and t.prefill_replicas == prefill and t.why_not is not None and not unresolved(t.why_not)]
+        return min(fails) - 1.0 if fails else float("nan")
+
+    def why_unmet(self, plan: SystemPlan, gpus: int) -> str:
+        """Why a system is unmet, in the words of its run at the size it ended on."""
+        if plan.met:  # each pool met, but together they exceed the budget
+            return f"{gpus} GPUs (decode + prefill) exceed --max-gpus {self.target.max_gpus}"
+        last = next((t for t in reversed(plan.trials) if t.replicas == plan.replicas and t.scale == 1.0
+                     and t.why_not is not None and t.phase != "headroom"), None)
+        why = last.why_not if last is not None else "the SLA fails"
+        return f"at {plan.replicas * self.gpr} decode GPUs: {why}"
+
+    def document(self, plans: dict[str, SystemPlan], prefill_plan: SystemPlan | None, prefill: int | None,
+                 prefill_met: bool = True) -> dict:
+        rows = [self.row_of(p, prefill) for p in plans.values()]
+        names = [r["system"] for r in rows]
+        m = self.scn.model
+        doc = {
+            "scenario": self.scn.name,
+            "scenario_key": self.key,
+            "target": {"tps_per_user": self.target.tps, "attainment": self.target.attainment,
+                       "ttft_p99_s": self.target.ttft_p99, "max_gpus": self.target.max_gpus,
+                       "gpu_hour_cost_usd": self.target.gpu_hour_cost, "rate_tolerance": self.target.rate_tolerance},
+            "traffic": m.traffic.model_dump(mode="json"),
+            "arrival_rate": next((r["arrival_rate"] for p in plans.values() for r in [p.final] if r), None),
+            "gpus_per_replica": self.gpr,
+            "prefill": None if not self.disaggregated else {
+                "replicas": prefill, "gpus_per_replica": self.prefill_gpr, "met": prefill_met,
+                "why_unmet": None if prefill_met else next(
+                    (t.why_not for t in reversed(prefill_plan.trials) if t.why_not), None),
+                "search": [t.log() for t in prefill_plan.trials] if prefill_plan else []},
+            "baseline": default_baseline(names, m.sla.baseline),
+            "quick": self.quick, "seed": self.seed, "seeds": self.seeds, "overrides": list(self.scn.overrides),
+            "runs_executed": self.runs,
+            "systems": {r["system"]: {**r, "search": [t.log() for t in plans[r["system"]].trials]} for r in rows},
+        }
+        doc["verdict"] = verdict(doc)
+        return doc
+
+
+def plan_table(doc: dict) -> pd.DataFrame:
+    return pd.DataFrame([{k: v for k, v in e.items() if k != "search"} for e in doc["systems"].values()],
+                        columns=PLAN_COLUMNS)
+
+
+def load_phrase(doc: dict) -> str:
+    """The traffic a plan sized for: the scenario's rate, and the realised one when it differs (a Poisson
+    stream's window of one seed is not exactly its mean)."""
+    realised = doc.get("arrival_rate")
+    traffic = doc.get("traffic") or {}
+    nominal = traffic.get("rate") if traffic.get("kind") == "poisson" else None
+    if nominal:
+        text = f"{nominal:,.1f} requests/s"
+        if realised and abs(realised / nominal - 1) > 0.005:
+            n = len(doc.get("seeds") or [doc.get("seed")])
+            draws = "one seed" if n == 1 else f"{n} seeds, mean"
+            text += f" ({realised:,.1f} realised in the measured window: Poisson arrivals of {draws})"
+        return text
+    return f"{realised:,.1f} requests/s" if realised else "the scenario's traffic"
+
+
+def verdict(doc: dict) -> str:
+    t = doc["target"]
+    rows = [e for e in doc["systems"].values()]
+    sla = f"{t['attainment']:.0%} of requests at >= {t['tps_per_user']:g} tok/s/user, TTFT p99 <= {t['ttft_p99_s']:g} s"
+    load = load_phrase(doc)
+    met = [e for e in rows if e["status"] == MET]
+    if not met:
+        best = max(rows, key=lambda e: (e["attainment"] if e["attainment"] is not None else -1))
+        open_ = [e["system"] for e in rows if e["status"] == UNRESOLVED_STATUS]
+        tail = (f"; {', '.join(open_)} cannot be resolved at this precision (more --replicates)" if open_ else "")
+        return (f"No system meets {sla} at {load} within {t['max_gpus']} GPUs; the closest is {best['system']} "
+                f"({best['attainment']:.1%} of requests at the target with {best['gpus']} GPUs){tail}.")
+    # equal GPUs serve the same traffic at the same cost: the headroom tells them apart, to the precision of
+    # its search; within that they tie (the cost per token at equal GPUs and traffic is measurement noise)
+    fewest_gpus = min(e["gpus"] for e in met)
+    contenders = [e for e in met if e["gpus"] == fewest_gpus]
+    top = max(e["headroom"] for e in contenders)
+    tol = t.get("rate_tolerance", 0.05)
+
+    def ceiling(e: dict) -> float:
+        """The most headroom the data leave possible: the smallest multiplier seen to fail clearly (with
+        several seeds an unresolved stretch can lie between), else the search's precision above the bound."""
+        hi = e.get("headroom_hi")
+        return hi if hi is not None and not math.isnan(hi) else (1 + e["headroom"]) * (1 + tol) - 1
+
+    # tied: could be at least as good as the best bound (its interval reaches it)
+    tied = [e for e in contenders if e["headroom"] >= top - 1e-9 or ceiling(e) > top + 1e-9]
+    best = min(tied, key=lambda e: (-e["headroom"], e["cost_per_mtok"]))
+    split = (f" ({best['prefill_gpus']} prefill + {best['decode_gpus']} decode)" if best["prefill_gpus"] else "")
+    if len(tied) > 1:
+        n_seeds = max(e.get("seeds") or 1 for e in tied)
+        seeds_note = f" and {n_seeds} seeds" if n_seeds > 1 else ""
+        names = [e["system"] for e in tied]
+        costs = [e["cost_per_mtok"] for e in tied]
+        heads = [e["headroom"] for e in tied]
+        head = (f"{heads[0]:+.0%}" if max(heads) - min(heads) < 0.005 else f"{min(heads):+.0%} to {max(heads):+.0%}")
+        cost = (f"${min(costs):.3f}" if f"{min(costs):.3f}" == f"{max(costs):.3f}"
+                else f"${min(costs):.3f}-${max(costs):.3f}")
+        text = (f"At {load} with {sla}, {', '.join(names[:-1])} and {names[-1]} tie for the fewest GPUs: "
+                f"{fewest_gpus}{split}, with {head} headroom (not told apart: each one's interval reaches the "
+                f"best's bound at the search's {tol:.0%} precision{seeds_note}), at "
+                f"{cost} per million output tokens (${t['gpu_hour_cost_usd']:g}/GPU-hour)")
+    else:
+        text = (f"At {load} with {sla}, {best['system']} needs the fewest GPUs: {best['gpus']}{split}, with "
+                f"{best['headroom']:+.0%} headroom, at ${best['cost_per_mtok']:.3f} per million output tokens "
+                f"(${t['gpu_hour_cost_usd']:g}/GPU-hour)")
+    seeds = best.get("seeds") or 1
+    if seeds > 1 and best.get("attainment_lo") is not None:
+        text += (f"; attainment {best['attainment']:.1%} (95% interval {best['attainment_lo']:.1%}-"
+                 f"{best['attainment_hi']:.1%} over {seeds} seeds)")
+    if best.get("gpus_lo") is not None and best["gpus_lo"] < best["gpus"]:
+        text += (f"; between {best['gpus_lo']} and {best['gpus']} GPUs the SLA cannot be resolved at {seeds} "
+                 "seeds")
+    fewer_headroom = [e for e in contenders if e not in tied]
+    if fewer_headroom:
+        n = len(fewer_headroom)
+        text += f"; {n} other system{'s need' if n > 1 else ' needs'} as many, with less headroom"
+    open_ = [e["system"] for e in rows if e["status"] == UNRESOLVED_STATUS]
+    if open_:
+        text += (f"; {', '.join(open_)} cannot be resolved within {t['max_gpus']} GPUs at this precision (no "
+                 "size clearly meets, not all clearly fail)")
+    base = doc["systems"].get(doc["baseline"]) if doc.get("baseline") else None
+    if base is not None and all(base is not e for e in tied):
+        if base["status"] != MET:
+            text += f"; the baseline {base['system']} does not meet it within {t['max_gpus']} GPUs"
+        elif base["gpus"] > fewest_gpus:
+            saved = base["gpus"] - fewest_gpus
+            text += (f"; that is {saved} GPU{'s' if saved != 1 else ''} ({saved / base['gpus']:.0%}) fewer than "
+                     f"{base['system']}'s {base['gpus']}")
+        else:
+            text += f"; the baseline {base['system']} needs as many, with {base['headroom']:+.0%} headroom"
+    return text + "."
+
+
+def write_plan(out: Path, doc: dict) -> tuple[Path, Path]:
+    csv, js = out / "plan.csv", out / "plan.json"
+    df = plan_table(doc)
+    atomic_write(csv, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
+    atomic_write_text(js, json.dumps(plain(doc), indent=2, allow_nan=False) + "\n")
+    return csv, js
+
+
+def scenario_key(scn: LoadedScenario, out: Path) -> str:
+    """What a plan was made from (settings, input files, code), to tell whether a sweep's report may show it."""
+    base = Sweep(scn, [], out)._base_key()
+    return hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def matching_plan(out: Path, scn: LoadedScenario, quick: bool) -> dict | None:
+    """plan.json in ``out`` when it was made from this scenario (and --quick setting), else None."""
+    path = out / "plan.json"
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if doc.get("scenario_key") != scenario_key(scn, out) or bool(doc.get("quick")) != quick:
+        return None
+    return doc

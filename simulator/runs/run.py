@@ -1,0 +1,333 @@
+"""One run: a system at one load point with one seed, from scenario to a row of runs.csv."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hw_profile.files import atomic_write, atomic_write_text
+from simulator.core.acceptance import resolve_source
+from simulator.core.acceptance.base import AcceptanceSource, NoDrafts
+from simulator.core.acceptance.runtime import ENGINE_FACTS, RuntimeSource
+from simulator.core.engine import Simulation, StepPrices
+from simulator.core.engine_config import EngineConfig
+from simulator.core.engine_rules import resolve_rule
+from simulator.core.invariants import InvariantViolation, check_invariants
+from simulator.core.plugins import construct
+from simulator.core.policies import make_policy
+from simulator.core.policies import resolve as resolve_policy
+from simulator.core.prefill import Disaggregated
+from simulator.errors import UserError
+from simulator.inputs.config import LoadedScenario
+from simulator.inputs.hardware import Hardware, load_hardware
+from simulator.inputs.systems import SystemSpec
+from simulator.inputs.workload import RequestMaker, open_loop_arrivals, trace_window
+from simulator.outputs.metrics import (
+    bench_counts,
+    followed,
+    inter_token_gaps,
+    itl_metrics,
+    overloaded,
+    request_metrics,
+    saturated,
+    step_metrics,
+    tau_by_mix,
+    time_series,
+)
+from simulator.runs.steady import choose_warmup
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """Closed loop with ``concurrency`` users, or the scenario's open-loop traffic (concurrency None)."""
+
+    concurrency: int | None
+
+    @property
+    def label(self) -> str:
+        return f"closed-{self.concurrency}" if self.concurrency is not None else "open"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    system: SystemSpec
+    point: LoadPoint
+    seed: int
+    quick: bool
+    check_invariants: bool = False  # simulate --check-invariants
+
+
+def load_points(scn: LoadedScenario) -> list[LoadPoint]:
+    pts = [LoadPoint(c) for c in (scn.model.frontier.concurrency if scn.model.frontier else [])]
+    if scn.model.traffic is not None:
+        pts.append(LoadPoint(None))
+    return pts
+
+
+def _stream(seed: int, *words: str) -> np.random.Generator:
+    """An independent generator per (seed, words): systems at one load point share the workload's stream
+    (common random numbers) and differ only in their own acceptance stream."""
+    return np.random.default_rng(np.random.SeedSequence([seed & 0xFFFFFFFF, *(zlib.crc32(w.encode()) for w in words)]))
+
+
+@lru_cache(maxsize=4)
+def _hardware(scn: LoadedScenario, drafters: frozenset[str]) -> Hardware:
+    return load_hardware(scn, set(drafters))
+
+
+SOURCE_ARGS = ("scenario", "drafter", "gamma", "mix", "calibrated", "rng")
+
+
+def source_options(scn: LoadedScenario) -> dict:
+    """A plug-in source's options: ``acceptance.options`` plus the keys beside ``source`` it does not define."""
+    acc = scn.model.acceptance
+    return {**acc.options, **(acc.model_extra or {})}
+
+
+def make_source(scn: LoadedScenario, system: SystemSpec, rng: np.random.Generator) -> AcceptanceSource:
+    """The acceptance source of one run of ``system``, built in or plug-in alike: constructed with the keyword
+    arguments of SOURCE_ARGS (a RuntimeSource also with the engine facts of ENGINE_FACTS) plus
+    ``acceptance.options``; errors name the scenario's field and the system."""
+    acc = scn.model.acceptance
+    field = f"{scn.path}: acceptance"
+    cls = resolve_source(acc.source, what=f"{field}.source")
+    runtime = issubclass(cls, RuntimeSource)
+    if system.drafter == "none" and not (runtime and cls.decodes_without_drafter):
+        return NoDrafts()
+    policy_cls, _ = resolve_policy(system.policy)
+    if policy_cls.needs_outcome and not cls.draws_outcome:
+        raise UserError(f"{field}.source: system {system.name!r} runs policy {system.policy!r}, which reads realised "
+                        f"outcomes (needs_outcome), but source {acc.source!r} does not draw them (draws_outcome)")
+    options = source_options(scn)
+    clash = [k for k in options if k in SOURCE_ARGS or (runtime and k in ENGINE_FACTS)]
+    if clash:
+        raise UserError(f"{field}.options.{clash[0]}: set by the simulator for every source; not an option")
+    kwargs = dict(scenario=scn, drafter=system.drafter, gamma=system.gamma, mix=list(scn.model.workload.mix),
+                  calibrated=acc.confidence == "calibrated", rng=rng, **options)
+    if runtime:
+        eng = scn.model.engine
+        kwargs.update(slots=eng.max_running * scn.model.hardware.replicas,
+                      disaggregated=eng.prefill == "disaggregated")
+    source = construct(cls, kwargs, f"{field}.options (source {acc.source!r}, system {system.name!r})")
+    if getattr(source, "gamma", None) != system.gamma:
+        raise UserError(f"{field}.source: {acc.source!r} set gamma {getattr(source, 'gamma', None)!r}; system "
+                        f"{system.name!r} drafts {system.gamma} tokens (a source must keep the gamma it is given)")
+    if policy_cls.reads_confidence and not source.has_confidence:
+        raise UserError(f"{field}.source: system {system.name!r} runs policy {system.policy!r}, which reads "
+                        f"confidences (reads_confidence), but source {acc.source!r} has no {acc.confidence} "
+                        f"confidences for drafter {system.drafter!r} (a drafter without a confidence head records none)")
+    return source
+
+
+def check_live_clock(scn: LoadedScenario, source: AcceptanceSource) -> bool:
+    """``hardware.clock: live`` needs a source that measures its own forwards (``step_ms``)."""
+    if scn.model.hardware.clock != "live":
+        return False
+    if not (isinstance(source, RuntimeSource) and source.measures_time):
+        raise UserError(f"{scn.path}: hardware.clock: 'live' needs a source that runs real forwards "
+                        f"(acceptance.source: live); {scn.model.acceptance.source!r} measures nothing")
+    return True
+
+
+def check_engine_limits(scn: LoadedScenario, system: SystemSpec) -> None:
+    eng = scn.model.engine
+    worst = eng.max_running * (1 + system.gamma)
+    if worst > eng.max_batch_tokens:
+        most = eng.max_batch_tokens // eng.max_running - 1
+        fix = f"use gamma <= {most} or " if most >= 1 else ""
+        raise UserError(
+            f"{scn.path}: system {system.name!r}: gamma {system.gamma} does not fit: a full batch verifies "
+            f"max_running x (1 + gamma) = {eng.max_running} x {1 + system.gamma} = {worst} tokens, more than "
+            f"engine.max_batch_tokens {eng.max_batch_tokens}; {fix}raise engine.max_batch_tokens"
+        )
+
+
+def check_rules(scn: LoadedScenario) -> None:
+    """The scenario's router, admission and preemption rules exist (simulator/core/engine_rules.py)."""
+    m = scn.model
+    for kind, field, spec in (("router", "hardware.router", m.hardware.router),
+                              ("admission", "engine.admission", m.engine.admission),
+                              ("preemption", "engine.preemption", m.engine.preemption)):
+        resolve_rule(kind, spec, what=f"{scn.path}: {field}")
+
+
+def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, float, float]:
+    m = scn.model
+    check_engine_limits(scn, spec.system)
+    check_rules(scn)
+    hw = _hardware(scn, frozenset({spec.system.drafter}))
+    duration = m.run.quick_duration_s if spec.quick else m.run.duration_s
+    warmup = m.run.quick_warmup_s if spec.quick else m.run.warmup_s
+    source = make_source(scn, spec.system, _stream(spec.seed, spec.point.label, "acceptance", spec.system.name))
+    config = EngineConfig(
+        max_running=m.engine.max_running, max_batch_tokens=m.engine.max_batch_tokens, kv_capacity=hw.kv_capacity,
+        gamma=0 if spec.system.drafter == "none" else spec.system.gamma, prefill_chunk=m.engine.prefill_chunk,
+        schedule=m.engine.schedule, stall_ms=m.engine.sched_stall_ms, replicas=hw.replicas,
+        router=m.hardware.router, admission=m.engine.admission, preemption=m.engine.preemption,
+        prefill=prefill_mode(scn, hw))
+    prices = StepPrices(hw.clock, draft=hw.draft[spec.system.drafter], policy_grid=hw.policy,
+                        prefill_cost=hw.prefill_cost)
+    sim = Simulation(config, prices, source=source, label=spec.system.name,
+                     policy=lambda: make_policy(spec.system.policy, spec.system.params, spec.system.name),
+                     live_clock=check_live_clock(scn, source))
+    window = None  # one window of a replayed trace for the frontier and the open loop (workload.py)
+    if m.traffic is not None and m.traffic.kind == "trace" and m.traffic.lengths_from_trace:
+        window = (scn.resolve(m.traffic.trace), *trace_window(m.traffic, duration))
+    maker = RequestMaker(m.workload, scn.resolve, _stream(spec.seed, spec.point.label, "workload"), window)
+    if spec.point.concurrency is not None:
+        sim.closed_loop(spec.point.concurrency, maker.draw)
+    else:
+        # arrivals go on through the drain, so that the followed requests finish under the same load
+        arr = open_loop_arrivals(m.traffic, maker, duration + drain_cap(scn, spec), scn.resolve,
+                                 _stream(spec.seed, "arrivals"))
+        sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix)
+    return sim, hw, duration, warmup
+
+
+def prefill_mode(scn: LoadedScenario, hw: Hardware) -> Disaggregated | None:
+    """Where prompts are prefilled: on the decode replicas (None), or a disaggregated pool: finite when the
+    scenario sizes one (hardware.prefill_replicas, priced on its own table if it names one), else unbounded."""
+    m = scn.model
+    if m.engine.prefill != "disaggregated":
+        return None
+    if m.hardware.prefill_replicas is not None and m.hardware.prefill_table:  # its sidecar says how it prices prefill
+        table = _prefill_table(scn)
+        grid, cost = table.grid, table.prefill_cost
+    else:
+        grid, cost = hw.clock, hw.prefill_cost
+    return Disaggregated(grid, cost, m.hardware.prefill_replicas, m.engine.max_batch_tokens)
+
+
+@lru_cache(maxsize=4)
+def _prefill_table(scn: LoadedScenario):
+    from simulator.inputs.hardware import _read
+
+    return _read(scn.resolve(scn.model.hardware.prefill_table), "hardware.prefill_table")
+
+
+def drain_cap(scn: LoadedScenario, spec: RunSpec) -> float:
+    return scn.model.run.quick_drain_cap_s if spec.quick else scn.model.run.drain_cap_s
+
+
+DRAIN_CHUNK_S = 1.0  # simulated seconds between checks of whether every followed request has finished
+
+
+def run_window(sim: Simulation, scn: LoadedScenario, spec: RunSpec, hw: Hardware, duration: float,
+               warmup: float) -> tuple[float, bool, float]:
+    """Run the window, pick the warm-up (steady.py), then keep the load on until every request that arrived in
+    the measurement window has finished, or the drain cap. Returns (warm-up used, steady, time stopped)."""
+    sim.run(until=duration)
+    # a tide or a trace varies by design: its warm-up is checked, not moved
+    adjust = spec.point.concurrency is not None or (scn.model.traffic.kind == "poisson" and scn.model.traffic.rate is not None)
+    warmup, steady = choose_warmup(sim.steps.frame(), duration, hw.replicas, warmup, adjust)
+    stop = duration + drain_cap(scn, spec)
+    req = sim.requests.data
+    while sim.env.now < stop:
+        n = sim.requests.n
+        mine = followed({k: req[k][:n] for k in ("arrival", "rejected")}, warmup, duration)
+        if not np.isnan(req["finish"][:n][mine]).any():
+            break
+        sim.run(until=min(sim.env.now + DRAIN_CHUNK_S, stop))
+    return warmup, steady, sim.env.now
+
+
+def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
+            run_key: str = "") -> tuple[dict, Simulation]:
+    """Run and summarise. Returns the runs.csv row and the simulation (its logs). With ``records_dir``, the run's
+    records are written there, marked with ``run_key`` (the run store's key) when one is given."""
+    t0 = time.perf_counter()
+    sim, hw, duration, warmup = build(scn, spec)
+    # a source that generates tokens records what it generated (live: every step also verifies the whole block)
+    recording = records_dir is not None and isinstance(sim.source, RuntimeSource) and sim.source.start_recording()
+    warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup)
+    wall = time.perf_counter() - t0
+    if spec.check_invariants:
+        try:
+            check_invariants(sim)
+        except InvariantViolation as exc:
+            raise UserError(f"--check-invariants: system {spec.system.name!r} at {spec.point.label}, seed {spec.seed}: "
+                            f"{exc}") from None
+    m = scn.model
+    req, steps = sim.requests.frame(), sim.steps.frame()
+    gpus = hw.replicas * hw.gpus_per_replica
+    row = {
+        "policy": spec.system.name,
+        "policy_impl": spec.system.policy,
+        "drafter": spec.system.drafter,
+        "gamma": spec.system.gamma,
+        "seed": spec.seed,
+        "load_point": spec.point.label,
+        "concurrency": spec.point.concurrency,
+        "arrival_rate": (int((req["arrival"] < duration).sum()) / duration) if spec.point.concurrency is None else None,
+        "replicas": hw.replicas,
+        "gpus": gpus,
+        "quick": spec.quick,
+        "acceptance_source": m.acceptance.source,
+        "clock": m.hardware.clock,
+    }
+    row.update(step_metrics(steps, warmup, duration, gpus, hw.energy, hw.clock))
+    row.update(request_metrics(req, warmup, duration, stop, m.sla.tps_targets[0]))
+    row.update(itl_metrics(inter_token_gaps(req, steps, warmup, duration, stop)))
+    row["bench"] = bench_counts(req, steps, warmup, duration)
+    row.update({
+        # open loop: the decode queue or a finite prefill pool's backlog still growing at the window's end
+        "saturated": spec.point.concurrency is None and (
+            saturated(steps, duration, hw.replicas, m.engine.max_running)
+            or (sim.prefill_pool is not None and sim.prefill_pool.saturated(duration))),
+        # share of steps beyond the step-time grid (their times are extrapolated): flagged in the headline
+        "beyond_table": float(np.mean((steps["batch_tokens"] > hw.clock.b_axis[-1])
+                                      | (steps["kv_tokens"] > hw.clock.k_axis[-1]))) if len(steps["end"]) else 0.0,
+        "prefill_saturated": sim.prefill_pool is not None and sim.prefill_pool.saturated(duration),
+        "overloaded": overloaded(row["requests"], row["unfinished"]),
+        "warmup_s": warmup,
+        "steady_state": steady,
+        "steps": len(steps["end"]),
+        "sim_seconds": duration,
+        "drain_seconds": stop - duration,
+        "wall_seconds": wall,
+    })
+    row["tau_by_mix"] = tau_by_mix(req, warmup, duration, list(m.workload.mix))
+    if spec.point.concurrency is None:
+        row["series"] = time_series(steps, req, duration, hw.replicas, gpus, m.sla.tps_targets[0])
+    if records_dir is not None:
+        stem = records_stem(scn, spec)
+        write_records(records_dir, stem, req, steps, m.workload.mix)
+        if recording:
+            sim.source.write_trace(records_dir / f"{stem}.trace.csv")
+        if run_key:  # last, so that an interrupted write does not count as written (records_written)
+            atomic_write_text(records_dir / f"{stem}.run-key", run_key + "\n")
+    if m.hardware.clock == "live":
+        # a RuntimeSource that measures time (check_live_clock); written beside the results by the command
+        # (simulator/outputs/live_tables.py)
+        row["live_tables"] = sim.source.measured_tables()
+    return row, sim
+
+
+def records_stem(scn: LoadedScenario, spec: RunSpec) -> str:
+    quick = "-quick" if spec.quick else ""
+    return f"{scn.name}__{spec.system.name}__{spec.point.label}__seed{spec.seed}{quick}"
+
+
+def records_written(out: Path, scn: LoadedScenario, spec: RunSpec, run_key: str) -> bool:
+    """Whether ``out`` holds this run's records: both files, written under this run key. Records of the same
+    scenario name after an edit or a ``--set`` have another key, so they are written again rather than reused."""
+    stem = records_stem(scn, spec)
+    key = out / f"{stem}.run-key"
+    return ((out / f"{stem}.requests.parquet").is_file() and (out / f"{stem}.steps.parquet").is_file()
+            and key.is_file() and key.read_text().strip() == run_key)
+
+
+def write_records(out: Path, stem: str, req: dict, steps: dict, mix: dict) -> None:
+    """The per-request and per-step Parquet files."""
+    rdf = pd.DataFrame(req)
+    rdf.insert(0, "request", np.arange(len(rdf)))
+    rdf["mix"] = np.array(list(mix))[rdf["mix"].to_numpy()]
+    atomic_write(out / f"{stem}.requests.parquet", lambda p: rdf.to_parquet(p, index=False))
+    sdf = pd.DataFrame(steps)
+    atomic_write(out / f"{stem}.steps.parquet", lambda p: sdf.to_parquet(p, index=False))
