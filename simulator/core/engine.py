@@ -137,9 +137,11 @@ class StepPlan:
 class Replica:
     """One serving replica: its running batch (``Batch``, rows in admission order, at most max_running) and queue.
 
-    ``tokens``, the KV context the running batch holds (sum of prompt + generated), is kept as requests join
-    (``admit``), grow (``apply_outcomes``) and leave (``leave``), so that a plain decode step does no reduction
-    over the batch; the invariant checker recomputes it.
+    Two counts over the running batch are kept as requests join (``admit``), advance (``apply_outcomes``) and
+    leave (``leave``), and nowhere else, so that a plain decode step does no reduction over the batch:
+    ``tokens``, the KV context it holds (sum of prompt + generated), and ``prefilling``, the rows with prompt
+    tokens still to prefill here (tests/simulator/test_engine_in_code.py recomputes both after runs with
+    preemptions and chunked prefill).
     """
 
     def __init__(self, index: int, sim: Simulation, policy: Policy, policy_label: str):
@@ -151,6 +153,7 @@ class Replica:
         self.label = policy_label
         self.batch = Batch(REQUEST_FIELDS, BATCH_LOCAL, sim.config.max_running)
         self.tokens = 0
+        self.prefilling = 0
         self.queue: deque[int] = deque()
         self.wake: simpy.Event | None = None
         self.step_no = 0
@@ -170,11 +173,6 @@ class Replica:
     def load(self) -> int:
         return self.batch.n + len(self.queue)
 
-    @property
-    def prefilling(self) -> int:
-        """Running requests with prompt tokens still to prefill here."""
-        return int(np.count_nonzero(self.batch.to_prefill[: self.batch.n]))
-
     def kv_used(self) -> int:
         """KV slots held: every running request's context plus gamma + 1 lookahead slots."""
         return self.tokens + self.batch.n * self.config.lookahead
@@ -193,13 +191,15 @@ class Replica:
             return
         ids = np.asarray(rids, dtype=np.int64)
         context = req["prompt"][ids] + req["generated"][ids]
-        if len(ids) > room or int(context.sum()) + len(ids) * cfg.lookahead > free:
+        held = int(context.sum())
+        if len(ids) > room or held + len(ids) * cfg.lookahead > free:
             raise RuntimeError(f"admission rule {type(self.admission).__name__} took {len(ids)} requests needing "
-                               f"{int(context.sum()) + len(ids) * cfg.lookahead} KV slots; room for {room} and "
-                               f"{free} slots")
+                               f"{held + len(ids) * cfg.lookahead} KV slots; room for {room} and {free} slots")
         # the prompt, plus generated tokens when recomputing; nothing when a prefill pool sent the KV
-        batch.admit(self.sim.requests, ids, to_prefill=np.where(req["kv_ready"][ids], 0, context))
-        self.tokens += int(context.sum())
+        to_prefill = np.where(req["kv_ready"][ids], 0, context)
+        batch.admit(self.sim.requests, ids, to_prefill=to_prefill)
+        self.tokens += held
+        self.prefilling += int(np.count_nonzero(to_prefill))
         first_time = ids[np.isnan(req["admitted"][ids])]
         req["admitted"][first_time] = self.env.now
 
@@ -210,6 +210,8 @@ class Replica:
         gone = b.rid[rows].copy()
         b.save(self.sim.requests, rows)
         self.tokens -= freed
+        if self.prefilling:
+            self.prefilling -= int(np.count_nonzero(b.to_prefill[rows]))
         b.drop(rows)
         return gone
 
@@ -267,10 +269,9 @@ class Replica:
         cfg, prices, b = self.config, self.sim.prices, self.batch
         n = b.n
         plan = StepPlan(self.env.now, n, self.kv_used())
-        prefilling = self.prefilling
-        if prefilling and cfg.schedule == "prefill-first":
+        if self.prefilling and cfg.schedule == "prefill-first":
             dec = remaining = plan.context = plan.ids = self.plan_prefill_only(plan)
-        elif prefilling:
+        elif self.prefilling:
             dec, remaining, plan.context, plan.ids, plan.prefill_chunks, plan.prefill_tokens, left = plan_prefill(
                 b.to_prefill, b.output, b.generated, b.prompt, b.rid, n, cfg.gamma, cfg.max_batch_tokens,
                 cfg.prefill_chunk)
@@ -372,6 +373,7 @@ class Replica:
                 first = b.rid[completed]
                 req = sim.requests.data
                 req["first_token"][first[np.isnan(req["first_token"][first])]] = now
+                self.prefilling -= done_prefill
                 if plan.prefill_ended is not None:  # that token ended the real sequence: it finishes now
                     self.end_early(plan.prefill_ended)
         emitted = acc_sum + rows + done_prefill

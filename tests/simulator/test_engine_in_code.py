@@ -48,6 +48,14 @@ class GivenDrafts(AcceptanceSource):
         pass
 
 
+def assert_counts_kept(sim: Simulation) -> None:
+    """The counts a replica keeps as requests come and go equal those recomputed from its batch."""
+    for rep in sim.replicas:
+        b = rep.batch
+        assert rep.tokens == int((b.col("prompt") + b.col("generated")).sum())
+        assert rep.prefilling == int(np.count_nonzero(b.col("to_prefill")))
+
+
 def two_requests(sim: Simulation, prompt=(4, 4), output=(20, 20)) -> None:
     sim.open_loop(np.zeros(len(prompt)), np.array(prompt), np.array(output), np.zeros(len(prompt), dtype=np.int64))
 
@@ -138,8 +146,11 @@ def test_a_plug_in_admission_rule_orders_the_batch():
     prompts = (900, 300, 100, 50)
     runs = {}
     for rule in (FirstComeFirstServed, ShortestPromptFirst):
-        sim = Simulation(EngineConfig(**cfg, admission=rule), StepPrices(flat(5.0)))
+        sim = Simulation(EngineConfig(**cfg, admission=rule, prefill_chunk=128), StepPrices(flat(5.0)))
         two_requests(sim, prompt=prompts, output=(10,) * 4)
+        for t in np.arange(0.005, 0.2, 0.005):  # chunked prefills of 128 tokens come and go
+            sim.run(until=t)
+            assert_counts_kept(sim)
         sim.run(until=1.0)
         check_invariants(sim)
         runs[rule.name] = sim.requests.frame()["admitted"]
@@ -180,6 +191,9 @@ def test_the_preemption_rule_picks_who_is_recomputed(rule, evicted):
     sim = Simulation(EngineConfig(max_running=4, max_batch_tokens=4096, kv_capacity=560, preemption=rule),
                      StepPrices(flat(5.0)))
     two_requests(sim, prompt=(100, 100, 100), output=(100, 100, 100))
+    for t in np.arange(0.05, 1.0, 0.05):  # through the preemption and the recompute
+        sim.run(until=t)
+        assert_counts_kept(sim)
     sim.run(until=10.0)
     check_invariants(sim)
     rq = sim.requests.frame()
