@@ -54,6 +54,7 @@ from simulator.core.engine_rules import Router, resolve_rule
 from simulator.core.policies import make_policy
 from simulator.core.policies.base import Policy, PolicyView, StepRate, checked_lengths
 from simulator.core.prefill import PrefillPrice
+from simulator.errors import UserError
 
 # Every per-request field, declared once. The request log holds them all; those with ``batch`` set are also
 # columns of a replica's running batch (COPY: read at admission; LIVE: also written back when the request leaves
@@ -193,7 +194,7 @@ class Replica:
         context = req["prompt"][ids] + req["generated"][ids]
         held = int(context.sum())
         if len(ids) > room or held + len(ids) * cfg.lookahead > free:
-            raise RuntimeError(f"admission rule {type(self.admission).__name__} took {len(ids)} requests needing "
+            raise UserError(f"admission rule {type(self.admission).__name__} took {len(ids)} requests needing "
                                f"{held + len(ids) * cfg.lookahead} KV slots; room for {room} and {free} slots")
         # the prompt, plus generated tokens when recomputing; nothing when a prefill pool sent the KV
         to_prefill = np.where(req["kv_ready"][ids], 0, context)
@@ -225,7 +226,7 @@ class Replica:
         while self.kv_used() > cfg.kv_capacity and batch.n > 1:
             i = self.preemption.victim(batch)
             if not 0 <= i < batch.n:
-                raise RuntimeError(f"preemption rule {type(self.preemption).__name__} chose row {i} of {batch.n}")
+                raise UserError(f"preemption rule {type(self.preemption).__name__} chose row {i} of {batch.n}")
             held = int(batch.prompt[i] + batch.generated[i])
             rid = int(self.leave(np.array([i]), held)[0])
             req["kv_ready"][rid] = False  # its cache is dropped: recomputed here on readmission

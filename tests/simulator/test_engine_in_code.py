@@ -174,8 +174,23 @@ def test_an_admission_rule_that_overfills_is_stopped():
     sim = Simulation(EngineConfig(max_running=2, max_batch_tokens=4096, kv_capacity=100_000, admission=Greedy),
                      StepPrices(flat(5.0)))
     two_requests(sim, prompt=(4, 4, 4), output=(5, 5, 5))
-    with pytest.raises(RuntimeError, match="admission rule Greedy took 3 requests"):
+    with pytest.raises(UserError, match="admission rule Greedy took 3 requests"):
         sim.run(until=1.0)
+
+
+class OutOfRange(Preemption):
+    name = "out-of-range"
+
+    def victim(self, batch: Batch) -> int:
+        return batch.n
+
+
+def test_a_preemption_rule_naming_no_row_is_stopped():
+    sim = Simulation(EngineConfig(max_running=4, max_batch_tokens=4096, kv_capacity=560, preemption=OutOfRange),
+                     StepPrices(flat(5.0)))
+    two_requests(sim, prompt=(100, 100, 100), output=(100, 100, 100))
+    with pytest.raises(UserError, match="preemption rule OutOfRange chose row 3 of 3"):
+        sim.run(until=10.0)
 
 
 class Oldest(Preemption):

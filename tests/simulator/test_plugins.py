@@ -97,7 +97,7 @@ def test_import_string_and_entry_point_name_the_same_class(plugin_dir):
 
 
 def test_a_class_that_does_not_subclass_the_base_is_refused(plugin_dir):
-    with pytest.raises(PolicyError, match=r"NotAPolicy.*expected a subclass of simulator\.policies\.base\.Policy"):
+    with pytest.raises(PolicyError, match=r"NotAPolicy.*expected a subclass of simulator\.core\.policies\.base\.Policy"):
         resolve("mylab.sched.fixed:NotAPolicy")
     with pytest.raises(UserError, match=r"acceptance\.source: .*'AlwaysK', expected a subclass of .*AcceptanceSource"):
         resolve_source("mylab.sched.fixed:AlwaysK")
