@@ -20,17 +20,19 @@ transcription the tests hold it to.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from numba import njit
 
+import hw_profile.table
 from hw_profile.table import k_rows, step_ms_at
+from simulator.core.policies import candidate_order
 from simulator.core.policies.base import StepRate
 from simulator.core.policies.candidate_order import descending_stable
 
-# k_rows, step_ms_at and descending_stable are compiled into _walk, whose cache does not see edits to their files
-# (docs/engine.md, Speed)
 SPS = Callable[[np.ndarray], np.ndarray]
 EARLY_STOP, GLOBAL, TOP_K = 0, 1, 2
 
@@ -130,3 +132,30 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed):
     for n in range(take):
         lengths[flat[order[n]] // gamma] += 1
     return lengths
+
+
+def _forget_stale_walk() -> None:
+    """numba keys a cached kernel on its own file's stamp, but ``_walk`` compiles in ``k_rows`` and ``step_ms_at``
+    (hw_profile/table.py) and ``descending_stable`` (candidate_order.py): after an edit to those files the cache
+    would serve the old code. So a digest of the three sources sits beside the cache, and when it no longer matches,
+    ``_walk``'s cache is emptied and compiled afresh on first use."""
+    cache = getattr(_walk, "_cache", None)
+    where = getattr(cache, "_cache_path", None)
+    if not where:
+        return
+    files = [hw_profile.table.__file__, candidate_order.__file__, __file__]
+    digest = hashlib.sha256(b"".join(Path(f).read_bytes() for f in files)).hexdigest()
+    stamp = Path(where) / "greedy._walk.sources"
+    try:
+        if stamp.read_text() == digest:
+            return
+    except OSError:
+        pass
+    cache.flush()
+    try:
+        stamp.write_text(digest)
+    except OSError:  # a read-only install: nothing there can go stale either
+        pass
+
+
+_forget_stale_walk()
