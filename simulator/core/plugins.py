@@ -25,7 +25,7 @@ import importlib
 import importlib.metadata
 import inspect
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from simulator.errors import UserError
@@ -40,6 +40,18 @@ def entry_points(group: str) -> dict[str, importlib.metadata.EntryPoint]:
     for ep in importlib.metadata.entry_points(group=group):
         out.setdefault(ep.name, ep)
     return out
+
+
+def registrar(registry: dict[str, type]) -> Callable[[type], type]:
+    """The decorator that files a built-in class in ``registry`` under its ``name`` (which it must have)."""
+
+    def register(cls: type) -> type:
+        if not cls.name:
+            raise ValueError(f"{cls.__qualname__} has no name")
+        registry[cls.name] = cls
+        return cls
+
+    return register
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 import pytest
 
@@ -124,28 +122,13 @@ def test_least_loaded_routes_around_a_busy_replica(router, fifth):
     check_invariants(sim)
 
 
-class ShortestPromptFirst(Admission):
-    name = "shortest-first"
+def test_a_plug_in_admission_rule_orders_the_batch(examples_on_path):
+    from shortest_prompt_first import ShortestPromptFirst  # docs/extending.md's example
 
-    def take(self, queue: deque[int], room, free_kv, requests, lookahead):
-        ordered = sorted(queue, key=lambda rid: requests["prompt"][rid])
-        taken = []
-        for rid in ordered[:room]:
-            need = int(requests["prompt"][rid] + requests["generated"][rid]) + lookahead
-            if need > free_kv:
-                break
-            taken.append(rid)
-            free_kv -= need
-        for rid in taken:
-            queue.remove(rid)
-        return taken
-
-
-def test_a_plug_in_admission_rule_orders_the_batch():
     cfg = dict(max_running=2, max_batch_tokens=4096, kv_capacity=100_000)
     prompts = (900, 300, 100, 50)
     runs = {}
-    for rule in (FirstComeFirstServed, ShortestPromptFirst):
+    for label, rule in (("fcfs", FirstComeFirstServed), ("shortest-first", ShortestPromptFirst)):
         sim = Simulation(EngineConfig(**cfg, admission=rule, prefill_chunk=128), StepPrices(flat(5.0)))
         two_requests(sim, prompt=prompts, output=(10,) * 4)
         for t in np.arange(0.005, 0.2, 0.005):  # chunked prefills of 128 tokens come and go
@@ -153,7 +136,7 @@ def test_a_plug_in_admission_rule_orders_the_batch():
             assert_counts_kept(sim)
         sim.run(until=1.0)
         check_invariants(sim)
-        runs[rule.name] = sim.requests.frame()["admitted"]
+        runs[label] = sim.requests.frame()["admitted"]
     # first come: requests 0 and 1 at once, 2 and 3 when they finish; shortest first: 3 and 2, then 1 and 0
     assert runs["fcfs"][0] == runs["fcfs"][1] == 0.0 < runs["fcfs"][2]
     assert runs["shortest-first"][3] == runs["shortest-first"][2] == 0.0 < runs["shortest-first"][1]

@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from simulator.core.batch_kernels import within
+from simulator.core.plugins import registrar
 from simulator.errors import SourceError
 
 
@@ -83,13 +84,7 @@ class AcceptanceSource:
 #: the built-in sources by name (each registers itself with ``register``; simulator.core.acceptance.resolve_source
 #: looks names up here before plug-ins)
 REGISTRY: dict[str, type[AcceptanceSource]] = {}
-
-
-def register(cls: type[AcceptanceSource]) -> type[AcceptanceSource]:
-    if not cls.name:
-        raise ValueError(f"{cls.__qualname__} has no name")
-    REGISTRY[cls.name] = cls
-    return cls
+register = registrar(REGISTRY)
 
 
 def checked_confidence(source: AcceptanceSource, confidence: object, rows: int, gamma: int) -> np.ndarray:

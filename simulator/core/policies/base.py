@@ -15,6 +15,7 @@ import numpy as np
 
 from hw_profile.table import StepTimeGrid
 from simulator.core.batch_kernels import within
+from simulator.core.plugins import registrar
 from simulator.errors import PolicyError
 
 
@@ -97,13 +98,7 @@ class Policy:
 #: the built-in policies by name (each registers itself with ``register``; simulator.core.policies.resolve looks names
 #: up here before plug-ins)
 REGISTRY: dict[str, type[Policy]] = {}
-
-
-def register(cls: type[Policy]) -> type[Policy]:
-    if not cls.name:
-        raise ValueError(f"{cls.__qualname__} has no name")
-    REGISTRY[cls.name] = cls
-    return cls
+register = registrar(REGISTRY)
 
 
 def checked_lengths(policy: Policy, label: str, lengths: object, view: PolicyView) -> np.ndarray:
