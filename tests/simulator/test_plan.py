@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -288,6 +289,13 @@ def test_plan_options_get_their_own_folder_and_the_terminal_table_fits(scenario_
     assert max(len(line) for line in table.splitlines()) <= 120 and "req/s/replica" in table
     page = next((tmp_path / "results").glob("*/report.html")).read_text()
     assert "seed(s) per point" not in page  # a capacity section alone ran no sweep
+    # an override shows in the title and as what it changed from the file the description was written for
+    rate = yaml.safe_load(path.read_text())["traffic"]["rate"]
+    res_c = CliRunner().invoke(cli, [*common, "--set", f"traffic.rate={rate * 0.5:g}"])
+    assert res_c.exit_code == 0, res_c.output
+    page = next(f for f in (tmp_path / "results").glob("*/report.html") if f.parent.name not in folders).read_text()
+    assert f"report: {path.stem} with 1 override</h1>" in page
+    assert f"traffic.rate: {rate!r} in the file, {rate * 0.5:g} here" in page
 
 
 def test_a_zero_traffic_rate_is_refused_in_one_line(scenario_file, tmp_path):
