@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 import simpy
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
