@@ -13,8 +13,9 @@ requests at all. Per system:
 3. with a disaggregated prefill pool, the decode searches run behind an unbounded prefill pool (TTFT is then
    the prefill pool's business) while the prefill pool is sized, once for all systems (prompts and their
    prefill do not depend on the system), by the same replica search against the TTFT limit; each system's
-   decode size is then confirmed with that pool in place (one replica more while the SLA fails for the decode
-   pool's sake, never against the prefill pool's backlog or TTFT), and its headroom is measured with both pools.
+   decode size is then confirmed with that pool in place, the two pools grown jointly (a prefill replica more
+   while the SLA fails for the prefill pool's sake, its backlog or TTFT; a decode replica more while it fails
+   for the decode pool's; never one against the other's shortfall), and its headroom is measured with both.
 
 Every candidate is a run of the sweep's run store (``DIR/.runs``, keyed by everything that determines it), so a
 plan resumes where an interrupted one stopped and shares runs with sweeps of the same settings. Each round of
@@ -163,6 +164,7 @@ class SystemPlan:
     met: bool = False
     final: dict | None = None
     max_scale: float | None = None
+    prefill: int | None = None  # its prefill replicas, when disaggregated: the pool's, more if it fell short
 
 
 class Planner:
@@ -327,20 +329,29 @@ class Planner:
             plan.max_scale = stop.value
 
     def with_prefill(self, plan: SystemPlan, prefill: int) -> Generator[Candidate, dict, None]:
-        """Confirm the decode size with the sized prefill pool in place, one decode replica more while it fails
-        for the decode pool's sake (never against a saturated prefill pool or its TTFT: more decode replicas do
-        not prefill faster); then the headroom with both pools."""
+        """Confirm the sizes with the sized prefill pool in place, growing the two pools jointly: a prefill
+        replica more while the SLA fails for the prefill pool's sake (its backlog, or TTFT), a decode replica
+        more while it fails for the decode pool's; never one pool against the other's shortfall (more decode
+        replicas do not prefill faster). Then the headroom with both pools."""
         cap = max(self.target.max_gpus // self.gpr, 1)
-        n = plan.replicas
+        prefill_cap = max(self.target.max_gpus // self.prefill_gpr, 1)
+        n, p = plan.replicas, prefill
         while True:
-            ok = yield from self._probe(plan, "with-prefill", Candidate(plan.system, n, 1.0, prefill), self._judge(True))
-            if ok or n >= cap or not plan.met or prefill_bound(plan.trials[-1].why_not):
+            ok = yield from self._probe(plan, "with-prefill", Candidate(plan.system, n, 1.0, p), self._judge(True))
+            if ok or not plan.met:
                 break
-            n += 1
+            if prefill_bound(plan.trials[-1].why_not):
+                if p >= prefill_cap:
+                    break
+                p += 1
+            elif n >= cap:
+                break
+            else:
+                n += 1
         plan.met = plan.met and ok
-        plan.replicas = n
+        plan.replicas, plan.prefill = n, p
         plan.final = plan.trials[-1].row
-        yield from self.headroom(plan, prefill)
+        yield from self.headroom(plan, p)
 
     def run(self) -> dict:
         plans = {s.name: SystemPlan(s) for s in self.systems}
@@ -359,6 +370,7 @@ class Planner:
 
     # --- output ----------------------------------------------------------------------------------------------
     def row_of(self, plan: SystemPlan, prefill: int | None) -> dict:
+        prefill = plan.prefill if plan.prefill is not None else prefill
         f = plan.final
         decode_gpus = plan.replicas * self.gpr
         prefill_gpus = (prefill or 0) * self.prefill_gpr

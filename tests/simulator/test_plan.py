@@ -29,6 +29,7 @@ from simulator.runs.plan import (
     Target,
     fewest,
     most_traffic,
+    prefill_bound,
     verdict,
 )
 from tests.conftest import ROOT
@@ -325,19 +326,24 @@ def test_headroom_is_measured_with_the_planned_prefill_pool_and_its_bound_meets(
     assert any(not t["met"] and t["traffic_scale"] > 1 + e["headroom"] for t in head)
 
 
-def test_no_decode_replica_is_added_against_a_saturated_prefill_pool(scenario_file, tmp_path):
+def test_the_pools_grow_jointly_never_decode_against_a_prefill_shortfall(scenario_file, tmp_path):
+    """Confirmed with too small a prefill pool (one replica for ~3 replicas' prompts), the plan adds prefill
+    replicas while the shortfall is the prefill pool's, and no decode replica."""
     from simulator.runs.plan import SystemPlan
 
     path = small_plan_scenario(scenario_file, systems=["mtp-1"], **DISAGG)
     target = Target(tps=100.0, attainment=0.9, ttft_p99=0.3, max_gpus=32, rate_tolerance=0.3)
     planner = Planner(load_scenario(path), tmp_path / "o", target, Backend("local", 2), quick=True)
     plan = SystemPlan(planner.systems[0], replicas=1, met=True)
-    planner.drive({"mtp-1": planner.with_prefill(plan, 1)})  # one prefill replica for ~3 replicas' prompts
+    planner.drive({"mtp-1": planner.with_prefill(plan, 1)})
     confirm = [t for t in plan.trials if t.phase == "with-prefill"]
-    assert len(confirm) == 1 and confirm[0].why_not == "saturated (prefill pool)"
-    assert not plan.met and plan.replicas == 1
+    assert confirm[0].why_not == "saturated (prefill pool)"
+    assert [t.prefill_replicas for t in confirm] == list(range(1, len(confirm) + 1))
+    assert all(t.replicas == 1 for t in confirm)  # no decode replica against the prefill pool's shortfall
+    assert all(prefill_bound(t.why_not) for t in confirm[:-1]) and confirm[-1].why_not is None
+    assert plan.met and plan.replicas == 1 and plan.prefill == len(confirm) >= 3
     row = planner.row_of(plan, 1)
-    assert row["why_unmet"] == "at 1 decode GPUs: saturated (prefill pool)"
+    assert row["prefill_replicas"] == plan.prefill and row["gpus"] == 1 + plan.prefill and row["why_unmet"] is None
 
 
 def test_systems_level_on_gpus_and_headroom_tie_instead_of_a_noise_picked_winner():
