@@ -103,8 +103,10 @@ def fewest(cap: int, start: int = 1) -> Generator[int, bool, int | None]:
     return met
 
 
-def most_traffic(met_at_one: bool, guess: float, tolerance: float) -> Generator[float, bool, float]:
-    """The largest traffic multiplier that meets (within ``1 + tolerance``), knowing whether 1 does."""
+def most_traffic(met_at_one: bool, guess: float, tolerance: float,
+                 floor: float = 1 / 64) -> Generator[float, bool, float]:
+    """The largest traffic multiplier that meets (within ``1 + tolerance``), knowing whether 1 does; 0.0 when
+    halving from 1 finds none down to ``floor``."""
     if met_at_one:
         lo, s = 1.0, max(guess, 1.0 + 2 * tolerance)
         while (yield s):
@@ -114,7 +116,7 @@ def most_traffic(met_at_one: bool, guess: float, tolerance: float) -> Generator[
         hi, s = 1.0, 0.5
         while not (yield s):
             hi, s = s, s / 2
-            if s < 1 / 64:
+            if s < floor:
                 return 0.0
         lo = s
     while hi / lo > 1 + tolerance:
@@ -315,10 +317,14 @@ class Planner:
     def headroom(self, plan: SystemPlan, prefill: int | None = None) -> Generator[Candidate, dict, None]:
         """The largest traffic multiplier the chosen deployment sustains at the SLA: the decode pool, with the
         sized prefill pool in place when prefill is disaggregated (more traffic loads both pools; behind an
-        unbounded prefill pool the headroom overstated what the whole deployment sustains)."""
+        unbounded prefill pool the headroom overstated what the whole deployment sustains). For a system that
+        fails at the GPU budget, how far short it is, down to half the traffic: below that the shortfall is
+        stated as "less than -50%" (``headroom_hi``), since a failure that less traffic does not cure (a share of
+        requests too slow at any load) sent the search down to 1/64 of the traffic on the largest deployment,
+        the plan's most expensive runs, to learn nothing more."""
         n = plan.replicas
         guess = n / (n - 1) if plan.met and n > 1 else 2.0
-        search = most_traffic(plan.met, guess, self.target.rate_tolerance)
+        search = most_traffic(plan.met, guess, self.target.rate_tolerance, floor=1 / 64 if plan.met else 0.5)
         scale = next(search)
         try:
             while True:
@@ -384,8 +390,8 @@ class Planner:
         return {
             "system": plan.system.name, "status": status, "gpus": gpus, "decode_gpus": decode_gpus,
             "prefill_gpus": prefill_gpus, "replicas": plan.replicas, "prefill_replicas": prefill,
-            "max_rate_per_replica": (plan.max_scale or 0.0) * rate / plan.replicas,
-            "headroom": (plan.max_scale or 0.0) - 1.0,
+            "max_rate_per_replica": plan.max_scale * rate / plan.replicas if plan.max_scale else float("nan"),
+            "headroom": plan.max_scale - 1.0 if plan.max_scale else float("nan"),
             "attainment": f["sla_attainment"], "ttft_p99": f["ttft_p99"], "tps_per_user_p10": f["tps_per_user_p10"],
             # per decode GPU (as runs.csv), and per GPU of the whole deployment: the basis of the cost
             "throughput_per_gpu": f["throughput_per_gpu"],
@@ -393,7 +399,8 @@ class Planner:
             "why_unmet": None if met else self.why_unmet(plan, gpus),
             "seeds": len(self.seeds),
             "attainment_lo": f.get("attainment_lo"), "attainment_hi": f.get("attainment_hi"),
-            "headroom_lo": (plan.max_scale or 0.0) - 1.0, "headroom_hi": self.headroom_hi(plan, prefill),
+            "headroom_lo": plan.max_scale - 1.0 if plan.max_scale else float("nan"),
+            "headroom_hi": self.headroom_hi(plan, prefill),
             # the fewest GPUs the data cannot rule out: below it every count probed clearly failed
             "gpus_lo": (lowest if lowest is not None else plan.replicas) * self.gpr + prefill_gpus,
         }

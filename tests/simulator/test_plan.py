@@ -64,6 +64,9 @@ def test_most_traffic_brackets_the_limit_within_the_tolerance(limit, guess, tol)
     found, _ = drive(most_traffic(limit >= 1.0, guess, tol), lambda s: s <= limit)
     assert found <= limit
     assert limit < found * (1 + tol) + 1e-12 or (found == 0.0 and limit < 1 / 32)
+    # with a floor, below it nothing more is probed
+    found, probes = drive(most_traffic(limit >= 1.0, guess, tol, floor=0.5), lambda s: s <= limit)
+    assert min(probes) >= 0.5 and (found == 0.0) == (limit < 0.5)
 
 
 def linear_grid(fixed_ms: float, per_token_ms: float, per_kv_ms: float = 0.0) -> StepTimeGrid:
@@ -165,6 +168,18 @@ def test_plan_reports_unmet_at_max_gpus(scenario_file, tmp_path):
         last = [t for t in e["search"] if t["phase"] == "decode" and t["replicas"] == 2][-1]
         assert e["why_unmet"] == f"at 2 decode GPUs: {last['why_not']}"
     assert doc["verdict"].startswith("No system meets")
+
+
+def test_an_unmet_system_is_measured_down_to_half_its_traffic_not_further(scenario_file, tmp_path):
+    """Four times the traffic one replica can carry: even half fails, so the shortfall is "below -50%"
+    (headroom_hi) with no probe under half the traffic, where the search used to halve down to 1/64."""
+    path = small_plan_scenario(scenario_file, systems=["mtp-1"], traffic={"kind": "poisson", "rate": 800.0})
+    target = Target(tps=100.0, attainment=0.9, ttft_p99=1.0, max_gpus=1, rate_tolerance=0.2)
+    doc = Planner(load_scenario(path), tmp_path / "o", target, Backend("local", 1), quick=True).run()
+    e = doc["systems"]["mtp-1"]
+    head = [t for t in e["search"] if t["phase"] == "headroom"]
+    assert e["status"] == UNMET and [t["traffic_scale"] for t in head] == [0.5] and not head[0]["met"]
+    assert math.isnan(e["headroom"]) and math.isnan(e["max_rate_per_replica"]) and e["headroom_hi"] == -0.5
     assert unmet_lines(doc) == [f"! {k} unmet: {e['why_unmet']}" for k, e in doc["systems"].items()]
 
 
