@@ -48,9 +48,15 @@ def terminal_day(doc: dict) -> str:
     return text + "\n" + "\n".join(notes)
 
 
-def unmet_day_lines(doc: dict) -> list[str]:
-    return [f"! {name}: SLA unmet in segment(s) {', '.join(e['unmet_segments'])}: {'; '.join(e['why_unmet'])}"
-            for name, e in doc["systems"].items() if e["unmet_segments"]]
+def unmet_day_lines(doc: dict, show: int = 3) -> list[str]:
+    """One line per system unmet in some segment: how many, and why in the first ``show`` (day_plan.json has
+    them all)."""
+    lines = []
+    for name, e in doc["systems"].items():
+        if e["unmet_segments"]:
+            why = e["why_unmet"][:show] + ([f"{len(e['why_unmet']) - show} more"] if len(e["why_unmet"]) > show else [])
+            lines.append(f"! {name}: SLA unmet in {len(e['unmet_segments'])} segment(s) ({'; '.join(why)})")
+    return lines
 
 
 def day_figure(doc: dict, col: dict[str, str]) -> go.Figure:

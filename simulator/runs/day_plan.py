@@ -41,7 +41,7 @@ DAY_S = 86400.0
 # a segment's count above every count that met at its rate, taken from a higher-rate segment (monotonicity)
 MET_AT_HIGHER_RATE = "met_at_higher_rate"
 DAY_COLUMNS = ["segment", "start", "duration", "rate", "system", "gpus", "decode_gpus", "prefill_gpus", "status",
-               "attainment", "ttft_p99"]
+               "attainment", "ttft_p99", "why_unmet"]
 SEGMENT_RUN_S = 40.0  # peak.yaml's stationary run: long enough past a warm-up of a fifth of it
 
 
@@ -134,6 +134,7 @@ class RatePlan:
     rate: float
     prefill: int | None = None
     prefill_status: str = MET
+    prefill_why: str | None = None
     decode: dict[str, int] = field(default_factory=dict)
     status: dict[str, str] = field(default_factory=dict)
     why: dict[str, str | None] = field(default_factory=dict)
@@ -143,15 +144,26 @@ class RatePlan:
 
 def settle(probe: Callable[[int], Generator[Candidate, dict, bool]], start: int, ceiling: int,
            ceiling_met: bool) -> Generator[Candidate, dict, tuple[int, str]]:
-    """The fewest count in 1..ceiling that meets, starting from ``start``: one fewer while that still meets,
-    else more (the next count, then doubling, then bisection) up to ``ceiling``. ``ceiling_met``: the ceiling met
+    """The fewest count in 1..ceiling that meets, starting from ``start``: fewer while that still meets, more
+    while it fails (each way the next count first, then strides that double, then bisection), up to ``ceiling``. ``ceiling_met``: the ceiling met
     at a higher rate, so it is not run again at this one (monotonicity) and is the answer, with status
     ``met_at_higher_rate``, when every count below it fails here; otherwise it is run, and unmet if it fails."""
     n = min(max(start, 1), ceiling)
     if (yield from probe(n)):
-        while n > 1 and (yield from probe(n - 1)):
-            n -= 1
-        return n, MET
+        met, failed, step = n, 0, 1  # the next one down first, then galloping, then bisection
+        while met > 1 and not failed:
+            k = max(met - step, 1)
+            if (yield from probe(k)):
+                met, step = k, 2 * step
+            else:
+                failed = k
+        while failed and met - failed > 1:
+            mid = (failed + met) // 2
+            if (yield from probe(mid)):
+                met = mid
+            else:
+                failed = mid
+        return met, MET
     if n >= ceiling:
         return ceiling, MET_AT_HIGHER_RATE if ceiling_met else UNMET
     if not ceiling_met and not (yield from probe(ceiling)):
@@ -211,6 +223,8 @@ class DayPlanner:
         rp.prefill, status = yield from settle(self._probe_for(rp.prefill_plan, "prefill", make, p._prefill_judge),
                                                start, above.prefill, above.prefill_status != UNMET)
         rp.prefill_status = status
+        if status != MET and rp.prefill_plan.trials:
+            rp.prefill_why = rp.prefill_plan.trials[-1].why_not
 
     def _decode(self, rp: RatePlan, above: RatePlan, system, capacity: float) -> Generator[Candidate, dict, None]:
         """The fewest decode replicas at this rate with its prefill pool in place (TTFT included: with the pool
@@ -245,6 +259,7 @@ class DayPlanner:
             pre = peak_doc["prefill"]
             top.prefill = pre["replicas"]
             top.prefill_status = MET if pre["met"] else UNMET
+            top.prefill_why = pre.get("why_unmet")
             names = [s.name for s in p.systems]  # the system the peak's prefill search ran (Planner.prefill_search)
             top.prefill_plan = SystemPlan(p.systems[names.index(peak_doc["baseline"] or names[0])])
         capacity = {}
@@ -278,7 +293,6 @@ class DayPlanner:
         t = self.target
         names = [s.name for s in p.systems]
         span = sum(s.duration_s for s in self.segments)
-        per_day = DAY_S / span
         rows = []
         for seg in self.segments:
             rp = plans.get(seg.rate)
@@ -286,39 +300,20 @@ class DayPlanner:
                 if rp is None:  # a segment where nothing arrives needs no GPUs
                     rows.append({"segment": seg.label, "start": seg.start_s, "duration": seg.duration_s,
                                  "rate": seg.rate, "system": name, "gpus": 0, "decode_gpus": 0, "prefill_gpus": 0,
-                                 "status": MET, "attainment": None, "ttft_p99": None})
+                                 "status": MET, "attainment": None, "ttft_p99": None, "why_unmet": None})
                     continue
                 row = self._measured(rp, name, peak_doc)
+                status = rp.status[name]
+                if rp.prefill_status != MET and status in (MET, MET_AT_HIGHER_RATE):
+                    status = rp.prefill_status  # the prefill pool's, when it was taken from above or unmet
                 rows.append({"segment": seg.label, "start": seg.start_s, "duration": seg.duration_s, "rate": seg.rate,
                              "system": name, "gpus": self.gpus(rp, name), "decode_gpus": rp.decode[name] * p.gpr,
-                             "prefill_gpus": (rp.prefill or 0) * p.prefill_gpr, "status": rp.status[name],
+                             "prefill_gpus": (rp.prefill or 0) * p.prefill_gpr, "status": status,
                              "attainment": row.get("sla_attainment") if row else None,
-                             "ttft_p99": row.get("ttft_p99") if row else None})
-        systems = {}
-        for name in names:
-            mine = [r for r in rows if r["system"] == name]
-            gpu_hours = sum(r["gpus"] * r["duration"] for r in mine) / 3600
-            peak_gpus = max(r["gpus"] for r in mine)
-            systems[name] = {
-                "system": name,
-                "gpu_hours": gpu_hours,
-                "gpu_hours_per_day": gpu_hours * per_day,
-                "usd_per_day": gpu_hours * per_day * t.gpu_hour_cost,
-                "peak_gpus": peak_gpus, "fewest_gpus": min(r["gpus"] for r in mine),
-                # the fleet sized for the peak and kept all day: what the autoscaler's plan is measured against
-                "static_gpu_hours_per_day": peak_gpus * DAY_S / 3600,
-                "unmet_segments": [r["segment"] for r in mine if r["status"] not in (MET, MET_AT_HIGHER_RATE)],
-                "why_unmet": sorted({plans[r["rate"]].why[name] for r in mine if r["rate"] in plans
-                                     and plans[r["rate"]].why.get(name)}),
-            }
+                             "ttft_p99": row.get("ttft_p99") if row else None,
+                             "why_unmet": None if status in (MET, MET_AT_HIGHER_RATE) else self._why(rp, name)})
         baseline = peak_doc.get("baseline")
-        if baseline in systems:
-            b = systems[baseline]
-            for e in systems.values():
-                e["saving_gpu_hours_per_day"] = b["gpu_hours_per_day"] - e["gpu_hours_per_day"]
-                e["saving_usd_per_day"] = e["saving_gpu_hours_per_day"] * t.gpu_hour_cost
-                e["saving_share"] = (e["saving_gpu_hours_per_day"] / b["gpu_hours_per_day"]
-                                     if b["gpu_hours_per_day"] else None)
+        systems = day_totals(rows, span, t.gpu_hour_cost, baseline)
         doc = {
             "scenario": self.scn.name,
             "target": peak_doc["target"],
@@ -344,6 +339,11 @@ class DayPlanner:
         doc["verdict"] = day_verdict(doc)
         return doc
 
+    @staticmethod
+    def _why(rp: RatePlan, system: str) -> str:
+        """Why a segment is unmet for a system: its decode pool's shortfall, else its prefill pool's."""
+        return rp.why.get(system) or f"prefill pool: {rp.prefill_why or 'the TTFT limit fails'}"
+
     def _measured(self, rp: RatePlan, system: str, peak_doc: dict) -> dict | None:
         """The run at the chosen size and this rate (for its attainment and TTFT), None when none ran there."""
         if rp.rate == self.peak:
@@ -352,6 +352,35 @@ class DayPlanner:
         plan = rp.plans.get(system)
         hits = [tr.row for tr in (plan.trials if plan else []) if tr.replicas == rp.decode[system]]
         return hits[-1] if hits else None
+
+
+def day_totals(rows: list[dict], span_s: float, gpu_hour_cost: float, baseline: str | None) -> dict[str, dict]:
+    """Per system, from the per-segment rows (gpus, duration in the scenario's real seconds, status): GPU-hours
+    over the span and per day (the span repeated to fill 24 h), USD per day, the saving over the baseline and the
+    GPU-hours of the peak's fleet kept all day."""
+    per_day = DAY_S / span_s
+    systems = {}
+    for name in dict.fromkeys(r["system"] for r in rows):
+        mine = [r for r in rows if r["system"] == name]
+        gpu_hours = sum(r["gpus"] * r["duration"] for r in mine) / 3600
+        peak_gpus = max(r["gpus"] for r in mine)
+        unmet = [r for r in mine if r["status"] not in (MET, MET_AT_HIGHER_RATE)]
+        systems[name] = {
+            "system": name, "gpu_hours": gpu_hours, "gpu_hours_per_day": gpu_hours * per_day,
+            "usd_per_day": gpu_hours * per_day * gpu_hour_cost,
+            "peak_gpus": peak_gpus, "fewest_gpus": min(r["gpus"] for r in mine),
+            # the fleet sized for the peak and kept all day: what the autoscaler's plan is measured against
+            "static_gpu_hours_per_day": peak_gpus * DAY_S / 3600,
+            "unmet_segments": [r["segment"] for r in unmet],
+            "why_unmet": [f"{r['segment']}: {r.get('why_unmet') or 'unmet'}" for r in unmet],
+        }
+    if baseline in systems:
+        b = systems[baseline]["gpu_hours_per_day"]
+        for e in systems.values():
+            e["saving_gpu_hours_per_day"] = b - e["gpu_hours_per_day"]
+            e["saving_usd_per_day"] = e["saving_gpu_hours_per_day"] * gpu_hour_cost
+            e["saving_share"] = e["saving_gpu_hours_per_day"] / b if b else None
+    return systems
 
 
 def day_table(doc: dict) -> pd.DataFrame:
