@@ -126,11 +126,11 @@ def day(tmp_path_factory):
     folder = tmp_path_factory.mktemp("day")
     path = write(folder / "tide.yaml")
     planner = DayPlanner(load_scenario(path), folder / "o", TARGET, Backend("local", 2), quick=True)
-    return path, folder / "o", planner, planner.run()
+    return path, folder / "o", planner.run()
 
 
 def test_a_small_day_plan_sizes_each_segment_and_sums_gpu_hours(day):
-    path, out, planner, doc = day
+    doc = day[2]
     rows = pd.DataFrame(doc["rows"])
     assert list(rows["segment"].unique()) == ["00:00", "01:00", "02:00", "04:00"]
     assert set(rows["system"]) == {"mtp-1", "dspark"}
@@ -158,7 +158,7 @@ def test_a_small_day_plan_sizes_each_segment_and_sums_gpu_hours(day):
 
 
 def test_a_higher_rate_segment_never_gets_fewer_gpus(day):
-    rows = pd.DataFrame(day[3]["rows"])
+    rows = pd.DataFrame(day[2]["rows"])
     for _, g in rows.groupby("system"):
         by_rate = g.groupby("rate")["gpus"].max().sort_index()
         assert by_rate.is_monotonic_increasing, by_rate
@@ -170,7 +170,7 @@ def test_the_day_plan_resumes_from_the_store_and_the_cli_writes_its_outputs(day)
 
     from simulator.cli import cli
 
-    path, out, planner, doc = day
+    path, out, doc = day
     again = DayPlanner(load_scenario(path), out, TARGET, Backend("local", 2), quick=True)
     assert again.run()["rows"] == doc["rows"] and again.planner.runs == 0
     res = CliRunner().invoke(cli, ["plan", str(path), "--per-segment", "--quick", "--out", str(out), "--jobs", "1",
