@@ -64,10 +64,13 @@ def day_figure(doc: dict, col: dict[str, str]) -> go.Figure:
     next), in hours from the start of the day (a trace: of the recording)."""
     rows = pd.DataFrame(doc["rows"])
     fig = go.Figure()
-    for system, g in rows.groupby("system", sort=False):
+    groups = list(rows.groupby("system", sort=False))
+    for i, (system, g) in enumerate(groups):
         g = g.sort_values("start")
         x = [*(g["start"] / 3600), (g["start"].iloc[-1] + g["duration"].iloc[-1]) / 3600]
-        y = [*g["gpus"], g["gpus"].iloc[-1]]
+        # systems often need the same count: a small offset each keeps coinciding lines visible (hover: exact)
+        dy = (i - (len(groups) - 1) / 2) * 0.04
+        y = [n + dy for n in (*g["gpus"], g["gpus"].iloc[-1])]
         text = [f"{s} ({r:,.1f} req/s): {n} GPUs ({st})" for s, r, n, st in
                 zip(g["segment"], g["rate"], g["gpus"], g["status"], strict=True)]
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": col.get(system)},
@@ -78,7 +81,8 @@ def day_figure(doc: dict, col: dict[str, str]) -> go.Figure:
                              y=[*seg["rate"], seg["rate"].iloc[-1]], mode="lines", yaxis="y2", name="requests/s",
                              line={"shape": "hv", "dash": "dot", "color": "#999"},
                              hovertemplate="%{y:,.1f} requests/s<extra>traffic</extra>"))
-    fig.update_layout(title="GPUs needed at the SLA through the day (prefill + decode; dotted: the traffic)",
+    fig.update_layout(title="GPUs needed at the SLA through the day (prefill + decode; lines offset slightly where "
+                            "they coincide; dotted: the traffic)",
                       xaxis_title="time of day (hours)", yaxis_title="GPUs", yaxis_rangemode="tozero",
                       yaxis2={"title": "requests/s", "overlaying": "y", "side": "right", "rangemode": "tozero",
                               "showgrid": False},

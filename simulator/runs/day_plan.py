@@ -208,7 +208,7 @@ class DayPlanner:
         self.planner = SegmentPlanner(stationary(scn, self.peak, segment_run_s), out, target, backend, quick, seed,
                                       on_stored, replicates, check_invariants)
 
-    # --- one rate below the peak, from the plan of the next higher one --------------------------------------
+    # --- a rate below the peak, from the plan of the next higher one ----------------------------------------
     def _probe_for(self, plan: SystemPlan, phase: str, make: Callable[[int], Candidate],
                    judge: Callable[[dict], str | None]):
         def probe(n: int) -> Generator[Candidate, dict, bool]:
@@ -243,11 +243,12 @@ class DayPlanner:
         rp.why[system.name] = None if status in (MET, MET_AT_HIGHER_RATE) else (
             last.why_not if last is not None else "unmet at a higher rate")
 
-    def plan_rate(self, rp: RatePlan, above: RatePlan, capacity: dict[str, float]) -> None:
+    def _prefill_of(self, rp: RatePlan, above: RatePlan) -> dict[str, Generator]:
+        """The prefill search of ``rp`` (its ceiling is the pool of the next higher rate), when disaggregated."""
         p = self.planner
-        if p.disaggregated:
-            p.drive({"prefill": self._prefill(rp, above, above.prefill_plan.system, p.scn.model.hardware.replicas)})
-        p.drive({s.name: self._decode(rp, above, s, capacity[s.name]) for s in p.systems})
+        if not p.disaggregated:
+            return {}
+        return {"\0prefill": self._prefill(rp, above, above.prefill_plan.system, p.scn.model.hardware.replicas)}
 
     # --- the day --------------------------------------------------------------------------------------------
     def run(self) -> dict:
@@ -269,14 +270,19 @@ class DayPlanner:
             top.why[name] = e.get("why_unmet")
             capacity[name] = e["max_rate_per_replica"] if e["status"] == MET else 0.0
         self.say(self._line(top))
-        plans = {self.peak: top}
-        above = top
-        for rate in self.rates[1:]:
-            rp = RatePlan(rate)
-            self.plan_rate(rp, above, capacity)
+        chain = [top, *(RatePlan(r) for r in self.rates[1:])]
+        if len(chain) > 1:
+            p.drive(self._prefill_of(chain[1], top))
+        # a rate's decode searches need its prefill pool; the next rate's prefill search needs only this rate's
+        # pool, so it runs alongside them (rounds stay full)
+        for i in range(1, len(chain)):
+            rp, above = chain[i], chain[i - 1]
+            searches = {s.name: self._decode(rp, above, s, capacity[s.name]) for s in p.systems}
+            if i + 1 < len(chain):
+                searches.update(self._prefill_of(chain[i + 1], rp))
+            p.drive(searches)
             self.say(self._line(rp))
-            plans[rate] = above = rp
-        return self.document(plans, peak_doc)
+        return self.document({rp.rate: rp for rp in chain}, peak_doc)
 
     def _line(self, rp: RatePlan) -> str:
         when = ", ".join(s.label for s in self.segments if s.rate == rp.rate)
