@@ -86,7 +86,8 @@ def day_figure(doc: dict, col: dict[str, str]) -> go.Figure:
                       xaxis_title="time of day (hours)", yaxis_title="GPUs", yaxis_rangemode="tozero",
                       yaxis2={"title": "requests/s", "overlaying": "y", "side": "right", "rangemode": "tozero",
                               "showgrid": False},
-                      height=460, legend_title="system")
+                      xaxis={"dtick": 2 if doc["span_s"] > 6 * 3600 else None},
+                      height=500, legend={"title": "system", "orientation": "h", "y": -0.2})
     return fig
 
 

@@ -286,8 +286,9 @@ class DayPlanner:
 
     def _line(self, rp: RatePlan) -> str:
         when = ", ".join(s.label for s in self.segments if s.rate == rp.rate)
-        gpus = ", ".join(f"{k} {self.gpus(rp, k)}" + ("" if rp.status[k] in (MET, MET_AT_HIGHER_RATE) else " (!)")
-                         for k in rp.decode)
+        gpus = ", ".join(f"{s.name} {self.gpus(rp, s.name)}"
+                         + ("" if rp.status[s.name] in (MET, MET_AT_HIGHER_RATE) else " (!)")
+                         for s in self.planner.systems)
         return f"{rp.rate:g} requests/s ({when}): GPUs {gpus}; {self.planner.runs} runs so far"
 
     def gpus(self, rp: RatePlan, system: str) -> int:
