@@ -12,9 +12,9 @@ size), and, for a trace, its burstiness within a segment (its arrivals become Po
 Economy: the GPUs needed are monotone in the rate, so distinct rates are planned from the highest down (equal
 rates share one plan). The peak is planned in full by the ordinary ``Planner`` (decode search, prefill pool,
 headroom); each lower rate starts from the count its rate implies (decode: the rate over the peak's most
-sustainable traffic per replica; prefill: the next higher rate's pool scaled by the rate) and confirms it with
-a run or two: one replica fewer while that still meets, more (doubling, then bisection) while it fails, never
-above the next higher rate's count, which the monotonicity makes an upper bound. Every run goes through the
+sustainable traffic per replica; prefill: the next higher rate's pool scaled by the rate) and confirms it,
+usually with a run or two (``settle``): fewer while that still meets, more while it fails, never above the next
+higher rate's count, which the monotonicity makes an upper bound. Every run goes through the
 run store and backend as the ordinary plan's do (resumable, Ray-capable).
 """
 
@@ -334,12 +334,13 @@ class DayPlanner:
             "disaggregated": p.disaggregated,
             "rows": rows,
             "systems": systems,
-            "rates": {f"{r:g}": {"prefill_replicas": rp.prefill, "prefill_status": rp.prefill_status,
-                                 "decode_replicas": rp.decode, "status": rp.status, "why_unmet": rp.why,
-                                 "search": {k: [tr.log() for tr in sp.trials] for k, sp in rp.plans.items()},
-                                 "prefill_search": [tr.log() for tr in rp.prefill_plan.trials]
-                                 if rp.prefill_plan is not None and rp.rate != self.peak else []}
-                      for r, rp in plans.items()},
+            # from the peak down; the peak's searches are in peak_plan
+            "rates": [{"rate": r, "prefill_replicas": rp.prefill, "prefill_status": rp.prefill_status,
+                       "decode_replicas": rp.decode, "status": rp.status, "why_unmet": rp.why,
+                       "search": {k: [tr.log() for tr in sp.trials] for k, sp in rp.plans.items()},
+                       "prefill_search": [tr.log() for tr in rp.prefill_plan.trials]
+                       if rp.prefill_plan is not None and rp.rate != self.peak else []}
+                      for r, rp in plans.items()],
             "peak_plan": peak_doc,
             "runs_executed": p.runs,
         }
@@ -415,9 +416,12 @@ def day_verdict(doc: dict) -> str:
     b = best[0]
     who = (f"{names[0]} needs" if len(names) == 1
            else f"{', '.join(names[:-1])} and {names[-1]} tie for")
+    fleet = ""
+    if len({(e["fewest_gpus"], e["peak_gpus"]) for e in best}) == 1:  # tied systems may follow different fleets
+        fleet = (f"; {b['fewest_gpus']}-{b['peak_gpus']} GPUs through the day, {b['static_gpu_hours_per_day']:,.0f} "
+                 "GPU-hours if sized for the peak all day")
     text = (head + f"{who} the fewest GPU-hours: {b['gpu_hours_per_day']:,.0f} per day "
-            f"(${b['usd_per_day']:,.0f} at ${usd:g}/GPU-hour; {b['fewest_gpus']}-{b['peak_gpus']} GPUs through the "
-            f"day, {b['static_gpu_hours_per_day']:,.0f} GPU-hours if sized for the peak all day)")
+            f"(${b['usd_per_day']:,.0f} at ${usd:g}/GPU-hour{fleet})")
     base = doc["systems"].get(doc.get("baseline") or "")
     if base is not None and base["system"] not in names:
         if base["unmet_segments"]:

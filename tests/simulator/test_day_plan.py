@@ -22,6 +22,7 @@ from simulator.runs.day_plan import (
     MET_AT_HIGHER_RATE,
     DayPlanner,
     day_totals,
+    day_verdict,
     segments_of,
     settle,
 )
@@ -76,6 +77,28 @@ def test_a_span_shorter_than_a_day_is_repeated_and_unmet_segments_are_named():
     assert a["gpu_hours"] == pytest.approx(2.5) and a["gpu_hours_per_day"] == pytest.approx(2.5 * 16)
     assert a["unmet_segments"] == ["01:00"] and a["why_unmet"] == ["01:00: at 3 decode GPUs: saturated"]
     assert "saving_share" not in a  # no baseline
+
+
+def test_the_day_verdict_names_the_fewest_gpu_hours_the_saving_and_ties():
+    def doc_of(gpus_by_system, statuses=None):
+        rows = [{**row(f"{h:02d}:00", 3600, g(h), system=name), "status": (statuses or {}).get((name, h), MET)}
+                for name, g in gpus_by_system.items() for h in range(24)]
+        return {"target": {"tps_per_user": 200, "attainment": 0.99, "ttft_p99_s": 1.0, "max_gpus": 64,
+                           "gpu_hour_cost_usd": 3.0},
+                "scenario": "tide", "span_s": 86400.0, "days_per_span": 1.0, "baseline": "mtp-1",
+                "segments": [{"rate": 5.0 + h} for h in range(24)],
+                "systems": day_totals(rows, 86400.0, 3.0, "mtp-1")}
+
+    day = {"mtp-1": lambda h: 4 if h >= 8 else 2, "dspark": lambda h: 3 if h >= 8 else 2}
+    text = day_verdict(doc_of(day))
+    assert text.startswith("Over a day of tide (24 segments, 5.0-28.0 requests/s) with 99% of requests")
+    # dspark: 2 x 8 + 3 x 16 = 64 GPU-hours; mtp-1: 2 x 8 + 4 x 16 = 80
+    assert "dspark needs the fewest GPU-hours: 64 per day ($192 at $3/GPU-hour; 2-3 GPUs through the day" in text
+    assert "that is 16 GPU-hours ($48, 20%) a day fewer than mtp-1's 80" in text
+    day["static-3"] = day["dspark"]
+    assert "dspark and static-3 tie for the fewest GPU-hours: 64 per day" in day_verdict(doc_of(day))
+    unmet = doc_of(day, {("mtp-1", 19): UNMET})
+    assert "the baseline mtp-1 does not meet it in 1 segment(s)" in day_verdict(unmet)
 
 
 # --- the per-segment search -----------------------------------------------------------------------------------
@@ -139,7 +162,8 @@ def test_a_small_day_plan_sizes_each_segment_and_sums_gpu_hours(day):
         n = int(g["decode_gpus"].iloc[0])
         if rate == 250.0:  # the peak: the ordinary plan's search (below)
             continue
-        tried = {t["replicas"]: t["met"] for t in doc["rates"][f"{rate:g}"]["search"][system]}
+        searched = next(e for e in doc["rates"] if e["rate"] == rate)["search"][system]
+        tried = {t["replicas"]: t["met"] for t in searched}
         assert tried.get(n, True)  # the count chosen met at this rate (or met at a higher one)
         if n > 1:
             assert tried[n - 1] is False  # one fewer failed: the fewest
@@ -151,7 +175,7 @@ def test_a_small_day_plan_sizes_each_segment_and_sums_gpu_hours(day):
         hours = (mine["gpus"] * mine["duration"]).sum() / 3600
         assert doc["systems"][system]["gpu_hours_per_day"] == pytest.approx(hours * 86400 / (5 * 3600))
     # equal rates share their plan: the two 20 requests/s segments are one entry and equal rows
-    assert sorted(doc["rates"]) == ["120", "20", "250"]
+    assert [e["rate"] for e in doc["rates"]] == [250.0, 120.0, 20.0]  # from the peak down
     low = rows[rows["rate"] == 20.0]
     assert (low.groupby("system")["gpus"].nunique() == 1).all()
     assert "fewest GPU-hours" in doc["verdict"]
