@@ -256,3 +256,21 @@ def test_traffic_without_segments_is_refused_in_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "traffic.segments" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.browser
+def test_the_day_plan_section_draws_in_a_browser(day, tmp_path):
+    import re
+
+    from simulator.inputs.hardware import load_target_table
+    from simulator.outputs.report import write_report
+    from tests.simulator.test_report_browser import render
+
+    path, _, doc = day
+    scn = load_scenario(path)
+    page = write_report(tmp_path / "report.html", scn, None, None, None, load_target_table(scn), None, doc)
+    dom = render(page, tmp_path)
+    assert 'data-js-errors="' not in dom
+    counts = [int(a or b) for a, b in re.findall(
+        r'class="plotly-graph-div[^"]*"[^>]*data-drawn="(\d+)"|data-drawn="(\d+)"[^>]*class="plotly-graph-div', dom)]
+    assert counts == [len(doc["systems"]) + 1]  # a step line per system and the traffic's
