@@ -4,6 +4,7 @@
              [--check-invariants] [--backend local|ray [--address auto|HOST:PORT]]
     simulate plan SCENARIO.yaml [--sla TPS] [--attainment A] [--ttft-p99 S] [--gpu-hour-cost USD] [--max-gpus N]
              [--out DIR] [--check-invariants] [--backend ...] [--set path=value]...
+             [--per-segment [--segment-s S] [--segment-run-s S]]
     simulate check SCENARIO.yaml [--set path=value]...
     simulate fit-profile TRACE --out PROFILE.yaml
     simulate list
@@ -181,12 +182,20 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 @click.option("--check-invariants", is_flag=True,
               help="check the engine's invariants (docs/model.md) on every run the plan reads, stored ones run "
                    "again; the first broken one stops the command")
+@click.option("--per-segment", is_flag=True,
+              help="plan each segment of a tide (traffic.segments) or a replayed trace at its own rate: GPUs per "
+                   "segment and GPU-hours per day per system (day_plan.csv)")
+@click.option("--segment-s", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="--per-segment, trace traffic: cut the recording into segments of about this long [default: 3600]")
+@click.option("--segment-run-s", type=click.FloatRange(min=0, min_open=True), default=40.0, show_default=True,
+              metavar="SECONDS", help="--per-segment: simulated seconds of each stationary run (warm-up a fifth; "
+                                      "--quick: run.quick_duration_s)")
 @backend_options
 @overrides
 def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99: float, gpu_hour_cost: float,
              max_gpus: int, rate_tolerance: float, out: Path | None, quick: bool, seed: int | None,
-             replicates: int, jobs: int | None, check_invariants: bool, backend: str, address: str | None,
-             sets: tuple[str, ...]) -> None:
+             replicates: int, jobs: int | None, check_invariants: bool, per_segment: bool, segment_s: float | None,
+             segment_run_s: float, backend: str, address: str | None, sets: tuple[str, ...]) -> None:
     """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
     import time
 
@@ -201,7 +210,13 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     options = plan_options(target, scn.model.sla.tps_targets[0])
     if replicates != PLAN_REPLICATES:
         options += (f"plan.replicates={replicates}",)
+    if per_segment:
+        options += (f"plan.per_segment={segment_s!r},{segment_run_s!r}",)
+    elif segment_s is not None:
+        raise UserError("--segment-s cuts a trace for --per-segment; give --per-segment too")
     out = output_dir(scenario, sets, out, options)
+    if per_segment:
+        return day_plan(scn, out, target, runner, quick, seed, replicates, check_invariants, segment_s, segment_run_s)
     bar = progress_bar(f"{scn.name}: plan runs")
     planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
                       replicates=replicates, check_invariants=check_invariants)
@@ -225,6 +240,48 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         click.echo("(--quick: short smoke runs; do not plan on these numbers)")
     click.echo(f"\n{planner.runs} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)"
                f"\nplan: {csv}\n      {js}\nreport: {report}")
+
+
+def day_plan(scn, out: Path, target, runner, quick: bool, seed: int | None, replicates: int,
+             check_invariants: bool, segment_s: float | None, segment_run_s: float) -> None:
+    """`simulate plan --per-segment`: the plan of every segment of the day and GPU-hours per day per system.
+    Not automatic for segmented traffic: the plan without it (one fleet through the whole tide, its peak and
+    transitions included) keeps its meaning and its numbers, and a day plan costs many more runs."""
+    import time
+
+    from simulator.inputs.hardware import load_target_table
+    from simulator.outputs.day_report import terminal_day, unmet_day_lines
+    from simulator.outputs.report import write_report
+    from simulator.runs.day_plan import DayPlanner, write_day_plan
+
+    bar = progress_bar(f"{scn.name}: day plan runs")
+
+    def say(line: str) -> None:
+        click.echo(f"{scn.name}: {line}", err=True)
+
+    planner = DayPlanner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
+                         replicates=replicates, segment_s=segment_s, segment_run_s=segment_run_s, say=say,
+                         check_invariants=check_invariants)
+    t0 = time.perf_counter()
+    try:
+        doc = planner.run()
+    except KeyboardInterrupt:
+        bar.close()
+        click.echo(f"\ninterrupted: finished runs are stored in {out / '.runs'}; run the same command to resume",
+                   err=True)
+        sys.exit(130)
+    bar.close()
+    doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
+    csv, js = write_day_plan(out, doc)
+    report = write_report(out / "report.html", scn, None, None, None, load_target_table(scn), None, doc)
+    click.echo(terminal_day(doc))
+    for line in unmet_day_lines(doc):
+        click.echo(line)
+    click.echo("\n" + doc["verdict"])
+    if quick:
+        click.echo("(--quick: short smoke runs; do not plan on these numbers)")
+    click.echo(f"\n{planner.planner.runs} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)"
+               f"\nday plan: {csv}\n          {js}\nreport: {report}")
 
 
 def write_plan_report(out: Path, scn, doc: dict, quick: bool, seed: int | None) -> Path:

@@ -189,12 +189,19 @@ def headline_html(summary: dict) -> str:
 
 
 def write_report(path: Path, scn: LoadedScenario, runs: pd.DataFrame | None, frontier: pd.DataFrame | None,
-                 summary: dict | None, table: StepTable, capacity: dict | None = None) -> Path:
-    """The whole report; ``runs`` None (no sweep stored yet) gives the capacity section alone."""
+                 summary: dict | None, table: StepTable, capacity: dict | None = None,
+                 day_plan: dict | None = None) -> Path:
+    """The whole report; ``runs`` None (no sweep stored yet) gives the capacity section (or the day plan's,
+    ``simulate plan --per-segment``) alone."""
     m = scn.model
-    systems = list(dict.fromkeys(runs["policy"])) if runs is not None else list(capacity["systems"])
+    systems = (list(dict.fromkeys(runs["policy"])) if runs is not None
+               else list((capacity if capacity is not None else day_plan)["systems"]))
     col = colors(systems)
     figures: list[tuple[str, go.Figure | str | None]] = []
+    if day_plan is not None:
+        from simulator.outputs.day_report import day_figure, day_html
+
+        figures += [("Day plan", day_html(day_plan)), ("", day_figure(day_plan, col))]
     if capacity is not None:
         from simulator.outputs.capacity_report import capacity_html, gpus_figure, search_figure
 
