@@ -189,12 +189,22 @@ def headline_html(summary: dict) -> str:
 
 
 def write_report(path: Path, scn: LoadedScenario, runs: pd.DataFrame | None, frontier: pd.DataFrame | None,
-                 summary: dict | None, table: StepTable, capacity: dict | None = None) -> Path:
-    """The whole report; ``runs`` None (no sweep stored yet) gives the capacity section alone."""
+                 summary: dict | None, table: StepTable, capacity: dict | None = None,
+                 hardware: dict | None = None) -> Path:
+    """The whole report; ``runs`` None (no sweep stored yet) gives the capacity section alone, or with
+    ``hardware`` (a comparison of hardware options, ``simulate plan --hardware``) that section alone."""
     m = scn.model
-    systems = list(dict.fromkeys(runs["policy"])) if runs is not None else list(capacity["systems"])
+    if runs is None and capacity is None:
+        systems = list(dict.fromkeys(r["system"] for r in hardware["pairs"]))
+    else:
+        systems = list(dict.fromkeys(runs["policy"])) if runs is not None else list(capacity["systems"])
     col = colors(systems)
     figures: list[tuple[str, go.Figure | str | None]] = []
+    if hardware is not None:
+        from simulator.outputs.hardware_report import cost_figure, hardware_html, spend_figure
+
+        figures += [("Which hardware", hardware_html(hardware)), ("", cost_figure(hardware)),
+                    ("", spend_figure(hardware))]
     if capacity is not None:
         from simulator.outputs.capacity_report import capacity_html, gpus_figure, search_figure
 
