@@ -249,7 +249,7 @@ def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool
     from simulator.inputs.hardware import load_target_table
     from simulator.outputs.hardware_report import terminal_hardware, unmet_pair_lines
     from simulator.outputs.report import write_report
-    from simulator.runs.hardware_choice import plan_hardware, write_hardware
+    from simulator.runs.hardware_choice import plan_hardware, shown_scenario, write_hardware
     from simulator.runs.plan import write_plan
 
     bar = progress_bar(f"{scn.name}: plan runs")
@@ -272,7 +272,8 @@ def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool
     bar.close()
     doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
     csv, js = write_hardware(out, doc)
-    report = write_report(out / "report.html", scn, None, None, None, load_target_table(scn), hardware=doc)
+    report = write_report(out / "report.html", shown_scenario(scn, choices), None, None, None,
+                          load_target_table(scn), hardware=doc)
     click.echo(terminal_hardware(doc))
     for line in unmet_pair_lines(doc):
         click.echo(line)

@@ -110,6 +110,14 @@ def option_scenario(scn: LoadedScenario, option: HardwareOption) -> LoadedScenar
                           [*scn.overrides, f"hardware.table={table}"])
 
 
+def shown_scenario(scn: LoadedScenario, options: list[HardwareOption]) -> LoadedScenario:
+    """The scenario as the comparison's report header names it: every option's table, not the scenario's own."""
+    m = scn.model
+    tables = ", ".join(f"{o.name}: {o.table}" for o in options)
+    return LoadedScenario(m.model_copy(update={"hardware": m.hardware.model_copy(update={"table": tables})}),
+                          scn.path, scn.overrides)
+
+
 def check_options(scn: LoadedScenario, options: list[HardwareOption]) -> tuple[list[HardwareOption], list[str]]:
     """Every option's scenario loaded as a run would load it (its table, drafters' tables, KV capacity), before
     any run, so that a bad third option does not fail after the first two plans. Returns the options with

@@ -108,6 +108,7 @@ def test_a_real_comparison_ranks_by_price_shares_the_store_and_writes_its_report
     assert "the cheapest is mtp-1 on h200" in doc["verdict"] and "50% less per token" in doc["verdict"]
     page = (out / "report.html").read_text()
     assert "Which hardware" in page and "Cost per million output tokens at the SLA" in page
+    assert f"h200-at-7: {H200_TABLE}" in page  # the header names the tables compared
     assert doc["verdict"] in res.output
     lines = res.output.splitlines()
     table = lines[next(i for i, line in enumerate(lines) if line.startswith("#")):][:3]
