@@ -239,11 +239,14 @@ def _pair(r: dict) -> str:
             f"${r['cost_per_mtok']:.3f} per million output tokens")
 
 
-def _saving(best: dict, other: dict) -> str:
-    less = 1 - best["cost_per_mtok"] / other["cost_per_mtok"]
-    per_hour = other["usd_per_hour"] - best["usd_per_hour"]
-    return f"{less:.0%} less per token (${per_hour:,.2f}/hour less)" if less > 0 else (
-        f"{-less:.0%} more per token" if less < 0 else "the same per token")
+def _versus(best: dict, other: dict, what: str) -> str:
+    """What ``best`` saves over ``other``: in spend per hour, which at the SLA buys the same traffic (the
+    measured cost per token at equal spend differs only by the measurement window's tokens)."""
+    if other["usd_per_hour"] <= best["usd_per_hour"]:
+        return f"{what} ({other['system']}: {_pair(other)}) costs as much, with {other['headroom']:+.0%} headroom"
+    less = 1 - best["usd_per_hour"] / other["usd_per_hour"]
+    return (f"{less:.0%} less (${other['usd_per_hour'] - best['usd_per_hour']:,.2f}/hour for the same traffic) "
+            f"than {what} ({other['system']}: {_pair(other)})")
 
 
 def hardware_verdict(doc: dict) -> str:
@@ -253,7 +256,7 @@ def hardware_verdict(doc: dict) -> str:
     sla = f"{t['attainment']:.0%} of requests at >= {t['tps_per_user']:g} tok/s/user, TTFT p99 <= {t['ttft_p99_s']:g} s"
     load = load_phrase(doc)
     rows = doc["pairs"]
-    prices = ", ".join(f"{o['name']} at ${o['usd_per_gpu_hour']:g}" for o in doc["options"])
+    prices = ", ".join(f"{o['name']} at ${o['usd_per_gpu_hour']:.2f}" for o in doc["options"])
     met = [r for r in rows if r["status"] == MET]
     if not met:
         best = max(rows, key=lambda r: r["attainment"] if r["attainment"] is not None else -1)
@@ -270,15 +273,17 @@ def hardware_verdict(doc: dict) -> str:
     where = f" on {best['hardware']}" if one_hw else ""
     who = names[0] if len(names) == 1 else (f"{', '.join(names[:-1])} and {names[-1]} (tied: the same spend, "
                                             f"headroom within the search's {tol:.0%})")
+    heads = sorted(r["headroom"] or 0 for r in tied)
+    head = f"{heads[-1]:+.0%}" if heads[-1] - heads[0] < 0.005 else f"{heads[0]:+.0%} to {heads[-1]:+.0%}"
     text = (f"At {load} with {sla} (assumed per GPU-hour: {prices}), the cheapest is {who}{where}: "
-            f"{_pair(best)}, {best['headroom']:+.0%} headroom")
+            f"{_pair(best)}, {head} headroom")
     winners = {r["hardware"] for r in tied}
     others = [o["name"] for o in doc["options"] if o["name"] not in winners]
     other_best = [next((r for r in met if r["hardware"] == h), None) for h in others]
     met_other = [r for r in other_best if r is not None]
     if met_other:
         nxt = min(met_other, key=lambda r: r["rank"])
-        text += f"; {_saving(best, nxt)} than the best on {nxt['hardware']} ({nxt['system']}: {_pair(nxt)})"
+        text += "; " + _versus(best, nxt, f"the best on {nxt['hardware']}")
     missing = [h for h, r in zip(others, other_best, strict=True) if r is None]
     if missing:
         text += f"; on {', '.join(missing)} no system meets it within {t['max_gpus']} GPUs"
@@ -288,7 +293,7 @@ def hardware_verdict(doc: dict) -> str:
         if base["status"] != MET:
             text += f"; the baseline {base_name} does not meet it on {best['hardware']} within {t['max_gpus']} GPUs"
         else:
-            text += f"; {_saving(best, base)} than the baseline {base_name} on {best['hardware']} ({_pair(base)})"
+            text += "; " + _versus(best, base, f"the baseline on {best['hardware']}")
     return text + "."
 
 

@@ -70,9 +70,14 @@ def test_ranking_puts_met_pairs_first_by_spend_then_headroom_then_unmet():
     text = hardware_verdict(doc)
     assert "the cheapest is dspark on b200: 3 B200 GPUs (2 prefill + 1 decode), $16.50/hour" in text
     # over the next hardware's best (static-5 on h200, $17.50/hour) and the baseline on b200 (unmet)
-    saving = 1 - ranked[0]["cost_per_mtok"] / ranked[1]["cost_per_mtok"]
-    assert f"{saving:.0%} less per token ($1.00/hour less) than the best on h200 (static-5: 5 H200 GPUs" in text
+    # in spend for the same traffic: 1 - 16.50 / 17.50 = 6%
+    assert "6% less ($1.00/hour for the same traffic) than the best on h200 (static-5: 5 H200 GPUs" in text
     assert "the baseline mtp-1 does not meet it on b200 within 64 GPUs" in text
+    # the baseline at the winner's spend: as much, never a saving split out of the window's noise
+    doc["pairs"] = [*ranked[:4], {**pair_row(b200, entry("mtp-1", 2, 1, 20_000.0, headroom=0.0)), "rank": 5}]
+    assert ("the baseline on b200 (mtp-1: 3 B200 GPUs (2 prefill + 1 decode), $16.50/hour, $0.229 per million "
+            "output tokens) costs as much, with +0% headroom") in hardware_verdict(doc)
+    doc["pairs"] = ranked
     assert unmet_pair_lines(doc) == ["! b200 / mtp-1 unmet: at 8 decode GPUs: saturated"]
     assert max(len(line) for line in terminal_hardware(doc).splitlines()) <= 120
 
@@ -105,7 +110,7 @@ def test_a_real_comparison_ranks_by_price_shares_the_store_and_writes_its_report
     assert doc["pairs"][0]["cost_per_mtok"] == pytest.approx(cheap["cost_per_mtok"])
     assert plans["h200"]["runs_executed"] > 0 and plans["h200-at-7"]["runs_executed"] == 0
     assert doc["runs_executed"] == plans["h200"]["runs_executed"]
-    assert "the cheapest is mtp-1 on h200" in doc["verdict"] and "50% less per token" in doc["verdict"]
+    assert "the cheapest is mtp-1 on h200" in doc["verdict"] and "50% less ($" in doc["verdict"]
     page = (out / "report.html").read_text()
     assert "Which hardware" in page and "Cost per million output tokens at the SLA" in page
     assert f"h200-at-7: {H200_TABLE}" in page  # the header names the tables compared
