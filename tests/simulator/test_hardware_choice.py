@@ -161,3 +161,35 @@ def test_cli_refuses_a_bad_option_in_one_line_before_any_run(scenario_file, tmp_
         assert exc.value.code == 2
         assert capsys.readouterr().err.strip() == line
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.browser
+def test_the_report_section_draws_in_a_browser(tmp_path):
+    """The comparison's page alone (no sweep, no single plan): its figures drawn by plotly, no script error."""
+    from simulator.inputs.hardware import load_target_table
+    from simulator.outputs.report import write_report
+    from simulator.runs.hardware_choice import shown_scenario
+    from tests.simulator.test_report_browser import render
+
+    h200, b200 = HardwareOption("h200", H200_TABLE, 3.5, "H200"), HardwareOption("b200", B200_TABLE, 5.5, "B200")
+    pairs = rank([pair_row(h200, entry("mtp-1", 3, 3, 9_000.0)), pair_row(h200, entry("dspark", 3, 2, 13_000.0)),
+                  pair_row(b200, entry("mtp-1", 2, 1, 26_000.0)),
+                  pair_row(b200, entry("dspark", 2, 8, 3_000.0, status=UNMET, why="at 8 decode GPUs: saturated"))])
+    doc = {"target": {"tps_per_user": 200, "attainment": 0.99, "ttft_p99_s": 1.0, "max_gpus": 8,
+                      "rate_tolerance": 0.05},
+           "traffic": {"kind": "poisson", "rate": 55.0}, "arrival_rate": 55.0, "seeds": [0], "baseline": "mtp-1",
+           "quick": True, "pairs": pairs,
+           "options": [{"name": o.name, "gpu": o.gpu, "table": str(o.table), "usd_per_gpu_hour": o.usd_per_gpu_hour,
+                        "plan": f"hardware/{o.name}/plan.json", "prefill": {"replicas": 3, "met": True}}
+                       for o in (h200, b200)]}
+    doc["verdict"] = hardware_verdict(doc)
+    scn = load_scenario(ROOT / "scenarios" / "peak.yaml")
+    page = write_report(tmp_path / "report.html", shown_scenario(scn, [h200, b200]), None, None, None,
+                        load_target_table(scn), hardware=doc)
+    text = page.read_text()
+    assert text.count('class="plotly-graph-div"') == 2 and "! b200 / dspark" not in text
+    assert "b200 / dspark unmet: at 8 decode GPUs: saturated" in text
+    dom = render(page, tmp_path)
+    assert 'data-js-errors="' not in dom
+    counts = re.findall(r'data-drawn="(\d+)"', dom)
+    assert len(counts) == 2 and all(int(c) > 0 for c in counts), counts
