@@ -266,8 +266,8 @@ def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool
                             log=lambda line: click.echo(line, err=True))
     except KeyboardInterrupt:
         bar.close()
-        click.echo(f"\ninterrupted: finished runs are stored under {out / 'hardware'}; run the same command to "
-                   "resume", err=True)
+        click.echo(f"\ninterrupted: finished runs are stored in {out / '.runs'}; run the same command to resume",
+                   err=True)
         sys.exit(130)
     bar.close()
     doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
