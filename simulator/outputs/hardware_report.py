@@ -22,6 +22,7 @@ HEADERS = {"rank": "rank", "hardware": "hardware", "gpu": "GPU", "usd_per_gpu_ho
            "decode_gpus": "decode GPUs", "prefill_usd_per_hour": "prefill $/hour",
            "decode_usd_per_hour": "decode $/hour", "usd_per_hour": "$/hour",
            "output_tokens_per_s": "output tok/s", "cost_per_mtok": "$/M output tok", "headroom": "headroom",
+           "headroom_hi": "headroom high",
            "attainment": "SLA attainment", "ttft_p99": "TTFT p99 (s)"}
 
 
@@ -35,7 +36,7 @@ def format_pairs(doc: dict) -> pd.DataFrame:
     def fmt(col: str, v):
         if _missing(v):
             return "-"
-        if col == "headroom":
+        if col.startswith("headroom"):
             return f"{v:+.0%}"
         if col == "attainment":
             return f"{v:.1%}"

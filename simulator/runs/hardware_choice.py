@@ -45,7 +45,8 @@ SPEC_FORM = "NAME=TABLE.csv:USD_PER_GPU_HOUR, e.g. b200=scenarios/hardware/b200-
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under OUT/hardware/
 HARDWARE_COLUMNS = ["rank", "hardware", "gpu", "usd_per_gpu_hour", "system", "status", "gpus", "prefill_gpus",
                     "decode_gpus", "prefill_usd_per_hour", "decode_usd_per_hour", "usd_per_hour",
-                    "output_tokens_per_s", "cost_per_mtok", "headroom", "attainment", "ttft_p99", "why_unmet"]
+                    "output_tokens_per_s", "cost_per_mtok", "headroom", "headroom_hi", "attainment", "ttft_p99",
+                    "why_unmet"]
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backe
         plans[o.name] = doc
         if on_plan is not None:
             on_plan(o, variant, folder, doc)
-    doc = compare(scn, target, options, plans)
+    doc = compare(scn, options, plans)
     doc["runs_executed"] = runs
     return doc
 
@@ -188,7 +189,8 @@ def pair_row(option: HardwareOption, e: dict) -> dict:
         "prefill_usd_per_hour": e["prefill_gpus"] * price, "decode_usd_per_hour": e["decode_gpus"] * price,
         "usd_per_hour": usd_per_hour, "output_tokens_per_s": tokens_per_s,
         "cost_per_mtok": usd_per_hour / (tokens_per_s * 3600) * 1e6 if tokens_per_s > 0 else float("nan"),
-        "headroom": e.get("headroom"), "attainment": e.get("attainment"), "ttft_p99": e.get("ttft_p99"),
+        "headroom": e.get("headroom"), "headroom_hi": e.get("headroom_hi"), "attainment": e.get("attainment"),
+        "ttft_p99": e.get("ttft_p99"),
         "why_unmet": e.get("why_unmet"),
     }
 
@@ -207,8 +209,9 @@ def rank(rows: list[dict]) -> list[dict]:
     return [{"rank": i, **r} for i, r in enumerate(ranked, 1)]
 
 
-def compare(scn: LoadedScenario, target: Target, options: list[HardwareOption], plans: dict[str, dict]) -> dict:
-    """hardware.json's document: every option's plan summarised, the ranked pairs and the verdict."""
+def compare(scn: LoadedScenario, options: list[HardwareOption], plans: dict[str, dict]) -> dict:
+    """hardware.json's document from every option's plan (plan.json's document): the options summarised, the
+    ranked pairs and the verdict."""
     by_name = {o.name: o for o in options}
     rows = rank([pair_row(by_name[name], e) for name, doc in plans.items() for e in doc["systems"].values()])
     first = next(iter(plans.values()))
@@ -265,14 +268,26 @@ def hardware_verdict(doc: dict) -> str:
                 f"requests at the target with {best['gpus']} GPUs).")
     best = met[0]
     tol = t.get("rate_tolerance", 0.05)
-    # the same spend serves the same traffic: only headroom beyond the search's precision tells pairs apart
+    top = best["headroom"] or 0.0
+
+    def ceiling(r: dict) -> float:
+        """The most headroom the data leave possible (plan.py's verdict: the smallest multiplier seen to fail
+        clearly, else the search's precision above the bound)."""
+        hi = r.get("headroom_hi")
+        return hi if hi is not None and not math.isnan(hi) else (1 + (r["headroom"] or 0.0)) * (1 + tol) - 1
+
+    # the same spend serves the same traffic: pairs whose headroom intervals reach the best's bound tie, as
+    # systems of equal GPUs do in each option's plan
     tied = [r for r in met if r["usd_per_hour"] == best["usd_per_hour"]
-            and (1 + (r["headroom"] or 0)) * (1 + tol) >= 1 + (best["headroom"] or 0)]
+            and ((r["headroom"] or 0.0) >= top - 1e-9 or ceiling(r) > top + 1e-9)]
     one_hw = len({r["hardware"] for r in tied}) == 1
     names = [r["system"] if one_hw else f"{r['system']} on {r['hardware']}" for r in tied]
     where = f" on {best['hardware']}" if one_hw else ""
+    n_seeds = len(doc.get("seeds") or [0])
+    precision = f"the search's {tol:.0%} precision" + (f" and {n_seeds} seeds" if n_seeds > 1 else "")
     who = names[0] if len(names) == 1 else (f"{', '.join(names[:-1])} and {names[-1]} (tied: the same spend, "
-                                            f"headroom within the search's {tol:.0%})")
+                                            f"each one's headroom interval reaching the best's bound at "
+                                            f"{precision})")
     heads = sorted(r["headroom"] or 0 for r in tied)
     head = f"{heads[-1]:+.0%}" if heads[-1] - heads[0] < 0.005 else f"{heads[0]:+.0%} to {heads[-1]:+.0%}"
     text = (f"At {load} with {sla} (assumed per GPU-hour: {prices}), the cheapest is {who}{where}: "

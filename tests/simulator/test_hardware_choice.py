@@ -120,6 +120,26 @@ def test_a_real_comparison_ranks_by_price_shares_the_store_and_writes_its_report
     assert "h200-at-7" in table[2] and max(len(line) for line in table) <= 120
 
 
+def test_equal_spend_ties_when_a_headroom_interval_reaches_the_best_bound():
+    b200 = HardwareOption("b200", B200_TABLE, 5.5, "B200")
+
+    def row(system, headroom, headroom_hi):
+        return {**pair_row(b200, entry(system, 2, 1, 26_000.0, headroom=headroom)), "headroom_hi": headroom_hi}
+
+    pairs = rank([row("static-3", 0.35, 0.70), row("dspark-async", 0.61, 0.69), row("batch-table", 0.24, 0.30),
+                  row("mtp-1", 0.0, float("nan"))])
+    doc = {"target": {"tps_per_user": 200, "attainment": 0.99, "ttft_p99_s": 1.0, "max_gpus": 8,
+                      "rate_tolerance": 0.05},
+           "traffic": {"kind": "poisson", "rate": 55.0}, "arrival_rate": 55.0, "seeds": [0, 1, 2], "baseline": "mtp-1",
+           "options": [{"name": "b200", "usd_per_gpu_hour": 5.5}], "pairs": pairs}
+    text = hardware_verdict(doc)
+    # static-3's interval (+35% to +70%) reaches dspark-async's bound (+61%); batch-table's (to +30%) does not
+    assert ("the cheapest is dspark-async and static-3 (tied: the same spend, each one's headroom interval reaching "
+            "the best's bound at the search's 5% precision and 3 seeds) on b200") in text
+    assert "+35% to +61% headroom" in text
+    assert "the baseline on b200 (mtp-1: 3 B200 GPUs (2 prefill + 1 decode), $16.50/hour" in text
+
+
 @pytest.mark.parametrize("spec, expected", [
     ("h200", "expected NAME=TABLE.csv:USD_PER_GPU_HOUR"),
     (f"h200={H200_TABLE}", "no price; expected NAME=TABLE.csv:USD_PER_GPU_HOUR"),
