@@ -137,7 +137,8 @@ def hardware_html(doc: dict) -> str:
     """The section's text and tables (the report adds the figures, embedding plotly once)."""
     t = doc["target"]
     options = pd.DataFrame([{
-        "hardware": o["name"], "GPU": o["gpu"], "table": o["table"], "$/GPU-hour (assumed)": f"{o['usd_per_gpu_hour']:g}",
+        "hardware": o["name"], "GPU": o["gpu"], "table": o["table"],
+        "$/GPU-hour (assumed)": f"{o['usd_per_gpu_hour']:.2f}",
         "prefill replicas": "-" if not o.get("prefill") else (
             f"{o['prefill']['replicas']}" + ("" if o["prefill"]["met"] else " (unmet)")),
         "plan": o["plan"]} for o in doc["options"]]).to_html(index=False, classes="headline", border=0, escape=True)

@@ -158,7 +158,7 @@ def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backe
     plans: dict[str, dict] = {}
     runs = 0
     for i, o in enumerate(options, 1):
-        log(f"hardware {i}/{len(options)}: {o.name} ({o.gpu}, {o.table}, ${o.usd_per_gpu_hour:g}/GPU-hour)")
+        log(f"hardware {i}/{len(options)}: {o.name} ({o.gpu}, {o.table}, ${o.usd_per_gpu_hour:.2f}/GPU-hour)")
         variant = option_scenario(scn, o)
         folder = out / "hardware" / o.name
         # one run store for every option (OUT/.runs): its keys hash the table's name and content, so the same

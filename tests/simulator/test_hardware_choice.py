@@ -155,12 +155,14 @@ def test_bad_hardware_specs_say_what_was_expected(spec, expected):
 
 
 def test_a_duplicate_name_and_ambiguous_scenario_tables_are_refused(scenario_file):
-    with pytest.raises(UserError, match=re.escape("--hardware: the name 'a' is given twice; expected one name per option")):
+    twice = "--hardware: the name 'a' is given twice; expected one name per option"
+    with pytest.raises(UserError, match=re.escape(twice)):
         parse_options([f"a={H200_TABLE}:1", f"a={B200_TABLE}:2"])
     # a prefill pool priced by the scenario's own table: stay there or follow the option? not ours to guess
     path = small_plan_scenario(scenario_file, hardware={"table": str(H200_TABLE), "prefill_table": str(H200_TABLE)},
                                engine={"max_running": 32, "prefill": "disaggregated"})
-    with pytest.raises(UserError, match=re.escape("hardware.prefill_table: names a table of the scenario's own hardware")):
+    kept = "hardware.prefill_table: names a table of the scenario's own hardware"
+    with pytest.raises(UserError, match=re.escape(kept)):
         check_options(load_scenario(path), parse_options([f"b200={B200_TABLE}:5.5"]))
 
 
@@ -168,7 +170,8 @@ def test_cli_refuses_a_bad_option_in_one_line_before_any_run(scenario_file, tmp_
     from simulator.cli import main
 
     path = small_plan_scenario(scenario_file, systems=["mtp-1"])
-    base = ["simulate", "plan", str(path), "--quick", "--out", str(tmp_path / "o"), "--hardware", f"h200={H200_TABLE}:3.5"]
+    base = ["simulate", "plan", str(path), "--quick", "--out", str(tmp_path / "o"),
+            "--hardware", f"h200={H200_TABLE}:3.5"]
     for extra, line in ((["--hardware", "b200=missing.csv:5"],
                          "error: --hardware 'b200=missing.csv:5': table missing.csv does not exist; expected a "
                          "step-time table CSV (e.g. scenarios/hardware/*.csv)"),
