@@ -190,18 +190,28 @@ def headline_html(summary: dict) -> str:
 
 def write_report(path: Path, scn: LoadedScenario, runs: pd.DataFrame | None, frontier: pd.DataFrame | None,
                  summary: dict | None, table: StepTable, capacity: dict | None = None,
-                 day_plan: dict | None = None) -> Path:
-    """The whole report; ``runs`` None (no sweep stored yet) gives the capacity section (or the day plan's,
-    ``simulate plan --per-segment``) alone."""
+                 day_plan: dict | None = None, hardware: dict | None = None) -> Path:
+    """The whole report; ``runs`` None (no sweep stored yet) gives the plan's own section alone: the capacity
+    section, the day plan's (``simulate plan --per-segment``) or the comparison of hardware options
+    (``simulate plan --hardware``)."""
     m = scn.model
-    systems = (list(dict.fromkeys(runs["policy"])) if runs is not None
-               else list((capacity if capacity is not None else day_plan)["systems"]))
+    if runs is not None:
+        systems = list(dict.fromkeys(runs["policy"]))
+    elif capacity is not None or day_plan is not None:
+        systems = list((capacity if capacity is not None else day_plan)["systems"])
+    else:
+        systems = list(dict.fromkeys(r["system"] for r in hardware["pairs"]))
     col = colors(systems)
     figures: list[tuple[str, go.Figure | str | None]] = []
     if day_plan is not None:
         from simulator.outputs.day_report import day_figure, day_html
 
         figures += [("Day plan", day_html(day_plan)), ("", day_figure(day_plan, col))]
+    if hardware is not None:
+        from simulator.outputs.hardware_report import cost_figure, hardware_html, spend_figure
+
+        figures += [("Which hardware", hardware_html(hardware)), ("", cost_figure(hardware)),
+                    ("", spend_figure(hardware))]
     if capacity is not None:
         from simulator.outputs.capacity_report import capacity_html, gpus_figure, search_figure
 
