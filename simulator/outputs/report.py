@@ -240,7 +240,7 @@ def seeds_phrase(seeds: list[int]) -> str:
 
 
 def override_changes(scn: LoadedScenario) -> list[str]:
-    """Each ``--set`` as what it changed: ``field: file's value -> value used``, so a reader of the scenario's
+    """Each ``--set`` with what it changed (the file's value, the value used), so a reader of the scenario's
     own description (written for the file as it is) sees what differs."""
     import yaml
 
@@ -263,9 +263,9 @@ def override_changes(scn: LoadedScenario) -> list[str]:
                 node = None
         field = ".".join(keys)
         if append:
-            out.append(f"{field}: {value!r} appended")
+            out.append(f"--set {text} ({field}: {value!r} appended)")
         else:
-            out.append(f"{field}: {'unset' if node is None else repr(node)} in the file, {value!r} here")
+            out.append(f"--set {text} ({field}: {'unset' if node is None else repr(node)} in the file, {value!r} here)")
     return out
 
 
