@@ -47,6 +47,7 @@ from simulator.runs.plan import (
     Trial,
     most_traffic,
     plan_table,
+    verdict,
     write_plan,
 )
 from simulator.runs.replicates import unresolved
@@ -177,7 +178,8 @@ class FleetPlanner(Planner):
         self.confirm(plans, prefill, prefill_met)
         doc = self.document(plans, prefill_plan, prefill, prefill_met)
         doc["fleet"] = self.summary(plans, prefill)
-        doc["verdict"] = doc["verdict"] + " " + fleet_sentence(doc)
+        # the rate realised at full size is the confirmation's, of one seed
+        doc["verdict"] = verdict({**doc, "seeds": self.seeds[:1]}) + " " + fleet_sentence(doc)
         return doc
 
     def _too_large(self, pool: str, who: str, n: int) -> str:
