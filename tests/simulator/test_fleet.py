@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from simulator.errors import UserError
 from simulator.inputs.config import load_scenario
 from simulator.runs.backends import Backend
 from simulator.runs.fleet import FLEET_COLUMNS, FleetPlanner, replicas_needed, within
 from simulator.runs.plan import MET, PLAN_COLUMNS, Target
-from tests.conftest import ROOT
 from tests.simulator.test_plan import small_plan_scenario
 
 
@@ -105,25 +103,21 @@ def test_a_disaggregated_fleet_plan_derives_the_prefill_pool_from_its_probe(scen
     assert len(conf) == 1 and conf[0]["prefill_replicas"] == pre["replicas"] and conf[0]["replicas"] == e["replicas"]
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "simulator.cli", "plan", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-
-
 def test_a_probe_larger_than_the_cap_is_refused_in_one_line(scenario_file, tmp_path):
-    path = small_plan_scenario(scenario_file, **FLEET)
-    proc = run_cli(path, "--quick", "--probe-replicas", "9", "--max-gpus", "8", "--out", tmp_path / "o")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == ("error: --probe-replicas 9: the probe needs 9 GPUs, more than --max-gpus 8; a "
-                                   "fleet plan probes a few replicas of a larger deployment")
-    assert not (tmp_path / "o" / ".runs").exists()  # refused before any run
+    scn = load_scenario(small_plan_scenario(scenario_file, **FLEET))
+    target = Target(tps=100.0, attainment=0.9, max_gpus=8)
+    with pytest.raises(UserError) as exc:
+        FleetPlanner(scn, tmp_path / "o", target, Backend("local", 1), 9, quick=True)
+    assert str(exc.value) == ("--probe-replicas 9: the probe needs 9 GPUs, more than --max-gpus 8; a fleet plan "
+                              "probes a few replicas of a larger deployment")
+    assert not (tmp_path / "o").exists()  # refused before any run
 
 
 def test_a_probe_as_large_as_the_answer_is_refused_in_one_line(scenario_file, tmp_path):
-    path = small_plan_scenario(scenario_file, **{**FLEET, "traffic": {"kind": "poisson", "rate": 60.0}})
-    proc = run_cli(path, "--quick", "--probe-replicas", "2", "--max-gpus", "4", "--replicates", "1",
-                   "--jobs", "1", "--rate-tolerance", "0.5", "--out", tmp_path / "o")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    line = proc.stderr.strip().splitlines()[-1]  # under progress lines (stderr is not a terminal here)
-    assert line.startswith("error: --probe-replicas 2: mtp-1 serves the whole traffic on 1 decode replica(s), "
-                           "no more than the probe")
+    scn = load_scenario(small_plan_scenario(scenario_file, **{**FLEET, "traffic": {"kind": "poisson", "rate": 60.0}}))
+    target = Target(tps=100.0, attainment=0.9, max_gpus=2, rate_tolerance=0.5)
+    with pytest.raises(UserError) as exc:
+        FleetPlanner(scn, tmp_path / "o", target, Backend("local", 2), 1, quick=True).run()
+    assert str(exc.value) == ("--probe-replicas 1: mtp-1 serves the whole traffic on 1 decode replica(s), no more "
+                              "than the probe; a fleet plan is for traffic larger than its probe (probe fewer "
+                              "replicas, or plan without --probe-replicas)")
