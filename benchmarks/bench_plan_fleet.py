@@ -39,7 +39,25 @@ from simulator.runs.fleet import FleetPlanner  # noqa: E402
 from simulator.runs.plan import Target  # noqa: E402
 
 
-def fleet_plan(args: argparse.Namespace, out: Path) -> tuple[dict, float, int]:
+def timed_batches(planner: FleetPlanner) -> list[dict]:
+    """Per batch of runs the planner hands the backend (a round of the probes, the prediction, the
+    confirmations): its runs, wall time and CPU time. A local pool's workers are reaped when its batch ends, so
+    their CPU time counts in the batch's."""
+    batches: list[dict] = []
+    evaluate = planner.evaluate
+
+    def timed(cands, seeds=None):
+        runs0, cpu0, t0 = planner.runs, cpu_seconds(), time.perf_counter()
+        rows = evaluate(cands, seeds)
+        batches.append({"runs": planner.runs - runs0, "largest_replicas": max((c.replicas for c in cands), default=0),
+                        "wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(cpu_seconds() - cpu0, 1)})
+        return rows
+
+    planner.evaluate = timed
+    return batches
+
+
+def fleet_plan(args: argparse.Namespace, out: Path) -> tuple[dict, float, int, list[dict]]:
     base = load_scenario(args.scenario)
     rate = base.model.traffic.rate * args.rate_scale
     scn = load_scenario(args.scenario, (f"traffic.rate={rate}", f"systems=[{', '.join(args.systems)}]"))
@@ -50,8 +68,9 @@ def fleet_plan(args: argparse.Namespace, out: Path) -> tuple[dict, float, int]:
                            on_stored=lambda task: print(f"  run stored after {time.perf_counter() - t0:.0f} s: "
                                                         f"{task.spec.system.name}, {task.scn.model.hardware.replicas}"
                                                         " decode replicas", file=sys.stderr, flush=True))
+    batches = timed_batches(planner)
     doc = planner.run()
-    return doc, time.perf_counter() - t0, planner.runs
+    return doc, time.perf_counter() - t0, planner.runs, batches
 
 
 def cpu_seconds() -> float:
@@ -77,11 +96,19 @@ def main() -> int:
     args = ap.parse_args()
     cpu0, load0 = cpu_seconds(), os.getloadavg()[0]
     if args.out is not None:
-        doc, wall, runs = fleet_plan(args, args.out)
+        doc, wall, runs, batches = fleet_plan(args, args.out)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            doc, wall, runs = fleet_plan(args, Path(tmp))
+            doc, wall, runs, batches = fleet_plan(args, Path(tmp))
     cpu, load1 = cpu_seconds() - cpu0, os.getloadavg()[0]
+    confirm = batches[-1]  # the full-size runs, one batch
+    before = batches[:-1]
+    # On `jobs` free cores: a round of probes (many similar small runs) takes about its CPU time / jobs; the
+    # confirmations between their CPU time / jobs (equal runs side by side) and their CPU time (one run holding
+    # it all). The wall time on a shared machine also carries the other jobs' load.
+    probe_free = sum(b["cpu_s"] / min(args.jobs, max(b["runs"], 1)) for b in before)
+    free_cores_s = [probe_free + confirm["cpu_s"] / min(args.jobs, max(confirm["runs"], 1)),
+                    probe_free + confirm["cpu_s"]]
     systems = {}
     for k, e in doc["systems"].items():
         f = doc["fleet"]["systems"][k]
@@ -96,14 +123,20 @@ def main() -> int:
     result = {"scenario": args.scenario.name, "rate": doc["traffic"]["rate"], "probe_replicas": args.probe_replicas,
               "replicates": args.replicates, "quick": not args.full, "backend": args.backend, "jobs": args.jobs,
               "runs": runs, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
-              "load_average_1min": [load0, load1], "systems": systems, "verdict": doc["verdict"]}
+              "load_average_1min": [load0, load1], "probe_cpu_s": round(sum(b["cpu_s"] for b in before), 1),
+              "probe_wall_s": round(sum(b["wall_s"] for b in before), 1), "confirm_cpu_s": confirm["cpu_s"],
+              "confirm_wall_s": confirm["wall_s"], "free_cores_estimate_s": [round(x, 1) for x in free_cores_s],
+              "batches": batches, "systems": systems, "verdict": doc["verdict"]}
     if args.json:
         print(json.dumps(result))
         return 0
     print(f"{args.scenario.name} at {doc['traffic']['rate']:,.0f} requests/s (x{args.rate_scale:g}), probe "
-          f"{args.probe_replicas} replicas, {args.replicates} seeds, {'quick' if not args.full else 'full'} runs: "
+          f"{args.probe_replicas} replica(s), {args.replicates} seed(s), {'quick' if not args.full else 'full'} runs: "
           f"{runs} runs in {wall:.0f} s ({args.backend}, {args.jobs} jobs; {cpu:.0f} CPU-seconds; "
           f"1-minute load average {load0:.1f} at the start, {load1:.1f} at the end)")
+    print(f"  probes and predictions: {sum(b['runs'] for b in before)} runs, {result['probe_wall_s']:.0f} s wall, "
+          f"{result['probe_cpu_s']:.0f} CPU-s; confirmations: {confirm['runs']} runs, {confirm['wall_s']:.0f} s wall, "
+          f"{confirm['cpu_s']:.0f} CPU-s; on {args.jobs} free cores {free_cores_s[0]:.0f} to {free_cores_s[1]:.0f} s")
     for k, s in systems.items():
         if s["confirmed_attainment"] is None:
             print(f"  {k}: {s['status']}, {s['gpus']} GPUs, not confirmed: {s['reason']}")

@@ -64,6 +64,13 @@ def replicas_needed(probe_replicas: int, share: float) -> int:
     return math.ceil(round(probe_replicas / share, 9))
 
 
+def at_full_traffic(row: dict, share: float) -> dict:
+    """A probe's row standing for the full traffic (where no full-size run was made): its arrival rate divided by
+    the share of the traffic it served, the rest as measured."""
+    rate = row.get("arrival_rate")
+    return {**row, "arrival_rate": rate / share if rate else rate}
+
+
 def within(value: float, lo: float, hi: float, resolution: float) -> bool:
     """Whether ``value`` lies in [lo, hi] widened by ``resolution`` on each side."""
     return lo - resolution - 1e-12 <= value <= hi + resolution + 1e-12
@@ -153,7 +160,7 @@ class FleetPlanner(Planner):
                 p.max_scale = p.probe_lo * p.replicas / self.probe
             else:
                 p.replicas = decode_cap
-                p.final = p.trials[-1].row
+                p.final = at_full_traffic(p.trials[-1].row, p.trials[-1].scale)
                 p.reason = (f"the probe of {self.probe} decode replica(s) fails at every traffic down to "
                             f"{p.trials[-1].scale:.3g} of the scenario's ({p.trials[-1].why_not})")
         searches: dict[str, Generator] = {k: self.predict(p) for k, p in plans.items() if p.reason is None}
@@ -196,12 +203,14 @@ class FleetPlanner(Planner):
             if not prefill_met:
                 p.reason = "no prefill pool meets the TTFT limit (prefill probe)"
             elif p.replicas * self.gpr + (prefill or 0) * self.prefill_gpr > self.target.max_gpus:
-                p.reason = (f"the probe puts it at {p.replicas * self.gpr} decode + {(prefill or 0) * self.prefill_gpr}"
-                            f" prefill GPUs, above --max-gpus {self.target.max_gpus}")
+                pool = f" + {prefill * self.prefill_gpr} prefill" if prefill else ""
+                p.reason = (f"the probe puts it at {p.replicas * self.gpr} decode{pool} GPUs, above --max-gpus "
+                            f"{self.target.max_gpus}")
             else:
                 todo.append(p)
             if p.reason is not None:
-                p.final = p.predicted  # the probe's figures at the full size's load stand in for the run not made
+                # the probe's figures at the full size's load stand in for the run not made
+                p.final = at_full_traffic(p.predicted, self.probe / p.replicas)
         rows = self.evaluate([Candidate(p.system, p.replicas, 1.0, prefill) for p in todo], seeds=self.seeds[:1])
         judge = self._judge(True)
         for p, row in zip(todo, rows, strict=True):

@@ -121,3 +121,18 @@ def test_a_probe_as_large_as_the_answer_is_refused_in_one_line(scenario_file, tm
     assert str(exc.value) == ("--probe-replicas 1: mtp-1 serves the whole traffic on 1 decode replica(s), no more "
                               "than the probe; a fleet plan is for traffic larger than its probe (probe fewer "
                               "replicas, or plan without --probe-replicas)")
+
+
+def test_a_fleet_over_max_gpus_is_unmet_and_not_run_at_full_size(scenario_file, tmp_path):
+    scn = load_scenario(small_plan_scenario(scenario_file, **FLEET))  # 700 requests/s: ~5 replicas
+    target = Target(tps=100.0, attainment=0.9, max_gpus=3, rate_tolerance=0.3)
+    doc = FleetPlanner(scn, tmp_path / "o", target, Backend("local", 2), 1, quick=True).run()
+    e, f = doc["systems"]["mtp-1"], doc["fleet"]["systems"]["mtp-1"]
+    n = replicas_needed(1, f["probe_share_lo"])
+    assert n > 3 and e["status"] == "unmet_at_max_gpus" and e["gpus"] == n
+    assert e["why_unmet"] == f"the probe puts it at {n} decode GPUs, above --max-gpus 3"
+    assert not any(t["phase"] == "confirm" for t in e["search"]) and f["confirmation"] is None
+    assert e["confirmed"] is None
+    # the probe at the full size's load stands in, its rate taken back to the whole traffic's
+    assert doc["arrival_rate"] == pytest.approx(700.0, rel=0.1)
+    assert "no system was confirmed at full size" in doc["verdict"]
