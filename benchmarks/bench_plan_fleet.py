@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from simulator.inputs.config import load_scenario  # noqa: E402
 from simulator.runs.backends import Backend  # noqa: E402
-from simulator.runs.fleet import FleetPlanner  # noqa: E402
+from simulator.runs.fleet import FleetPlanner, write_fleet_plan  # noqa: E402
 from simulator.runs.plan import Target  # noqa: E402
 
 
@@ -91,12 +91,14 @@ def main() -> int:
     ap.add_argument("--full", action="store_true", help="the scenario's run length instead of the quick one")
     ap.add_argument("--backend", choices=["local", "ray"], default="local")
     ap.add_argument("--address", help="--backend ray: an existing cluster")
-    ap.add_argument("--out", type=Path, help="keep the plan's run store here [default: a temporary folder]")
+    ap.add_argument("--out", type=Path, help="keep the plan's run store, plan.csv and plan.json here (a second "
+                    "bench into it resumes) [default: a temporary folder]")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     cpu0, load0 = cpu_seconds(), os.getloadavg()[0]
     if args.out is not None:
         doc, wall, runs, batches = fleet_plan(args, args.out)
+        write_fleet_plan(args.out, doc)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             doc, wall, runs, batches = fleet_plan(args, Path(tmp))
