@@ -1,14 +1,16 @@
 """The embedded tables, so the simulator runs without a GPU:
 
 - an H200 serving a Qwen3-8B-shaped dense target in bf16, and its drafters' costs, from the roofline model
-  (hw_profile/roofline.py);
+  (hw_profile/roofline.py), and the same set for a B200 (its datasheet figures in hw_profile/gpus.py, the same
+  efficiencies and launch overhead), so that a plan can compare the two (``simulate plan --hardware``);
 - one H800 rank of a DeepSeek-style decode deployment (the real DeepSeek-V4-Flash shape, fp8 with fp4 experts,
   data-parallel attention over an expert-parallel group of 64 GPUs; hw_profile/dp_ep.py) with a DSpark drafter of
   three MoE layers with 128-token sliding-window attention (the paper's V4 drafter, section 5.1) and the
   one-MoE-layer MTP module: the first-principles alternative to the tables calibrated on the paper's telemetry
   (hw_profile/paper_v4.py; docs/paper-v4.md says why their per-token costs differ).
 
-    python -m hw_profile.embedded regenerate [--out-dir DIR]   # both sets, into scenarios/hardware/ by default
+    python -m hw_profile.embedded regenerate [--out-dir DIR]   # every set, into scenarios/hardware/ by default
+    python -m hw_profile.embedded regenerate --gpu B200        # only the Qwen3-8B set of one GPU
     python -m hw_profile.embedded --help
 
 For a GPU or model without embedded tables, ``hw-profile analytic`` writes the target's table and, with
@@ -33,6 +35,7 @@ from hw_profile.shapes import drafter_shape, get_shape
 
 HARDWARE_DIR = Path(__file__).resolve().parents[1] / "scenarios" / "hardware"
 MARKOV_RANK = 256
+QWEN3_GPUS = ("H200", "B200")  # the GPUs with an embedded Qwen3-8B roofline set
 
 
 def write_embedded(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H200", model: str = "qwen3-8b",
@@ -91,10 +94,13 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m hw_profile.embedded",
         description="Regenerate the step-time tables bundled with the simulator (scenarios/hardware/): the H200 "
-                    "Qwen3-8B roofline set and the H800 DeepSeek-V4-Flash expert-parallel set, with their drafters.")
+                    "and B200 Qwen3-8B roofline sets and the H800 DeepSeek-V4-Flash expert-parallel set, with "
+                    "their drafters.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    regen = sub.add_parser("regenerate", help="write both sets (overwrites the bundled tables unless --out-dir)")
+    regen = sub.add_parser("regenerate", help="write every set (overwrites the bundled tables unless --out-dir)")
     regen.add_argument("--out-dir", type=Path, default=HARDWARE_DIR, help=f"default: {HARDWARE_DIR}")
+    regen.add_argument("--gpu", choices=QWEN3_GPUS,
+                       help="write only this GPU's Qwen3-8B set (leaves the other bundled tables as they are)")
     return p
 
 
@@ -105,7 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         p.print_help(sys.stderr)
         return 2
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    for path in [*write_embedded(args.out_dir), *write_deepseek_dp_ep(args.out_dir)]:
+    if args.gpu:
+        written = write_embedded(args.out_dir, args.gpu)
+    else:
+        written = [*(p for gpu in QWEN3_GPUS for p in write_embedded(args.out_dir, gpu)),
+                   *write_deepseek_dp_ep(args.out_dir)]
+    for path in written:
         print(path)
     return 0
 

@@ -3,7 +3,8 @@
     simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2] [--fresh]
              [--check-invariants] [--backend local|ray [--address auto|HOST:PORT]]
     simulate plan SCENARIO.yaml [--sla TPS] [--attainment A] [--ttft-p99 S] [--gpu-hour-cost USD] [--max-gpus N]
-             [--out DIR] [--check-invariants] [--probe-replicas R] [--backend ...] [--set path=value]...
+             [--hardware NAME=TABLE.csv:USD_PER_GPU_HOUR]... [--out DIR] [--check-invariants] [--backend ...]
+             [--set path=value]... [--per-segment [--segment-s S] [--segment-run-s S]] [--probe-replicas R]
     simulate check SCENARIO.yaml [--set path=value]...
     simulate fit-profile TRACE --out PROFILE.yaml
     simulate list
@@ -185,12 +186,24 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
               help="fleet plan: measure each system's capacity per replica on R replicas, derive the full-size "
                    "counts from it and confirm them with one full-size run each (for hundreds of GPUs; raise "
                    "--max-gpus)")
+@click.option("--per-segment", is_flag=True,
+              help="plan each segment of a tide (traffic.segments) or a replayed trace at its own rate: GPUs per "
+                   "segment and GPU-hours per day per system (day_plan.csv)")
+@click.option("--segment-s", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="--per-segment, trace traffic: cut the recording into segments of about this long [default: 3600]")
+@click.option("--segment-run-s", type=click.FloatRange(min=0, min_open=True), default=40.0, show_default=True,
+              metavar="SECONDS", help="--per-segment: simulated seconds of each stationary run (warm-up a fifth; "
+                                      "--quick: run.quick_duration_s)")
+@click.option("--hardware", "hardware", multiple=True, metavar="NAME=TABLE.csv:USD_PER_GPU_HOUR",
+              help="plan on this step-time table at this price per GPU-hour, repeatable: each option's plan in "
+                   "OUT/hardware/NAME/, the (hardware, system) pairs ranked by cost in OUT/hardware.csv")
 @backend_options
 @overrides
 def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99: float, gpu_hour_cost: float,
              max_gpus: int, rate_tolerance: float, out: Path | None, quick: bool, seed: int | None,
-             replicates: int, jobs: int | None, check_invariants: bool, probe_replicas: int | None, backend: str,
-             address: str | None, sets: tuple[str, ...]) -> None:
+             replicates: int, jobs: int | None, check_invariants: bool, probe_replicas: int | None,
+             per_segment: bool, segment_s: float | None, segment_run_s: float, hardware: tuple[str, ...],
+             backend: str, address: str | None, sets: tuple[str, ...]) -> None:
     """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
     import time
 
@@ -207,7 +220,29 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         options += (f"plan.replicates={replicates}",)
     if probe_replicas is not None:
         options += (f"plan.probe_replicas={probe_replicas}",)
+    if probe_replicas is not None and (hardware or per_segment):
+        raise UserError("--probe-replicas plans one fleet on the scenario's hardware; expected it without --hardware "
+                        "and --per-segment")
+    if per_segment:
+        options += (f"plan.per_segment={segment_s!r},{segment_run_s!r}",)
+    elif segment_s is not None:
+        raise UserError("--segment-s cuts a trace for --per-segment; give --per-segment too")
+    if hardware and per_segment:
+        raise UserError("--hardware and --per-segment: a day plan runs on the scenario's hardware; expected one or "
+                        "the other")
+    if hardware:
+        from simulator.runs.hardware_choice import check_options, parse_options
+
+        if gpu_hour_cost != 1.0:
+            raise UserError("--gpu-hour-cost: each --hardware option names its own price; expected one or the other")
+        choices, warnings = check_options(scn, parse_options(hardware))
+        for line in warnings:
+            click.echo(f"warning: {line}", err=True)
+        out = output_dir(scenario, sets, out, (*options, *(f"plan.hardware={h}" for h in hardware)))
+        return plan_hardware_cmd(scn, out, target, runner, choices, quick, seed, replicates, check_invariants)
     out = output_dir(scenario, sets, out, options)
+    if per_segment:
+        return day_plan(scn, out, target, runner, quick, seed, replicates, check_invariants, segment_s, segment_run_s)
     bar = progress_bar(f"{scn.name}: plan runs")
     if probe_replicas is not None:
         from simulator.runs.fleet import FleetPlanner, fleet_lines, write_fleet_plan
@@ -242,6 +277,91 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         click.echo("(--quick: short smoke runs; do not plan on these numbers)")
     click.echo(f"\n{planner.runs} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)"
                f"\nplan: {csv}\n      {js}\nreport: {report}")
+
+
+def day_plan(scn, out: Path, target, runner, quick: bool, seed: int | None, replicates: int,
+             check_invariants: bool, segment_s: float | None, segment_run_s: float) -> None:
+    """`simulate plan --per-segment`: the plan of every segment of the day and GPU-hours per day per system.
+    Not automatic for segmented traffic: the plan without it (one fleet through the whole tide, its peak and
+    transitions included) keeps its meaning and its numbers, and a day plan costs many more runs."""
+    import time
+
+    from simulator.inputs.hardware import load_target_table
+    from simulator.outputs.day_report import terminal_day, unmet_day_lines
+    from simulator.outputs.report import write_report
+    from simulator.runs.day_plan import DayPlanner, write_day_plan
+
+    bar = progress_bar(f"{scn.name}: day plan runs")
+
+    def say(line: str) -> None:
+        click.echo(f"{scn.name}: {line}", err=True)
+
+    planner = DayPlanner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
+                         replicates=replicates, segment_s=segment_s, segment_run_s=segment_run_s, say=say,
+                         check_invariants=check_invariants)
+    t0 = time.perf_counter()
+    try:
+        doc = planner.run()
+    except KeyboardInterrupt:
+        bar.close()
+        click.echo(f"\ninterrupted: finished runs are stored in {out / '.runs'}; run the same command to resume",
+                   err=True)
+        sys.exit(130)
+    bar.close()
+    doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
+    csv, js = write_day_plan(out, doc)
+    report = write_report(out / "report.html", scn, None, None, None, load_target_table(scn), None, doc)
+    click.echo(terminal_day(doc))
+    for line in unmet_day_lines(doc):
+        click.echo(line)
+    click.echo("\n" + doc["verdict"])
+    if quick:
+        click.echo("(--quick: short smoke runs; do not plan on these numbers)")
+    click.echo(f"\n{planner.planner.runs} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)"
+               f"\nday plan: {csv}\n          {js}\nreport: {report}")
+
+
+def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool, seed: int | None,
+                      replicates: int, check_invariants: bool) -> None:
+    """`simulate plan --hardware ...`: the plan per hardware option, then the ranked (hardware, system) pairs."""
+    import time
+
+    from simulator.inputs.hardware import load_target_table
+    from simulator.outputs.hardware_report import terminal_hardware, unmet_pair_lines
+    from simulator.outputs.report import write_report
+    from simulator.runs.hardware_choice import plan_hardware, shown_scenario, write_hardware
+    from simulator.runs.plan import write_plan
+
+    bar = progress_bar(f"{scn.name}: plan runs")
+
+    def option_done(option, variant, folder: Path, doc: dict) -> None:
+        write_plan(folder, doc)
+        write_plan_report(folder, variant, doc, quick, seed)
+        click.echo(f"{option.name}: {doc['verdict']}", err=True)
+
+    t0 = time.perf_counter()
+    try:
+        doc = plan_hardware(scn, out, target, runner, choices, quick, seed, replicates, check_invariants,
+                            on_stored=lambda task: bar.update(1), on_plan=option_done,
+                            log=lambda line: click.echo(line, err=True))
+    except KeyboardInterrupt:
+        bar.close()
+        click.echo(f"\ninterrupted: finished runs are stored in {out / '.runs'}; run the same command to resume",
+                   err=True)
+        sys.exit(130)
+    bar.close()
+    doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
+    csv, js = write_hardware(out, doc)
+    report = write_report(out / "report.html", shown_scenario(scn, choices), None, None, None,
+                          load_target_table(scn), hardware=doc)
+    click.echo(terminal_hardware(doc))
+    for line in unmet_pair_lines(doc):
+        click.echo(line)
+    click.echo("\n" + doc["verdict"])
+    if quick:
+        click.echo("(--quick: short smoke runs; do not plan on these numbers)")
+    click.echo(f"\n{doc['runs_executed']} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)"
+               f"\nhardware: {csv}\n          {js}\nplans: {out / 'hardware'}/*/plan.csv\nreport: {report}")
 
 
 def write_plan_report(out: Path, scn, doc: dict, quick: bool, seed: int | None) -> Path:

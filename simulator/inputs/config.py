@@ -2,7 +2,9 @@
 
 A scenario is YAML. Every field is validated on load; unknown keys are errors; a wrong or missing field stops with
 one line that names the file, the field path and what was expected. ``--set dotted.path=value`` (value parsed as
-YAML; list items by index, e.g. ``systems.0.gamma=5``) overrides fields before validation. Paths inside a scenario
+YAML; list items by index, e.g. ``systems.0.gamma=5``) overrides fields before validation; ``--set
+dotted.path+=value`` appends to a list (``systems+=oracle``: one more system without retyping the list, its
+baseline kept). Paths inside a scenario
 (tables, traces, profiles) are relative to the scenario file.
 """
 
@@ -312,23 +314,34 @@ class LoadedScenario:
         return here
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
+def parse_override(text: str) -> tuple[list[str], Any, bool]:
+    """(field path, value, whether to append to the list there rather than replace it: ``path+=value``)."""
     if "=" not in text:
-        raise UserError(f"--set {text!r}: expected dotted.path=value")
+        raise UserError(f"--set {text!r}: expected dotted.path=value (or dotted.path+=value to append to a list)")
     key, _, raw = text.partition("=")
-    if not key.strip():
+    key = key.strip()
+    append = key.endswith("+")
+    key = key.removesuffix("+").strip()
+    if not key:
         raise UserError(f"--set {text!r}: empty field path")
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
         raise UserError(f"--set {key}: value is not valid YAML ({exc})") from None
-    return key.strip().split("."), value
+    return key.split("."), value, append
 
 
-def apply_override(doc: dict, path: list[str], value: Any, text: str) -> None:
+def apply_override(doc: dict, path: list[str], value: Any, text: str, append: bool = False) -> None:
     node: Any = doc
     for i, part in enumerate(path):
         last = i == len(path) - 1
+        if last and append:
+            where = ".".join(path)
+            current = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, list) or not isinstance(current, list):
+                raise UserError(f"--set {text}: {where}: += appends to a list, and {where} is not one")
+            current.extend(value if isinstance(value, list) else [value])
+            return
         if isinstance(node, list):
             try:
                 idx = int(part)
@@ -436,8 +449,8 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     if not isinstance(doc, dict):
         raise UserError(f"{path}: expected a mapping of scenario fields at the top level")
     for text in overrides:
-        keys, value = parse_override(text)
-        apply_override(doc, keys, value, text)
+        keys, value, append = parse_override(text)
+        apply_override(doc, keys, value, text, append)
     try:
         model = Scenario.model_validate(doc)
     except ValidationError as exc:

@@ -57,5 +57,7 @@ def resolve_systems(scn: LoadedScenario) -> list[SystemSpec]:
     if dup:
         raise UserError(f"{scn.path}: systems: two systems are named {dup!r}; give one a 'name'")
     if m.sla.baseline is not None and m.sla.baseline not in names:
-        raise UserError(f"{scn.path}: sla.baseline: {m.sla.baseline!r} is not one of the systems ({', '.join(names)})")
+        raise UserError(f"{scn.path}: sla.baseline: {m.sla.baseline!r} is not one of the systems ({', '.join(names)}); "
+                        "keep it in the list (--set systems+=NAME appends one) or name another with "
+                        "--set sla.baseline=NAME")
     return out

@@ -189,19 +189,36 @@ def headline_html(summary: dict) -> str:
 
 
 def write_report(path: Path, scn: LoadedScenario, runs: pd.DataFrame | None, frontier: pd.DataFrame | None,
-                 summary: dict | None, table: StepTable, capacity: dict | None = None) -> Path:
-    """The whole report; ``runs`` None (no sweep stored yet) gives the capacity section alone."""
+                 summary: dict | None, table: StepTable, capacity: dict | None = None,
+                 day_plan: dict | None = None, hardware: dict | None = None) -> Path:
+    """The whole report; ``runs`` None (no sweep stored yet) gives the plan's own section alone: the capacity
+    section, the day plan's (``simulate plan --per-segment``) or the comparison of hardware options
+    (``simulate plan --hardware``)."""
     m = scn.model
-    systems = list(dict.fromkeys(runs["policy"])) if runs is not None else list(capacity["systems"])
+    if runs is not None:
+        systems = list(dict.fromkeys(runs["policy"]))
+    elif capacity is not None or day_plan is not None:
+        systems = list((capacity if capacity is not None else day_plan)["systems"])
+    else:
+        systems = list(dict.fromkeys(r["system"] for r in hardware["pairs"]))
     col = colors(systems)
     figures: list[tuple[str, go.Figure | str | None]] = []
+    if day_plan is not None:
+        from simulator.outputs.day_report import day_figure, day_html
+
+        figures += [("Day plan", day_html(day_plan)), ("", day_figure(day_plan, col))]
+    if hardware is not None:
+        from simulator.outputs.hardware_report import cost_figure, hardware_html, spend_figure
+
+        figures += [("Which hardware", hardware_html(hardware)), ("", cost_figure(hardware)),
+                    ("", spend_figure(hardware))]
     if capacity is not None:
         from simulator.outputs.capacity_report import capacity_html, gpus_figure, search_figure
 
         figures += [("Capacity", capacity_html(capacity)), ("", gpus_figure(capacity, col)),
                     ("", search_figure(capacity, col))]
     if runs is None:
-        return _page(path, scn, figures, None, None)
+        return _page(path, scn, figures, None, None, table)
     if not frontier.empty:
         figures.append(("Frontiers", frontier_figure(frontier, runs, list(m.sla.tps_targets), col)))
         figures.append(("Load", load_figure(frontier, col)))
@@ -212,7 +229,7 @@ def write_report(path: Path, scn: LoadedScenario, runs: pd.DataFrame | None, fro
     kv_points = sorted({0.0, float(np.round(np.nanmedian(kv), -3)), float(np.round(np.nanmax(kv), -3))})
     figures.append(("Hardware", step_time_figure(table, kv_points)))
     figures.append(("Energy", energy_figure(runs, col)))
-    return _page(path, scn, figures, summary, runs)
+    return _page(path, scn, figures, summary, runs, table)
 
 
 def seeds_phrase(seeds: list[int]) -> str:
@@ -222,7 +239,38 @@ def seeds_phrase(seeds: list[int]) -> str:
     return f"{len(seeds)} seed(s) per point{' (95% intervals shown)' if len(seeds) > 1 else ''}; "
 
 
-def _page(path: Path, scn: LoadedScenario, figures: list, summary: dict | None, runs: pd.DataFrame | None) -> Path:
+def override_changes(scn: LoadedScenario) -> list[str]:
+    """Each ``--set`` as what it changed: ``field: file's value -> value used``, so a reader of the scenario's
+    own description (written for the file as it is) sees what differs."""
+    import yaml
+
+    from simulator.inputs.config import parse_override
+
+    try:
+        doc = yaml.safe_load(Path(scn.path).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        doc = {}
+    out = []
+    for text in scn.overrides:
+        keys, value, append = parse_override(text)
+        node = doc
+        for k in keys:
+            if isinstance(node, dict):
+                node = node.get(k)
+            elif isinstance(node, list) and k.lstrip("-").isdigit() and -len(node) <= int(k) < len(node):
+                node = node[int(k)]
+            else:
+                node = None
+        field = ".".join(keys)
+        if append:
+            out.append(f"{field}: {value!r} appended")
+        else:
+            out.append(f"{field}: {'unset' if node is None else repr(node)} in the file, {value!r} here")
+    return out
+
+
+def _page(path: Path, scn: LoadedScenario, figures: list, summary: dict | None, runs: pd.DataFrame | None,
+          table: StepTable) -> Path:
     m = scn.model
     parts = []
     first = True
@@ -243,8 +291,8 @@ def _page(path: Path, scn: LoadedScenario, figures: list, summary: dict | None, 
     if summary and summary["quick"]:
         notes.append("<p class='warn'>Quick runs (--quick): short simulations for smoke use; do not plan on these numbers.</p>")
     if scn.overrides:
-        notes.append("<p class='meta'>Scenario overrides: "
-                     + html.escape(" ".join(f"--set {o}" for o in scn.overrides)) + "</p>")
+        notes.append("<p class='warn'>Run with overrides of the scenario file (its description above is the "
+                     "file's): " + html.escape("; ".join(override_changes(scn))) + ".</p>")
     if summary:
         from simulator.outputs.summary import flag_lines
 
@@ -262,8 +310,10 @@ frontier crosses an SLA anchor ("-" where it never reaches the anchor; "&gt;=X" 
 stays faster than the anchor, so it sustains at least X), the gain over {html.escape(str(baseline))}, and the
 per-user speed-up at matched throughput over the range of throughput both frontiers cover.</p>
 {headline_html(summary)}"""
+    name = scn.name + (f" with {len(scn.overrides)} override{'s' if len(scn.overrides) > 1 else ''}"
+                       if scn.overrides else "")
     body = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>dspark-sim: {html.escape(scn.name)}</title>
+<html lang="en"><head><meta charset="utf-8"><title>dspark-sim: {html.escape(name)}</title>
 {ERROR_HOOK}
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }}
@@ -272,9 +322,9 @@ table.headline th, table.headline td {{ padding: 4px 10px; border-bottom: 1px so
 table.headline td:first-child, table.headline th:first-child {{ text-align: left; }}
 .meta {{ color: #555; font-size: 0.9em; }} .warn {{ color: #b00; }}
 </style></head><body>
-<h1>dspark-sim report: {html.escape(scn.name)}</h1>
+<h1>dspark-sim report: {html.escape(name)}</h1>
 <p>{html.escape(m.description)}</p>
-<p class="meta">Hardware table {html.escape(m.hardware.table)}; {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s);
+<p class="meta">Hardware table {html.escape(m.hardware.table)} ({html.escape(table.label())}); {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s);
 acceptance {html.escape(m.acceptance.source)} {html.escape(m.acceptance.profile if m.acceptance.source == 'profile' else (m.acceptance.trace or ''))};
 SLA anchors {', '.join(f'{a:g}' for a in m.sla.tps_targets)} tok/s/user (attainment against {m.sla.tps_targets[0]:g}); baseline {html.escape(str(baseline))};
 {seeds_phrase(seeds)}generated {datetime.datetime.now().isoformat(timespec='seconds')}.</p>

@@ -13,8 +13,9 @@ requests at all. Per system:
 3. with a disaggregated prefill pool, the decode searches run behind an unbounded prefill pool (TTFT is then
    the prefill pool's business) while the prefill pool is sized, once for all systems (prompts and their
    prefill do not depend on the system), by the same replica search against the TTFT limit; each system's
-   decode size is then confirmed with that pool in place (one replica more while the SLA fails for the decode
-   pool's sake, never against the prefill pool's backlog or TTFT), and its headroom is measured with both pools.
+   decode size is then confirmed with that pool in place, the two pools grown jointly (a prefill replica more
+   while the SLA fails for the prefill pool's sake, its backlog or TTFT; a decode replica more while it fails
+   for the decode pool's; never one against the other's shortfall), and its headroom is measured with both.
 
 Every candidate is a run of the sweep's run store (``DIR/.runs``, keyed by everything that determines it), so a
 plan resumes where an interrupted one stopped and shares runs with sweeps of the same settings. Each round of
@@ -102,8 +103,10 @@ def fewest(cap: int, start: int = 1) -> Generator[int, bool, int | None]:
     return met
 
 
-def most_traffic(met_at_one: bool, guess: float, tolerance: float) -> Generator[float, bool, float]:
-    """The largest traffic multiplier that meets (within ``1 + tolerance``), knowing whether 1 does."""
+def most_traffic(met_at_one: bool, guess: float, tolerance: float,
+                 floor: float = 1 / 64) -> Generator[float, bool, float]:
+    """The largest traffic multiplier that meets (within ``1 + tolerance``), knowing whether 1 does; 0.0 when
+    halving from 1 finds none down to ``floor``."""
     if met_at_one:
         lo, s = 1.0, max(guess, 1.0 + 2 * tolerance)
         while (yield s):
@@ -113,7 +116,7 @@ def most_traffic(met_at_one: bool, guess: float, tolerance: float) -> Generator[
         hi, s = 1.0, 0.5
         while not (yield s):
             hi, s = s, s / 2
-            if s < 1 / 64:
+            if s < floor:
                 return 0.0
         lo = s
     while hi / lo > 1 + tolerance:
@@ -163,6 +166,7 @@ class SystemPlan:
     met: bool = False
     final: dict | None = None
     max_scale: float | None = None
+    prefill: int | None = None  # its prefill replicas, when disaggregated: the pool's, more if it fell short
 
 
 class Planner:
@@ -314,10 +318,14 @@ class Planner:
     def headroom(self, plan: SystemPlan, prefill: int | None = None) -> Generator[Candidate, dict, None]:
         """The largest traffic multiplier the chosen deployment sustains at the SLA: the decode pool, with the
         sized prefill pool in place when prefill is disaggregated (more traffic loads both pools; behind an
-        unbounded prefill pool the headroom overstated what the whole deployment sustains)."""
+        unbounded prefill pool the headroom overstated what the whole deployment sustains). For a system that
+        fails at the GPU budget, how far short it is, down to half the traffic: below that the shortfall is
+        stated as "less than -50%" (``headroom_hi``), since a failure that less traffic does not cure (a share of
+        requests too slow at any load) sent the search down to 1/64 of the traffic on the largest deployment,
+        the plan's most expensive runs, to learn nothing more."""
         n = plan.replicas
         guess = n / (n - 1) if plan.met and n > 1 else 2.0
-        search = most_traffic(plan.met, guess, self.target.rate_tolerance)
+        search = most_traffic(plan.met, guess, self.target.rate_tolerance, floor=1 / 64 if plan.met else 0.5)
         scale = next(search)
         try:
             while True:
@@ -328,20 +336,29 @@ class Planner:
             plan.max_scale = stop.value
 
     def with_prefill(self, plan: SystemPlan, prefill: int) -> Generator[Candidate, dict, None]:
-        """Confirm the decode size with the sized prefill pool in place, one decode replica more while it fails
-        for the decode pool's sake (never against a saturated prefill pool or its TTFT: more decode replicas do
-        not prefill faster); then the headroom with both pools."""
+        """Confirm the sizes with the sized prefill pool in place, growing the two pools jointly: a prefill
+        replica more while the SLA fails for the prefill pool's sake (its backlog, or TTFT), a decode replica
+        more while it fails for the decode pool's; never one pool against the other's shortfall (more decode
+        replicas do not prefill faster). Then the headroom with both pools."""
         cap = max(self.target.max_gpus // self.gpr, 1)
-        n = plan.replicas
+        prefill_cap = max(self.target.max_gpus // self.prefill_gpr, 1)
+        n, p = plan.replicas, prefill
         while True:
-            ok = yield from self._probe(plan, "with-prefill", Candidate(plan.system, n, 1.0, prefill), self._judge(True))
-            if ok or n >= cap or not plan.met or prefill_bound(plan.trials[-1].why_not):
+            ok = yield from self._probe(plan, "with-prefill", Candidate(plan.system, n, 1.0, p), self._judge(True))
+            if ok or not plan.met:
                 break
-            n += 1
+            if prefill_bound(plan.trials[-1].why_not):
+                if p >= prefill_cap:
+                    break
+                p += 1
+            elif n >= cap:
+                break
+            else:
+                n += 1
         plan.met = plan.met and ok
-        plan.replicas = n
+        plan.replicas, plan.prefill = n, p
         plan.final = plan.trials[-1].row
-        yield from self.headroom(plan, prefill)
+        yield from self.headroom(plan, p)
 
     def run(self) -> dict:
         plans = {s.name: SystemPlan(s) for s in self.systems}
@@ -360,6 +377,7 @@ class Planner:
 
     # --- output ----------------------------------------------------------------------------------------------
     def row_of(self, plan: SystemPlan, prefill: int | None) -> dict:
+        prefill = plan.prefill if plan.prefill is not None else prefill
         f = plan.final
         decode_gpus = plan.replicas * self.gpr
         prefill_gpus = (prefill or 0) * self.prefill_gpr
@@ -373,8 +391,8 @@ class Planner:
         return {
             "system": plan.system.name, "status": status, "gpus": gpus, "decode_gpus": decode_gpus,
             "prefill_gpus": prefill_gpus, "replicas": plan.replicas, "prefill_replicas": prefill,
-            "max_rate_per_replica": (plan.max_scale or 0.0) * rate / plan.replicas,
-            "headroom": (plan.max_scale or 0.0) - 1.0,
+            "max_rate_per_replica": plan.max_scale * rate / plan.replicas if plan.max_scale else float("nan"),
+            "headroom": plan.max_scale - 1.0 if plan.max_scale else float("nan"),
             "attainment": f["sla_attainment"], "ttft_p99": f["ttft_p99"], "tps_per_user_p10": f["tps_per_user_p10"],
             # per decode GPU (as runs.csv), and per GPU of the whole deployment: the basis of the cost
             "throughput_per_gpu": f["throughput_per_gpu"],
@@ -382,7 +400,8 @@ class Planner:
             "why_unmet": None if met else self.why_unmet(plan, gpus),
             "seeds": len(self.seeds),
             "attainment_lo": f.get("attainment_lo"), "attainment_hi": f.get("attainment_hi"),
-            "headroom_lo": (plan.max_scale or 0.0) - 1.0, "headroom_hi": self.headroom_hi(plan, prefill),
+            "headroom_lo": plan.max_scale - 1.0 if plan.max_scale else float("nan"),
+            "headroom_hi": self.headroom_hi(plan, prefill),
             # the fewest GPUs the data cannot rule out: below it every count probed clearly failed
             "gpus_lo": (lowest if lowest is not None else plan.replicas) * self.gpr + prefill_gpus,
         }

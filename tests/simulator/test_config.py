@@ -10,6 +10,7 @@ import yaml
 
 from simulator.errors import UserError
 from simulator.inputs.config import load_scenario
+from simulator.inputs.systems import resolve_systems
 from tests.conftest import ROOT
 
 
@@ -59,6 +60,20 @@ def test_set_overrides(scenario_file):
         load_scenario(path, ["engine.max_running"])
     with pytest.raises(UserError, match=r"engine\.max_running: Input should be greater than 0 \(got -1\)"):
         load_scenario(path, ["engine.max_running=-1"])
+
+
+def test_set_appends_a_system_and_keeps_the_baseline(scenario_file):
+    path = scenario_file(systems=["mtp-1", "dspark"], sla={"tps_targets": [80], "baseline": "mtp-1"})
+    scn = load_scenario(path, ["systems+=oracle", "systems += [static-3, {policy: threshold-0.6}]"])
+    assert [s if isinstance(s, str) else s.policy for s in scn.model.systems] == [
+        "mtp-1", "dspark", "oracle", "static-3", "threshold-0.6"]
+    assert scn.model.sla.baseline == "mtp-1"
+    assert [s.name for s in resolve_systems(scn)][:3] == ["mtp-1", "dspark", "oracle"]
+    with pytest.raises(UserError, match=r"--set engine\+=3: engine: \+= appends to a list, and engine is not one"):
+        load_scenario(path, ["engine+=3"])
+    # the list replaced without the baseline: the error says how to go on
+    with pytest.raises(UserError, match=r"sla\.baseline: 'mtp-1' is not one of the systems \(dspark\); .*sla\.baseline="):
+        resolve_systems(load_scenario(path, ["systems=[dspark]"]))
 
 
 def run_cli(*args, cwd=ROOT):

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import simpy
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ from simulator.runs.plan import (
     Target,
     fewest,
     most_traffic,
+    prefill_bound,
     verdict,
 )
 from tests.conftest import ROOT
@@ -62,6 +64,9 @@ def test_most_traffic_brackets_the_limit_within_the_tolerance(limit, guess, tol)
     found, _ = drive(most_traffic(limit >= 1.0, guess, tol), lambda s: s <= limit)
     assert found <= limit
     assert limit < found * (1 + tol) + 1e-12 or (found == 0.0 and limit < 1 / 32)
+    # with a floor, below it nothing more is probed
+    found, probes = drive(most_traffic(limit >= 1.0, guess, tol, floor=0.5), lambda s: s <= limit)
+    assert min(probes) >= 0.5 and (found == 0.0) == (limit < 0.5)
 
 
 def linear_grid(fixed_ms: float, per_token_ms: float, per_kv_ms: float = 0.0) -> StepTimeGrid:
@@ -163,6 +168,18 @@ def test_plan_reports_unmet_at_max_gpus(scenario_file, tmp_path):
         last = [t for t in e["search"] if t["phase"] == "decode" and t["replicas"] == 2][-1]
         assert e["why_unmet"] == f"at 2 decode GPUs: {last['why_not']}"
     assert doc["verdict"].startswith("No system meets")
+
+
+def test_an_unmet_system_is_measured_down_to_half_its_traffic_not_further(scenario_file, tmp_path):
+    """Four times the traffic one replica can carry: even half fails, so the shortfall is "below -50%"
+    (headroom_hi) with no probe under half the traffic, where the search used to halve down to 1/64."""
+    path = small_plan_scenario(scenario_file, systems=["mtp-1"], traffic={"kind": "poisson", "rate": 800.0})
+    target = Target(tps=100.0, attainment=0.9, ttft_p99=1.0, max_gpus=1, rate_tolerance=0.2)
+    doc = Planner(load_scenario(path), tmp_path / "o", target, Backend("local", 1), quick=True).run()
+    e = doc["systems"]["mtp-1"]
+    head = [t for t in e["search"] if t["phase"] == "headroom"]
+    assert e["status"] == UNMET and [t["traffic_scale"] for t in head] == [0.5] and not head[0]["met"]
+    assert math.isnan(e["headroom"]) and math.isnan(e["max_rate_per_replica"]) and e["headroom_hi"] == -0.5
     assert unmet_lines(doc) == [f"! {k} unmet: {e['why_unmet']}" for k, e in doc["systems"].items()]
 
 
@@ -288,6 +305,13 @@ def test_plan_options_get_their_own_folder_and_the_terminal_table_fits(scenario_
     assert max(len(line) for line in table.splitlines()) <= 120 and "req/s/replica" in table
     page = next((tmp_path / "results").glob("*/report.html")).read_text()
     assert "seed(s) per point" not in page  # a capacity section alone ran no sweep
+    # an override shows in the title and as what it changed from the file the description was written for
+    rate = yaml.safe_load(path.read_text())["traffic"]["rate"]
+    res_c = CliRunner().invoke(cli, [*common, "--set", f"traffic.rate={rate * 0.5:g}"])
+    assert res_c.exit_code == 0, res_c.output
+    page = next(f for f in (tmp_path / "results").glob("*/report.html") if f.parent.name not in folders).read_text()
+    assert f"report: {path.stem} with 1 override</h1>" in page
+    assert f"traffic.rate: {rate!r} in the file, {rate * 0.5:g} here" in page
 
 
 def test_a_zero_traffic_rate_is_refused_in_one_line(scenario_file, tmp_path):
@@ -317,19 +341,24 @@ def test_headroom_is_measured_with_the_planned_prefill_pool_and_its_bound_meets(
     assert any(not t["met"] and t["traffic_scale"] > 1 + e["headroom"] for t in head)
 
 
-def test_no_decode_replica_is_added_against_a_saturated_prefill_pool(scenario_file, tmp_path):
+def test_the_pools_grow_jointly_never_decode_against_a_prefill_shortfall(scenario_file, tmp_path):
+    """Confirmed with too small a prefill pool (one replica for ~3 replicas' prompts), the plan adds prefill
+    replicas while the shortfall is the prefill pool's, and no decode replica."""
     from simulator.runs.plan import SystemPlan
 
     path = small_plan_scenario(scenario_file, systems=["mtp-1"], **DISAGG)
     target = Target(tps=100.0, attainment=0.9, ttft_p99=0.3, max_gpus=32, rate_tolerance=0.3)
     planner = Planner(load_scenario(path), tmp_path / "o", target, Backend("local", 2), quick=True)
     plan = SystemPlan(planner.systems[0], replicas=1, met=True)
-    planner.drive({"mtp-1": planner.with_prefill(plan, 1)})  # one prefill replica for ~3 replicas' prompts
+    planner.drive({"mtp-1": planner.with_prefill(plan, 1)})
     confirm = [t for t in plan.trials if t.phase == "with-prefill"]
-    assert len(confirm) == 1 and confirm[0].why_not == "saturated (prefill pool)"
-    assert not plan.met and plan.replicas == 1
+    assert confirm[0].why_not == "saturated (prefill pool)"
+    assert [t.prefill_replicas for t in confirm] == list(range(1, len(confirm) + 1))
+    assert all(t.replicas == 1 for t in confirm)  # no decode replica against the prefill pool's shortfall
+    assert all(prefill_bound(t.why_not) for t in confirm[:-1]) and confirm[-1].why_not is None
+    assert plan.met and plan.replicas == 1 and plan.prefill == len(confirm) >= 3
     row = planner.row_of(plan, 1)
-    assert row["why_unmet"] == "at 1 decode GPUs: saturated (prefill pool)"
+    assert row["prefill_replicas"] == plan.prefill and row["gpus"] == 1 + plan.prefill and row["why_unmet"] is None
 
 
 def test_systems_level_on_gpus_and_headroom_tie_instead_of_a_noise_picked_winner():

@@ -65,6 +65,8 @@ def test_one_pool_under_one_set_of_arrivals_is_judged_the_same_behind_every_deco
     at = [(sim.prefill_pool.backlog_at(end / 2), sim.prefill_pool.backlog_at(end)) for sim in sims]
     assert at[0] == at[1] and at[0][1] > 0
     assert rows[0]["prefill_saturated"] and rows[1]["prefill_saturated"]
+    # and scored over the same requests (one window at an open-loop point), its TTFT is the same number too
+    assert rows[0]["requests"] == rows[1]["requests"] and rows[0]["ttft_p99"] == rows[1]["ttft_p99"]
 
 
 def absorbing_scenario(scenario_file, rate: float):

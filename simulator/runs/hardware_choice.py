@@ -1,0 +1,324 @@
+"""Which hardware: the capacity plan (plan.py) over several hardware options, and the (hardware, system) pairs
+ranked by what they cost at the SLA.
+
+An option is a step-time table and a price: ``NAME=TABLE.csv:USD_PER_GPU_HOUR`` (``simulate plan --hardware``,
+repeatable). Per option the ordinary Planner runs on the scenario with ``hardware.table`` swapped for the option's
+(its drafters' tables follow from the table's sidecar, as hardware loading does for any table; a prefill pool
+is timed by ``hardware.table`` too unless the scenario names a ``prefill_table``, which is therefore refused, as
+are a ``policy_table`` and explicit ``drafter_tables``: they belong to the scenario's own hardware, and whether
+they should stay beside another GPU's table is not ours to guess) and the option's price, each in its own
+folder (``OUT/hardware/NAME/``: plan.csv, plan.json and report.html), so nothing overwrites; the runs share one
+store (``OUT/.runs``), whose keys tell the tables apart.
+
+The options are on the command line rather than in the scenario: a scenario's settings are the identity of its
+runs (the run store's keys hash them), so a plan-only list there would re-key every stored run of every
+scenario; and the prices are the planner's assumptions, not a property of the scenario.
+
+The ranking: met pairs first. At the SLA every met deployment serves the same traffic (at one seed every
+option and system sees the same arrivals), so the cost per million output tokens orders the pairs as their
+spend per hour does; the measured figure at equal spend differs only by which tokens fell in the measurement
+window (noise, as plan.py's verdict says of equal GPU counts), so pairs are ranked by USD per hour at the SLA,
+equal spend by headroom (more first), and only then by the measured cost per million output tokens. Unmet
+pairs follow, each with why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+
+from hw_profile.files import atomic_write, atomic_write_text
+from simulator.errors import UserError
+from simulator.inputs.config import LoadedScenario
+from simulator.outputs.summary import plain
+from simulator.runs.backends import Backend, Task
+from simulator.runs.plan import MET, UNRESOLVED_STATUS, Planner, Target, load_phrase
+
+SPEC_FORM = "NAME=TABLE.csv:USD_PER_GPU_HOUR, e.g. b200=scenarios/hardware/b200-qwen3-8b-bf16.csv:6.00"
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under OUT/hardware/
+HARDWARE_COLUMNS = ["rank", "hardware", "gpu", "usd_per_gpu_hour", "system", "status", "gpus", "prefill_gpus",
+                    "decode_gpus", "prefill_usd_per_hour", "decode_usd_per_hour", "usd_per_hour",
+                    "output_tokens_per_s", "cost_per_mtok", "headroom", "headroom_hi", "attainment", "ttft_p99",
+                    "why_unmet"]
+
+
+@dataclass(frozen=True)
+class HardwareOption:
+    name: str
+    table: Path            # as found from the working directory
+    usd_per_gpu_hour: float
+    gpu: str = ""          # the GPU the table was made for (its sidecar), for the report
+
+
+def parse_option(spec: str) -> HardwareOption:
+    """One ``--hardware`` spec; a one-line UserError naming what was expected when it is malformed."""
+    name, eq, rest = spec.partition("=")
+    if not eq or not name:
+        raise UserError(f"--hardware {spec!r}: expected {SPEC_FORM}")
+    if not NAME_PATTERN.fullmatch(name):
+        raise UserError(f"--hardware {spec!r}: the name {name!r} names a folder: letters, digits, '.', '_', '-'")
+    table, colon, price = rest.rpartition(":")
+    if not colon or not table:
+        raise UserError(f"--hardware {spec!r}: no price; expected {SPEC_FORM}")
+    try:
+        usd = float(price)
+    except ValueError:
+        raise UserError(f"--hardware {spec!r}: price {price!r} is not a number of USD per GPU-hour; expected "
+                        f"{SPEC_FORM}") from None
+    if not math.isfinite(usd) or usd <= 0:
+        raise UserError(f"--hardware {spec!r}: price {price!r}: expected a positive number of USD per GPU-hour")
+    path = Path(table)
+    if not path.is_file():
+        raise UserError(f"--hardware {spec!r}: table {table} does not exist; expected a step-time table CSV "
+                        "(e.g. scenarios/hardware/*.csv)")
+    return HardwareOption(name, path, usd)
+
+
+def parse_options(specs: list[str] | tuple[str, ...]) -> list[HardwareOption]:
+    options = [parse_option(s) for s in specs]
+    seen: set[str] = set()
+    for o in options:
+        if o.name in seen:
+            raise UserError(f"--hardware: the name {o.name!r} is given twice; expected one name per option")
+        seen.add(o.name)
+    return options
+
+
+def option_scenario(scn: LoadedScenario, option: HardwareOption) -> LoadedScenario:
+    """The scenario on the option's table. Refuses tables of the scenario's own hardware that would stay behind
+    (see the module's docstring) and a live clock (no table to swap)."""
+    hw = scn.model.hardware
+    kept = [f for f in ("prefill_table", "policy_table") if getattr(hw, f)] + (
+        ["drafter_tables"] if hw.drafter_tables else [])
+    if kept:
+        raise UserError(f"{scn.path}: hardware.{kept[0]}: names a table of the scenario's own hardware, which "
+                        f"--hardware {option.name} would keep beside another table; expected none (the option's "
+                        "table and its sidecar then serve it) or a plan without --hardware")
+    if hw.clock != "table":
+        raise UserError(f"{scn.path}: hardware.clock: {hw.clock!r}; --hardware compares step-time tables, "
+                        "expected 'table'")
+    # relative to the scenario's folder, as a scenario would name it (scn.resolve finds it there)
+    table = os.path.relpath(option.table.resolve(), scn.base.resolve())
+    m = scn.model
+    return LoadedScenario(m.model_copy(update={"hardware": hw.model_copy(update={"table": table})}), scn.path,
+                          [*scn.overrides, f"hardware.table={table}"])
+
+
+def shown_scenario(scn: LoadedScenario, options: list[HardwareOption]) -> LoadedScenario:
+    """The scenario as the comparison's report header names it: every option's table, not the scenario's own."""
+    m = scn.model
+    tables = ", ".join(f"{o.name}: {o.table}" for o in options)
+    return LoadedScenario(m.model_copy(update={"hardware": m.hardware.model_copy(update={"table": tables})}),
+                          scn.path, scn.overrides)
+
+
+def check_options(scn: LoadedScenario, options: list[HardwareOption]) -> tuple[list[HardwareOption], list[str]]:
+    """Every option's scenario loaded as a run would load it (its table, drafters' tables, KV capacity), before
+    any run, so that a bad third option does not fail after the first two plans. Returns the options with
+    their GPU named, and warnings."""
+    from hw_profile.table import StepTable
+    from simulator.inputs.hardware import load_hardware
+    from simulator.inputs.systems import resolve_systems
+
+    warnings = []
+    if scn.model.engine.kv_capacity_tokens:
+        warnings.append(f"{scn.path}: engine.kv_capacity_tokens ({scn.model.engine.kv_capacity_tokens:,}) is kept "
+                        "for every --hardware option (without it each table's GPU memory sets it)")
+    out = []
+    for o in options:
+        variant = option_scenario(scn, o)
+        try:
+            load_hardware(variant, {s.drafter for s in resolve_systems(variant)})
+        except UserError as exc:
+            raise UserError(f"--hardware {o.name}: {exc}") from None
+        meta = StepTable.read(o.table).meta
+        gpu = meta.get("gpu", {}).get("name") if isinstance(meta.get("gpu"), dict) else None
+        out.append(replace(o, gpu=str(gpu or meta.get("device") or o.name)))
+    return out, warnings
+
+
+# --- the plans ----------------------------------------------------------------------------------------------------
+
+def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backend, options: list[HardwareOption],
+                  quick: bool = False, seed: int | None = None, replicates: int = 1, check_invariants: bool = False,
+                  on_stored: Callable[[Task], None] | None = None,
+                  on_plan: Callable[[HardwareOption, LoadedScenario, Path, dict], None] | None = None,
+                  log: Callable[[str], None] = lambda line: None) -> dict:
+    """The Planner once per option (``OUT/hardware/NAME``), then the ranking. ``on_plan`` is called with each
+    option's finished plan (the CLI writes its files and report there); returns hardware.json's document."""
+    import time
+
+    plans: dict[str, dict] = {}
+    runs = 0
+    for i, o in enumerate(options, 1):
+        log(f"hardware {i}/{len(options)}: {o.name} ({o.gpu}, {o.table}, ${o.usd_per_gpu_hour:.2f}/GPU-hour)")
+        variant = option_scenario(scn, o)
+        folder = out / "hardware" / o.name
+        # one run store for every option (OUT/.runs): its keys hash the table's name and content, so the same
+        # table at two prices shares its runs and different tables never mix
+        planner = Planner(variant, out, replace(target, gpu_hour_cost=o.usd_per_gpu_hour), backend, quick, seed,
+                          on_stored=on_stored, replicates=replicates, check_invariants=check_invariants)
+        t0 = time.perf_counter()
+        doc = planner.run()
+        doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
+        runs += planner.runs
+        plans[o.name] = doc
+        if on_plan is not None:
+            on_plan(o, variant, folder, doc)
+    doc = compare(scn, options, plans)
+    doc["runs_executed"] = runs
+    return doc
+
+
+def pair_row(option: HardwareOption, e: dict) -> dict:
+    """One (hardware, system) pair from its plan entry: the spend per pool at the option's price, and the cost
+    of a million output tokens on the same basis (every GPU of the deployment counted)."""
+    price = option.usd_per_gpu_hour
+    tokens_per_s = (e.get("throughput_per_gpu") or 0.0) * e["decode_gpus"]
+    usd_per_hour = e["gpus"] * price
+    return {
+        "hardware": option.name, "gpu": option.gpu, "usd_per_gpu_hour": price, "system": e["system"],
+        "status": e["status"], "gpus": e["gpus"], "prefill_gpus": e["prefill_gpus"], "decode_gpus": e["decode_gpus"],
+        "prefill_usd_per_hour": e["prefill_gpus"] * price, "decode_usd_per_hour": e["decode_gpus"] * price,
+        "usd_per_hour": usd_per_hour, "output_tokens_per_s": tokens_per_s,
+        "cost_per_mtok": usd_per_hour / (tokens_per_s * 3600) * 1e6 if tokens_per_s > 0 else float("nan"),
+        "headroom": e.get("headroom"), "headroom_hi": e.get("headroom_hi"), "attainment": e.get("attainment"),
+        "ttft_p99": e.get("ttft_p99"),
+        "why_unmet": e.get("why_unmet"),
+    }
+
+
+def rank(rows: list[dict]) -> list[dict]:
+    """Met pairs by spend per hour at the SLA, then headroom (more first), then measured cost per million
+    tokens; then unresolved and unmet pairs, cheapest first. Numbers each row (1 = cheapest)."""
+    order = {MET: 0, UNRESOLVED_STATUS: 1}
+
+    def key(r: dict) -> tuple:
+        cost = r["cost_per_mtok"] if not math.isnan(r["cost_per_mtok"]) else math.inf
+        head = r["headroom"] if r["headroom"] is not None else -math.inf
+        return order.get(r["status"], 2), r["usd_per_hour"], -head, cost
+
+    ranked = sorted(rows, key=key)
+    return [{"rank": i, **r} for i, r in enumerate(ranked, 1)]
+
+
+def compare(scn: LoadedScenario, options: list[HardwareOption], plans: dict[str, dict]) -> dict:
+    """hardware.json's document from every option's plan (plan.json's document): the options summarised, the
+    ranked pairs and the verdict."""
+    by_name = {o.name: o for o in options}
+    rows = rank([pair_row(by_name[name], e) for name, doc in plans.items() for e in doc["systems"].values()])
+    first = next(iter(plans.values()))
+    t = first["target"]
+    doc = {
+        "scenario": scn.name,
+        "target": {k: v for k, v in t.items() if k != "gpu_hour_cost_usd"},
+        "traffic": first.get("traffic"), "arrival_rate": first.get("arrival_rate"),
+        "baseline": first.get("baseline"), "quick": first.get("quick"), "seeds": first.get("seeds"),
+        "overrides": list(scn.overrides),
+        "options": [{"name": o.name, "gpu": o.gpu, "table": str(o.table), "usd_per_gpu_hour": o.usd_per_gpu_hour,
+                     "plan": f"hardware/{o.name}/plan.json", "prefill": plans[o.name].get("prefill") and {
+                         k: plans[o.name]["prefill"][k] for k in ("replicas", "gpus_per_replica", "met",
+                                                                  "why_unmet")},
+                     "verdict": plans[o.name]["verdict"], "wall_seconds": plans[o.name].get("wall_seconds")}
+                    for o in options],
+        "pairs": rows,
+    }
+    doc["verdict"] = hardware_verdict(doc)
+    return doc
+
+
+# --- reading it -------------------------------------------------------------------------------------------------
+
+def _pair(r: dict) -> str:
+    split = f" ({r['prefill_gpus']} prefill + {r['decode_gpus']} decode)" if r["prefill_gpus"] else ""
+    return (f"{r['gpus']} {r['gpu']} GPU{'s' if r['gpus'] != 1 else ''}{split}, ${r['usd_per_hour']:,.2f}/hour, "
+            f"${r['cost_per_mtok']:.3f} per million output tokens")
+
+
+def _versus(best: dict, other: dict, what: str) -> str:
+    """What ``best`` saves over ``other``: in spend per hour, which at the SLA buys the same traffic (the
+    measured cost per token at equal spend differs only by the measurement window's tokens)."""
+    if other["usd_per_hour"] <= best["usd_per_hour"]:
+        return f"{what} ({other['system']}: {_pair(other)}) costs as much, with {other['headroom']:+.0%} headroom"
+    less = 1 - best["usd_per_hour"] / other["usd_per_hour"]
+    return (f"{less:.0%} less (${other['usd_per_hour'] - best['usd_per_hour']:,.2f}/hour for the same traffic) "
+            f"than {what} ({other['system']}: {_pair(other)})")
+
+
+def hardware_verdict(doc: dict) -> str:
+    """One sentence: the cheapest pair (pairs at the same spend and headroom named as a tie), what it saves over
+    the best pair on the next cheapest hardware and over the baseline system on its own hardware."""
+    t = doc["target"]
+    sla = f"{t['attainment']:.0%} of requests at >= {t['tps_per_user']:g} tok/s/user, TTFT p99 <= {t['ttft_p99_s']:g} s"
+    load = load_phrase(doc)
+    rows = doc["pairs"]
+    prices = ", ".join(f"{o['name']} at ${o['usd_per_gpu_hour']:.2f}" for o in doc["options"])
+    met = [r for r in rows if r["status"] == MET]
+    if not met:
+        best = max(rows, key=lambda r: r["attainment"] if r["attainment"] is not None else -1)
+        return (f"No (hardware, system) pair meets {sla} at {load} within {t['max_gpus']} GPUs (per GPU-hour: "
+                f"{prices}); the closest is {best['system']} on {best['hardware']} ({best['attainment']:.1%} of "
+                f"requests at the target with {best['gpus']} GPUs).")
+    best = met[0]
+    tol = t.get("rate_tolerance", 0.05)
+    top = best["headroom"] or 0.0
+
+    def ceiling(r: dict) -> float:
+        """The most headroom the data leave possible (plan.py's verdict: the smallest multiplier seen to fail
+        clearly, else the search's precision above the bound)."""
+        hi = r.get("headroom_hi")
+        return hi if hi is not None and not math.isnan(hi) else (1 + (r["headroom"] or 0.0)) * (1 + tol) - 1
+
+    # the same spend serves the same traffic: pairs whose headroom intervals reach the best's bound tie, as
+    # systems of equal GPUs do in each option's plan
+    tied = [r for r in met if r["usd_per_hour"] == best["usd_per_hour"]
+            and ((r["headroom"] or 0.0) >= top - 1e-9 or ceiling(r) > top + 1e-9)]
+    one_hw = len({r["hardware"] for r in tied}) == 1
+    names = [r["system"] if one_hw else f"{r['system']} on {r['hardware']}" for r in tied]
+    where = f" on {best['hardware']}" if one_hw else ""
+    n_seeds = len(doc.get("seeds") or [0])
+    precision = f"the search's {tol:.0%} precision" + (f" and {n_seeds} seeds" if n_seeds > 1 else "")
+    who = names[0] if len(names) == 1 else (f"{', '.join(names[:-1])} and {names[-1]} (tied: the same spend, "
+                                            f"each one's headroom interval reaching the best's bound at "
+                                            f"{precision})")
+    heads = sorted(r["headroom"] or 0 for r in tied)
+    head = f"{heads[-1]:+.0%}" if heads[-1] - heads[0] < 0.005 else f"{heads[0]:+.0%} to {heads[-1]:+.0%}"
+    text = (f"At {load} with {sla} (assumed per GPU-hour: {prices}), the cheapest is {who}{where}: "
+            f"{_pair(best)}, {head} headroom")
+    winners = {r["hardware"] for r in tied}
+    others = [o["name"] for o in doc["options"] if o["name"] not in winners]
+    other_best = [next((r for r in met if r["hardware"] == h), None) for h in others]
+    met_other = [r for r in other_best if r is not None]
+    if met_other:
+        nxt = min(met_other, key=lambda r: r["rank"])
+        text += "; " + _versus(best, nxt, f"the best on {nxt['hardware']}")
+    missing = [h for h, r in zip(others, other_best, strict=True) if r is None]
+    if missing:
+        text += f"; on {', '.join(missing)} no system meets it within {t['max_gpus']} GPUs"
+    base_name = doc.get("baseline")
+    base = next((r for r in rows if r["system"] == base_name and r["hardware"] == best["hardware"]), None)
+    if base is not None and all(base is not r for r in tied):
+        if base["status"] != MET:
+            text += f"; the baseline {base_name} does not meet it on {best['hardware']} within {t['max_gpus']} GPUs"
+        else:
+            text += "; " + _versus(best, base, f"the baseline on {best['hardware']}")
+    return text + "."
+
+
+def hardware_table(doc: dict) -> pd.DataFrame:
+    return pd.DataFrame(doc["pairs"], columns=HARDWARE_COLUMNS)
+
+
+def write_hardware(out: Path, doc: dict) -> tuple[Path, Path]:
+    csv, js = out / "hardware.csv", out / "hardware.json"
+    df = hardware_table(doc)
+    atomic_write(csv, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
+    atomic_write_text(js, json.dumps(plain(doc), indent=2, allow_nan=False) + "\n")
+    return csv, js
