@@ -331,9 +331,9 @@ def fleet_lines(doc: dict) -> list[str]:
             lines.append(f"  {k}: not confirmed: {e['reason']}")
             continue
         c, pr = e["confirmation"], e["predicted"]
-        rate = f"{e['rate_per_replica_lo']:.1f} req/s per replica" if e["rate_per_replica_lo"] else "?"
-        lines.append(f"  {k}: probe {rate} -> {s['decode_gpus']} decode GPUs; predicted attainment "
-                     f"{pr['attainment_lo']:.2%}-{pr['attainment_hi']:.2%}, confirmed {c['attainment']:.2%} "
+        rate = f"{e['rate_per_replica_lo']:.1f} req/s/replica" if e["rate_per_replica_lo"] else "?"
+        lines.append(f"  {k}: probe {rate} -> {s['decode_gpus']} decode GPUs; predicted "
+                     f"{pr['attainment_lo']:.2%}-{pr['attainment_hi']:.2%}, full size {c['attainment']:.2%} "
                      f"({'within' if c['within_prediction'] else 'OUTSIDE'}; SLA {'met' if c['met'] else 'not met'}"
                      f"{'' if c['agrees'] else ', DISAGREES with the probe'})")
     return lines
