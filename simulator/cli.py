@@ -4,7 +4,7 @@
              [--check-invariants] [--backend local|ray [--address auto|HOST:PORT]]
     simulate plan SCENARIO.yaml [--sla TPS] [--attainment A] [--ttft-p99 S] [--gpu-hour-cost USD] [--max-gpus N]
              [--hardware NAME=TABLE.csv:USD_PER_GPU_HOUR]... [--out DIR] [--check-invariants] [--backend ...]
-             [--set path=value]... [--per-segment [--segment-s S] [--segment-run-s S]]
+             [--set path=value]... [--per-segment [--segment-s S] [--segment-run-s S]] [--probe-replicas R]
     simulate check SCENARIO.yaml [--set path=value]...
     simulate fit-profile TRACE --out PROFILE.yaml
     simulate list
@@ -182,6 +182,10 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 @click.option("--check-invariants", is_flag=True,
               help="check the engine's invariants (docs/model.md) on every run the plan reads, stored ones run "
                    "again; the first broken one stops the command")
+@click.option("--probe-replicas", type=click.IntRange(min=1), metavar="R",
+              help="fleet plan: measure each system's capacity per replica on R replicas, derive the full-size "
+                   "counts from it and confirm them with one full-size run each (for hundreds of GPUs; raise "
+                   "--max-gpus)")
 @click.option("--per-segment", is_flag=True,
               help="plan each segment of a tide (traffic.segments) or a replayed trace at its own rate: GPUs per "
                    "segment and GPU-hours per day per system (day_plan.csv)")
@@ -197,9 +201,9 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 @overrides
 def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99: float, gpu_hour_cost: float,
              max_gpus: int, rate_tolerance: float, out: Path | None, quick: bool, seed: int | None,
-             replicates: int, jobs: int | None, check_invariants: bool, per_segment: bool, segment_s: float | None,
-             segment_run_s: float, hardware: tuple[str, ...], backend: str, address: str | None,
-             sets: tuple[str, ...]) -> None:
+             replicates: int, jobs: int | None, check_invariants: bool, probe_replicas: int | None,
+             per_segment: bool, segment_s: float | None, segment_run_s: float, hardware: tuple[str, ...],
+             backend: str, address: str | None, sets: tuple[str, ...]) -> None:
     """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
     import time
 
@@ -214,6 +218,11 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     options = plan_options(target, scn.model.sla.tps_targets[0])
     if replicates != PLAN_REPLICATES:
         options += (f"plan.replicates={replicates}",)
+    if probe_replicas is not None:
+        options += (f"plan.probe_replicas={probe_replicas}",)
+    if probe_replicas is not None and (hardware or per_segment):
+        raise UserError("--probe-replicas plans one fleet on the scenario's hardware; expected it without --hardware "
+                        "and --per-segment")
     if per_segment:
         options += (f"plan.per_segment={segment_s!r},{segment_run_s!r}",)
     elif segment_s is not None:
@@ -235,8 +244,17 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     if per_segment:
         return day_plan(scn, out, target, runner, quick, seed, replicates, check_invariants, segment_s, segment_run_s)
     bar = progress_bar(f"{scn.name}: plan runs")
-    planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
-                      replicates=replicates, check_invariants=check_invariants)
+    if probe_replicas is not None:
+        from simulator.runs.fleet import FleetPlanner, fleet_lines, write_fleet_plan
+
+        planner = FleetPlanner(scn, out, target, runner, probe_replicas, quick, seed,
+                               on_stored=lambda task: bar.update(1), replicates=replicates,
+                               check_invariants=check_invariants)
+        writer = write_fleet_plan  # plan.csv gains the fleet columns
+    else:
+        planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
+                          replicates=replicates, check_invariants=check_invariants)
+        writer = write_plan
     t0 = time.perf_counter()
     try:
         doc = planner.run()
@@ -247,11 +265,13 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         sys.exit(130)
     bar.close()
     doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
-    csv, js = write_plan(out, doc)
+    csv, js = writer(out, doc)
     report = write_plan_report(out, scn, doc, quick, seed)
     click.echo(terminal_plan(doc))
     for line in unmet_lines(doc):
         click.echo(line)
+    if "fleet" in doc:
+        click.echo("\nfull-size confirmations:\n" + "\n".join(fleet_lines(doc)))
     click.echo("\n" + doc["verdict"])
     if quick:
         click.echo("(--quick: short smoke runs; do not plan on these numbers)")

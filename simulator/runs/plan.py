@@ -218,12 +218,13 @@ class Planner:
                 update["traffic"] = t.model_copy(update={"rate": t.rate * c.scale})
         return LoadedScenario(m.model_copy(update=update), self.scn.path, self.scn.overrides)
 
-    def evaluate(self, cands: list[Candidate]) -> list[dict]:
-        """Run each candidate at every seed (together, in one batch) and combine its seeds' rows."""
+    def evaluate(self, cands: list[Candidate], seeds: list[int] | None = None) -> list[dict]:
+        """Run each candidate at every seed (together, in one batch) and combine its seeds' rows; ``seeds``
+        (default: the plan's) a subset, e.g. a fleet plan's full-size confirmation (runs/fleet.py)."""
         tasks = []
         for c in cands:
             specs = [RunSpec(c.system, LoadPoint(None), seed, self.quick, self.check_invariants)
-                     for seed in self.seeds]
+                     for seed in (seeds or self.seeds)]
             sweep = Sweep(self.variant(c), specs, self.out)
             tasks.append([Task(sweep.scn, spec, sweep.store / f"{key}.json")
                           for spec, key in zip(sweep.specs, sweep.keys(), strict=True)])
