@@ -15,6 +15,7 @@ User mistakes (a bad scenario, a missing file, an unknown policy) print one line
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -205,7 +206,6 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
              per_segment: bool, segment_s: float | None, segment_run_s: float, hardware: tuple[str, ...],
              backend: str, address: str | None, sets: tuple[str, ...]) -> None:
     """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
-    import time
 
     from simulator.inputs.config import load_scenario
     from simulator.outputs.capacity_report import terminal_plan, unmet_lines
@@ -255,9 +255,23 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
                           replicates=replicates, check_invariants=check_invariants)
         writer = write_plan
+    doc = run_plan(bar, out, planner.run)
+    csv, js = writer(out, doc)
+    report = write_plan_report(out, scn, doc, quick, seed)
+    lines = [terminal_plan(doc), *unmet_lines(doc)]
+    if "fleet" in doc:
+        lines.append("\nfull-size confirmations:\n" + "\n".join(fleet_lines(doc)))
+    echo_plan_end(doc, lines, quick, planner.runs, runner, f"plan: {csv}\n      {js}\nreport: {report}")
+
+
+def run_plan(bar, out: Path, plan: Callable[[], dict]) -> dict:
+    """Run a plan under its progress bar; Ctrl-C keeps the finished runs and says how to resume. The plan's
+    document gains its wall time."""
+    import time
+
     t0 = time.perf_counter()
     try:
-        doc = planner.run()
+        doc = plan()
     except KeyboardInterrupt:
         bar.close()
         click.echo(f"\ninterrupted: finished runs are stored in {out / '.runs'}; run the same command to resume",
@@ -265,18 +279,17 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         sys.exit(130)
     bar.close()
     doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
-    csv, js = writer(out, doc)
-    report = write_plan_report(out, scn, doc, quick, seed)
-    click.echo(terminal_plan(doc))
-    for line in unmet_lines(doc):
+    return doc
+
+
+def echo_plan_end(doc: dict, lines: list[str], quick: bool, runs: int, runner, files: str) -> None:
+    """A plan's table lines, verdict, the --quick caveat, and what ran where."""
+    for line in lines:
         click.echo(line)
-    if "fleet" in doc:
-        click.echo("\nfull-size confirmations:\n" + "\n".join(fleet_lines(doc)))
     click.echo("\n" + doc["verdict"])
     if quick:
         click.echo("(--quick: short smoke runs; do not plan on these numbers)")
-    click.echo(f"\n{planner.runs} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)"
-               f"\nplan: {csv}\n      {js}\nreport: {report}")
+    click.echo(f"\n{runs} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)\n{files}")
 
 
 def day_plan(scn, out: Path, target, runner, quick: bool, seed: int | None, replicates: int,
@@ -284,7 +297,6 @@ def day_plan(scn, out: Path, target, runner, quick: bool, seed: int | None, repl
     """`simulate plan --per-segment`: the plan of every segment of the day and GPU-hours per day per system.
     Not automatic for segmented traffic: the plan without it (one fleet through the whole tide, its peak and
     transitions included) keeps its meaning and its numbers, and a day plan costs many more runs."""
-    import time
 
     from simulator.inputs.hardware import load_target_table
     from simulator.outputs.day_report import terminal_day, unmet_day_lines
@@ -299,32 +311,16 @@ def day_plan(scn, out: Path, target, runner, quick: bool, seed: int | None, repl
     planner = DayPlanner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
                          replicates=replicates, segment_s=segment_s, segment_run_s=segment_run_s, say=say,
                          check_invariants=check_invariants)
-    t0 = time.perf_counter()
-    try:
-        doc = planner.run()
-    except KeyboardInterrupt:
-        bar.close()
-        click.echo(f"\ninterrupted: finished runs are stored in {out / '.runs'}; run the same command to resume",
-                   err=True)
-        sys.exit(130)
-    bar.close()
-    doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
+    doc = run_plan(bar, out, planner.run)
     csv, js = write_day_plan(out, doc)
     report = write_report(out / "report.html", scn, None, None, None, load_target_table(scn), None, doc)
-    click.echo(terminal_day(doc))
-    for line in unmet_day_lines(doc):
-        click.echo(line)
-    click.echo("\n" + doc["verdict"])
-    if quick:
-        click.echo("(--quick: short smoke runs; do not plan on these numbers)")
-    click.echo(f"\n{planner.planner.runs} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)"
-               f"\nday plan: {csv}\n          {js}\nreport: {report}")
+    echo_plan_end(doc, [terminal_day(doc), *unmet_day_lines(doc)], quick, planner.planner.runs, runner,
+                  f"day plan: {csv}\n          {js}\nreport: {report}")
 
 
 def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool, seed: int | None,
                       replicates: int, check_invariants: bool) -> None:
     """`simulate plan --hardware ...`: the plan per hardware option, then the ranked (hardware, system) pairs."""
-    import time
 
     from simulator.inputs.hardware import load_target_table
     from simulator.outputs.hardware_report import terminal_hardware, unmet_pair_lines
@@ -339,29 +335,14 @@ def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool
         write_plan_report(folder, variant, doc, quick, seed)
         click.echo(f"{option.name}: {doc['verdict']}", err=True)
 
-    t0 = time.perf_counter()
-    try:
-        doc = plan_hardware(scn, out, target, runner, choices, quick, seed, replicates, check_invariants,
-                            on_stored=lambda task: bar.update(1), on_plan=option_done,
-                            log=lambda line: click.echo(line, err=True))
-    except KeyboardInterrupt:
-        bar.close()
-        click.echo(f"\ninterrupted: finished runs are stored in {out / '.runs'}; run the same command to resume",
-                   err=True)
-        sys.exit(130)
-    bar.close()
-    doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
+    doc = run_plan(bar, out, lambda: plan_hardware(
+        scn, out, target, runner, choices, quick, seed, replicates, check_invariants,
+        on_stored=lambda task: bar.update(1), on_plan=option_done, log=lambda line: click.echo(line, err=True)))
     csv, js = write_hardware(out, doc)
     report = write_report(out / "report.html", shown_scenario(scn, choices), None, None, None,
                           load_target_table(scn), hardware=doc)
-    click.echo(terminal_hardware(doc))
-    for line in unmet_pair_lines(doc):
-        click.echo(line)
-    click.echo("\n" + doc["verdict"])
-    if quick:
-        click.echo("(--quick: short smoke runs; do not plan on these numbers)")
-    click.echo(f"\n{doc['runs_executed']} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)"
-               f"\nhardware: {csv}\n          {js}\nplans: {out / 'hardware'}/*/plan.csv\nreport: {report}")
+    echo_plan_end(doc, [terminal_hardware(doc), *unmet_pair_lines(doc)], quick, doc["runs_executed"], runner,
+                  f"hardware: {csv}\n          {js}\nplans: {out / 'hardware'}/*/plan.csv\nreport: {report}")
 
 
 def write_plan_report(out: Path, scn, doc: dict, quick: bool, seed: int | None) -> Path:

@@ -41,6 +41,13 @@ def unmet_lines(doc: dict) -> list[str]:
     return lines
 
 
+def why_unmet_html(lines: list[str]) -> str:
+    """The ``!`` lines under a terminal table as the report's list ('' when every system met)."""
+    if not lines:
+        return ""
+    return "<p class='warn'>Why unmet:</p><ul>" + "".join(f"<li>{html.escape(u[2:])}</li>" for u in lines) + "</ul>"
+
+
 def format_plan(doc: dict) -> pd.DataFrame:
     df = plan_table(doc).drop(columns=["why_unmet"])  # a sentence: printed under the table (unmet_lines)
     if doc.get("prefill") is None:
@@ -143,10 +150,7 @@ def capacity_html(doc: dict) -> str:
     if doc.get("overrides"):
         notes.append("<p class='meta'>Overrides: " + html.escape(" ".join(f"--set {s}" for s in doc["overrides"]))
                      + "</p>")
-    unmet = unmet_lines(doc)
-    if unmet:
-        notes.append("<p class='warn'>Why unmet:</p><ul>" + "".join(f"<li>{html.escape(u[2:])}</li>" for u in unmet)
-                     + "</ul>")
+    notes.append(why_unmet_html(unmet_lines(doc)))
     table = format_plan(doc).to_html(index=False, classes="headline", border=0, escape=True)
     return f"""<p><strong>{html.escape(doc['verdict'])}</strong></p>
 <p class="meta">Per system, the fewest GPUs at which the scenario's open-loop traffic meets the SLA: at least

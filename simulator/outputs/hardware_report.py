@@ -11,6 +11,7 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
+from simulator.outputs.capacity_report import why_unmet_html
 from simulator.outputs.summary import fit_width
 from simulator.runs.hardware_choice import hardware_table
 from simulator.runs.plan import MET
@@ -145,10 +146,7 @@ def hardware_html(doc: dict) -> str:
     notes = []
     if doc.get("quick"):
         notes.append("<p class='warn'>Planned on quick runs (--quick): do not plan on these numbers.</p>")
-    unmet = unmet_pair_lines(doc)
-    if unmet:
-        notes.append("<p class='warn'>Why unmet:</p><ul>" + "".join(f"<li>{html.escape(u[2:])}</li>" for u in unmet)
-                     + "</ul>")
+    notes.append(why_unmet_html(unmet_pair_lines(doc)))
     table = format_pairs(doc).to_html(index=False, classes="headline", border=0, escape=True)
     return f"""<p><strong>{html.escape(doc['verdict'])}</strong></p>
 <p class="meta">The capacity plan (at least {t['attainment']:.0%} of requests at or above {t['tps_per_user']:g}

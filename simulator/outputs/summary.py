@@ -223,6 +223,16 @@ def write_outputs(out: Path, scn: LoadedScenario, runs: pd.DataFrame) -> tuple[d
     return summary, table
 
 
+def write_table_and_json(out: Path, stem: str, table: pd.DataFrame, doc: dict) -> tuple[Path, Path]:
+    """``STEM.csv`` (the table) and ``STEM.json`` (the whole document, JSON-ready) in ``out``, each written
+    atomically: a plan's outputs."""
+    out.mkdir(parents=True, exist_ok=True)
+    csv, js = out / f"{stem}.csv", out / f"{stem}.json"
+    atomic_write(csv, lambda p: table.to_csv(p, index=False, float_format="%.6g"))
+    atomic_write_text(js, json.dumps(plain(doc), indent=2, allow_nan=False) + "\n")
+    return csv, js
+
+
 def plain(o):
     """JSON-ready: numpy scalars to Python, NaN and infinities to null (undefined, e.g. an anchor a system never
     reaches; JSON has no infinity, and a crash here would lose a whole sweep's summary)."""

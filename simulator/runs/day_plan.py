@@ -20,7 +20,6 @@ run store and backend as the ordinary plan's do (resumable, Ray-capable).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -28,11 +27,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from hw_profile.files import atomic_write, atomic_write_text
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario, Traffic
 from simulator.inputs.workload import read_azure_trace
-from simulator.outputs.summary import plain
+from simulator.outputs.summary import write_table_and_json
 from simulator.runs.backends import Backend, Task
 from simulator.runs.plan import MET, UNMET, UNRESOLVED_STATUS, Candidate, Planner, SystemPlan, Target
 from simulator.runs.replicates import unresolved
@@ -438,9 +436,4 @@ def day_verdict(doc: dict) -> str:
 
 
 def write_day_plan(out: Path, doc: dict) -> tuple[Path, Path]:
-    csv, js = out / "day_plan.csv", out / "day_plan.json"
-    df = day_table(doc)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(csv, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
-    atomic_write_text(js, json.dumps(plain(doc), indent=2, allow_nan=False) + "\n")
-    return csv, js
+    return write_table_and_json(out, "day_plan", day_table(doc), doc)

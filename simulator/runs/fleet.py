@@ -33,10 +33,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hw_profile.files import atomic_write
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.outputs.frontier import default_baseline
+from simulator.outputs.summary import write_table_and_json
 from simulator.runs.backends import Backend, Task
 from simulator.runs.plan import (
     PLAN_COLUMNS,
@@ -48,7 +48,6 @@ from simulator.runs.plan import (
     most_traffic,
     plan_table,
     verdict,
-    write_plan,
 )
 from simulator.runs.replicates import unresolved
 
@@ -341,10 +340,7 @@ def fleet_lines(doc: dict) -> list[str]:
 
 def write_fleet_plan(out: Path, doc: dict) -> tuple[Path, Path]:
     """plan.csv and plan.json as ``simulate plan`` writes them, plan.csv with the fleet columns after the rest."""
-    csv, js = write_plan(out, doc)
     df = plan_table(doc)
     for c in FLEET_COLUMNS:
         df[c] = [e.get(c) for e in doc["systems"].values()]
-    df = df[PLAN_COLUMNS + FLEET_COLUMNS]
-    atomic_write(csv, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
-    return csv, js
+    return write_table_and_json(out, "plan", df[PLAN_COLUMNS + FLEET_COLUMNS], doc)

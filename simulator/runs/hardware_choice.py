@@ -24,7 +24,6 @@ pairs follow, each with why.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -34,10 +33,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from hw_profile.files import atomic_write, atomic_write_text
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
-from simulator.outputs.summary import plain
+from simulator.outputs.summary import write_table_and_json
 from simulator.runs.backends import Backend, Task
 from simulator.runs.plan import MET, UNRESOLVED_STATUS, Planner, Target, load_phrase
 
@@ -317,8 +315,4 @@ def hardware_table(doc: dict) -> pd.DataFrame:
 
 
 def write_hardware(out: Path, doc: dict) -> tuple[Path, Path]:
-    csv, js = out / "hardware.csv", out / "hardware.json"
-    df = hardware_table(doc)
-    atomic_write(csv, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
-    atomic_write_text(js, json.dumps(plain(doc), indent=2, allow_nan=False) + "\n")
-    return csv, js
+    return write_table_and_json(out, "hardware", hardware_table(doc), doc)

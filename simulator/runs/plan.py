@@ -33,13 +33,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from hw_profile.files import atomic_write, atomic_write_text
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.inputs.systems import SystemSpec, resolve_systems
 from simulator.outputs.frontier import default_baseline
 from simulator.outputs.metrics import overloaded
-from simulator.outputs.summary import plain
+from simulator.outputs.summary import write_table_and_json
 from simulator.runs.backends import Backend, Task, execute
 from simulator.runs.replicates import combine, judge, unresolved
 from simulator.runs.run import LoadPoint, RunSpec
@@ -558,11 +557,7 @@ def verdict(doc: dict) -> str:
 
 
 def write_plan(out: Path, doc: dict) -> tuple[Path, Path]:
-    csv, js = out / "plan.csv", out / "plan.json"
-    df = plan_table(doc)
-    atomic_write(csv, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
-    atomic_write_text(js, json.dumps(plain(doc), indent=2, allow_nan=False) + "\n")
-    return csv, js
+    return write_table_and_json(out, "plan", plan_table(doc), doc)
 
 
 def scenario_key(scn: LoadedScenario, out: Path) -> str:
