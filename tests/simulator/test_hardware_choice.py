@@ -216,3 +216,24 @@ def test_the_report_section_draws_in_a_browser(tmp_path):
     assert 'data-js-errors="' not in dom
     counts = re.findall(r'data-drawn="(\d+)"', dom)
     assert len(counts) == 2 and all(int(c) > 0 for c in counts), counts
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--per-segment"], "--hardware and --per-segment: a day plan runs on the scenario's hardware; "
+                        "expected one or the other"),
+    (["--probe-replicas", "1"], "--probe-replicas plans one fleet on the scenario's hardware; expected it "
+                                "without --hardware and --per-segment"),
+    (["--gpu-hour-cost", "2"], "--gpu-hour-cost: each --hardware option names its own price; expected one "
+                               "or the other"),
+])
+def test_plan_modes_that_do_not_combine_are_refused_in_one_line(scenario_file, tmp_path, extra, message):
+    from click.testing import CliRunner
+
+    from simulator.cli import cli
+
+    path = small_plan_scenario(scenario_file, systems=["mtp-1"])
+    res = CliRunner().invoke(cli, ["plan", str(path), "--quick", "--out", str(tmp_path / "o"),
+                                   "--hardware", f"h200={H200_TABLE}:3.5", *extra])
+    # the command's entry point prints a UserError as one line "error: ...", exit 2 (test_config)
+    assert isinstance(res.exception, UserError) and str(res.exception) == message, res.output
+    assert not (tmp_path / "o" / ".runs").exists()  # refused before any run
