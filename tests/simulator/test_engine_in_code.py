@@ -153,14 +153,6 @@ class Greedy(Admission):
         return taken
 
 
-def test_an_admission_rule_that_overfills_is_stopped():
-    sim = Simulation(EngineConfig(max_running=2, max_batch_tokens=4096, kv_capacity=100_000, admission=Greedy),
-                     StepPrices(flat(5.0)))
-    two_requests(sim, prompt=(4, 4, 4), output=(5, 5, 5))
-    with pytest.raises(UserError, match="admission rule Greedy took 3 requests"):
-        sim.run(until=1.0)
-
-
 class OutOfRange(Preemption):
     name = "out-of-range"
 
@@ -168,12 +160,19 @@ class OutOfRange(Preemption):
         return batch.n
 
 
-def test_a_preemption_rule_naming_no_row_is_stopped():
-    sim = Simulation(EngineConfig(max_running=4, max_batch_tokens=4096, kv_capacity=560, preemption=OutOfRange),
-                     StepPrices(flat(5.0)))
-    two_requests(sim, prompt=(100, 100, 100), output=(100, 100, 100))
-    with pytest.raises(UserError, match="preemption rule OutOfRange chose row 3 of 3"):
-        sim.run(until=10.0)
+@pytest.mark.parametrize("config, prompt, output, until, message", [
+    # takes 3 requests into a batch of 2
+    ({"max_running": 2, "kv_capacity": 100_000, "admission": Greedy}, 4, 5, 1.0,
+     "admission rule Greedy took 3 requests"),
+    # the KV cache fills, and the rule names a row past the batch
+    ({"max_running": 4, "kv_capacity": 560, "preemption": OutOfRange}, 100, 100, 10.0,
+     "preemption rule OutOfRange chose row 3 of 3"),
+])
+def test_a_rule_that_breaks_its_contract_is_stopped(config, prompt, output, until, message):
+    sim = Simulation(EngineConfig(max_batch_tokens=4096, **config), StepPrices(flat(5.0)))
+    two_requests(sim, prompt=(prompt,) * 3, output=(output,) * 3)
+    with pytest.raises(UserError, match=message):
+        sim.run(until=until)
 
 
 class Oldest(Preemption):
