@@ -259,8 +259,7 @@ class DayPlanner:
             top.prefill = pre["replicas"]
             top.prefill_status = MET if pre["met"] else UNMET
             top.prefill_why = pre.get("why_unmet")
-            names = [s.name for s in p.systems]  # the system the peak's prefill search ran (Planner.prefill_search)
-            top.prefill_plan = SystemPlan(p.systems[names.index(peak_doc["baseline"] or names[0])])
+            top.prefill_plan = SystemPlan(p.prefill_system())  # the system the peak's prefill search ran
         capacity = {}
         for name, e in peak_doc["systems"].items():
             top.decode[name] = e["replicas"]

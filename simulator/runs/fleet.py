@@ -35,7 +35,6 @@ from pathlib import Path
 
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
-from simulator.outputs.frontier import default_baseline
 from simulator.outputs.summary import write_table_and_json
 from simulator.runs.backends import Backend, Task
 from simulator.runs.plan import (
@@ -165,8 +164,7 @@ class FleetPlanner(Planner):
         searches: dict[str, Generator] = {k: self.predict(p) for k, p in plans.items() if p.reason is None}
         prefill_plan = prefill = None
         if self.disaggregated:
-            names = [s.name for s in self.systems]
-            base = plans[default_baseline(names, self.scn.model.sla.baseline) or names[0]]
+            base = plans[self.prefill_system().name]
             sized = base if base.probe_lo > 0 else max(plans.values(), key=lambda p: p.probe_lo)
             prefill_plan = SystemPlan(sized.system)
             if sized.probe_lo > 0:

@@ -289,12 +289,17 @@ class Planner:
             return f"TTFT p99 {row['ttft_p99']:.2f} s > {self.target.ttft_p99:g} s"
         return None
 
+    def prefill_system(self) -> SystemSpec:
+        """The system the prefill pool is sized behind: the baseline (any would do; prompts and their prefill do
+        not depend on the verification policy), else the first."""
+        names = [s.name for s in self.systems]
+        return self.systems[names.index(default_baseline(names, self.scn.model.sla.baseline) or names[0])]
+
     def prefill_search(self) -> tuple[SystemPlan, Generator]:
         """The search for the fewest prefill replicas whose TTFT p99 meets the limit, with the scenario's decode
         pool: prompts and their prefill are the same for every system, so one system (the baseline) stands for
         all."""
-        names = [s.name for s in self.systems]
-        base = self.systems[names.index(default_baseline(names, self.scn.model.sla.baseline) or names[0])]
+        base = self.prefill_system()
         plan = SystemPlan(base)
         cap = max(self.target.max_gpus // self.prefill_gpr, 1)
         decode = self.scn.model.hardware.replicas
