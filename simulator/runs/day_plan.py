@@ -32,7 +32,16 @@ from simulator.inputs.config import LoadedScenario, Traffic
 from simulator.inputs.workload import read_azure_trace
 from simulator.outputs.summary import write_table_and_json
 from simulator.runs.backends import Backend, Task
-from simulator.runs.plan import MET, UNMET, UNRESOLVED_STATUS, Candidate, Planner, SystemPlan, Target
+from simulator.runs.plan import (
+    MET,
+    UNMET,
+    UNRESOLVED_STATUS,
+    Candidate,
+    Planner,
+    SystemPlan,
+    Target,
+    sla_phrase,
+)
 from simulator.runs.replicates import unresolved
 
 DAY_S = 86400.0
@@ -401,7 +410,7 @@ def day_verdict(doc: dict) -> str:
     rates = [s["rate"] for s in doc["segments"]]
     days = doc["days_per_span"]
     over = "a day" if abs(days - 1) < 1e-9 else f"a day (the {doc['span_s'] / 3600:g} h span repeated)"
-    sla = f"{t['attainment']:.0%} of requests at >= {t['tps_per_user']:g} tok/s/user, TTFT p99 <= {t['ttft_p99_s']:g} s"
+    sla = sla_phrase(t)
     head = (f"Over {over} of {doc['scenario']} ({len(rates)} segments, {min(rates):,.1f}-{max(rates):,.1f} "
             f"requests/s) with {sla}, ")
     met = [e for e in systems if not e["unmet_segments"]]

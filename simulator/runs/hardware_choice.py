@@ -37,7 +37,7 @@ from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.outputs.summary import write_table_and_json
 from simulator.runs.backends import Backend, Task
-from simulator.runs.plan import MET, UNRESOLVED_STATUS, Planner, Target, load_phrase
+from simulator.runs.plan import MET, UNRESOLVED_STATUS, Planner, Target, load_phrase, sla_phrase, tied_at_best
 
 SPEC_FORM = "NAME=TABLE.csv:USD_PER_GPU_HOUR, e.g. b200=scenarios/hardware/b200-qwen3-8b-bf16.csv:6.00"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under OUT/hardware/
@@ -254,7 +254,7 @@ def hardware_verdict(doc: dict) -> str:
     """One sentence: the cheapest pair (pairs at the same spend and headroom named as a tie), what it saves over
     the best pair on the next cheapest hardware and over the baseline system on its own hardware."""
     t = doc["target"]
-    sla = f"{t['attainment']:.0%} of requests at >= {t['tps_per_user']:g} tok/s/user, TTFT p99 <= {t['ttft_p99_s']:g} s"
+    sla = sla_phrase(t)
     load = load_phrase(doc)
     rows = doc["pairs"]
     prices = ", ".join(f"{o['name']} at ${o['usd_per_gpu_hour']:.2f}" for o in doc["options"])
@@ -266,18 +266,9 @@ def hardware_verdict(doc: dict) -> str:
                 f"requests at the target with {best['gpus']} GPUs).")
     best = met[0]
     tol = t.get("rate_tolerance", 0.05)
-    top = best["headroom"] or 0.0
-
-    def ceiling(r: dict) -> float:
-        """The most headroom the data leave possible (plan.py's verdict: the smallest multiplier seen to fail
-        clearly, else the search's precision above the bound)."""
-        hi = r.get("headroom_hi")
-        return hi if hi is not None and not math.isnan(hi) else (1 + (r["headroom"] or 0.0)) * (1 + tol) - 1
-
     # the same spend serves the same traffic: pairs whose headroom intervals reach the best's bound tie, as
-    # systems of equal GPUs do in each option's plan
-    tied = [r for r in met if r["usd_per_hour"] == best["usd_per_hour"]
-            and ((r["headroom"] or 0.0) >= top - 1e-9 or ceiling(r) > top + 1e-9)]
+    # systems of equal GPUs do in each option's plan (ranked by spend, then headroom: the best leads them)
+    tied = tied_at_best([r for r in met if r["usd_per_hour"] == best["usd_per_hour"]], tol)
     one_hw = len({r["hardware"] for r in tied}) == 1
     names = [r["system"] if one_hw else f"{r['system']} on {r['hardware']}" for r in tied]
     where = f" on {best['hardware']}" if one_hw else ""

@@ -487,10 +487,31 @@ def load_phrase(doc: dict) -> str:
     return f"{realised:,.1f} requests/s" if realised else "the scenario's traffic"
 
 
+def sla_phrase(t: dict) -> str:
+    """The SLA of a plan's ``target`` block, as its verdicts quote it."""
+    return f"{t['attainment']:.0%} of requests at >= {t['tps_per_user']:g} tok/s/user, TTFT p99 <= {t['ttft_p99_s']:g} s"
+
+
+def tied_at_best(rows: list[dict], tolerance: float) -> list[dict]:
+    """The rows (deployments serving the same traffic at the same cost) that could be at least as good as the
+    best headroom bound among them: their own bound reaches it, or the most headroom their data leave possible
+    does (the smallest multiplier seen to fail clearly, ``headroom_hi``; with several seeds an unresolved
+    stretch can lie between; else the search's precision above the bound)."""
+    def bound(e: dict) -> float:
+        return e["headroom"] or 0.0
+
+    def ceiling(e: dict) -> float:
+        hi = e.get("headroom_hi")
+        return hi if hi is not None and not math.isnan(hi) else (1 + bound(e)) * (1 + tolerance) - 1
+
+    top = max(bound(e) for e in rows)
+    return [e for e in rows if bound(e) >= top - 1e-9 or ceiling(e) > top + 1e-9]
+
+
 def verdict(doc: dict) -> str:
     t = doc["target"]
     rows = [e for e in doc["systems"].values()]
-    sla = f"{t['attainment']:.0%} of requests at >= {t['tps_per_user']:g} tok/s/user, TTFT p99 <= {t['ttft_p99_s']:g} s"
+    sla = sla_phrase(t)
     load = load_phrase(doc)
     met = [e for e in rows if e["status"] == MET]
     if not met:
@@ -503,17 +524,8 @@ def verdict(doc: dict) -> str:
     # its search; within that they tie (the cost per token at equal GPUs and traffic is measurement noise)
     fewest_gpus = min(e["gpus"] for e in met)
     contenders = [e for e in met if e["gpus"] == fewest_gpus]
-    top = max(e["headroom"] for e in contenders)
     tol = t.get("rate_tolerance", 0.05)
-
-    def ceiling(e: dict) -> float:
-        """The most headroom the data leave possible: the smallest multiplier seen to fail clearly (with
-        several seeds an unresolved stretch can lie between), else the search's precision above the bound."""
-        hi = e.get("headroom_hi")
-        return hi if hi is not None and not math.isnan(hi) else (1 + e["headroom"]) * (1 + tol) - 1
-
-    # tied: could be at least as good as the best bound (its interval reaches it)
-    tied = [e for e in contenders if e["headroom"] >= top - 1e-9 or ceiling(e) > top + 1e-9]
+    tied = tied_at_best(contenders, tol)
     best = min(tied, key=lambda e: (-e["headroom"], e["cost_per_mtok"]))
     split = (f" ({best['prefill_gpus']} prefill + {best['decode_gpus']} decode)" if best["prefill_gpus"] else "")
     if len(tied) > 1:
