@@ -18,61 +18,68 @@ _RADIX_BITS = 11
 def descending_stable(a):
     """Positions of a (all in (0, 1]) sorted by descending value, equal values in ascending position.
 
-    One stable counting pass on buckets (as many as a power of two near 2 m), then one insertion pass that settles
-    each bucket's few members on the whole value: linear in practice. The buckets are slices of value, floor(a K),
-    when most values lie within two decades of 1 (the usual case); when many lie below that (a weak drafter's long
-    blocks), they are slices of the key bits(1.0) - bits(a) (a positive double orders like its bit pattern, so the
-    key ascending is a descending), whose top bits span every decade present. Either way the buckets come in
-    descending order of value. When many values share a bucket yet differ (confidences equal up to 1e-7 but not
-    exactly), the insertion pass would grow quadratically: past a budget of moves it gives up and an LSD radix
-    sort on every bit of the key orders them instead, still linear."""
+    One stable counting pass on buckets (as many as a power of two at or above m), then one insertion pass that
+    settles each bucket's few members on the whole value: linear in practice. The buckets are slices of value,
+    floor(a K), when most values lie within two decades of 1 (the usual case); when many lie below that (a weak
+    drafter's long blocks), they are slices of the key bits(1.0) - bits(a) (a positive double orders like its bit
+    pattern, so the key ascending is a descending), whose top bits span every decade present. Either way the
+    buckets come in descending order of value. When many values share a bucket yet differ (confidences equal up to
+    1e-7 but not exactly), the insertion pass would grow quadratically: past a budget of moves it gives up and an
+    LSD radix sort on every bit of the key orders them instead, still linear."""
     m = a.shape[0]
-    key = np.uint64(0x3FF0000000000000) - a.view(np.uint64)
+    if m == 0:
+        return np.empty(0, dtype=np.int64)
     bits = 6
-    while (1 << bits) < 2 * m and bits < 16:
+    while (1 << bits) < m and bits < 16:
         bits += 1
-    top = np.uint64(0)
-    small = 0
-    for i in range(m):
-        top = max(top, key[i])
-        small += a[i] < 0.01
-    by_value = 4 * small < m
     buckets = 1 << bits
-    shift = np.uint64(0)
-    while (top >> shift) >= np.uint64(buckets):
-        shift += np.uint64(1)
     count = np.zeros(buckets + 2, dtype=np.int64)
-    for i in range(m):
-        count[_bucket(a[i], key[i], by_value, buckets, shift) + 1] += 1
+    bucket = np.empty(m, dtype=np.int64)
+    small = 0
+    for i in range(0, m, 8):  # a sample says how many values lie below two decades (it steers speed, not order)
+        small += a[i] < 0.01
+    if 4 * small < (m + 7) // 8:
+        for i in range(m):
+            d = buckets - np.int64(a[i] * buckets)
+            bucket[i] = d
+            count[d + 1] += 1
+    else:  # too many would share the last slices of value: deal them by the key's top bits instead
+        key = _key(a)
+        top = key.max()
+        shift = np.uint64(0)
+        while (top >> shift) >= np.uint64(buckets):
+            shift += np.uint64(1)
+        for i in range(m):
+            d = np.int64(key[i] >> shift)
+            bucket[i] = d
+            count[d + 1] += 1
     for d in range(1, buckets + 2):
         count[d] += count[d - 1]
     order = np.empty(m, dtype=np.int64)
     for i in range(m):  # positions ascending within a bucket: the pass is stable
-        d = _bucket(a[i], key[i], by_value, buckets, shift)
+        d = bucket[i]
         order[count[d]] = i
         count[d] += 1
     moved = 0
-    for i in range(1, m):  # stable insertion on the whole key: moves only within a bucket
+    for i in range(1, m):  # stable insertion on the whole value: moves only within a bucket
         k = order[i]
-        if key[k] < key[order[i - 1]]:
+        v = a[k]
+        if v > a[order[i - 1]]:
             h = i
-            while h > 0 and key[order[h - 1]] > key[k]:
+            while h > 0 and a[order[h - 1]] < v:
                 order[h] = order[h - 1]
                 h -= 1
             order[h] = k
             moved += i - h
             if moved > 8 * m + 64:
-                return _radix_sort(key)
+                return _radix_sort(_key(a))
     return order
 
 
 @njit(cache=True, inline="always")
-def _bucket(a, key, by_value, buckets, shift):
-    """The bucket of a value (0 for the largest): buckets - floor(a * buckets) (a power of two: exact), or the
-    key's top bits."""
-    if by_value:
-        return buckets - np.int64(a * buckets)
-    return np.int64(key >> shift)
+def _key(a):
+    """bits(1.0) - bits(a): ascending where a descends, equal where a is."""
+    return np.uint64(0x3FF0000000000000) - a.view(np.uint64)
 
 
 @njit(cache=True)

@@ -79,27 +79,25 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed):
     B = R + n from ``rates[n]`` when it is given, else price 1000 / (T(B + prefill, kv) + fixed) on the grid
     (b_axis, k_axis, ms); TOP_K takes the first ``capacity`` candidates."""
     rows, gamma = c.shape
-    for r in range(rows):
-        for j in range(gamma):
-            if not (c[r, j] >= 0.0 and c[r, j] <= 1.0):  # also rejects NaN
-                raise ValueError("confidence must lie in [0, 1]")
-    lengths = np.zeros(rows, dtype=np.int64)
-    if rows == 0 or gamma == 0:
-        return lengths
-    # the positive-survival candidates, flat index r * gamma + j ascending
+    # the positive-survival candidates in (r, j) order, with their row; a never rises along j, so once it is 0 the
+    # rest of the row is 0 too, yet every confidence is still checked
     a = np.empty(rows * gamma)
-    flat = np.empty(rows * gamma, dtype=np.int64)
+    row = np.empty(rows * gamma, dtype=np.int64)
     m = 0
     for r in range(rows):
-        s = c[r, 0]
+        s = 1.0
         for j in range(gamma):
-            if j:
-                s *= c[r, j]
-            if not s > 0.0:  # a never rises along j: the rest of the row is 0 too
-                break
-            a[m] = s
-            flat[m] = r * gamma + j
-            m += 1
+            x = c[r, j]
+            if not (x >= 0.0 and x <= 1.0):  # also rejects NaN
+                raise ValueError("confidence must lie in [0, 1]")
+            s *= x
+            if s > 0.0:
+                a[m] = s
+                row[m] = r
+                m += 1
+    lengths = np.zeros(rows, dtype=np.int64)
+    if m == 0:
+        return lengths
     order = descending_stable(a[:m])
 
     if mode == TOP_K:
@@ -130,7 +128,7 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed):
             elif mode == EARLY_STOP:
                 break
     for n in range(take):
-        lengths[flat[order[n]] // gamma] += 1
+        lengths[row[order[n]]] += 1
     return lengths
 
 
