@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hw_profile.files import atomic_write_text
+from atomic_files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "scenarios" / "reference" / "paper_fig7_fig8_mtp1.csv"

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from hw_profile.files import atomic_write_text
+from atomic_files import atomic_write_text
 from simulator.errors import UserError
 
 from .checkpoints import load_drafter, save_calibration, save_drafter

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from hw_profile.files import atomic_write_text
+from atomic_files import atomic_write_text
 from simulator.errors import UserError
 
 from .drafters import DrafterConfig, build_drafter

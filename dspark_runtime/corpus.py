@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hw_profile.files import atomic_write_text
+from atomic_files import atomic_write_text
 from simulator.errors import UserError
 
 from .world import WorldSize

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw_profile.files import atomic_write_text
+from atomic_files import atomic_write_text
 from simulator.core.calibration import reliability
 
 

@@ -482,8 +482,8 @@ def show(table, other, out) -> None:
 @click.argument("other", type=click.Path(dir_okay=False))
 @click.option("--csv", "csv_out", default=None, type=click.Path(dir_okay=False), help="also write every point's ratio")
 def compare(table, other, csv_out) -> None:
+    from atomic_files import atomic_write
     from hw_profile.compare import ratio_frame, summary_lines
-    from hw_profile.files import atomic_write
     from hw_profile.table import StepTable, table_caveat
 
     first, second = StepTable.read(table), StepTable.read(other)
@@ -504,7 +504,7 @@ def compare(table, other, csv_out) -> None:
 @click.option("--threads", type=int, default=None, help="CPU threads for torch (use the table's)")
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 def peaks(device, dtype, threads, out) -> None:
-    from hw_profile.files import atomic_write_text
+    from atomic_files import atomic_write_text
     from hw_profile.peaks import measure_peaks
 
     require_profile_extra("peaks", ("torch",))

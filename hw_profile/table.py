@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 from numba import float64, njit
 
+from atomic_files import atomic_write, atomic_write_text
 from hw_profile.errors import HwProfileError
-from hw_profile.files import atomic_write, atomic_write_text
 
 COLUMNS = [
     "batch_tokens",

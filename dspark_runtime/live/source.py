@@ -348,7 +348,7 @@ class LiveSource(RuntimeSource):
         """The recorded full-block verifications, one row per request-step, in the trace format."""
         import pandas as pd
 
-        from hw_profile.files import atomic_write
+        from atomic_files import atomic_write
 
         if not self.trace:
             return None

@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from hw_profile.files import atomic_write_text
+from atomic_files import atomic_write_text
 from hw_profile.table import StepTable
 from simulator.inputs.config import LoadedScenario
 from simulator.outputs.summary import format_headline, headline_table

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hw_profile.files import atomic_write, atomic_write_text
+from atomic_files import atomic_write, atomic_write_text
 from simulator.inputs.config import LoadedScenario
 from simulator.outputs.frontier import anchors_summary, default_baseline, frontier_table, mean_ci
 from simulator.outputs.metrics import OVERLOAD_SHARE, overloaded

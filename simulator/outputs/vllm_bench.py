@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hw_profile.files import atomic_write_text
+from atomic_files import atomic_write_text
 from simulator.outputs.summary import plain
 
 LATENCIES = {"ttft": ("ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99"),

@@ -17,7 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hw_profile.files import atomic_write_text
+from atomic_files import atomic_write_text
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.runs.run import RunSpec, run_one

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hw_profile.files import atomic_write, atomic_write_text
+from atomic_files import atomic_write, atomic_write_text
 from simulator.core.acceptance import resolve_source
 from simulator.core.acceptance.base import AcceptanceSource, NoDrafts
 from simulator.core.acceptance.runtime import ENGINE_FACTS, RuntimeSource

@@ -22,7 +22,7 @@ import pandas as pd
 
 import hw_profile
 import simulator
-from hw_profile.files import atomic_write
+from atomic_files import atomic_write
 from simulator.core.acceptance import resolve_source
 from simulator.core.acceptance.profile import resolve_profile_path
 from simulator.core.plugins import source_files

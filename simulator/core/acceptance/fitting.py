@@ -175,7 +175,7 @@ def fit_profile(target: str, table: pd.DataFrame, seed: int = 0) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hw_profile.files import atomic_write_text
+    from atomic_files import atomic_write_text
 
     table = pd.read_csv(TABLE1)
     for target in TARGET_TITLES:

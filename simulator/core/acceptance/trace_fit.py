@@ -227,7 +227,7 @@ def fit_domain_ends(df: pd.DataFrame) -> dict:
 
 
 def fit_profile_file(trace: Path, out: Path) -> dict:
-    from hw_profile.files import atomic_write_text
+    from atomic_files import atomic_write_text
 
     df = read_trace(Path(trace))
     if df.empty:

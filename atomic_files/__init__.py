@@ -1,5 +1,6 @@
-"""Atomic file output. It lives in the lowest package so that every layer writes files the same way:
-a reader never sees a half-written table, runs.csv or report, even when a run is interrupted."""
+"""Atomic file output, shared by every package (hw_profile, simulator, dspark_runtime) and owned by none: a reader
+never sees a half-written table, runs.csv or report, even when a run is interrupted. It imports nothing of the
+project, so any layer may use it."""
 
 from __future__ import annotations
 
