@@ -50,7 +50,7 @@ from simulator.core.batch_kernels import (
 from simulator.core.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.core.engine_config import EngineConfig
-from simulator.core.engine_rules import Router, resolve_rule
+from simulator.core.engine_rules import Router
 from simulator.core.policies import make_policy
 from simulator.core.policies.base import Policy, PolicyView, StepRate, checked_lengths
 from simulator.core.prefill import PrefillPrice
@@ -159,8 +159,8 @@ class Replica:
         self.wake: simpy.Event | None = None
         self.step_no = 0
         self.idle_checks: list[tuple[float, int]] = []  # (time, queued) whenever the replica goes idle
-        self.admission = resolve_rule("admission", sim.config.admission)()
-        self.preemption = resolve_rule("preemption", sim.config.preemption)()
+        self.admission = sim.config.admission()  # classes: EngineConfig found them
+        self.preemption = sim.config.preemption()
         self.process = self.env.process(self.loop())
 
     # --- queue, admission, eviction -------------------------------------------------------------------------
@@ -472,7 +472,7 @@ class Simulation:
         self.prefill_pool = pre.pool(self.env, self.prefilled) if pre is not None else None
         self.remote_prefill_ms = pre.alone_ms() if pre is not None and self.prefill_pool is None else None
         self.replicas = [Replica(i, self, policy(), label or "policy") for i in range(config.replicas)]
-        self.router: Router = resolve_rule("router", config.router)(config.replicas)
+        self.router: Router = config.router(config.replicas)
         self.on_finish: Callable[[int], None] = lambda count: None
 
     def submit(self, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> None:

@@ -23,7 +23,7 @@ class EngineConfig:
     chunks ride in decode steps) or ``prefill-first`` (prefill-only steps while any prompt waits); stall_ms:
     scheduling stall of policies that read this step's confidences before the verify can launch.
     replicas, router, admission, preemption: how many replicas and the rules (simulator/core/engine_rules.py, by name,
-    import string or class). prefill: None (prompts prefill on the decode replica, colocated) or a
+    import string or class; held as the class once built, so a run finds each rule once). prefill: None (prompts prefill on the decode replica, colocated) or a
     ``Disaggregated`` pool.
     """
 
@@ -49,7 +49,7 @@ class EngineConfig:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"EngineConfig.schedule {self.schedule!r}: expected one of {', '.join(SCHEDULES)}")
         for kind in ("router", "admission", "preemption"):
-            resolve_rule(kind, getattr(self, kind), what=f"EngineConfig.{kind}")
+            object.__setattr__(self, kind, resolve_rule(kind, getattr(self, kind), what=f"EngineConfig.{kind}"))
 
     @property
     def lookahead(self) -> int:

@@ -148,19 +148,20 @@ def check_engine_limits(scn: LoadedScenario, system: SystemSpec) -> None:
         )
 
 
-def check_rules(scn: LoadedScenario) -> None:
-    """The scenario's router, admission and preemption rules exist (simulator/core/engine_rules.py)."""
+def check_rules(scn: LoadedScenario) -> dict[str, type]:
+    """The classes of the scenario's router, admission and preemption rules (simulator/core/engine_rules.py), found
+    once per run, so that a missing one is named by its scenario field; the engine is then given the classes."""
     m = scn.model
-    for kind, field, spec in (("router", "hardware.router", m.hardware.router),
-                              ("admission", "engine.admission", m.engine.admission),
-                              ("preemption", "engine.preemption", m.engine.preemption)):
-        resolve_rule(kind, spec, what=f"{scn.path}: {field}")
+    return {kind: resolve_rule(kind, spec, what=f"{scn.path}: {field}")
+            for kind, field, spec in (("router", "hardware.router", m.hardware.router),
+                                      ("admission", "engine.admission", m.engine.admission),
+                                      ("preemption", "engine.preemption", m.engine.preemption))}
 
 
 def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, float, float]:
     m = scn.model
     check_engine_limits(scn, spec.system)
-    check_rules(scn)
+    rules = check_rules(scn)
     hw = _hardware(scn, frozenset({spec.system.drafter}))
     duration = m.run.quick_duration_s if spec.quick else m.run.duration_s
     warmup = m.run.quick_warmup_s if spec.quick else m.run.warmup_s
@@ -169,7 +170,7 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         max_running=m.engine.max_running, max_batch_tokens=m.engine.max_batch_tokens, kv_capacity=hw.kv_capacity,
         gamma=0 if spec.system.drafter == "none" else spec.system.gamma, prefill_chunk=m.engine.prefill_chunk,
         schedule=m.engine.schedule, stall_ms=m.engine.sched_stall_ms, replicas=hw.replicas,
-        router=m.hardware.router, admission=m.engine.admission, preemption=m.engine.preemption,
+        **rules,
         prefill=prefill_mode(scn, hw))
     prices = StepPrices(hw.clock, draft=hw.draft[spec.system.drafter], policy_grid=hw.policy,
                         prefill_cost=hw.prefill_cost)
