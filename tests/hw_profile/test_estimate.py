@@ -19,7 +19,7 @@ from hw_profile.engine_costs import (
     with_overrides,
 )
 from hw_profile.errors import HwProfileError
-from hw_profile.estimate import Deployment, estimate_points, prefill_cost, write_estimate_set
+from hw_profile.estimate import Deployment, estimate_points, padded_envelope, prefill_cost, write_estimate_set
 from hw_profile.gpus import get_gpu
 from hw_profile.prior_fit import PriorFit, apply_fit, fit_on_prior
 from hw_profile.shapes import get_shape
@@ -148,6 +148,39 @@ def test_table_set_loads_from_hardware_table_alone(tmp_path):
     hw = load_hardware(scn, {"mtp", "dspark", "none"})
     assert hw.draft["dspark"].seq_per_position_ms > 0  # the Markov head is charged
     assert hw.draft["mtp"].grid.step_ms(1, 0) < hw.draft["dspark"].grid.step_ms(1, 0) < hw.clock.step_ms(1, 0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_padded_envelope_is_the_least_time_at_any_larger_step(seed):
+    """Against brute force: each cell becomes the minimum over every (B', K') >= (B, K); the result never rises
+    above the input and never falls along B or K; an already monotone grid is left as it is, with no note."""
+    rng = np.random.default_rng(seed)
+    ms = rng.random((int(rng.integers(1, 7)), int(rng.integers(1, 9)))) * 10.0 + 1.0
+    env, note = padded_envelope(ms)
+    brute = np.array([[ms[i:, j:].min() for j in range(ms.shape[1])] for i in range(ms.shape[0])])
+    assert np.array_equal(env, brute)
+    assert (np.diff(env, axis=0) >= 0).all() and (np.diff(env, axis=1) >= 0).all() and (env <= ms).all()
+    assert (note != "") == bool((env < ms).any())
+    again, again_note = padded_envelope(env)
+    assert np.array_equal(again, env) and again_note == ""
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
+                    reason="the kernel database (dspark-sim[kernels]) is not installed")
+def test_a_measured_kernel_estimate_never_gets_cheaper_with_more_tokens(tmp_path):
+    """V4-Pro on B300 under vLLM: the measured fused-MoE data fall from 320 to 784 expert-parallel tokens (a step at
+    B = 40 per rank would cost more than one at 98). The table written is non-decreasing in B and K, and says so."""
+    shape, d = dep("deepseek-v4-pro", "B300", gpus=8, ep=8, dtype="fp8", parallel="dp", engine="vllm",
+                   costs=engine_defaults("vllm"))
+    b_axis = np.array([8, 16, 32, 40, 50, 62, 78, 98, 122])
+    raw = estimate_points(shape, d, b_axis.astype(float), np.full(b_axis.shape, 83_200.0), kernels="db").ms
+    assert raw[3] > raw[7]  # the measured data as they are
+    paths = write_estimate_set(shape, d, tmp_path / "b300.csv", [], kernels="db", b_axis=b_axis,
+                               k_axis=np.array([0, 83_200, 1_048_576]))
+    table = StepTable.read(paths[-1])
+    _, _, ms = table.grid.arrays
+    assert (np.diff(ms, axis=1) >= 0).all() and (np.diff(ms, axis=0) >= 0).all()
+    assert any("non-decreasing in B and K" in n for n in table.meta["notes"])
 
 
 # --- calibration on 1-3 points -------------------------------------------------------------------------------------
