@@ -215,3 +215,21 @@ def test_between_request_share_counts_every_request_once():
     # within either: all the variance lies between them, whatever their step counts
     assert between_request_share(np.array([0, 0, 0, 4]), np.array([7, 7, 7, 9])) == pytest.approx(1.0)
     assert between_request_share(np.array([0, 4, 0, 4]), np.array([1, 1, 2, 2])) == pytest.approx(0.0)
+
+
+def test_latent_solved_for_served_blocks():
+    """The served solve reproduces the rows' conditional acceptance under a serving run's step weights; with no
+    spread between requests every request weighs alike and it is the fresh-request solve; with a wide spread a
+    fresh request accepts more than the rows, which lean towards the hard requests' many steps."""
+    from simulator.core.acceptance.latent import full_block_tau, solve_latent
+    from simulator.core.acceptance.pooled import served_conditional, solve_latent_served
+
+    rows = np.array([0.47, 0.58, 0.73, 0.77, 0.82])
+    alike = Variation(0.0, VARIATION.step_sd, VARIATION.token_sd)
+    mu, _ = solve_latent_served(rows, alike, tokens_per_step=2.5)
+    assert mu == pytest.approx(solve_latent(rows, alike), abs=1e-6)
+    wide = Variation(2.5, VARIATION.step_sd, VARIATION.token_sd)
+    mu, depth = solve_latent_served(rows, wide, tokens_per_step=1.8)
+    assert 0.0 < depth < 5.0
+    assert served_conditional(mu, wide, depth) == pytest.approx(rows, abs=1e-4)
+    assert full_block_tau(conditional_acceptance(mu, wide)) > full_block_tau(rows) + 0.3

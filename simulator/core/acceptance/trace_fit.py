@@ -8,7 +8,8 @@ the same pieces the built-in ``paper-*`` profiles are made of (``fitting.py``):
   observed position-wise conditional acceptance p_j = #(accepted >= j) / #(accepted >= j - 1), from which
   ``solve_latent`` gives the latent means mu exactly (so the full-block tau of the trace is reproduced);
 - the confidence head (drafters that recorded raw confidences): a raw-logit bias per mix key and position
-  (``head_bias``) so that simulated blocks have the trace's mean raw confidence per key and position (a real
+  (``head_bias``) so that simulated blocks have the trace's mean confidence per key and position as its policy
+  saw it (calibrated by the recovered temperatures below, else raw: that is what a replay's policy reads; a real
   head's miscalibration differs by domain: the tiny world's is most overconfident on math), and the observation
   noise and sharpness chosen on a grid so that blocks simulated with those biases have the trace's raw AUROC
   and raw ECE within each domain; the STS temperatures are those the trace's confidences were calibrated with
@@ -163,13 +164,14 @@ def _request_effects(mu: np.ndarray, served: list[ServedKey] | None, key: np.nda
     return out
 
 
-def fit_head_bias(mu: np.ndarray, head: HeadModel, mean_raw: np.ndarray, samples: int = HEAD_SAMPLES,
+def fit_head_bias(mu: np.ndarray, head: HeadModel, mean_seen: np.ndarray, samples: int = HEAD_SAMPLES,
                   rounds: int = BIAS_ROUNDS, served: list[ServedKey] | None = None,
                   temperatures: np.ndarray | None = None) -> np.ndarray:
     """Raw-logit biases (keys, gamma) under which blocks simulated from mu (keys, gamma), with each key's
-    request effects as its trace rows see them when ``served`` (keys,) says how, have the mean raw confidences
-    mean_raw (keys, gamma): a fixed-point iteration on the logit gap, with the same draws each round."""
-    mean_raw = np.clip(mean_raw, MIN_RATE, MAX_RATE)
+    request effects as its trace rows see them when ``served`` (keys,) says how, have the mean confidences
+    mean_seen (keys, gamma), raw ones or, given the ``temperatures`` (gamma,) the policy saw them through, those
+    calibrated: a fixed-point iteration on the logit gap, with the same draws each round."""
+    mean_seen = np.clip(mean_seen, MIN_RATE, MAX_RATE)
     bias = np.zeros_like(mu)
     effects = [None if served is None else _request_effects(mu[k:k + 1], served[k:k + 1], np.zeros(samples, int), 13)
                for k in range(len(mu))]
@@ -179,10 +181,10 @@ def fit_head_bias(mu: np.ndarray, head: HeadModel, mean_raw: np.ndarray, samples
             sim_raw, _ = sample_blocks(mu[k], VARIATION, head, samples, np.random.default_rng(11), head_bias=bias[k],
                                        request_effect=effect)
             if temperatures is None:
-                bias[k] += logit(mean_raw[k]) - logit(np.clip(sim_raw.mean(axis=0), MIN_RATE, MAX_RATE))
-            else:
+                bias[k] += logit(mean_seen[k]) - logit(np.clip(sim_raw.mean(axis=0), MIN_RATE, MAX_RATE))
+            else:  # a calibrated logit is the raw one over T: a raw-logit step is T times the calibrated gap
                 seen = sts_apply(sim_raw, temperatures).mean(axis=0)
-                bias[k] += temperatures * (logit(mean_raw[k]) - logit(np.clip(seen, MIN_RATE, MAX_RATE)))
+                bias[k] += temperatures * (logit(mean_seen[k]) - logit(np.clip(seen, MIN_RATE, MAX_RATE)))
     return bias
 
 
@@ -195,14 +197,14 @@ def _within_key_quality(raw: np.ndarray, accepted: np.ndarray, key: np.ndarray, 
     return tuple(np.nansum(quality * weights[:, None], axis=0) / weights.sum())
 
 
-def fit_head(mu: np.ndarray, weights: np.ndarray, mean_raw: np.ndarray, raw: np.ndarray, accepted: np.ndarray,
+def fit_head(mu: np.ndarray, weights: np.ndarray, mean_seen: np.ndarray, raw: np.ndarray, accepted: np.ndarray,
              key: np.ndarray, rng: np.random.Generator, served: list[ServedKey] | None = None,
              temperatures: np.ndarray | None = None) -> tuple[HeadModel, dict]:
     """The (noise_sd, sharpness) of the grid whose simulated blocks, with each key's raw-logit bias fitted to its
-    mean raw confidences (``fit_head_bias``), come closest to the trace's raw AUROC and raw ECE within keys. mu,
-    mean_raw: (keys, gamma); weights: (keys,) each key's share of the trace's blocks; raw, accepted: the trace's
+    mean confidences as the policy saw them (``fit_head_bias``), come closest to the trace's raw AUROC and raw ECE
+    within keys. mu, mean_seen: (keys, gamma); weights: (keys,) each key's share of the trace's blocks; raw, accepted: the trace's
     blocks, key (n,) the index of each block's key; served: (keys,) each key's request spread and verification
-    depth, for a trace that names its requests."""
+    depth, for a trace that names its requests; temperatures: those the policy saw the confidences through."""
     want_auroc, want_ece = _within_key_quality(raw, accepted, key, weights)
     pick = rng.choice(len(mu), size=HEAD_SAMPLES, p=weights)
     effect = _request_effects(mu, served, pick, 17)
@@ -210,7 +212,7 @@ def fit_head(mu: np.ndarray, weights: np.ndarray, mean_raw: np.ndarray, raw: np.
     for noise in NOISE_GRID:
         for sharp in SHARPNESS_GRID:
             head = HeadModel(noise_sd=noise, sharpness=sharp)
-            bias = fit_head_bias(mu, head, mean_raw, samples=GRID_BIAS_SAMPLES, served=served,
+            bias = fit_head_bias(mu, head, mean_seen, samples=GRID_BIAS_SAMPLES, served=served,
                                  temperatures=temperatures)
             sim_raw, sim_acc = sample_blocks(mu[pick], VARIATION, head, HEAD_SAMPLES, np.random.default_rng(7),
                                              head_bias=bias[pick], request_effect=effect)
@@ -302,13 +304,13 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
             deployed = deployed_temperatures(raw, rows[c_cols].to_numpy(dtype=float)) if all(
                 c in rows.columns for c in c_cols) else None
             seen_by_policy = raw if deployed is None else sts_apply(raw, deployed)
-            mean_raw = {key: seen_by_policy[sel].mean(axis=0) for key, sel in keys.items()}
+            mean_seen = {key: seen_by_policy[sel].mean(axis=0) for key, sel in keys.items()}
             block_domain = np.searchsorted(np.array(domain_keys), domains)  # each block's index into mus
-            head, seen = fit_head(mus, w, np.array([mean_raw[d] for d in domain_keys]), raw, acc, block_domain, rng,
+            head, seen = fit_head(mus, w, np.array([mean_seen[d] for d in domain_keys]), raw, acc, block_domain, rng,
                                   served=domain_served, temperatures=deployed)
             entry["head"] = {"kind": "confidence-head", "noise_sd": head.noise_sd, "sharpness": head.sharpness}
             bias = dict(zip(keys, fit_head_bias(np.array([key_mu[k] for k in keys]), head,
-                                                np.array([mean_raw[k] for k in keys]),
+                                                np.array([mean_seen[k] for k in keys]),
                                                 served=[key_served[k] for k in keys] if named else None,
                                                 temperatures=deployed),
                             strict=True))
@@ -343,7 +345,7 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
         "target": "",
         "description": (f"Fitted to the acceptance trace {source} ({len(df)} request-steps) by "
                         "`simulate fit-profile`: conditional acceptance per domain and benchmark, confidence head "
-                        "matched to the trace's mean raw confidence per key and position, raw AUROC and ECE."
+                        "matched to the trace's mean confidence per key and position as its policy saw it, raw AUROC and ECE."
                         + (" Request spread per key fitted to the between-request share of the accepted length's "
                            "variance (request_sd), latent solved for blocks weighed as the run's request-steps." if "request" in df.columns
                            and not df["request"].isna().any() else "")),
