@@ -117,6 +117,7 @@ def fit_request_sd(accepted: np.ndarray, request: np.ndarray, gamma: int, var: V
 
     def share(sd: float) -> float:
         spread = Variation(request_sd=sd, step_sd=var.step_sd, token_sd=var.token_sd)
+        # only the accepted lengths count here: any head will do for the confidences sample_blocks also draws
         _, sim_acc = sample_blocks(solve_latent(cond, spread), spread, HEADS["dflash"][1], len(sim_request),
                                    np.random.default_rng(seed + 1), request_effect=sd * unit)
         return between_request_share(sim_acc, sim_request)
