@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from simulator.core.acceptance.latent import Variation, mean_sigmoid
+from simulator.core.acceptance.latent import Variation, mean_sigmoid, solve_latent
 
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(40)  # probabilists': weight exp(-x^2/2)
 _WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
@@ -86,3 +86,105 @@ def lognormal_output_pmf(median: float, sigma: float, cap: int | None) -> np.nda
 
 
 _erf = np.vectorize(math.erf, otypes=[float])
+
+
+# Latent means for blocks as a serving run's request-steps see them. Quadrature over the request effect u and the
+# step effect v apart (the token noise by latent.mean_sigmoid): u is what tells a run's requests apart, and a
+# request's weight among the steps depends on it
+_U_NODES, _U_WEIGHTS = np.polynomial.hermite_e.hermegauss(24)
+_U_WEIGHTS = _U_WEIGHTS / _U_WEIGHTS.sum()
+_V_NODES, _V_WEIGHTS = np.polynomial.hermite_e.hermegauss(12)
+_V_WEIGHTS = _V_WEIGHTS / _V_WEIGHTS.sum()
+SERVED_ROUNDS = 8
+
+
+def survival_given_request(mu: np.ndarray, var: Variation, u: np.ndarray) -> np.ndarray:
+    """(gamma, len(u)): P(accepted >= j | u), j = 1..gamma, the step effect and token noise integrated out."""
+    x = np.asarray(mu, dtype=float)[:, None, None] + np.asarray(u, dtype=float)[None, :, None] + \
+        var.step_sd * _V_NODES[None, None, :]
+    return np.cumprod(mean_sigmoid(x, var.token_sd), axis=0) @ _V_WEIGHTS
+
+
+def emitted_per_step(survival: np.ndarray, depth: float) -> np.ndarray:
+    """Tokens a step emits, given u, when it verifies ``depth`` draft tokens (a fractional depth verifies
+    floor(depth) + 1 tokens on that fraction of steps): 1 + sum_{j <= depth} P(accepted >= j | u).
+    survival: (gamma, n) as ``survival_given_request`` gives it."""
+    whole = int(np.floor(depth))
+    out = 1.0 + survival[:whole].sum(axis=0)
+    if whole < len(survival):
+        out = out + (depth - whole) * survival[whole]
+    return out
+
+
+def _verify_depth(survival: np.ndarray, tokens_per_step: float) -> float:
+    """The depth at which requests of effects at the u nodes emit ``tokens_per_step`` tokens per step pooled
+    over their steps (each request's steps in proportion to 1 / its tokens per step), clipped to [0, gamma]."""
+    def pooled(depth: float) -> float:
+        return 1.0 / float(_U_WEIGHTS @ (1.0 / emitted_per_step(survival, depth)))
+    lo, hi = 0.0, float(len(survival))
+    if pooled(hi) <= tokens_per_step:
+        return hi
+    if pooled(lo) >= tokens_per_step:
+        return lo
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if pooled(mid) < tokens_per_step else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def served_conditional(mu: np.ndarray, var: Variation, depth: float) -> np.ndarray:
+    """The conditional acceptance of blocks pooled over a serving run's request-steps: each request weighs as
+    many steps as it takes, in proportion to 1 / its tokens per step at verification ``depth``."""
+    surv = survival_given_request(mu, var, var.request_sd * _U_NODES)
+    steps = _U_WEIGHTS / emitted_per_step(surv, depth)
+    pooled = surv @ steps / steps.sum()
+    return pooled / np.concatenate(([1.0], pooled[:-1]))
+
+
+def solve_latent_served(conditional: np.ndarray, var: Variation, tokens_per_step: float,
+                        tol: float = 1e-9) -> tuple[np.ndarray, float]:
+    """(mu, depth): latent means whose blocks, pooled over the request-steps of a run that emits
+    ``tokens_per_step`` tokens per step, have the conditional acceptance ``conditional`` (gamma,).
+
+    A trace's rows are such request-steps: a request that accepts little takes more steps to emit its tokens,
+    so it has more rows, and with a wide spread of request effects the rows' conditional acceptance sits well
+    below a fresh request's (``latent.solve_latent`` reads it as a fresh request's). The verification depth,
+    the tokens a step verifies on average, is what sets how much more: fitted so that the model's pooled tokens
+    per step equal the run's. Fixed point: the step weights of the current mu, then mu solved left to right by
+    bisection under them (as ``latent.solve_latent``), SERVED_ROUNDS times."""
+    conditional = np.asarray(conditional, dtype=float)
+    u = var.request_sd * _U_NODES
+    w = var.step_sd * _V_NODES
+    mu = solve_latent(conditional, var)
+    depth = float(len(conditional))
+    for _ in range(SERVED_ROUNDS):
+        depth = _verify_depth(survival_given_request(mu, var, u), tokens_per_step)
+        weights = _U_WEIGHTS / emitted_per_step(survival_given_request(mu, var, u), depth)
+        # (u, v) quadrature weights of a step: the request's step weight times the step effect's
+        cell = weights[:, None] * _V_WEIGHTS[None, :]
+        prefix = np.ones((len(u), len(w)))
+        new = np.empty_like(mu)
+        for j, target in enumerate(conditional):
+            base = float((cell * prefix).sum())
+            lo, hi = -30.0, 30.0
+            while hi - lo > tol:
+                mid = 0.5 * (lo + hi)
+                rate = float((cell * prefix * mean_sigmoid(mid + u[:, None] + w[None, :], var.token_sd)).sum()) / base
+                lo, hi = (mid, hi) if rate < target else (lo, mid)
+            new[j] = 0.5 * (lo + hi)
+            prefix = prefix * mean_sigmoid(new[j] + u[:, None] + w[None, :], var.token_sd)
+        mu = new
+    return mu, depth
+
+
+def served_request_effects(mu: np.ndarray, var: Variation, depth: float, n: int,
+                           rng: np.random.Generator) -> np.ndarray:
+    """n request effects u as a serving run's request-steps see them: N(0, request_sd^2) draws resampled in
+    proportion to the steps such a request takes (1 / its tokens per step at ``depth``), for simulating blocks
+    to compare with a trace's rows."""
+    fresh = rng.normal(0.0, var.request_sd, 4 * n)
+    if var.request_sd == 0.0:
+        return fresh[:n]
+    grid = np.linspace(fresh.min(), fresh.max(), 257)
+    steps = 1.0 / np.interp(fresh, grid, emitted_per_step(survival_given_request(mu, var, grid), depth))
+    return rng.choice(fresh, size=n, p=steps / steps.sum())

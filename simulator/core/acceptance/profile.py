@@ -43,6 +43,8 @@ class DrafterProfile:
     conditional: np.ndarray  # (benchmarks, gamma)
     quality: dict
     head_bias: np.ndarray | None = None  # (benchmarks, gamma) raw-logit shift per benchmark (latent.py), if fitted
+    # (benchmarks,) the spread of the request effect per benchmark, if fitted (trace_fit.py); else the variation's
+    request_sd: np.ndarray | None = None
 
 
 @dataclass
@@ -114,6 +116,9 @@ def load_profile(name_or_path: str, base: Path | None = None) -> Profile:
                 head_bias=(np.array([d["benchmarks"][b].get("head_bias", [0.0] * int(d["gamma"])) for b in benches],
                                     dtype=float)
                            if any("head_bias" in d["benchmarks"][b] for b in benches) else None),
+                request_sd=(np.array([d["benchmarks"][b].get("request_sd", var.request_sd) for b in benches],
+                                     dtype=float)
+                            if any("request_sd" in d["benchmarks"][b] for b in benches) else None),
             )
     except UserError:
         raise
@@ -172,6 +177,10 @@ class ProfileSource(AcceptanceSource):
         self.a_over_t = np.ascontiguousarray(a / temps[None, :])
         self.b_over_t = b_obs / temps
         self.var = profile.variation
+        # a request's effect is drawn standard and scaled by its benchmark's spread where the profile fitted one
+        # per benchmark; otherwise drawn with the variation's spread and scaled by exactly 1
+        self.request_sd = None if d.request_sd is None else np.ascontiguousarray(d.request_sd, dtype=float)
+        self._effect_scale = np.ones(len(d.benchmarks)) if self.request_sd is None else self.request_sd
         self.noise_sd = d.head.noise_sd
         self._step_sd, self._token_sd, self._noise_sd = (
             _times_noise(v) for v in (self.var.step_sd, self.var.token_sd, self.noise_sd))
@@ -202,13 +211,13 @@ class ProfileSource(AcceptanceSource):
         self.state.ensure(int(ids.max()))
         # a uniform pick among each request's mix entry's benchmarks, and the request's difficulty
         uniform = self.rng.random(len(ids))
-        effect = self.rng.normal(0.0, self.var.request_sd, len(ids))
+        effect = self.rng.normal(0.0, self.var.request_sd if self.request_sd is None else 1.0, len(ids))
         if self.end_models is not None:
             self.mix_of.ensure(int(ids.max()))
             self.mix_of.key[ids] = mix_index
         _attach(np.asarray(ids, dtype=np.int64), np.asarray(mix_index, dtype=np.int64), uniform, effect,
-                self._choice_count, self._choice_start, self._choices_flat, self.mu, self.a_over_t, self.state.base,
-                self.state.head)
+                self._choice_count, self._choice_start, self._choices_flat, self.mu, self.a_over_t,
+                self._effect_scale, self.state.base, self.state.head)
 
     def end_positions(self, ids: np.ndarray) -> np.ndarray | None:
         if self.end_models is None:
@@ -247,16 +256,19 @@ def _times_noise(scale: float) -> np.floating:
 
 
 @njit(cache=True)
-def _attach(ids, mix_index, uniform, effect, choice_count, choice_start, choices_flat, mu, a_over_t, base, head):
+def _attach(ids, mix_index, uniform, effect, choice_count, choice_start, choices_flat, mu, a_over_t, effect_scale,
+            base, head):
     """New requests' state: request i takes benchmark number floor(uniform_i * count) of its mix entry's, and
-    its latent means are that benchmark's mu plus its own effect; its head offsets are the benchmark's."""
+    its latent means are that benchmark's mu plus its own effect times the benchmark's effect scale; its head
+    offsets are the benchmark's."""
     gamma = mu.shape[1]
     for i in range(ids.shape[0]):
         m = mix_index[i]
         bench = choices_flat[choice_start[m] + np.int64(uniform[i] * choice_count[m])]
         rid = ids[i]
+        u = effect[i] * effect_scale[bench]
         for j in range(gamma):
-            base[rid, j] = mu[bench, j] + effect[i]
+            base[rid, j] = mu[bench, j] + u
             head[rid, j] = a_over_t[bench, j]
 
 

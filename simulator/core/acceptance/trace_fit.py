@@ -8,7 +8,8 @@ the same pieces the built-in ``paper-*`` profiles are made of (``fitting.py``):
   observed position-wise conditional acceptance p_j = #(accepted >= j) / #(accepted >= j - 1), from which
   ``solve_latent`` gives the latent means mu exactly (so the full-block tau of the trace is reproduced);
 - the confidence head (drafters that recorded raw confidences): a raw-logit bias per mix key and position
-  (``head_bias``) so that simulated blocks have the trace's mean raw confidence per key and position (a real
+  (``head_bias``) so that simulated blocks have the trace's mean confidence per key and position as its policy
+  saw it (calibrated by the recovered temperatures below, else raw: that is what a replay's policy reads; a real
   head's miscalibration differs by domain: the tiny world's is most overconfident on math), and the observation
   noise and sharpness chosen on a grid so that blocks simulated with those biases have the trace's raw AUROC
   and raw ECE within each domain; the STS temperatures are those the trace's confidences were calibrated with
@@ -16,13 +17,26 @@ the same pieces the built-in ``paper-*`` profiles are made of (``fitting.py``):
   recorded run's were), or, for a trace without them, fitted on those simulated blocks as for the built-in
   profiles. A drafter without a head gets the built-in max-prob head model.
 
-The variation (request, step and token spread of the latent) is the built-in profiles' (``fitting.VARIATION``).
+How much acceptance varies between requests is fitted per mix key when the trace names each row's request
+(a live run's does): a request's latent effect u has its own spread ``request_sd`` per key, chosen so that
+blocks simulated for the trace's own requests (their step counts) have the trace's between-request share of the
+variance of the accepted length (``fit_request_sd``). A domain whose prompts differ widely in difficulty then
+has easy and hard requests, and a head that observes the latent tells them apart, as a real head does; with
+one small spread for every key all of a domain's blocks look alike to the head, and a policy that verifies long
+where the confidences are high has nothing to go on. A trace's rows are request-steps, and a hard request takes
+more steps to emit its tokens, so the rows over-represent hard requests, the more so the wider the spread: the
+latent is solved for blocks weighed as a serving run weighs them (``pooled.solve_latent_served``, at the
+verification depth that gives the trace's tokens per step), so that a simulation, which draws requests and
+weighs them by their steps again as it runs, reproduces the rows; the head's targets are compared with blocks
+drawn the same way. The step and token spreads are the built-in profiles' (``fitting.VARIATION``), and so is the
+spread of every key of a trace that names no requests (fitted as before: each block a fresh request's).
 Domain keys map to themselves in the profile's ``domains`` table, so a mix entry naming a domain draws the pooled
 fit, as a live run draws prompts of that domain regardless of benchmark.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +45,14 @@ import yaml
 
 from simulator.core.acceptance.ends import fit_ends
 from simulator.core.acceptance.fitting import HEADS, VARIATION
-from simulator.core.acceptance.latent import HeadModel, conditional_acceptance, sample_blocks, solve_latent
+from simulator.core.acceptance.latent import (
+    HeadModel,
+    Variation,
+    conditional_acceptance,
+    sample_blocks,
+    solve_latent,
+)
+from simulator.core.acceptance.pooled import served_conditional, served_request_effects, solve_latent_served
 from simulator.core.acceptance.trace import read_trace, recorded_ends
 from simulator.core.calibration import confidence_report, logit, sts_apply, sts_fit
 from simulator.errors import UserError
@@ -42,6 +63,12 @@ HEAD_SAMPLES = 20_000
 GRID_BIAS_SAMPLES = 4_000  # per key and round while searching the grid; the chosen head's biases use HEAD_SAMPLES
 BIAS_ROUNDS = 4
 MIN_RATE, MAX_RATE = 1e-3, 1 - 1e-3
+# the request spread is fitted for a key with at least this many requests of two or more steps (else the
+# built-ins' spread), searched within [0, REQUEST_SD_MAX] by bisection on REQUEST_SD_ROUNDS halvings
+MIN_REQUESTS = 20
+REQUEST_SD_MAX = 8.0
+REQUEST_SD_ROUNDS = 14
+REQUEST_SD_REPLICAS = 8  # simulated copies of the key's requests per candidate spread
 
 
 def conditional_from_accepted(accepted: np.ndarray, gamma: int) -> np.ndarray:
@@ -57,6 +84,55 @@ def conditional_from_accepted(accepted: np.ndarray, gamma: int) -> np.ndarray:
     return out
 
 
+def between_request_share(accepted: np.ndarray, request: np.ndarray) -> float:
+    """The part of the variance of the accepted length that lies between requests: the variance of the
+    requests' mean accepted lengths over the mean within-request variance about the grand mean, every request
+    counted once (whatever its number of blocks). A request's mean over its few blocks is noisy, so even identical requests
+    share some of it: ``fit_request_sd`` compares it with the same statistic of simulated requests of the same
+    step counts."""
+    _, inverse, counts = np.unique(np.asarray(request), return_inverse=True, return_counts=True)
+    acc = np.asarray(accepted, dtype=float)
+    means = np.bincount(inverse, weights=acc) / counts
+    grand = means.mean()
+    total = np.bincount(inverse, weights=(acc - grand) ** 2) / counts
+    return float(np.mean((means - grand) ** 2) / total.mean()) if total.mean() > 0 else 0.0
+
+
+def fit_request_sd(accepted: np.ndarray, request: np.ndarray, gamma: int, var: Variation = VARIATION,
+                   seed: int = 5) -> float | None:
+    """The spread of the request effect u under which requests with the trace's step counts, their latent means
+    solved from the trace's conditional acceptance, have the trace's ``between_request_share``;
+    None when the key has fewer than MIN_REQUESTS requests of two or more blocks (nothing to tell requests
+    apart with). The same draws serve every candidate, so the share rises smoothly with the spread and a
+    bisection finds it."""
+    acc = np.asarray(accepted)
+    request = np.asarray(request)
+    _, counts = np.unique(request, return_counts=True)
+    if int((counts >= 2).sum()) < MIN_REQUESTS:
+        return None
+    want = between_request_share(acc, request)
+    cond = conditional_from_accepted(acc, gamma)
+    sim_request = np.repeat(np.arange(len(counts) * REQUEST_SD_REPLICAS), np.tile(counts, REQUEST_SD_REPLICAS))
+    unit = np.random.default_rng(seed).standard_normal(len(counts) * REQUEST_SD_REPLICAS)[sim_request]
+
+    def share(sd: float) -> float:
+        spread = Variation(request_sd=sd, step_sd=var.step_sd, token_sd=var.token_sd)
+        # only the accepted lengths count here: any head will do for the confidences sample_blocks also draws
+        _, sim_acc = sample_blocks(solve_latent(cond, spread), spread, HEADS["dflash"][1], len(sim_request),
+                                   np.random.default_rng(seed + 1), request_effect=sd * unit)
+        return between_request_share(sim_acc, sim_request)
+
+    lo, hi = 0.0, REQUEST_SD_MAX
+    if share(lo) >= want:
+        return lo
+    if share(hi) <= want:
+        return hi
+    for _ in range(REQUEST_SD_ROUNDS):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if share(mid) < want else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
 def _round(values) -> list[float]:
     return [round(float(v), 6) for v in np.atleast_1d(values)]
 
@@ -66,16 +142,50 @@ def _mean_quality(raw: np.ndarray, accepted: np.ndarray) -> tuple[float, float]:
     return float(np.nanmean(rep["auroc"])), float(np.nanmean(rep["ece"]))
 
 
-def fit_head_bias(mu: np.ndarray, head: HeadModel, mean_raw: np.ndarray, samples: int = HEAD_SAMPLES,
-                  rounds: int = BIAS_ROUNDS) -> np.ndarray:
-    """Raw-logit biases (keys, gamma) under which blocks simulated from mu (keys, gamma) have the mean raw
-    confidences mean_raw (keys, gamma): a fixed-point iteration on the logit gap, with the same draws each round."""
-    mean_raw = np.clip(mean_raw, MIN_RATE, MAX_RATE)
+@dataclass(frozen=True)
+class ServedKey:
+    """A mix key of a trace that names its requests: its latent spread (request_sd) and the verification depth at
+    which its model emits the trace's tokens per step (``pooled.solve_latent_served``)."""
+
+    variation: Variation
+    depth: float
+
+
+def _request_effects(mu: np.ndarray, served: list[ServedKey] | None, key: np.ndarray, seed: int) -> np.ndarray | None:
+    """Per simulated block (key (n,) the index of its mix key, mu (keys, gamma)) a request effect drawn as the
+    trace's rows see them (``pooled.served_request_effects``); None (sample_blocks draws fresh effects of the
+    variation's spread) for a trace that names no requests."""
+    if served is None:
+        return None
+    rng = np.random.default_rng(seed)
+    out = np.empty(len(key))
+    for k, s in enumerate(served):
+        at = np.flatnonzero(key == k)
+        out[at] = served_request_effects(mu[k], s.variation, s.depth, len(at), rng)
+    return out
+
+
+def fit_head_bias(mu: np.ndarray, head: HeadModel, mean_seen: np.ndarray, samples: int = HEAD_SAMPLES,
+                  rounds: int = BIAS_ROUNDS, served: list[ServedKey] | None = None,
+                  temperatures: np.ndarray | None = None) -> np.ndarray:
+    """Raw-logit biases (keys, gamma) under which blocks simulated from mu (keys, gamma), with each key's
+    request effects as its trace rows see them when ``served`` (keys,) says how, have the mean confidences
+    mean_seen (keys, gamma), raw ones or, given the ``temperatures`` (gamma,) the policy saw them through, those
+    calibrated: a fixed-point iteration on the logit gap, with the same draws each round."""
+    mean_seen = np.clip(mean_seen, MIN_RATE, MAX_RATE)
     bias = np.zeros_like(mu)
+    effects = [None if served is None else _request_effects(mu[k:k + 1], served[k:k + 1], np.zeros(samples, int), 13)
+               for k in range(len(mu))]
     for _ in range(rounds):
         for k in range(len(mu)):
-            sim_raw, _ = sample_blocks(mu[k], VARIATION, head, samples, np.random.default_rng(11), head_bias=bias[k])
-            bias[k] += logit(mean_raw[k]) - logit(np.clip(sim_raw.mean(axis=0), MIN_RATE, MAX_RATE))
+            effect = effects[k]
+            sim_raw, _ = sample_blocks(mu[k], VARIATION, head, samples, np.random.default_rng(11), head_bias=bias[k],
+                                       request_effect=effect)
+            if temperatures is None:
+                bias[k] += logit(mean_seen[k]) - logit(np.clip(sim_raw.mean(axis=0), MIN_RATE, MAX_RATE))
+            else:  # a calibrated logit is the raw one over T: a raw-logit step is T times the calibrated gap
+                seen = sts_apply(sim_raw, temperatures).mean(axis=0)
+                bias[k] += temperatures * (logit(mean_seen[k]) - logit(np.clip(seen, MIN_RATE, MAX_RATE)))
     return bias
 
 
@@ -88,21 +198,25 @@ def _within_key_quality(raw: np.ndarray, accepted: np.ndarray, key: np.ndarray, 
     return tuple(np.nansum(quality * weights[:, None], axis=0) / weights.sum())
 
 
-def fit_head(mu: np.ndarray, weights: np.ndarray, mean_raw: np.ndarray, raw: np.ndarray, accepted: np.ndarray,
-             key: np.ndarray, rng: np.random.Generator) -> tuple[HeadModel, dict]:
+def fit_head(mu: np.ndarray, weights: np.ndarray, mean_seen: np.ndarray, raw: np.ndarray, accepted: np.ndarray,
+             key: np.ndarray, rng: np.random.Generator, served: list[ServedKey] | None = None,
+             temperatures: np.ndarray | None = None) -> tuple[HeadModel, dict]:
     """The (noise_sd, sharpness) of the grid whose simulated blocks, with each key's raw-logit bias fitted to its
-    mean raw confidences (``fit_head_bias``), come closest to the trace's raw AUROC and raw ECE within keys. mu,
-    mean_raw: (keys, gamma); weights: (keys,) each key's share of the trace's blocks; raw, accepted: the trace's
-    blocks, key (n,) the index of each block's key."""
+    mean confidences as the policy saw them (``fit_head_bias``), come closest to the trace's raw AUROC and raw ECE
+    within keys. mu, mean_seen: (keys, gamma); weights: (keys,) each key's share of the trace's blocks; raw, accepted: the trace's
+    blocks, key (n,) the index of each block's key; served: (keys,) each key's request spread and verification
+    depth, for a trace that names its requests; temperatures: those the policy saw the confidences through."""
     want_auroc, want_ece = _within_key_quality(raw, accepted, key, weights)
     pick = rng.choice(len(mu), size=HEAD_SAMPLES, p=weights)
+    effect = _request_effects(mu, served, pick, 17)
     best = None
     for noise in NOISE_GRID:
         for sharp in SHARPNESS_GRID:
             head = HeadModel(noise_sd=noise, sharpness=sharp)
-            bias = fit_head_bias(mu, head, mean_raw, samples=GRID_BIAS_SAMPLES)
+            bias = fit_head_bias(mu, head, mean_seen, samples=GRID_BIAS_SAMPLES, served=served,
+                                 temperatures=temperatures)
             sim_raw, sim_acc = sample_blocks(mu[pick], VARIATION, head, HEAD_SAMPLES, np.random.default_rng(7),
-                                             head_bias=bias[pick])
+                                             head_bias=bias[pick], request_effect=effect)
             a, e = _within_key_quality(sim_raw, sim_acc, pick, weights)
             err = (a - want_auroc) ** 2 + (e - want_ece) ** 2
             if best is None or err < best[0]:
@@ -128,6 +242,20 @@ def deployed_temperatures(raw: np.ndarray, calibrated: np.ndarray, tolerance: fl
     return temps
 
 
+def _with_request_sd(request_sd: float) -> Variation:
+    return Variation(request_sd=float(request_sd), step_sd=VARIATION.step_sd, token_sd=VARIATION.token_sd)
+
+
+def tokens_per_step(rows: pd.DataFrame, gamma: int) -> float:
+    """Tokens the recorded run's decode steps emitted per step for these rows' requests: their output less the
+    first token (the prefill's) over their rows, clipped to what a step can emit (1 .. gamma + 1). Rows without
+    the ``output`` column: the full block's tokens."""
+    if "output" not in rows.columns or rows["output"].isna().any():
+        return float(1 + np.minimum(rows["accepted"].to_numpy(), gamma).mean())
+    per_request = rows.groupby("request")["output"].agg(["first", "size"])
+    return float(np.clip((per_request["first"] - 1).sum() / per_request["size"].sum(), 1.0, 1.0 + gamma))
+
+
 def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     domain_of: dict[str, str] = {}
@@ -145,14 +273,27 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
         for b in sorted(set(benches) - set(domains)):
             keys[b] = benches == b
             domain_of[b] = str(domains[benches == b][0])
-        entries, key_mu = {}, {}
+        # a trace that names each row's request: each key's request spread is fitted, and its latent is solved for
+        # blocks weighed as the run's request-steps weighed them
+        named = "request" in rows.columns and not rows["request"].isna().any()
+        request = rows["request"].to_numpy() if named else None
+        entries, key_mu, key_served = {}, {}, {}
         for key, sel in keys.items():
             cond = conditional_from_accepted(acc[sel], gamma)
-            key_mu[key] = solve_latent(cond, VARIATION)
-            entries[key] = {"tau": round(float(1 + np.cumprod(cond).sum()), 6), "conditional": _round(cond),
-                            "mu": _round(key_mu[key]), "blocks": int(sel.sum())}
+            entries[key] = {"tau": round(float(1 + np.cumprod(cond).sum()), 6), "conditional": _round(cond)}
+            if named:
+                sd = fit_request_sd(acc[sel], request[sel], gamma)
+                spread = _with_request_sd(VARIATION.request_sd if sd is None else sd)
+                key_mu[key], depth = solve_latent_served(cond, spread, tokens_per_step(rows[sel], gamma))
+                key_served[key] = ServedKey(spread, depth)
+                entries[key].update(request_sd=round(spread.request_sd, 6), verify_depth=round(depth, 6),
+                                    requests=len(np.unique(request[sel])))
+            else:
+                key_mu[key] = solve_latent(cond, VARIATION)
+            entries[key].update(mu=_round(key_mu[key]), blocks=int(sel.sum()))
         domain_keys = sorted(set(domains))
         mus = np.array([key_mu[d] for d in domain_keys])
+        domain_served = [key_served[d] for d in domain_keys] if named else None
         w = np.array([entries[d]["blocks"] for d in domain_keys], dtype=float)
         w /= w.sum()
         raw_cols = [f"raw_{j}" for j in range(1, gamma + 1)]
@@ -160,22 +301,29 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
         entry: dict = {"gamma": gamma}
         if has_raw:
             raw = np.clip(rows[raw_cols].to_numpy(dtype=float), 1e-6, 1 - 1e-6)
-            mean_raw = {key: raw[sel].mean(axis=0) for key, sel in keys.items()}
+            c_cols = [f"c_{j}" for j in range(1, gamma + 1)]
+            deployed = deployed_temperatures(raw, rows[c_cols].to_numpy(dtype=float)) if all(
+                c in rows.columns for c in c_cols) else None
+            seen_by_policy = raw if deployed is None else sts_apply(raw, deployed)
+            mean_seen = {key: seen_by_policy[sel].mean(axis=0) for key, sel in keys.items()}
             block_domain = np.searchsorted(np.array(domain_keys), domains)  # each block's index into mus
-            head, seen = fit_head(mus, w, np.array([mean_raw[d] for d in domain_keys]), raw, acc, block_domain, rng)
+            head, seen = fit_head(mus, w, np.array([mean_seen[d] for d in domain_keys]), raw, acc, block_domain, rng,
+                                  served=domain_served, temperatures=deployed)
             entry["head"] = {"kind": "confidence-head", "noise_sd": head.noise_sd, "sharpness": head.sharpness}
             bias = dict(zip(keys, fit_head_bias(np.array([key_mu[k] for k in keys]), head,
-                                                np.array([mean_raw[k] for k in keys])), strict=True))
+                                                np.array([mean_seen[k] for k in keys]),
+                                                served=[key_served[k] for k in keys] if named else None,
+                                                temperatures=deployed),
+                            strict=True))
             for key, b in bias.items():
                 entries[key]["head_bias"] = _round(b)
             domain_bias = np.array([bias[d] for d in domain_keys])
             pick = rng.choice(len(mus), HEAD_SAMPLES, p=w)
             sim_raw, sim_acc = sample_blocks(mus[pick], VARIATION, head, HEAD_SAMPLES, rng,
-                                             head_bias=domain_bias[pick])
+                                             head_bias=domain_bias[pick],
+                                             request_effect=_request_effects(mus, domain_served, pick, 19))
             half = HEAD_SAMPLES // 2
-            c_cols = [f"c_{j}" for j in range(1, gamma + 1)]
-            temps = deployed_temperatures(raw, rows[c_cols].to_numpy(dtype=float)) if all(
-                c in rows.columns for c in c_cols) else None
+            temps = deployed
             if temps is None:  # the trace's policy saw no temperature-scaled confidences: fit STS on the model
                 temps = sts_fit(sim_raw[:half], sim_acc[:half])
             entry["sts_temperatures"] = _round(temps)
@@ -187,8 +335,10 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
             kind, head = HEADS["dflash"]
             entry["head"] = {"kind": kind, "noise_sd": head.noise_sd, "sharpness": head.sharpness}
             entry["quality"] = {}
-        for e in entries.values():  # solve_latent is exact; rounding to 6 digits must not undo it
-            assert np.allclose(conditional_acceptance(np.array(e["mu"]), VARIATION), e["conditional"], atol=1e-4)
+        for key, e in entries.items():  # the solves are exact; rounding to 6 digits must not undo them
+            fitted = (served_conditional(np.array(e["mu"]), key_served[key].variation, key_served[key].depth)
+                      if named else conditional_acceptance(np.array(e["mu"]), VARIATION))
+            assert np.allclose(fitted, e["conditional"], atol=1e-4)
         entry["benchmarks"] = entries
         drafters[drafter] = entry
     profile = {
@@ -196,7 +346,10 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
         "target": "",
         "description": (f"Fitted to the acceptance trace {source} ({len(df)} request-steps) by "
                         "`simulate fit-profile`: conditional acceptance per domain and benchmark, confidence head "
-                        "matched to the trace's mean raw confidence per key and position, raw AUROC and ECE."),
+                        "matched to the trace's mean confidence per key and position as its policy saw it, raw AUROC and ECE."
+                        + (" Request spread per key fitted to the between-request share of the accepted length's "
+                           "variance (request_sd), latent solved for blocks weighed as the run's request-steps." if "request" in df.columns
+                           and not df["request"].isna().any() else "")),
         "variation": {"request_sd": VARIATION.request_sd, "step_sd": VARIATION.step_sd, "token_sd": VARIATION.token_sd},
         "domains": domain_of,
         "drafters": drafters,
