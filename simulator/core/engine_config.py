@@ -23,8 +23,8 @@ class EngineConfig:
     chunks ride in decode steps) or ``prefill-first`` (prefill-only steps while any prompt waits); stall_ms:
     scheduling stall of policies that read this step's confidences before the verify can launch.
     replicas, router, admission, preemption: how many replicas and the rules (simulator/core/engine_rules.py, by name,
-    import string or class; held as the class once built, so a run finds each rule once). prefill: None (prompts prefill on the decode replica, colocated) or a
-    ``Disaggregated`` pool.
+    import string or class; held as the class once built, so a run finds each rule once). prefill: None (prompts
+    prefill on the decode replica, colocated) or a ``Disaggregated`` pool.
     """
 
     max_running: int
