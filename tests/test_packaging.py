@@ -19,7 +19,8 @@ from tests.conftest import ROOT
 def test_pyproject_lists_every_package():
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     found = {".".join(p.parent.relative_to(ROOT).parts)
-             for top in ("simulator", "hw_profile", "atomic_files", "dspark_runtime") for p in (ROOT / top).rglob("__init__.py")}
+             for top in ("simulator", "hw_profile", "atomic_files", "dspark_runtime")
+             for p in (ROOT / top).rglob("__init__.py")}
     assert set(setuptools["packages"]) == found | {"simulator.scenarios"}
     assert setuptools["package-dir"] == {"simulator.scenarios": "scenarios"}
 

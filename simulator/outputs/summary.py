@@ -225,8 +225,7 @@ def write_outputs(out: Path, scn: LoadedScenario, runs: pd.DataFrame) -> tuple[d
 
 def write_table_and_json(out: Path, stem: str, table: pd.DataFrame, doc: dict) -> tuple[Path, Path]:
     """``STEM.csv`` (the table) and ``STEM.json`` (the whole document, JSON-ready) in ``out``, each written
-    atomically: a plan's outputs."""
-    out.mkdir(parents=True, exist_ok=True)
+    atomically (which makes ``out`` if need be): a plan's outputs."""
     csv, js = out / f"{stem}.csv", out / f"{stem}.json"
     atomic_write(csv, lambda p: table.to_csv(p, index=False, float_format="%.6g"))
     atomic_write_text(js, json.dumps(plain(doc), indent=2, allow_nan=False) + "\n")

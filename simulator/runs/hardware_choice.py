@@ -200,7 +200,7 @@ def rank(rows: list[dict]) -> list[dict]:
 
     def key(r: dict) -> tuple:
         cost = r["cost_per_mtok"] if not math.isnan(r["cost_per_mtok"]) else math.inf
-        head = r["headroom"] if r["headroom"] is not None else -math.inf
+        head = r["headroom"] if r["headroom"] is not None and not math.isnan(r["headroom"]) else -math.inf
         return order.get(r["status"], 2), r["usd_per_hour"], -head, cost
 
     ranked = sorted(rows, key=key)

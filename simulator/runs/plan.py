@@ -392,11 +392,12 @@ class Planner:
         met = plan.met and gpus <= self.target.max_gpus
         lowest = self.lowest_possible(plan)
         status = MET if met else (UNRESOLVED_STATUS if lowest is not None and not plan.met else UNMET)
+        headroom = plan.max_scale - 1.0 if plan.max_scale else float("nan")  # nan: no traffic met (unmet)
         return {
             "system": plan.system.name, "status": status, "gpus": gpus, "decode_gpus": decode_gpus,
             "prefill_gpus": prefill_gpus, "replicas": plan.replicas, "prefill_replicas": prefill,
             "max_rate_per_replica": plan.max_scale * rate / plan.replicas if plan.max_scale else float("nan"),
-            "headroom": plan.max_scale - 1.0 if plan.max_scale else float("nan"),
+            "headroom": headroom,
             "attainment": f["sla_attainment"], "ttft_p99": f["ttft_p99"], "tps_per_user_p10": f["tps_per_user_p10"],
             # per decode GPU (as runs.csv), and per GPU of the whole deployment: the basis of the cost
             "throughput_per_gpu": f["throughput_per_gpu"],
@@ -404,7 +405,7 @@ class Planner:
             "why_unmet": None if met else self.why_unmet(plan, gpus),
             "seeds": len(self.seeds),
             "attainment_lo": f.get("attainment_lo"), "attainment_hi": f.get("attainment_hi"),
-            "headroom_lo": plan.max_scale - 1.0 if plan.max_scale else float("nan"),
+            "headroom_lo": headroom,
             "headroom_hi": self.headroom_hi(plan, prefill),
             # the fewest GPUs the data cannot rule out: below it every count probed clearly failed
             "gpus_lo": (lowest if lowest is not None else plan.replicas) * self.gpr + prefill_gpus,

@@ -178,9 +178,10 @@ class ProfileSource(AcceptanceSource):
         self.b_over_t = b_obs / temps
         self.var = profile.variation
         # a request's effect is drawn standard and scaled by its benchmark's spread where the profile fitted one
-        # per benchmark; otherwise drawn with the variation's spread and scaled by exactly 1
-        self.request_sd = None if d.request_sd is None else np.ascontiguousarray(d.request_sd, dtype=float)
-        self._effect_scale = np.ones(len(d.benchmarks)) if self.request_sd is None else self.request_sd
+        # per benchmark; otherwise drawn with the variation's spread and scaled by exactly 1 (the built-ins' draws)
+        fitted = d.request_sd is not None
+        self._effect_sd = 1.0 if fitted else self.var.request_sd
+        self._effect_scale = np.ascontiguousarray(d.request_sd if fitted else np.ones(len(d.benchmarks)), dtype=float)
         self.noise_sd = d.head.noise_sd
         self._step_sd, self._token_sd, self._noise_sd = (
             _times_noise(v) for v in (self.var.step_sd, self.var.token_sd, self.noise_sd))
@@ -211,7 +212,7 @@ class ProfileSource(AcceptanceSource):
         self.state.ensure(int(ids.max()))
         # a uniform pick among each request's mix entry's benchmarks, and the request's difficulty
         uniform = self.rng.random(len(ids))
-        effect = self.rng.normal(0.0, self.var.request_sd if self.request_sd is None else 1.0, len(ids))
+        effect = self.rng.normal(0.0, self._effect_sd, len(ids))
         if self.end_models is not None:
             self.mix_of.ensure(int(ids.max()))
             self.mix_of.key[ids] = mix_index

@@ -87,8 +87,8 @@ def conditional_from_accepted(accepted: np.ndarray, gamma: int) -> np.ndarray:
 def between_request_share(accepted: np.ndarray, request: np.ndarray) -> float:
     """The part of the variance of the accepted length that lies between requests: the variance of the
     requests' mean accepted lengths over the mean within-request variance about the grand mean, every request
-    counted once (whatever its number of blocks). A request's mean over its few blocks is noisy, so even identical requests
-    share some of it: ``fit_request_sd`` compares it with the same statistic of simulated requests of the same
+    counted once (whatever its number of blocks). A request's mean over its few blocks is noisy, so even identical
+    requests share some of it: ``fit_request_sd`` compares it with the same statistic of simulated requests of the same
     step counts."""
     _, inverse, counts = np.unique(np.asarray(request), return_inverse=True, return_counts=True)
     acc = np.asarray(accepted, dtype=float)
@@ -203,9 +203,10 @@ def fit_head(mu: np.ndarray, weights: np.ndarray, mean_seen: np.ndarray, raw: np
              temperatures: np.ndarray | None = None) -> tuple[HeadModel, dict]:
     """The (noise_sd, sharpness) of the grid whose simulated blocks, with each key's raw-logit bias fitted to its
     mean confidences as the policy saw them (``fit_head_bias``), come closest to the trace's raw AUROC and raw ECE
-    within keys. mu, mean_seen: (keys, gamma); weights: (keys,) each key's share of the trace's blocks; raw, accepted: the trace's
-    blocks, key (n,) the index of each block's key; served: (keys,) each key's request spread and verification
-    depth, for a trace that names its requests; temperatures: those the policy saw the confidences through."""
+    within keys. mu, mean_seen: (keys, gamma); weights: (keys,) each key's share of the trace's blocks; raw,
+    accepted: the trace's blocks, key (n,) the index of each block's key; served: (keys,) each key's request spread
+    and verification depth, for a trace that names its requests; temperatures: those the policy saw the
+    confidences through."""
     want_auroc, want_ece = _within_key_quality(raw, accepted, key, weights)
     pick = rng.choice(len(mu), size=HEAD_SAMPLES, p=weights)
     effect = _request_effects(mu, served, pick, 17)
@@ -256,6 +257,11 @@ def tokens_per_step(rows: pd.DataFrame, gamma: int) -> float:
     return float(np.clip((per_request["first"] - 1).sum() / per_request["size"].sum(), 1.0, 1.0 + gamma))
 
 
+def names_requests(rows: pd.DataFrame) -> bool:
+    """Whether every row names its request (a live run's trace does; ``dspark eval``'s does not)."""
+    return "request" in rows.columns and not rows["request"].isna().any()
+
+
 def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     domain_of: dict[str, str] = {}
@@ -275,7 +281,7 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
             domain_of[b] = str(domains[benches == b][0])
         # a trace that names each row's request: each key's request spread is fitted, and its latent is solved for
         # blocks weighed as the run's request-steps weighed them
-        named = "request" in rows.columns and not rows["request"].isna().any()
+        named = names_requests(rows)
         request = rows["request"].to_numpy() if named else None
         entries, key_mu, key_served = {}, {}, {}
         for key, sel in keys.items():
@@ -346,10 +352,11 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
         "target": "",
         "description": (f"Fitted to the acceptance trace {source} ({len(df)} request-steps) by "
                         "`simulate fit-profile`: conditional acceptance per domain and benchmark, confidence head "
-                        "matched to the trace's mean confidence per key and position as its policy saw it, raw AUROC and ECE."
+                        "matched to the trace's mean confidence per key and position as its policy saw it, raw AUROC "
+                        "and ECE."
                         + (" Request spread per key fitted to the between-request share of the accepted length's "
-                           "variance (request_sd), latent solved for blocks weighed as the run's request-steps." if "request" in df.columns
-                           and not df["request"].isna().any() else "")),
+                           "variance (request_sd), latent solved for blocks weighed as the run's request-steps."
+                           if names_requests(df) else "")),
         "variation": {"request_sd": VARIATION.request_sd, "step_sd": VARIATION.step_sd, "token_sd": VARIATION.token_sd},
         "domains": domain_of,
         "drafters": drafters,
