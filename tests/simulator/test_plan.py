@@ -168,6 +168,7 @@ def test_plan_reports_unmet_at_max_gpus(scenario_file, tmp_path):
         last = [t for t in e["search"] if t["phase"] == "decode" and t["replicas"] == 2][-1]
         assert e["why_unmet"] == f"at 2 decode GPUs: {last['why_not']}"
     assert doc["verdict"].startswith("No system meets")
+    assert unmet_lines(doc) == [f"! {k} unmet: {e['why_unmet']}" for k, e in doc["systems"].items()]
 
 
 def test_an_unmet_system_is_measured_down_to_half_its_traffic_not_further(scenario_file, tmp_path):
