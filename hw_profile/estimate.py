@@ -101,6 +101,13 @@ def _bound(bytes_: np.ndarray, flops: np.ndarray, dep: Deployment, dtype: str) -
     return np.maximum(bytes_ / bw, flops / peak) * 1e3
 
 
+def kv_cache_bytes(shape: ModelShape) -> float:
+    """Bytes per cached KV value, as the kernel path prices them: bf16, the engines' default cache type
+    (``kv_cache_dtype=auto`` is the activation type, for fp8 checkpoints too), whatever the weights' dtype;
+    DeepSeek-V4 stores its compressed cache in fp8. An fp8 KV cache is a separate serving choice not priced here."""
+    return 1.0 if shape.is_compressed else 2.0
+
+
 def attention_queries(b: np.ndarray, costs: EngineCosts) -> np.ndarray:
     """Query tokens per request the table assumes (see ``verify_tokens_per_request``): q, or B when B < q."""
     return np.minimum(b, costs.verify_tokens_per_request)
@@ -112,7 +119,7 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
     k = np.asarray(k, dtype=float)
     wb = DTYPE_BYTES[dep.dtype]
     g = dep.gpus if dep.parallel == "tp" else 1  # ways the dense part and attention heads are split
-    kv_scale = wb / 2.0
+    kv_scale = kv_cache_bytes(shape) / 2.0
     parts: dict[str, np.ndarray] = {}
     parts["dense"] = _bound(np.full_like(b, shape.dense_params * wb / g), 2.0 * shape.dense_params * b / g, dep,
                             dep.dtype)
@@ -134,7 +141,8 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
     attn_bytes = (k * shape.kv_read_bytes_per_token + b * shape.attn_read_bytes_per_query_token) * kv_scale / read_split
     q = attention_queries(b, dep.costs)
     attn_flops = (shape.attn_flops_per_kv_token * k * q + shape.attn_flops_per_query_token * b) / g
-    parts["attention"] = _bound(attn_bytes, attn_flops, dep, dep.dtype)
+    # attention computes in its cache's type: a bf16 cache runs bf16 kernels whatever the weights' dtype
+    parts["attention"] = _bound(attn_bytes, attn_flops, dep, "bf16" if kv_scale == 1.0 else dep.dtype)
     parts["comm"] = comm_ms(shape, dep, b, parts)
     return parts
 

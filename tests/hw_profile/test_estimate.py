@@ -112,11 +112,28 @@ def test_latent_cache_is_read_whole_by_every_tensor_parallel_rank():
     shape, d = dep("deepseek-v3", gpus=8, ep=8, dtype="fp8", costs=EngineCosts(verify_tokens_per_request=1.0))
     b, k = np.array([1.0]), np.array([2_000_000.0])
     tp = estimate_points(shape, replace(d, parallel="tp"), b, k, "roofline").parts["attention"][0]
-    kv_bytes = 2e6 * shape.kv_read_bytes_per_token * 0.5  # fp8 cache
+    kv_bytes = 2e6 * shape.kv_read_bytes_per_token  # a bf16 cache, though the weights are fp8
     assert tp == pytest.approx(kv_bytes / (0.8 * 4.8e12) * 1e3)
     qwen, dq = dep("qwen3-8b", gpus=2)
     one = estimate_points(qwen, dq, b, k, "roofline").parts["attention"][0]
     assert one == pytest.approx(2e6 * qwen.kv_read_bytes_per_token / 2 / (0.8 * 4.8e12) * 1e3)
+
+
+def test_the_kv_cache_is_bf16_whatever_the_weights_unless_the_model_stores_fp8():
+    """As the kernel path and the engines' default cache type: fp8 weights do not halve the KV reads; V4 stores its
+    compressed cache in fp8 whatever the weights."""
+    b, k = np.array([1.0]), np.array([4_000_000.0])  # one request, long context: the KV read dominates attention
+    qwen = get_shape("qwen3-8b")
+    attn = {dt: estimate_points(qwen, dep("qwen3-8b", dtype=dt)[1], b, k, "roofline").parts["attention"][0]
+            for dt in ("bf16", "fp8")}
+    assert attn["fp8"] == pytest.approx(attn["bf16"], rel=1e-12)
+    assert attn["bf16"] == pytest.approx(4e6 * qwen.kv_read_bytes_per_token / (0.8 * 4.8e12) * 1e3, rel=1e-3)
+    v4 = get_shape("deepseek-v4-flash")
+    v4_attn = {dt: estimate_points(v4, dep("deepseek-v4-flash", dtype=dt)[1], b, k, "roofline").parts["attention"][0]
+               for dt in ("bf16", "fp8")}
+    assert v4_attn["fp8"] == pytest.approx(v4_attn["bf16"], rel=1e-12)
+    v4_bytes = (4e6 * v4.kv_read_bytes_per_token + v4.attn_read_bytes_per_query_token) * 0.5  # fp8
+    assert v4_attn["bf16"] == pytest.approx(v4_bytes / (0.8 * 4.8e12) * 1e3, rel=1e-3)
 
 
 def test_prefill_is_priced_per_token_and_per_token_pair():
