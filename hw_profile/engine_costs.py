@@ -31,14 +31,20 @@ per-step cost and per-token scale of a written table. All times are per step of 
   B x K / R. The table takes R = B / q with q this value (2: MTP-1's budget, the most common speculative
   deployment); plain decoding (q = 1) is then priced up to q x its attention compute, speculative steps with
   longer proposals below it. Attention reads of the KV are once per request whatever q is.
-- ``a2a_us_per_layer``: expert-parallel dispatch + combine latency floor per MoE layer. Across nodes the default
-  comes by EP size from DeepEP's published low-latency kernel figures over RDMA (H800, 128 tokens per rank, fp8
-  dispatch, bf16 combine): EP16 313 us, EP32 428, EP64 487, EP128 561, EP256 554 (dispatch + combine),
-  interpolated in log(EP); past the floor the exchange is bound by its volume at one 400 Gb/s NIC's achieved
-  43 GB/s. Inside one NVLink domain (EP up to 8 on a board, up to 72 on an NVL72 rack) the floor is 60 us and the
-  bandwidth NVLink's (``hw_profile.estimate``).
-- ``overlap``: the engine overlaps expert-parallel communication with compute (two micro-batches: DeepSeek's
-  decode, SGLang's ``--enable-two-batch-overlap``): communication is hidden up to the compute it overlaps.
+- ``a2a_us_per_layer``: the fixed latency of one expert-parallel dispatch + combine per MoE layer. Across nodes an
+  exchange costs this latency plus its volume at the NIC's line rate (400 Gb/s: 50 GB/s per GPU). The default
+  comes by EP size from DeepEP's published low-latency kernel figures over RDMA (H800, 128 tokens per rank, hidden
+  7168, top-8, fp8 dispatch, bf16 combine: EP8 191 us, EP16 313, EP32 428, EP64 487, EP128 561, EP256 554 for
+  dispatch + combine): the part of each figure its payload at line rate does not explain (EP64 54 us, EP128 124,
+  EP256 115; none at EP32 and below), interpolated in log(EP). So the exchange reproduces DeepEP's figures at
+  their 128 tokens and scales with the tokens rather than keeping a 128-token floor for a handful. Inside one
+  NVLink domain (EP up to 8 on a board, up to 72 on an NVL72 rack) the latency is a 60 us floor and the bandwidth
+  NVLink's (``hw_profile.estimate``).
+- ``overlap``: the engine splits each step into two micro-batches that overlap one's expert-parallel exchange with
+  the other's compute (DeepSeek's decode, SGLang's ``--enable-two-batch-overlap``). Priced as their published
+  layout runs (``hw_profile.estimate.two_batch_ms``): dispatch hides behind attention projections and shared
+  experts, combine behind core attention, the routed experts in between are exposed, and each micro-batch reads
+  the weights again.
 """
 
 from __future__ import annotations
@@ -52,8 +58,11 @@ from hw_profile.errors import HwProfileError
 
 ENGINES = ("vllm", "sglang", "trtllm")
 
-# DeepEP low-latency dispatch + combine per MoE layer (us) by EP size, H800 with CX7 400 Gb/s (its README's table)
+# DeepEP low-latency dispatch + combine per MoE layer (us) by EP size, H800 with CX7 400 Gb/s (its README's table),
+# measured at 128 tokens per rank, hidden 7168, top-8 experts, fp8 dispatch and bf16 combine
 _DEEPEP_LL_US = {8: 191.0, 16: 313.0, 32: 428.0, 64: 487.0, 128: 561.0, 256: 554.0}
+_DEEPEP_BYTES = 128 * 7168 * 8 * 3.0  # the payload behind each figure, before the share that stays on the rank
+NIC_GB_S = 50.0  # a 400 Gb/s NIC's line rate, one per GPU
 
 
 @dataclass(frozen=True)
@@ -120,13 +129,15 @@ def with_overrides(costs: EngineCosts, items: list[str] | tuple[str, ...]) -> En
 
 
 def a2a_latency_us(ep: int, costs: EngineCosts) -> float:
-    """Dispatch + combine latency of one MoE layer at small batches (0 without expert parallelism)."""
+    """Fixed latency of one MoE layer's dispatch + combine over RDMA, beside its volume at line rate (0 without
+    expert parallelism): DeepEP's figure less its payload's time at ``NIC_GB_S``, never below 0."""
     if ep <= 1:
         return 0.0
     if costs.a2a_us_per_layer is not None:
         return float(costs.a2a_us_per_layer)
     sizes = np.array(sorted(_DEEPEP_LL_US), dtype=float)
-    us = np.array([_DEEPEP_LL_US[int(s)] for s in sizes])
+    wire_us = _DEEPEP_BYTES * (sizes - 1) / sizes / (NIC_GB_S * 1e9) * 1e6
+    us = np.maximum(np.array([_DEEPEP_LL_US[int(s)] for s in sizes]) - wire_us, 0.0)
     return float(np.interp(math.log2(ep), np.log2(sizes), us))
 
 

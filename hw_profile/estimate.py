@@ -39,6 +39,7 @@ import numpy as np
 
 from hw_profile.dp_ep import stored_bytes_per_gpu, weight_parts_per_gpu
 from hw_profile.engine_costs import (
+    NIC_GB_S,
     EngineCosts,
     a2a_latency_us,
     eager_ms,
@@ -66,7 +67,8 @@ MARKOV_RANK = 256  # DSpark's Markov head (paper 5.1)
 DSPARK_LAYERS_MOE = 3  # DSpark's V4 drafter: three MoE layers with a 128-token window (paper 5.1)
 DSPARK_LAYERS_DENSE = 5  # the dense drafter the project's Qwen3 tables use
 A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and expert copy
-A2A_GB_S = 43.0  # achieved RDMA all-to-all bandwidth per GPU (DeepEP, 400 Gb/s NICs)
+# parts of a step outside its layers: the LM head, the tensor-parallel all-reduces, the exchange itself
+LAYERLESS_PARTS = ("lm_head", "comm", "a2a")
 # Inside one NVLink domain (an HGX board of 8, an NVL72 rack) the exchange runs over NVLink: its achieved bandwidth
 # (RooflineParams.nvlink_gb_s, scaled to the part) and a latency floor of tens of microseconds per layer
 # (NVSHMEM/IPC puts with no NIC in the path), taken as this many us for dispatch + combine.
@@ -103,9 +105,10 @@ def _bound(bytes_: np.ndarray, flops: np.ndarray, dep: Deployment, dtype: str) -
 
 def kv_cache_bytes(shape: ModelShape) -> float:
     """Bytes per cached KV value, as the kernel path prices them: bf16, the engines' default cache type
-    (``kv_cache_dtype=auto`` is the activation type, for fp8 checkpoints too), whatever the weights' dtype;
-    DeepSeek-V4 stores its compressed cache in fp8. An fp8 KV cache is a separate serving choice not priced here."""
-    return 1.0 if shape.is_compressed else 2.0
+    (``kv_cache_dtype=auto`` is the activation type, for fp8 checkpoints too), whatever the weights' dtype, unless
+    the model fixes its cache's type (``kv_dtype``: DeepSeek-V4 and its drafters store fp8). An fp8 cache chosen
+    at serving time is not priced here."""
+    return DTYPE_BYTES[shape.kv_dtype] if shape.kv_dtype else 2.0
 
 
 def attention_queries(b: np.ndarray, costs: EngineCosts) -> np.ndarray:
@@ -121,8 +124,10 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
     g = dep.gpus if dep.parallel == "tp" else 1  # ways the dense part and attention heads are split
     kv_scale = kv_cache_bytes(shape) / 2.0
     parts: dict[str, np.ndarray] = {}
-    parts["dense"] = _bound(np.full_like(b, shape.dense_params * wb / g), 2.0 * shape.dense_params * b / g, dep,
-                            dep.dtype)
+    layer_params = shape.dense_params - shape.head_params
+    parts["dense"] = _bound(np.full_like(b, layer_params * wb / g), 2.0 * layer_params * b / g, dep, dep.dtype)
+    parts["lm_head"] = _bound(np.full_like(b, shape.head_params * wb / g), 2.0 * shape.head_params * b / g, dep,
+                              dep.dtype)
     if shape.is_moe:
         k_exp, ep = shape.experts_per_token, dep.ep
         eb = expert_bytes(shape, dep.dtype)
@@ -143,29 +148,55 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
     attn_flops = (shape.attn_flops_per_kv_token * k * q + shape.attn_flops_per_query_token * b) / g
     # attention computes in its cache's type: a bf16 cache runs bf16 kernels whatever the weights' dtype
     parts["attention"] = _bound(attn_bytes, attn_flops, dep, "bf16" if kv_scale == 1.0 else dep.dtype)
-    parts["comm"] = comm_ms(shape, dep, b, parts)
+    # tensor-parallel all-reduces; the expert-parallel exchange of ``dp`` is added by ``with_exchange``
+    parts["comm"] = (np.zeros_like(b) if dep.parallel == "dp" else
+                     allreduce_s(shape, dep.gpu, b, dep.dtype, dep.gpus, dep.roofline) * 1e3)
     return parts
 
 
-def comm_ms(shape: ModelShape, dep: Deployment, b: np.ndarray, parts: dict[str, np.ndarray]) -> np.ndarray:
-    """Tensor-parallel all-reduces (tp) or expert-parallel dispatch and combine (dp), per step."""
-    if dep.parallel == "dp":
-        if not shape.is_moe or dep.ep <= 1:
-            return np.zeros_like(b)
-        volume = b * shape.hidden * A2A_BYTES_PER_VALUE * shape.experts_per_token * (dep.ep - 1) / dep.ep
-        if dep.ep <= nvlink_domain(dep.gpu):
-            lat_us = dep.costs.a2a_us_per_layer if dep.costs.a2a_us_per_layer is not None else A2A_NVLINK_US
-            gb_s = link_gb_s(dep.gpu, dep.roofline)
-        else:
-            lat_us, gb_s = a2a_latency_us(dep.ep, dep.costs), A2A_GB_S
-        # the latency figure is a floor; past it the exchange is bandwidth-bound on its volume
-        per_layer = np.maximum(lat_us * 1e-3, volume / (gb_s * 1e9) * 1e3)
-        t = shape.moe_layers * per_layer
-        if dep.costs.overlap:  # two micro-batches: communication hides behind the other's compute
-            compute = sum(v for key, v in parts.items() if key != "comm")
-            t = np.maximum(t - compute, 0.0)
-        return t
-    return allreduce_s(shape, dep.gpu, b, dep.dtype, dep.gpus, dep.roofline) * 1e3
+def exchange_ms(shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray:
+    """One expert-parallel dispatch and combine of ``b`` tokens per rank in every MoE layer, ms per step."""
+    b = np.asarray(b, dtype=float)
+    volume = b * shape.hidden * A2A_BYTES_PER_VALUE * shape.experts_per_token * (dep.ep - 1) / dep.ep
+    if dep.ep <= nvlink_domain(dep.gpu):
+        lat_us = dep.costs.a2a_us_per_layer if dep.costs.a2a_us_per_layer is not None else A2A_NVLINK_US
+        # the latency is a floor; past it the exchange is bound by its volume over NVLink
+        per_layer = np.maximum(lat_us * 1e-3, volume / (link_gb_s(dep.gpu, dep.roofline) * 1e9) * 1e3)
+    else:
+        # over RDMA: a fixed latency plus the volume at the NIC's line rate (``engine_costs.a2a_latency_us``)
+        per_layer = a2a_latency_us(dep.ep, dep.costs) * 1e-3 + volume / (NIC_GB_S * 1e9) * 1e3
+    return shape.moe_layers * per_layer
+
+
+def two_batch_ms(half: dict[str, np.ndarray], exchange_half: np.ndarray) -> np.ndarray:
+    """The layers of a step split into two micro-batches, each with the kernel parts ``half`` and one exchange of
+    ``exchange_half``, laid out as DeepSeek's decode profile and SGLang's two-batch-overlap decode strategy run them:
+    a micro-batch's dispatch runs under the other's attention projections and its own shared experts (the dense
+    GEMMs), its combine under the other's core attention and router, and its routed experts between the two,
+    exposed (they need the dispatched tokens and feed the combine). Dispatch is a third of the exchange's bytes
+    (fp8 out, bf16 back)."""
+    routed = half.get("routed", half.get("moe", 0.0))
+    attention = half["attention"]
+    dense = sum(v for key, v in half.items() if key not in (*LAYERLESS_PARTS, "routed", "moe", "attention"))
+    dispatch, combine = exchange_half / 3.0, exchange_half * 2.0 / 3.0
+    return 2.0 * (np.maximum(dispatch, dense) + routed + np.maximum(combine, attention))
+
+
+def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, parts: dict[str, np.ndarray],
+                  parts_at) -> dict[str, np.ndarray]:
+    """``parts`` plus ``a2a``: what the expert-parallel exchange of a ``dp`` deployment adds to the step. Without
+    overlap, the whole exchange. With it (``costs.overlap``), what two micro-batches (``two_batch_ms``, from
+    ``parts_at(b / 2, k / 2)``) cost beyond the layers' kernels at the whole batch: the exposed exchange and the
+    second read of the weights. A step of fewer than two tokens cannot be split and runs as one batch."""
+    if dep.parallel != "dp" or not shape.is_moe or dep.ep <= 1:
+        return parts
+    whole = exchange_ms(shape, dep, b)
+    if dep.costs.overlap:
+        layers = sum(v for key, v in parts.items() if key not in LAYERLESS_PARTS)
+        split = two_batch_ms(parts_at(b / 2.0, k / 2.0), exchange_ms(shape, dep, b / 2.0))
+        # never negative: a kernel is never cheaper per token at half the batch (clamped against interpolation)
+        whole = np.where(b >= 2.0, np.maximum(split - layers, 0.0), whole)
+    return {**parts, "a2a": whole}
 
 
 def nvlink_domain(gpu: GPU) -> int:
@@ -217,35 +248,46 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
     if db is None and kernels == "auto" and not _kernel_package():
         notes.append("measured kernels need the optional extra: pip install 'dspark-sim[kernels]'")
     if db is not None:
-        requests = np.maximum(1.0, np.round(b / dep.costs.verify_tokens_per_request))
-        context = k / requests
         try:
-            kt = kernel_times(db, shape, dep, b, requests, context)
+            kt = _kernel_lookup(db, shape, dep, b, k)
         except HwProfileError as exc:
             if kernels == "db":
                 raise
             kt = None
             notes.append(f"kernel database not used for {shape.name}: {exc}; roofline instead")
         if kt is not None:
-            parts = dict(kt.parts)
-            if shape.is_moe and "moe" in parts and dep.ep > 1:
-                group = b * (dep.ep if dep.parallel == "dp" else 1) * shape.experts_per_token
-                parts["moe"] = parts["moe"] * imbalance_factor(group, dep.ep, dep.costs)
-            if dep.parallel == "dp" and shape.is_moe and dep.ep > 1 and "a2a" not in parts:
-                parts["a2a"] = comm_ms(shape, dep, b, {key: v for key, v in parts.items() if key != "comm"})
+            parts = with_exchange(shape, dep, b, k, _measured_parts(kt, shape, dep, b),
+                                  lambda bb, kk: _measured_parts(_kernel_lookup(db, shape, dep, bb, kk), shape, dep,
+                                                                 bb))
+            if "a2a" in parts:
                 notes.append("expert-parallel dispatch/combine priced by the estimate (DeepEP figures), not the "
                              "kernel database")
             parts.update(engine_parts(shape, dep, b, costs))
             ms = sum(parts.values())
             return Estimate(ms, parts, np.full(b.shape, "kernels", dtype=object), np.asarray(kt.inside, bool),
                             [kt.source], [*kt.notes, *notes])
-    parts = roofline_parts(shape, dep, b, k)
+    parts = with_exchange(shape, dep, b, k, roofline_parts(shape, dep, b, k),
+                          lambda bb, kk: roofline_parts(shape, dep, bb, kk))
     parts.update(engine_parts(shape, dep, b, costs))
     ms = sum(parts.values())
     notes.append("kernels from a kernel-level roofline (no measured kernel data for this GPU/engine/model)")
     return Estimate(ms, parts, np.full(b.shape, "roofline", dtype=object), np.zeros(b.shape, bool),
                     [f"roofline: {dep.gpu.name} datasheet, comp_eff {dep.roofline.comp_eff}, "
                      f"mem_eff {dep.roofline.mem_eff}"], notes)
+
+
+def _kernel_lookup(db, shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray):
+    requests = np.maximum(1.0, np.round(b / dep.costs.verify_tokens_per_request))
+    return kernel_times(db, shape, dep, b, requests, k / requests)
+
+
+def _measured_parts(kt, shape: ModelShape, dep: Deployment, b: np.ndarray) -> dict[str, np.ndarray]:
+    """The kernel database's parts, the routed experts scaled by the busiest expert-parallel rank's load."""
+    parts = dict(kt.parts)
+    if shape.is_moe and "moe" in parts and dep.ep > 1:
+        group = b * (dep.ep if dep.parallel == "dp" else 1) * shape.experts_per_token
+        parts["moe"] = parts["moe"] * imbalance_factor(group, dep.ep, dep.costs)
+    return parts
 
 
 def kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
@@ -305,7 +347,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         kind="estimate",
         caveat={"kind": "an estimate",
                 "text": (f"kernels from {', '.join(est.sources)} ({np.mean(est.inside):.0%} of points inside measured "
-                         "data) plus the engine costs in engine_costs; within 30% on 8 of 12 public decode "
+                         "data) plus the engine costs in engine_costs; within 30% on 11 of 15 public decode "
                          "measurements (docs/sim-to-real.md): calibrate it on one to three measured points "
                          "(hw-profile calibrate --prior) before planning")},
         device=dep.gpu.name,

@@ -81,6 +81,7 @@ class ModelShape:
     o_lora_rank: int = 0
     o_groups: int = 0
     expert_dtype: str = ""  # storage type of routed experts when narrower than the rest ("fp4"); "" = dtype
+    kv_dtype: str = ""  # the KV cache's type where the model fixes it (V4: "fp8"); "" = the engines' default, bf16
 
     @property
     def is_moe(self) -> bool:
@@ -249,7 +250,7 @@ _OPTIONAL = {
     "family", "experts", "experts_per_token", "shared_experts", "expert_intermediate", "dense_layers",
     "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_pattern",
     "csa_layers", "hca_layers", "csa_ratio", "hca_ratio", "index_heads", "index_head_dim", "index_topk",
-    "o_lora_rank", "o_groups", "expert_dtype",
+    "o_lora_rank", "o_groups", "expert_dtype", "kv_dtype",
 }
 
 SHAPES: dict[str, ModelShape] = {
@@ -262,6 +263,11 @@ SHAPES: dict[str, ModelShape] = {
                            intermediate=12288, vocab=151936),
     "qwen3-14b": ModelShape("qwen3-14b", layers=40, hidden=5120, heads=40, kv_heads=8, head_dim=128,
                             intermediate=17408, vocab=151936),
+    # Qwen/Qwen3-30B-A3B config.json: 48 layers, all MoE (128 experts, 8 per token, width 768, no shared expert),
+    # GQA 32 query / 4 KV heads of 128
+    "qwen3-30b-a3b": ModelShape("qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128,
+                                intermediate=6144, vocab=151936, family="qwen3_moe", experts=128,
+                                experts_per_token=8, expert_intermediate=768),
     # google/gemma-3-12b (text config): 48 layers, 5 local (1024-token window) : 1 global
     "gemma3-12b": ModelShape("gemma3-12b", layers=48, hidden=3840, heads=16, kv_heads=8, head_dim=256,
                              intermediate=15360, vocab=262208, tie_embeddings=True, family="gemma3_text",
@@ -285,7 +291,7 @@ SHAPES: dict[str, ModelShape] = {
                                     experts_per_token=6, shared_experts=1, expert_intermediate=2048,
                                     q_lora_rank=1024, qk_rope_head_dim=64, sliding_window=128, csa_layers=21,
                                     hca_layers=20, index_heads=64, index_head_dim=128, index_topk=512,
-                                    o_lora_rank=1024, o_groups=8, expert_dtype="fp4"),
+                                    o_lora_rank=1024, o_groups=8, expert_dtype="fp4", kv_dtype="fp8"),
     # deepseek-ai/DeepSeek-V4-Pro: the card states 1.6T total and 49B active. Shape as its config.json is
     # reproduced in public inference code (not checked against the card here): 61 layers, hidden 7168, 128 query
     # heads x 512, q_lora_rank 1536, output in 16 groups of rank 1024, 384 routed experts (fp4) + 1 shared, 6 per
@@ -297,7 +303,7 @@ SHAPES: dict[str, ModelShape] = {
                                   experts_per_token=6, shared_experts=1, expert_intermediate=3072,
                                   q_lora_rank=1536, qk_rope_head_dim=64, sliding_window=128, csa_layers=30,
                                   hca_layers=31, index_heads=64, index_head_dim=128, index_topk=1024,
-                                  o_lora_rank=1024, o_groups=16, expert_dtype="fp4"),
+                                  o_lora_rank=1024, o_groups=16, expert_dtype="fp4", kv_dtype="fp8"),
 }
 
 # Names that resolve to another entry. Google's Gemma 4 family (ai.google.dev/gemma/docs/core) has E2B, E4B, a
