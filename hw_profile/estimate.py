@@ -347,7 +347,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         kind="estimate",
         caveat={"kind": "an estimate",
                 "text": (f"kernels from {', '.join(est.sources)} ({np.mean(est.inside):.0%} of points inside measured "
-                         "data) plus the engine costs in engine_costs; within 30% on 11 of 15 public decode "
+                         "data) plus the engine costs in engine_costs; within 30% on 13 of 17 public decode "
                          "measurements (docs/sim-to-real.md): calibrate it on one to three measured points "
                          "(hw-profile calibrate --prior) before planning")},
         device=dep.gpu.name,

@@ -268,6 +268,11 @@ SHAPES: dict[str, ModelShape] = {
     "qwen3-30b-a3b": ModelShape("qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128,
                                 intermediate=6144, vocab=151936, family="qwen3_moe", experts=128,
                                 experts_per_token=8, expert_intermediate=768),
+    # Qwen/Qwen3-235B-A22B config.json: 94 layers, all MoE (128 experts, 8 per token, width 1536, no shared
+    # expert), GQA 64 query / 4 KV heads of 128
+    "qwen3-235b-a22b": ModelShape("qwen3-235b-a22b", layers=94, hidden=4096, heads=64, kv_heads=4, head_dim=128,
+                                  intermediate=12288, vocab=151936, family="qwen3_moe", experts=128,
+                                  experts_per_token=8, expert_intermediate=1536),
     # google/gemma-3-12b (text config): 48 layers, 5 local (1024-token window) : 1 global
     "gemma3-12b": ModelShape("gemma3-12b", layers=48, hidden=3840, heads=16, kv_heads=8, head_dim=256,
                              intermediate=15360, vocab=262208, tie_embeddings=True, family="gemma3_text",
@@ -280,6 +285,12 @@ SHAPES: dict[str, ModelShape] = {
                               experts=256, experts_per_token=8, shared_experts=1, expert_intermediate=2048,
                               dense_layers=3, kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
                               v_head_dim=128),
+    # moonshotai/Kimi-K2-Instruct config.json: DeepSeek-V3's architecture with 64 heads, 384 routed experts (8 per
+    # token, width 2048) + 1 shared, one leading dense layer, a 163,840-token vocabulary
+    "kimi-k2": ModelShape("kimi-k2", layers=61, hidden=7168, heads=64, kv_heads=64, head_dim=128, intermediate=18432,
+                          vocab=163840, family="deepseek_v3", experts=384, experts_per_token=8, shared_experts=1,
+                          expert_intermediate=2048, dense_layers=1, kv_lora_rank=512, q_lora_rank=1536,
+                          qk_rope_head_dim=64, v_head_dim=128),
     # deepseek-ai/DeepSeek-V4-Flash config.json: 43 layers, hidden 4096, 64 query heads over one 512-wide KV head
     # (rotary 64 inside), q_lora_rank 1024, output in 8 groups of rank 1024, 256 routed experts (fp4) + 1 shared,
     # 6 per token, width 2048 (the first 3 hash-routed, still experts), compress_ratios [0, 0] + [4, 128] x 20 +
