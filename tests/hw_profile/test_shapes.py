@@ -82,3 +82,15 @@ def test_layers_override_and_moe_drafter_of_moe():
 def test_unknown_shape_names_the_choices():
     with pytest.raises(KeyError, match="qwen3-8b"):
         get_shape("llama-9b")
+
+
+@pytest.mark.parametrize("name, total, active", [
+    ("qwen3-30b-a3b", 30.5e9, 3.3e9),  # the model cards' totals and activated parameters
+    ("qwen3-235b-a22b", 235e9, 22e9),
+    ("kimi-k2", 1.0e12, 32e9),
+])
+def test_moe_builtins_match_their_cards(name, total, active):
+    s = get_shape(name)
+    assert s.total_params == pytest.approx(total, rel=0.03)
+    # the cards count the embedding among activated parameters; matmul_params leaves it out
+    assert s.matmul_params + s.vocab * s.hidden == pytest.approx(active, rel=0.05)
