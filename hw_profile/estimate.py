@@ -172,7 +172,7 @@ def two_batch_ms(half: dict[str, np.ndarray], exchange_half: np.ndarray) -> np.n
     """The layers of a step split into two micro-batches, each with the kernel parts ``half`` and one exchange of
     ``exchange_half``, laid out as DeepSeek's decode profile and SGLang's two-batch-overlap decode strategy run them:
     a micro-batch's dispatch runs under the other's attention projections and its own shared experts (the dense
-    GEMMs), its combine under the other's core attention and router, and its routed experts between the two,
+    GEMMs), its combine under the other's core attention, and its routed experts between the two,
     exposed (they need the dispatched tokens and feed the combine). Dispatch is a third of the exchange's bytes
     (fp8 out, bf16 back)."""
     routed = half.get("routed", half.get("moe", 0.0))
