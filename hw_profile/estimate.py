@@ -193,9 +193,12 @@ def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarr
     whole = exchange_ms(shape, dep, b)
     if dep.costs.overlap:
         layers = sum(v for key, v in parts.items() if key not in LAYERLESS_PARTS)
-        split = two_batch_ms(parts_at(b / 2.0, k / 2.0), exchange_ms(shape, dep, b / 2.0))
+        splits = b >= 2.0
+        # points that cannot be split are looked up whole (a kernel lookup needs a token) and their result unused
+        half_b, half_k = np.where(splits, b / 2.0, b), np.where(splits, k / 2.0, k)
+        split = two_batch_ms(parts_at(half_b, half_k), exchange_ms(shape, dep, half_b))
         # never negative: a kernel is never cheaper per token at half the batch (clamped against interpolation)
-        whole = np.where(b >= 2.0, np.maximum(split - layers, 0.0), whole)
+        whole = np.where(splits, np.maximum(split - layers, 0.0), whole)
     return {**parts, "a2a": whole}
 
 
