@@ -15,7 +15,8 @@ The kernels come from the best source available, recorded per point in the table
   dense GEMMs (attention projections, dense and shared MLPs, router, LM head), the routed experts (weights of the
   experts the step touches; FLOPs scaled by the busiest expert-parallel rank's load), attention (KV reads once per
   request; compute for every verified token over its request's context), and communication (tensor-parallel
-  all-reduces, or expert-parallel dispatch and combine).
+  all-reduces, or expert-parallel dispatch and combine). Each launch also pays the fixed latency measured kernels
+  show above their roofline at one token (``KERNEL_FLOOR_US``, from ``hw_profile.kernel_floors``).
 
 Parallelism: ``tp`` splits attention and dense weights over the replica's GPUs (routed experts over ``ep`` groups
 inside it) and the table describes the replica; ``dp`` is DeepSeek-style decode, every GPU a data-parallel
@@ -60,7 +61,7 @@ from hw_profile.roofline import (
     markov_head_costs,
     stored_weight_bytes,
 )
-from hw_profile.shapes import ModelShape, drafter_attention_window, drafter_shape
+from hw_profile.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
 from hw_profile.table import StepTable, table_meta
 
 MARKOV_RANK = 256  # DSpark's Markov head (paper 5.1)
@@ -69,6 +70,11 @@ DSPARK_LAYERS_DENSE = 5  # the dense drafter the project's Qwen3 tables use
 A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and expert copy
 # parts of a step outside its layers: the LM head, the tensor-parallel all-reduces, the exchange itself
 LAYERLESS_PARTS = ("lm_head", "comm", "a2a")
+# What a measured kernel costs above its roofline at one token (us): a GEMM, one layer's decode attention, one
+# layer's fused MoE. Medians from the kernel database over the GPUs it covers (``hw_profile.kernel_floors``, which
+# recomputes them); the kernel-level roofline adds them per launch, so that at low load it prices what kernels
+# really take on GPUs the database lacks.
+KERNEL_FLOOR_US = {"gemm": 4.3, "attention": 11.2, "moe": 24.4}
 # Inside one NVLink domain (an HGX board of 8, an NVL72 rack) the exchange runs over NVLink: its achieved bandwidth
 # (RooflineParams.nvlink_gb_s, scaled to the part) and a latency floor of tens of microseconds per layer
 # (NVSHMEM/IPC puts with no NIC in the path), taken as this many us for dispatch + combine.
@@ -116,8 +122,19 @@ def attention_queries(b: np.ndarray, costs: EngineCosts) -> np.ndarray:
     return np.minimum(b, costs.verify_tokens_per_request)
 
 
-def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray) -> dict[str, np.ndarray]:
-    """Kernel time (ms) per family for B tokens over K KV tokens on one GPU of the deployment."""
+def kernel_floor_ms(shape: ModelShape) -> dict[str, float]:
+    """Per family, the fixed latency of a step's kernels (``KERNEL_FLOOR_US`` per launch), ms. The same on every
+    tensor-parallel GPU: each launches every kernel."""
+    gemms = sum(layers for *_, layers in dense_gemms(shape))
+    us = KERNEL_FLOOR_US
+    return {"dense": gemms * us["gemm"] * 1e-3, "lm_head": (us["gemm"] if shape.lm_head else 0.0) * 1e-3,
+            "routed": shape.moe_layers * us["moe"] * 1e-3, "attention": shape.layers * us["attention"] * 1e-3}
+
+
+def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray,
+                   floors: bool = True) -> dict[str, np.ndarray]:
+    """Kernel time (ms) per family for B tokens over K KV tokens on one GPU of the deployment: each family bound by
+    its own resource, plus its kernels' fixed latency (``kernel_floor_ms``; ``floors=False`` leaves it out)."""
     b = np.asarray(b, dtype=float)
     k = np.asarray(k, dtype=float)
     wb = DTYPE_BYTES[dep.dtype]
@@ -148,6 +165,10 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
     attn_flops = (shape.attn_flops_per_kv_token * k * q + shape.attn_flops_per_query_token * b) / g
     # attention computes in its cache's type: a bf16 cache runs bf16 kernels whatever the weights' dtype
     parts["attention"] = _bound(attn_bytes, attn_flops, dep, "bf16" if kv_scale == 1.0 else dep.dtype)
+    if floors:
+        for family, ms in kernel_floor_ms(shape).items():
+            if family in parts:
+                parts[family] = parts[family] + ms
     # tensor-parallel all-reduces; the expert-parallel exchange of ``dp`` is added by ``with_exchange``
     parts["comm"] = (np.zeros_like(b) if dep.parallel == "dp" else
                      allreduce_s(shape, dep.gpu, b, dep.dtype, dep.gpus, dep.roofline) * 1e3)
@@ -350,7 +371,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         kind="estimate",
         caveat={"kind": "an estimate",
                 "text": (f"kernels from {', '.join(est.sources)} ({np.mean(est.inside):.0%} of points inside measured "
-                         "data) plus the engine costs in engine_costs; within 30% on 13 of 17 public decode "
+                         "data) plus the engine costs in engine_costs; within 30% on 14 of 17 public decode "
                          "measurements (docs/sim-to-real.md): calibrate it on one to three measured points "
                          "(hw-profile calibrate --prior) before planning")},
         device=dep.gpu.name,

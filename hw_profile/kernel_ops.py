@@ -54,7 +54,7 @@ from hw_profile.kernel_db import (
     system_of,
 )
 from hw_profile.kernel_grid import Grid
-from hw_profile.shapes import ModelShape
+from hw_profile.shapes import ModelShape, dense_gemms
 
 # fp4 routed experts (DeepSeek-V4): MXFP4 weights with fp8 activations first (V4's own format), then NVFP4
 FP4_MOE_DTYPES = ("w4a8_mxfp4_mxfp8", "nvfp4", "w4a16_mxfp4")
@@ -134,32 +134,6 @@ def _gemm(ctx: _Ctx, gdtype: str, m: np.ndarray, n: int, k: int, what: str) -> n
         val, inside = gg.grid.lookup(m, np.full(m.shape, float(piece)), np.full(m.shape, float(k)))
         total = total + ctx.take(f"{what} GEMM", val, inside)
     return total
-
-
-def _gemms(shape: ModelShape, tp: int) -> list[tuple[str, int, int, int]]:
-    """(name, N, K, layers) of the dense GEMMs of one forward, per GPU."""
-    h, L = shape.hidden, shape.layers
-    out: list[tuple[str, int, int, int]] = []
-    if shape.is_compressed:
-        pass  # V4's attention projections are inside its measured attention modules
-    elif shape.is_mla:
-        qk = shape.head_dim + shape.qk_rope_head_dim
-        out.append(("q_a+kv_a", shape.q_lora_rank + shape.kv_lora_rank + shape.qk_rope_head_dim, h, L))
-        out.append(("q_b", shape.heads * qk // tp, shape.q_lora_rank, L))
-        out.append(("o", h, shape.heads * shape.v_head_dim // tp, L))
-    else:
-        kv_local = max(1, shape.kv_heads // tp)
-        out.append(("qkv", (shape.heads // tp + 2 * kv_local) * shape.head_dim, h, L))
-        out.append(("o", h, shape.heads * shape.head_dim // tp, L))
-    dense_layers = shape.dense_layers if shape.is_moe else L
-    if dense_layers:
-        out.append(("gate_up", 2 * shape.intermediate // tp, h, dense_layers))
-        out.append(("down", h, shape.intermediate // tp, dense_layers))
-    if shape.is_moe and shape.shared_experts:
-        width = shape.shared_experts * shape.expert_intermediate
-        out.append(("shared gate_up", 2 * width // tp, h, shape.moe_layers))
-        out.append(("shared down", h, width // tp, shape.moe_layers))
-    return out
 
 
 # --- attention ----------------------------------------------------------------------------------------------------
@@ -382,7 +356,7 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     gdtype = _gemm_dtype(shape, dtype)
 
     gemm = np.zeros(B.shape)
-    gemm_list = _gemms(shape, gpus)
+    gemm_list = dense_gemms(shape, gpus)
     if shape.is_compressed:
         attention = _v4_attention(ctx, shape, B, R, c)
     elif shape.is_mla:

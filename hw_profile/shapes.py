@@ -410,6 +410,33 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
         raise KeyError(f"config lacks {exc.args[0]!r}, which a model shape needs") from None
 
 
+def dense_gemms(shape: ModelShape, tp: int = 1) -> list[tuple[str, int, int, int]]:
+    """(name, N, K, layers) of the dense GEMMs of one forward on one of ``tp`` tensor-parallel GPUs: the attention
+    projections, dense MLPs and shared experts (routed experts and attention itself are priced apart)."""
+    h, L = shape.hidden, shape.layers
+    out: list[tuple[str, int, int, int]] = []
+    if shape.is_compressed:
+        pass  # V4's attention projections are inside its measured attention modules
+    elif shape.is_mla:
+        qk = shape.head_dim + shape.qk_rope_head_dim
+        out.append(("q_a+kv_a", shape.q_lora_rank + shape.kv_lora_rank + shape.qk_rope_head_dim, h, L))
+        out.append(("q_b", shape.heads * qk // tp, shape.q_lora_rank, L))
+        out.append(("o", h, shape.heads * shape.v_head_dim // tp, L))
+    else:
+        kv_local = max(1, shape.kv_heads // tp)
+        out.append(("qkv", (shape.heads // tp + 2 * kv_local) * shape.head_dim, h, L))
+        out.append(("o", h, shape.heads * shape.head_dim // tp, L))
+    dense_layers = shape.dense_layers if shape.is_moe else L
+    if dense_layers:
+        out.append(("gate_up", 2 * shape.intermediate // tp, h, dense_layers))
+        out.append(("down", h, shape.intermediate // tp, dense_layers))
+    if shape.is_moe and shape.shared_experts:
+        width = shape.shared_experts * shape.expert_intermediate
+        out.append(("shared gate_up", 2 * width // tp, h, shape.moe_layers))
+        out.append(("shared down", h, width // tp, shape.moe_layers))
+    return out
+
+
 def with_layers(shape: ModelShape, layers: int) -> ModelShape:
     """The same model cut to its first ``layers`` layers (the profiler's ``--layers`` override): leading dense
     layers are kept first, as in the full model."""

@@ -21,6 +21,7 @@ from hw_profile.engine_costs import (
 )
 from hw_profile.errors import HwProfileError
 from hw_profile.estimate import (
+    KERNEL_FLOOR_US,
     Deployment,
     estimate_points,
     exchange_ms,
@@ -165,9 +166,10 @@ def test_parts_add_up_and_the_fixed_cost_is_paid_once():
     assert np.allclose(est.ms, sum(est.parts.values()))
     assert np.allclose(est.parts["fixed"], 1.5)
     assert (est.source == "roofline").all() and not est.inside.any()
-    # a single stream of a dense 8B model on one H200 reads its weights once: 16.4 GB at 0.8 x 4.8 TB/s
+    # a single stream of a dense 8B model on one H200 reads its weights once: 16.4 GB at 0.8 x 4.8 TB/s, plus the
+    # fixed latency of its 36 x 4 GEMMs and the LM head
     weights_ms = shape.dense_params * 2 / (0.8 * 4.8e12) * 1e3
-    assert est.parts["dense"][0] + est.parts["lm_head"][0] == pytest.approx(weights_ms)
+    assert est.parts["dense"][0] + est.parts["lm_head"][0] == pytest.approx(weights_ms + 145 * 4.3e-3)
     assert np.all(np.diff(est.ms) > 0)
 
 
@@ -175,20 +177,20 @@ def test_each_verified_token_attends_to_the_context():
     """MLA at long context is compute-bound in attention: the table's q per request scales that part."""
     shape, d = dep("deepseek-v3", gpus=8, ep=8, parallel="dp", dtype="fp8")
     b, k = np.array([256.0]), np.array([256 * 32768.0])
-    one = estimate_points(shape, replace(d, costs=EngineCosts(verify_tokens_per_request=1.0)), b, k, "roofline")
-    four = estimate_points(shape, replace(d, costs=EngineCosts(verify_tokens_per_request=4.0)), b, k, "roofline")
-    assert four.parts["attention"][0] == pytest.approx(4 * one.parts["attention"][0], rel=1e-9)
-    assert four.parts["dense"][0] == one.parts["dense"][0]
+    one = roofline_parts(shape, replace(d, costs=EngineCosts(verify_tokens_per_request=1.0)), b, k, floors=False)
+    four = roofline_parts(shape, replace(d, costs=EngineCosts(verify_tokens_per_request=4.0)), b, k, floors=False)
+    assert four["attention"][0] == pytest.approx(4 * one["attention"][0], rel=1e-9)
+    assert four["dense"][0] == one["dense"][0]
 
 
 def test_latent_cache_is_read_whole_by_every_tensor_parallel_rank():
     shape, d = dep("deepseek-v3", gpus=8, ep=8, dtype="fp8", costs=EngineCosts(verify_tokens_per_request=1.0))
     b, k = np.array([1.0]), np.array([2_000_000.0])
-    tp = estimate_points(shape, replace(d, parallel="tp"), b, k, "roofline").parts["attention"][0]
+    tp = roofline_parts(shape, replace(d, parallel="tp"), b, k, floors=False)["attention"][0]
     kv_bytes = 2e6 * shape.kv_read_bytes_per_token  # a bf16 cache, though the weights are fp8
     assert tp == pytest.approx(kv_bytes / (0.8 * 4.8e12) * 1e3)
     qwen, dq = dep("qwen3-8b", gpus=2)
-    one = estimate_points(qwen, dq, b, k, "roofline").parts["attention"][0]
+    one = roofline_parts(qwen, dq, b, k, floors=False)["attention"][0]
     assert one == pytest.approx(2e6 * qwen.kv_read_bytes_per_token / 2 / (0.8 * 4.8e12) * 1e3)
 
 
@@ -197,12 +199,12 @@ def test_the_kv_cache_is_bf16_whatever_the_weights_unless_the_model_stores_fp8()
     compressed cache in fp8 whatever the weights."""
     b, k = np.array([1.0]), np.array([4_000_000.0])  # one request, long context: the KV read dominates attention
     qwen = get_shape("qwen3-8b")
-    attn = {dt: estimate_points(qwen, dep("qwen3-8b", dtype=dt)[1], b, k, "roofline").parts["attention"][0]
+    attn = {dt: roofline_parts(qwen, dep("qwen3-8b", dtype=dt)[1], b, k, floors=False)["attention"][0]
             for dt in ("bf16", "fp8")}
     assert attn["fp8"] == pytest.approx(attn["bf16"], rel=1e-12)
     assert attn["bf16"] == pytest.approx(4e6 * qwen.kv_read_bytes_per_token / (0.8 * 4.8e12) * 1e3, rel=1e-3)
     v4 = get_shape("deepseek-v4-flash")
-    v4_attn = {dt: estimate_points(v4, dep("deepseek-v4-flash", dtype=dt)[1], b, k, "roofline").parts["attention"][0]
+    v4_attn = {dt: roofline_parts(v4, dep("deepseek-v4-flash", dtype=dt)[1], b, k, floors=False)["attention"][0]
                for dt in ("bf16", "fp8")}
     assert v4_attn["fp8"] == pytest.approx(v4_attn["bf16"], rel=1e-12)
     v4_bytes = (4e6 * v4.kv_read_bytes_per_token + v4.attn_read_bytes_per_query_token) * 0.5  # fp8
@@ -210,9 +212,37 @@ def test_the_kv_cache_is_bf16_whatever_the_weights_unless_the_model_stores_fp8()
     # its drafter (window-only layers, no compressed rows) keeps the fp8 cache
     drafter = drafter_shape(v4, 1)
     assert not drafter.is_compressed and drafter.kv_dtype == "fp8"
-    d_attn = estimate_points(drafter, dep("deepseek-v4-flash")[1], b, k, "roofline").parts["attention"][0]
+    d_attn = roofline_parts(drafter, dep("deepseek-v4-flash")[1], b, k, floors=False)["attention"][0]
     d_bytes = (4e6 * drafter.kv_read_bytes_per_token + drafter.attn_read_bytes_per_query_token) * 0.5
     assert d_attn == pytest.approx(d_bytes / (0.8 * 4.8e12) * 1e3, rel=1e-3)
+
+
+def test_each_kernel_family_pays_its_launches_fixed_latency():
+    """The kernel-level roofline adds per launch what measured kernels cost above their roofline at one token:
+    Qwen3-8B launches 36 x 4 dense GEMMs and an LM head, 36 attentions; DeepSeek-V3 also 58 fused MoE layers."""
+    for model, counts in (("qwen3-8b", {"dense": 144, "lm_head": 1, "attention": 36}),
+                          ("deepseek-v3", {"dense": 61 * 3 + 3 * 2 + 58 * 2, "lm_head": 1, "attention": 61,
+                                           "routed": 58})):
+        shape, d = dep(model, dtype="fp8")
+        b, k = np.array([1.0, 512.0]), np.array([4096.0, 512 * 4096.0])
+        with_floors = roofline_parts(shape, d, b, k)
+        without = roofline_parts(shape, d, b, k, floors=False)
+        per_launch = {"dense": KERNEL_FLOOR_US["gemm"], "lm_head": KERNEL_FLOOR_US["gemm"],
+                      "attention": KERNEL_FLOOR_US["attention"], "routed": KERNEL_FLOOR_US["moe"]}
+        for family in without:
+            added = counts.get(family, 0) * per_launch.get(family, 0.0) * 1e-3
+            assert np.allclose(with_floors[family] - without[family], added, rtol=1e-12, atol=1e-12), family
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
+                    reason="the kernel database (dspark-sim[kernels]) is not installed")
+def test_the_kernel_floors_are_what_the_kernel_database_measures():
+    from hw_profile.kernel_floors import measured_floors
+
+    floors = measured_floors()
+    for key, us in KERNEL_FLOOR_US.items():
+        assert floors[key] == pytest.approx(us, abs=0.05), key
 
 
 def test_prefill_is_priced_per_token_and_per_token_pair():
