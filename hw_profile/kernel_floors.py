@@ -13,8 +13,8 @@ The medians over every covered (GPU, engine) of ``GPUS`` and the models of ``MOD
 
     python -m hw_profile.kernel_floors      # needs the kernels extra; about 20 s on a 2-core machine
 
-Checked leave-one-GPU-out: floors taken from the other GPUs bring the roofline within a median 10% of the measured
-kernels at 1, 8, 64 and 256 tokens. Without them, it was 71% at one token.
+It also checks them leave-one-GPU-out: floors taken from the other GPUs, added to the roofline of each GPU's
+steps, against that GPU's measured kernels at 1, 8, 64 and 256 tokens.
 """
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ GPUS = ("A100", "H100", "H200", "B200", "B300", "GB200", "GB300")
 MODELS = (("qwen3-8b", 1, "bf16"), ("qwen3-8b", 1, "fp8"), ("qwen3-14b", 1, "bf16"), ("qwen3-30b-a3b", 1, "bf16"),
           ("qwen3-235b-a22b", 8, "bf16"), ("deepseek-v3", 8, "fp8"))
 CONTEXT = 2048
+TOKENS = (1.0, 8.0, 64.0, 256.0)  # one request per token: plain decoding
+FAMILIES = ("gemm", "attention", "moe")
 
 
-def excess_per_launch() -> list[dict]:
+def cases() -> list[dict]:
     """One row per covered (GPU, engine, model): the measured kernels' excess over the roofline at one token, us per
-    launch, for GEMMs, attention and the fused MoE (NaN for a dense model)."""
+    launch, per family (NaN for a dense model's MoE); the launches per step; and the step's kernel time, measured
+    and roofline without floors, at ``TOKENS``."""
     from hw_profile import kernel_db
     from hw_profile.engine_costs import engine_defaults
     from hw_profile.errors import HwProfileError
@@ -40,7 +43,7 @@ def excess_per_launch() -> list[dict]:
     from hw_profile.gpus import get_gpu
     from hw_profile.shapes import dense_gemms, get_shape
 
-    b, requests, context = np.array([1.0]), np.array([1.0]), np.array([float(CONTEXT)])
+    b = np.array(TOKENS)
     rows = []
     for gpu, engine, _ in kernel_db.coverage():
         if gpu not in GPUS:
@@ -50,40 +53,59 @@ def excess_per_launch() -> list[dict]:
             dep = Deployment(get_gpu(gpu), gpus=gpus, ep=1, dtype=dtype, parallel="tp", engine=engine,
                              costs=engine_defaults(engine))
             try:
-                measured = kernel_times(kernel_db, shape, dep, b, requests, context).parts
+                measured = kernel_times(kernel_db, shape, dep, b, b, np.full(b.shape, float(CONTEXT))).parts
             except HwProfileError:  # a layout this (GPU, engine) has no data for
                 continue
             roof = roofline_parts(shape, dep, b, b * CONTEXT, floors=False)
-            gemms = sum(layers for *_, layers in dense_gemms(shape, gpus)) + 1  # + the LM head
-            moe = (measured["moe"][0] - roof["routed"][0]) / shape.moe_layers if shape.is_moe else np.nan
-            rows.append({
-                "gpu": gpu, "engine": engine, "model": model, "dtype": dtype,
-                "gemm": (measured["gemm"][0] + measured["lm_head"][0] - roof["dense"][0] - roof["lm_head"][0])
-                / gemms * 1e3,
-                "attention": (measured["attention"][0] - roof["attention"][0]) / shape.layers * 1e3,
-                "moe": moe * 1e3,
-            })
+            launches = {"gemm": sum(layers for *_, layers in dense_gemms(shape, gpus)) + 1,  # + the LM head
+                        "attention": shape.layers, "moe": shape.moe_layers}
+            excess = {
+                "gemm": measured["gemm"][0] + measured["lm_head"][0] - roof["dense"][0] - roof["lm_head"][0],
+                "attention": measured["attention"][0] - roof["attention"][0],
+                "moe": measured["moe"][0] - roof["routed"][0] if shape.is_moe else np.nan,
+            }
+            rows.append({"gpu": gpu, "engine": engine, "model": model, "dtype": dtype, "launches": launches,
+                         **{f: excess[f] / launches[f] * 1e3 if launches[f] else np.nan for f in FAMILIES},
+                         "measured_ms": sum(measured.values()), "roofline_ms": sum(roof.values())})
+    if not rows:
+        raise HwProfileError("kernel floors: the kernel database covers none of " + ", ".join(GPUS))
     return rows
 
 
-def measured_floors() -> dict[str, float]:
-    """Median excess per launch (us) of GEMMs, attention and the fused MoE over the covered GPUs."""
-    rows = excess_per_launch()
-    if not rows:
-        from hw_profile.errors import HwProfileError
+def medians(rows: list[dict]) -> dict[str, float]:
+    """Median excess per launch (us) of each family over ``rows``."""
+    return {f: float(np.nanmedian([r[f] for r in rows])) for f in FAMILIES}
 
-        raise HwProfileError("kernel floors: the kernel database covers none of " + ", ".join(GPUS))
-    return {key: float(np.nanmedian([r[key] for r in rows])) for key in ("gemm", "attention", "moe")}
+
+def floor_ms(row: dict, floors: dict[str, float]) -> float:
+    return sum(row["launches"][f] * floors[f] for f in FAMILIES) * 1e-3
+
+
+def leave_one_gpu_out(rows: list[dict]) -> dict[str, np.ndarray]:
+    """Median |log(roofline / measured)| of a step at each of ``TOKENS``, without floors and with floors taken from
+    the other GPUs' rows."""
+    plain, floored = [], []
+    for gpu in sorted({r["gpu"] for r in rows}):
+        floors = medians([r for r in rows if r["gpu"] != gpu])
+        for r in (r for r in rows if r["gpu"] == gpu):
+            plain.append(np.log(r["roofline_ms"] / r["measured_ms"]))
+            floored.append(np.log((r["roofline_ms"] + floor_ms(r, floors)) / r["measured_ms"]))
+    return {"without": np.median(np.abs(plain), axis=0), "with": np.median(np.abs(floored), axis=0)}
 
 
 def main() -> int:
     from hw_profile.estimate import KERNEL_FLOOR_US
     from hw_profile.kernel_db import package_version
 
-    floors = measured_floors()
-    print(f"kernel database: aiconfigurator-core {package_version()}")
-    for key, us in floors.items():
-        print(f"{key}: {us:.1f} us per launch (KERNEL_FLOOR_US: {KERNEL_FLOOR_US[key]})")
+    rows = cases()
+    print(f"kernel database: aiconfigurator-core {package_version()}; {len(rows)} (GPU, engine, model) cases")
+    for family, us in medians(rows).items():
+        print(f"{family}: {us:.1f} us per launch (KERNEL_FLOOR_US: {KERNEL_FLOOR_US[family]})")
+    check = leave_one_gpu_out(rows)
+    print("leave one GPU out, the roofline's step over the measured kernels' (median |log ratio|):")
+    for label, errs in check.items():
+        cells = ", ".join(f"{int(t)} tokens {e:.2f} ({np.exp(e):.2f}x)" for t, e in zip(TOKENS, errs, strict=True))
+        print(f"  {label} floors: {cells}")
     return 0
 
 
