@@ -71,10 +71,11 @@ A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and e
 # parts of a step outside its layers: the LM head, the tensor-parallel all-reduces, the exchange itself
 LAYERLESS_PARTS = ("lm_head", "comm", "a2a")
 # What a measured kernel costs above its roofline at one token (us): a GEMM, one layer's decode attention, one
-# layer's fused MoE. Medians from the kernel database over the GPUs it covers (``hw_profile.kernel_floors``, which
-# recomputes them); the kernel-level roofline adds them per launch, so that at low load it prices what kernels
-# really take on GPUs the database lacks.
-KERNEL_FLOOR_US = {"gemm": 4.3, "attention": 11.2, "moe": 24.4}
+# layer's fused MoE; for DeepSeek-V4, one layer's attention module and its hyper-connection mixing. Medians from
+# the kernel database over the GPUs it covers (``hw_profile.kernel_floors``, which recomputes them); the
+# kernel-level roofline adds them per launch, so that at low load it prices what kernels really take on GPUs the
+# database lacks.
+KERNEL_FLOOR_US = {"gemm": 4.3, "attention": 11.2, "moe": 24.4, "v4_attention": 54.8, "mhc": 26.8}
 # Inside one NVLink domain (an HGX board of 8, an NVL72 rack) the exchange runs over NVLink: its achieved bandwidth
 # (RooflineParams.nvlink_gb_s, scaled to the part) and a latency floor of tens of microseconds per layer
 # (NVSHMEM/IPC puts with no NIC in the path), taken as this many us for dispatch + combine.
@@ -127,8 +128,11 @@ def kernel_floor_ms(shape: ModelShape) -> dict[str, float]:
     tensor-parallel GPU: each launches every kernel."""
     gemms = sum(layers for *_, layers in dense_gemms(shape))
     us = KERNEL_FLOOR_US
-    return {"dense": gemms * us["gemm"] * 1e-3, "lm_head": (us["gemm"] if shape.lm_head else 0.0) * 1e-3,
-            "routed": shape.moe_layers * us["moe"] * 1e-3, "attention": shape.layers * us["attention"] * 1e-3}
+    # a V4 layer's attention is one module (its projections inside) and its residual stream is mixed (mHC)
+    attention = us["v4_attention"] if shape.is_compressed else us["attention"]
+    mixing = shape.layers * us["mhc"] if shape.is_compressed else 0.0
+    return {"dense": (gemms * us["gemm"] + mixing) * 1e-3, "lm_head": (us["gemm"] if shape.lm_head else 0.0) * 1e-3,
+            "routed": shape.moe_layers * us["moe"] * 1e-3, "attention": shape.layers * attention * 1e-3}
 
 
 def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray,
@@ -371,7 +375,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         kind="estimate",
         caveat={"kind": "an estimate",
                 "text": (f"kernels from {', '.join(est.sources)} ({np.mean(est.inside):.0%} of points inside measured "
-                         "data) plus the engine costs in engine_costs; within 30% on 14 of 17 public decode "
+                         "data) plus the engine costs in engine_costs; within 30% on 13 of 17 public decode "
                          "measurements (docs/sim-to-real.md): calibrate it on one to three measured points "
                          "(hw-profile calibrate --prior) before planning")},
         device=dep.gpu.name,

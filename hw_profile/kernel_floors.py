@@ -10,8 +10,11 @@ family's launches per step:
 - the fused MoE: one per MoE layer.
 
 The medians over every covered (GPU, engine) of ``GPUS`` and the models of ``MODELS`` are the constants.
+DeepSeek-V4's attention is a module (projections, compressor, indexer, sparse attention), measured where the
+database has it (Blackwell parts): its excess over the roofline of its attention and projections, per layer, is
+``v4_attention``, and its hyper-connection mixing, which the roofline does not price at all, is ``mhc`` per layer.
 
-    python -m hw_profile.kernel_floors      # needs the kernels extra; about 20 s on a 2-core machine
+    python -m hw_profile.kernel_floors      # needs the kernels extra; about 30 s on a 2-core machine
 
 It also checks them leave-one-GPU-out: floors taken from the other GPUs, added to the roofline of each GPU's
 steps, against that GPU's measured kernels at 1, 8, 64 and 256 tokens.
@@ -27,9 +30,11 @@ GPUS = ("A100", "H100", "H200", "B200", "B300", "GB200", "GB300")
 # (model, tensor-parallel GPUs, dtype): dense and MoE, GQA and MLA, bf16 and fp8
 MODELS = (("qwen3-8b", 1, "bf16"), ("qwen3-8b", 1, "fp8"), ("qwen3-14b", 1, "bf16"), ("qwen3-30b-a3b", 1, "bf16"),
           ("qwen3-235b-a22b", 8, "bf16"), ("deepseek-v3", 8, "fp8"))
+V4_MODELS = ("deepseek-v4-flash", "deepseek-v4-pro")  # on 8 tensor-parallel GPUs, fp8 with fp4 experts
 CONTEXT = 2048
 TOKENS = (1.0, 8.0, 64.0, 256.0)  # one request per token: plain decoding
 FAMILIES = ("gemm", "attention", "moe")
+V4_FAMILIES = ("v4_attention", "mhc")
 
 
 def cases() -> list[dict]:
@@ -72,9 +77,39 @@ def cases() -> list[dict]:
     return rows
 
 
-def medians(rows: list[dict]) -> dict[str, float]:
+def v4_cases() -> list[dict]:
+    """One row per covered (GPU, engine, V4 model) with V4 module data: the measured module's excess over the
+    roofline of its attention and projections, and the measured mixing, us per layer, at one token."""
+    from hw_profile import kernel_db
+    from hw_profile.engine_costs import engine_defaults
+    from hw_profile.errors import HwProfileError
+    from hw_profile.estimate import Deployment, kernel_times, roofline_parts
+    from hw_profile.gpus import get_gpu
+    from hw_profile.shapes import get_shape
+
+    b, context = np.array([1.0]), np.array([float(CONTEXT)])
+    rows = []
+    for gpu, engine, _ in kernel_db.coverage():
+        for model in V4_MODELS:
+            shape = get_shape(model)
+            dep = Deployment(get_gpu(gpu), gpus=8, ep=1, dtype="fp8", parallel="tp", engine=engine,
+                             costs=engine_defaults(engine))
+            try:
+                measured = kernel_times(kernel_db, shape, dep, b, b, context).parts
+            except HwProfileError:  # no V4 module (or fp4 expert) data on this (GPU, engine)
+                continue
+            roof = roofline_parts(shape, dep, b, b * CONTEXT, floors=False)
+            # the roofline's dense part holds the attention projections, which the measured module contains
+            projections = shape.layers * shape.attn_params_per_layer / (shape.dense_params - shape.head_params)
+            module = measured["attention"][0] - roof["attention"][0] - projections * roof["dense"][0]
+            rows.append({"gpu": gpu, "engine": engine, "model": model,
+                         "v4_attention": module / shape.layers * 1e3, "mhc": measured["mhc"][0] / shape.layers * 1e3})
+    return rows
+
+
+def medians(rows: list[dict], families: tuple[str, ...] = FAMILIES) -> dict[str, float]:
     """Median excess per launch (us) of each family over ``rows``."""
-    return {f: float(np.nanmedian([r[f] for r in rows])) for f in FAMILIES}
+    return {f: float(np.nanmedian([r[f] for r in rows])) for f in families}
 
 
 def floor_ms(row: dict, floors: dict[str, float]) -> float:
@@ -101,6 +136,10 @@ def main() -> int:
     print(f"kernel database: aiconfigurator-core {package_version()}; {len(rows)} (GPU, engine, model) cases")
     for family, us in medians(rows).items():
         print(f"{family}: {us:.1f} us per launch (KERNEL_FLOOR_US: {KERNEL_FLOOR_US[family]})")
+    v4 = v4_cases()
+    print(f"DeepSeek-V4 modules: {len(v4)} (GPU, engine, model) cases")
+    for family, us in medians(v4, V4_FAMILIES).items():
+        print(f"{family}: {us:.1f} us per layer (KERNEL_FLOOR_US: {KERNEL_FLOOR_US[family]})")
     check = leave_one_gpu_out(rows)
     print("leave one GPU out, the roofline's step over the measured kernels' (median |log ratio|):")
     for label, errs in check.items():

@@ -220,17 +220,21 @@ def test_the_kv_cache_is_bf16_whatever_the_weights_unless_the_model_stores_fp8()
 def test_each_kernel_family_pays_its_launches_fixed_latency():
     """The kernel-level roofline adds per launch what measured kernels cost above their roofline at one token:
     Qwen3-8B launches 36 x 4 dense GEMMs and an LM head, 36 attentions; DeepSeek-V3 also 58 fused MoE layers."""
-    for model, counts in (("qwen3-8b", {"dense": 144, "lm_head": 1, "attention": 36}),
-                          ("deepseek-v3", {"dense": 61 * 3 + 3 * 2 + 58 * 2, "lm_head": 1, "attention": 61,
-                                           "routed": 58})):
+    us = KERNEL_FLOOR_US
+    for model, added_us in (
+        ("qwen3-8b", {"dense": 144 * us["gemm"], "lm_head": us["gemm"], "attention": 36 * us["attention"]}),
+        ("deepseek-v3", {"dense": (61 * 3 + 3 * 2 + 58 * 2) * us["gemm"], "lm_head": us["gemm"],
+                         "attention": 61 * us["attention"], "routed": 58 * us["moe"]}),
+        # V4's attention projections are inside its module; its shared experts are GEMMs; each layer mixes (mHC)
+        ("deepseek-v4-flash", {"dense": 43 * 2 * us["gemm"] + 43 * us["mhc"], "lm_head": us["gemm"],
+                               "attention": 43 * us["v4_attention"], "routed": 43 * us["moe"]}),
+    ):
         shape, d = dep(model, dtype="fp8")
         b, k = np.array([1.0, 512.0]), np.array([4096.0, 512 * 4096.0])
         with_floors = roofline_parts(shape, d, b, k)
         without = roofline_parts(shape, d, b, k, floors=False)
-        per_launch = {"dense": KERNEL_FLOOR_US["gemm"], "lm_head": KERNEL_FLOOR_US["gemm"],
-                      "attention": KERNEL_FLOOR_US["attention"], "routed": KERNEL_FLOOR_US["moe"]}
         for family in without:
-            added = counts.get(family, 0) * per_launch.get(family, 0.0) * 1e-3
+            added = added_us.get(family, 0.0) * 1e-3
             assert np.allclose(with_floors[family] - without[family], added, rtol=1e-12, atol=1e-12), family
 
 
@@ -238,10 +242,10 @@ def test_each_kernel_family_pays_its_launches_fixed_latency():
 @pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
                     reason="the kernel database (dspark-sim[kernels]) is not installed")
 def test_the_kernel_floors_are_what_the_kernel_database_measures():
-    from hw_profile.kernel_floors import cases, leave_one_gpu_out, medians
+    from hw_profile.kernel_floors import V4_FAMILIES, cases, leave_one_gpu_out, medians, v4_cases
 
     rows = cases()
-    floors = medians(rows)
+    floors = {**medians(rows), **medians(v4_cases(), V4_FAMILIES)}
     for key, us in KERNEL_FLOOR_US.items():
         assert floors[key] == pytest.approx(us, abs=0.05), key
     # floors from the other GPUs bring each GPU's roofline within about 10% of its measured kernels at every load
