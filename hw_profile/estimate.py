@@ -298,7 +298,11 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
                           lambda bb, kk: roofline_parts(shape, dep, bb, kk))
     parts.update(engine_parts(shape, dep, b, costs))
     ms = sum(parts.values())
-    notes.append("kernels from a kernel-level roofline (no measured kernel data for this GPU/engine/model)")
+    notes.append("kernels from a kernel-level roofline (no measured kernel data for this GPU/engine/model), each "
+                 "launch paying the fixed latency measured kernels show on the GPUs the database covers (us: "
+                 + ", ".join(f"{name} {us}" for name, us in KERNEL_FLOOR_US.items()) + ")"
+                 + ("; measured on NVIDIA parts and borrowed for this AMD part" if dep.gpu.name.upper().startswith("MI")
+                    else ""))
     return Estimate(ms, parts, np.full(b.shape, "roofline", dtype=object), np.zeros(b.shape, bool),
                     [f"roofline: {dep.gpu.name} datasheet, comp_eff {dep.roofline.comp_eff}, "
                      f"mem_eff {dep.roofline.mem_eff}"], notes)

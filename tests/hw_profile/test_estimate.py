@@ -238,6 +238,15 @@ def test_each_kernel_family_pays_its_launches_fixed_latency():
             assert np.allclose(with_floors[family] - without[family], added, rtol=1e-12, atol=1e-12), family
 
 
+def test_a_roofline_estimate_says_its_kernels_pay_measured_floors():
+    b, k = np.array([1.0]), np.array([1024.0])
+    for gpu, borrowed in (("H20", False), ("MI300X", True)):
+        shape, d = dep(gpu=gpu)
+        notes = " ".join(estimate_points(shape, d, b, k, "roofline").notes)
+        assert "gemm 4.3, attention 11.2" in notes
+        assert ("borrowed for this AMD part" in notes) == borrowed
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
                     reason="the kernel database (dspark-sim[kernels]) is not installed")
