@@ -37,41 +37,55 @@ FAMILIES = ("gemm", "attention", "moe")
 V4_FAMILIES = ("v4_attention", "mhc")
 
 
-def cases() -> list[dict]:
-    """One row per covered (GPU, engine, model): the measured kernels' excess over the roofline at one token, us per
-    launch, per family (NaN for a dense model's MoE); the launches per step; and the step's kernel time, measured
-    and roofline without floors, at ``TOKENS``."""
+def _measured_and_roofline(tokens: np.ndarray, models, among: tuple[str, ...] | None = None) -> list[tuple]:
+    """(gpu, engine, model, dtype, shape, tp GPUs, measured parts, roofline parts without floors) for every
+    covered (GPU, engine), of the GPUs ``among`` if given, and every (model, tp GPUs, dtype) of ``models`` it has
+    data for, at ``tokens`` (one request per token) over a ``CONTEXT``-token context."""
     from hw_profile import kernel_db
     from hw_profile.engine_costs import engine_defaults
     from hw_profile.errors import HwProfileError
     from hw_profile.estimate import Deployment, kernel_times, roofline_parts
     from hw_profile.gpus import get_gpu
-    from hw_profile.shapes import dense_gemms, get_shape
+    from hw_profile.shapes import get_shape
 
-    b = np.array(TOKENS)
-    rows = []
+    out = []
     for gpu, engine, _ in kernel_db.coverage():
-        if gpu not in GPUS:
+        if among is not None and gpu not in among:
             continue
-        for model, gpus, dtype in MODELS:
+        for model, gpus, dtype in models:
             shape = get_shape(model)
             dep = Deployment(get_gpu(gpu), gpus=gpus, ep=1, dtype=dtype, parallel="tp", engine=engine,
                              costs=engine_defaults(engine))
             try:
-                measured = kernel_times(kernel_db, shape, dep, b, b, np.full(b.shape, float(CONTEXT))).parts
-            except HwProfileError:  # a layout this (GPU, engine) has no data for
+                measured = kernel_times(kernel_db, shape, dep, tokens, tokens,
+                                        np.full(tokens.shape, float(CONTEXT))).parts
+            except HwProfileError:  # a layout (or V4 module) this (GPU, engine) has no data for
                 continue
-            roof = roofline_parts(shape, dep, b, b * CONTEXT, floors=False)
-            launches = {"gemm": sum(layers for *_, layers in dense_gemms(shape, gpus)) + 1,  # + the LM head
-                        "attention": shape.layers, "moe": shape.moe_layers}
-            excess = {
-                "gemm": measured["gemm"][0] + measured["lm_head"][0] - roof["dense"][0] - roof["lm_head"][0],
-                "attention": measured["attention"][0] - roof["attention"][0],
-                "moe": measured["moe"][0] - roof["routed"][0] if shape.is_moe else np.nan,
-            }
-            rows.append({"gpu": gpu, "engine": engine, "model": model, "dtype": dtype, "launches": launches,
-                         **{f: excess[f] / launches[f] * 1e3 if launches[f] else np.nan for f in FAMILIES},
-                         "measured_ms": sum(measured.values()), "roofline_ms": sum(roof.values())})
+            out.append((gpu, engine, model, dtype, shape, gpus, measured,
+                        roofline_parts(shape, dep, tokens, tokens * CONTEXT, floors=False)))
+    return out
+
+
+def cases() -> list[dict]:
+    """One row per covered (GPU, engine, model) of ``GPUS`` and ``MODELS``: the measured kernels' excess over the
+    roofline at one token, us per launch, per family (NaN for a dense model's MoE); the launches per step; and the
+    step's kernel time, measured and roofline without floors, at ``TOKENS``."""
+    from hw_profile.errors import HwProfileError
+    from hw_profile.shapes import dense_gemms
+
+    rows = []
+    for gpu, engine, model, dtype, shape, gpus, measured, roof in _measured_and_roofline(np.array(TOKENS), MODELS,
+                                                                                           GPUS):
+        launches = {"gemm": sum(layers for *_, layers in dense_gemms(shape, gpus)) + 1,  # + the LM head
+                    "attention": shape.layers, "moe": shape.moe_layers}
+        excess = {
+            "gemm": measured["gemm"][0] + measured["lm_head"][0] - roof["dense"][0] - roof["lm_head"][0],
+            "attention": measured["attention"][0] - roof["attention"][0],
+            "moe": measured["moe"][0] - roof["routed"][0] if shape.is_moe else np.nan,
+        }
+        rows.append({"gpu": gpu, "engine": engine, "model": model, "dtype": dtype, "launches": launches,
+                     **{f: excess[f] / launches[f] * 1e3 if launches[f] else np.nan for f in FAMILIES},
+                     "measured_ms": sum(measured.values()), "roofline_ms": sum(roof.values())})
     if not rows:
         raise HwProfileError("kernel floors: the kernel database covers none of " + ", ".join(GPUS))
     return rows
@@ -80,30 +94,14 @@ def cases() -> list[dict]:
 def v4_cases() -> list[dict]:
     """One row per covered (GPU, engine, V4 model) with V4 module data: the measured module's excess over the
     roofline of its attention and projections, and the measured mixing, us per layer, at one token."""
-    from hw_profile import kernel_db
-    from hw_profile.engine_costs import engine_defaults
-    from hw_profile.errors import HwProfileError
-    from hw_profile.estimate import Deployment, kernel_times, roofline_parts
-    from hw_profile.gpus import get_gpu
-    from hw_profile.shapes import get_shape
-
-    b, context = np.array([1.0]), np.array([float(CONTEXT)])
     rows = []
-    for gpu, engine, _ in kernel_db.coverage():
-        for model in V4_MODELS:
-            shape = get_shape(model)
-            dep = Deployment(get_gpu(gpu), gpus=8, ep=1, dtype="fp8", parallel="tp", engine=engine,
-                             costs=engine_defaults(engine))
-            try:
-                measured = kernel_times(kernel_db, shape, dep, b, b, context).parts
-            except HwProfileError:  # no V4 module (or fp4 expert) data on this (GPU, engine)
-                continue
-            roof = roofline_parts(shape, dep, b, b * CONTEXT, floors=False)
-            # the roofline's dense part holds the attention projections, which the measured module contains
-            projections = shape.layers * shape.attn_params_per_layer / (shape.dense_params - shape.head_params)
-            module = measured["attention"][0] - roof["attention"][0] - projections * roof["dense"][0]
-            rows.append({"gpu": gpu, "engine": engine, "model": model,
-                         "v4_attention": module / shape.layers * 1e3, "mhc": measured["mhc"][0] / shape.layers * 1e3})
+    for gpu, engine, model, _, shape, _, measured, roof in _measured_and_roofline(
+            np.array([1.0]), [(m, 8, "fp8") for m in V4_MODELS]):
+        # the roofline's dense part holds the attention projections, which the measured module contains
+        projections = shape.layers * shape.attn_params_per_layer / (shape.dense_params - shape.head_params)
+        module = measured["attention"][0] - roof["attention"][0] - projections * roof["dense"][0]
+        rows.append({"gpu": gpu, "engine": engine, "model": model,
+                     "v4_attention": module / shape.layers * 1e3, "mhc": measured["mhc"][0] / shape.layers * 1e3})
     return rows
 
 

@@ -101,21 +101,31 @@ def solve_latent(conditional: np.ndarray, var: Variation, tol: float = 1e-10) ->
     if not np.all((conditional > 0.0) & (conditional < 1.0)):
         bad = conditional[~((conditional > 0.0) & (conditional < 1.0))].flat[0]
         raise ValueError(f"conditional acceptance must lie in (0, 1), got {bad}")
+    return solve_latent_over(conditional, var.shared_sd * _GH_NODES, _GH_WEIGHTS, var.token_sd, tol)
+
+
+def solve_latent_over(conditional: np.ndarray, offsets: np.ndarray, weights: np.ndarray, token_sd: float,
+                      tol: float = 1e-10) -> np.ndarray:
+    """mu such that blocks whose latent at position j is mu_j plus an offset drawn from ``offsets`` with
+    probabilities ``weights`` (a quadrature of the shared effects) have the conditional acceptance
+    ``conditional``: left to right by bisection, each position among the blocks that survived the ones before.
+
+    conditional: (..., gamma); the leading axes are solved together (independent rows)."""
+    conditional = np.asarray(conditional, dtype=float)
     lead = conditional.shape[:-1]
-    w = var.shared_sd * _GH_NODES
-    prefix = np.ones(lead + w.shape)
+    prefix = np.ones(lead + offsets.shape)
     mu = np.empty(conditional.shape)
     for j in range(conditional.shape[-1]):
         target = conditional[..., j]
-        base = prefix @ _GH_WEIGHTS
+        base = prefix @ weights
         lo, hi = np.full(lead, -30.0), np.full(lead, 30.0)
         while np.max(hi - lo) > tol:
             mid = 0.5 * (lo + hi)
-            rate = (prefix * mean_sigmoid(mid[..., None] + w, var.token_sd)) @ _GH_WEIGHTS / base
+            rate = (prefix * mean_sigmoid(mid[..., None] + offsets, token_sd)) @ weights / base
             below = rate < target
             lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
         mu[..., j] = 0.5 * (lo + hi)
-        prefix = prefix * mean_sigmoid(mu[..., j, None] + w, var.token_sd)
+        prefix = prefix * mean_sigmoid(mu[..., j, None] + offsets, token_sd)
     return mu
 
 

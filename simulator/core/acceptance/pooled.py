@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from simulator.core.acceptance.latent import Variation, mean_sigmoid, solve_latent
+from simulator.core.acceptance.latent import Variation, mean_sigmoid, solve_latent, solve_latent_over
 
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(40)  # probabilists': weight exp(-x^2/2)
 _WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
@@ -154,26 +154,15 @@ def solve_latent_served(conditional: np.ndarray, var: Variation, tokens_per_step
     bisection under them (as ``latent.solve_latent``), SERVED_ROUNDS times."""
     conditional = np.asarray(conditional, dtype=float)
     u = var.request_sd * _U_NODES
-    w = var.step_sd * _V_NODES
+    offsets = (u[:, None] + var.step_sd * _V_NODES[None, :]).ravel()  # (u, v) nodes, u-major
     mu = solve_latent(conditional, var)
     depth = float(len(conditional))
     for _ in range(SERVED_ROUNDS):
-        depth = _verify_depth(survival_given_request(mu, var, u), tokens_per_step)
-        weights = _U_WEIGHTS / emitted_per_step(survival_given_request(mu, var, u), depth)
+        survival = survival_given_request(mu, var, u)
+        depth = _verify_depth(survival, tokens_per_step)
         # (u, v) quadrature weights of a step: the request's step weight times the step effect's
-        cell = weights[:, None] * _V_WEIGHTS[None, :]
-        prefix = np.ones((len(u), len(w)))
-        new = np.empty_like(mu)
-        for j, target in enumerate(conditional):
-            base = float((cell * prefix).sum())
-            lo, hi = -30.0, 30.0
-            while hi - lo > tol:
-                mid = 0.5 * (lo + hi)
-                rate = float((cell * prefix * mean_sigmoid(mid + u[:, None] + w[None, :], var.token_sd)).sum()) / base
-                lo, hi = (mid, hi) if rate < target else (lo, mid)
-            new[j] = 0.5 * (lo + hi)
-            prefix = prefix * mean_sigmoid(new[j] + u[:, None] + w[None, :], var.token_sd)
-        mu = new
+        cell = (_U_WEIGHTS / emitted_per_step(survival, depth))[:, None] * _V_WEIGHTS[None, :]
+        mu = solve_latent_over(conditional, offsets, cell.ravel(), var.token_sd, tol)
     return mu, depth
 
 

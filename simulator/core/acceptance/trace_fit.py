@@ -36,7 +36,7 @@ fit, as a live run draws prompts of that domain regardless of benchmark.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -116,7 +116,7 @@ def fit_request_sd(accepted: np.ndarray, request: np.ndarray, gamma: int, var: V
     unit = np.random.default_rng(seed).standard_normal(len(counts) * REQUEST_SD_REPLICAS)[sim_request]
 
     def share(sd: float) -> float:
-        spread = Variation(request_sd=sd, step_sd=var.step_sd, token_sd=var.token_sd)
+        spread = replace(var, request_sd=sd)
         # only the accepted lengths count here: any head will do for the confidences sample_blocks also draws
         _, sim_acc = sample_blocks(solve_latent(cond, spread), spread, HEADS["dflash"][1], len(sim_request),
                                    np.random.default_rng(seed + 1), request_effect=sd * unit)
@@ -243,10 +243,6 @@ def deployed_temperatures(raw: np.ndarray, calibrated: np.ndarray, tolerance: fl
     return temps
 
 
-def _with_request_sd(request_sd: float) -> Variation:
-    return Variation(request_sd=float(request_sd), step_sd=VARIATION.step_sd, token_sd=VARIATION.token_sd)
-
-
 def tokens_per_step(rows: pd.DataFrame, gamma: int) -> float:
     """Tokens the recorded run's decode steps emitted per step for these rows' requests: their output less the
     first token (the prefill's) over their rows, clipped to what a step can emit (1 .. gamma + 1). Rows without
@@ -289,7 +285,7 @@ def fit_trace_profile(df: pd.DataFrame, name: str, source: str, seed: int = 0) -
             entries[key] = {"tau": round(float(1 + np.cumprod(cond).sum()), 6), "conditional": _round(cond)}
             if named:
                 sd = fit_request_sd(acc[sel], request[sel], gamma)
-                spread = _with_request_sd(VARIATION.request_sd if sd is None else sd)
+                spread = VARIATION if sd is None else replace(VARIATION, request_sd=float(sd))
                 key_mu[key], depth = solve_latent_served(cond, spread, tokens_per_step(rows[sel], gamma))
                 key_served[key] = ServedKey(spread, depth)
                 entries[key].update(request_sd=round(spread.request_sd, 6), verify_depth=round(depth, 6),
