@@ -66,7 +66,7 @@ class Measurement:
     measured: float  # output tok/s per GPU
     group: str  # points of one deployment (for leave-one-out calibration)
     dtype: str = "fp8"
-    overlap: bool = True  # the expert-parallel deployments here overlap communication with a second micro-batch
+    overlap: str = "two-batch"  # the expert-parallel deployments here overlap communication with a second micro-batch
     moe_imbalance: float | str = "auto"  # 1.0 where the source forced perfectly balanced routing
 
 
@@ -95,7 +95,7 @@ def cookbook_points() -> list[Measurement]:
     inputs and outputs (mean context ASSUMED 1,500). Tensor parallel over 8, experts split by it (SGLang's default)."""
     def point(key: str, source: str, model: str, tpot_ms: float, dtype: str) -> Measurement:
         return Measurement(key, source, model, "B200", 8, 1, "sglang", "tp", 1.0, 1500.0, 1.0, 1.0,
-                           1000.0 / tpot_ms / 8, key, dtype=dtype, overlap=False)
+                           1000.0 / tpot_ms / 8, key, dtype=dtype, overlap="none")
 
     return [
         point("cookbook-qwen3-235b", "SGLang cookbook sweep: Qwen3-235B-A22B bf16, 8 B200 TP8, one stream",
@@ -120,12 +120,12 @@ def infersim_points() -> list[Measurement]:
         # (mean context 5,120). The KV cache is the engine's default, bf16.
         Measurement("infersim-qwen3-8b-h20", "InferSim's SGLang run: Qwen3-8B fp8, one H20, batch 64", "qwen3-8b",
                     "H20", 1, 1, "sglang", "tp", 64.0, 5120.0, 1.0, 1.0, 2682.0, "infersim-qwen3-8b-h20",
-                    overlap=False),
+                    overlap="none"),
         # The same for Qwen3-30B-A3B in bf16 on four H20: 100 requests per GPU, data-parallel attention with the
         # experts over the four (as InferSim prices it; the SGLang flags are not published), same lengths.
         Measurement("infersim-qwen3-30b-h20", "InferSim's SGLang run: Qwen3-30B-A3B bf16, 4 H20, 100 req/GPU",
                     "qwen3-30b-a3b", "H20", 4, 4, "sglang", "dp", 100.0, 5120.0, 1.0, 1.0, 2749.0,
-                    "infersim-qwen3-30b-h20", dtype="bf16", overlap=False),
+                    "infersim-qwen3-30b-h20", dtype="bf16", overlap="none"),
     ]
 
 
@@ -253,7 +253,7 @@ def spec_comparisons() -> list[SpecComparison]:
     # 1,000 tokens (short benchmark prompts).
     def point(key: str, source: str, requests: float) -> Measurement:
         return Measurement(key, source, "deepseek-v3", "H200", 8, 1, "sglang", "tp", requests, 1000.0, tau=2.5,
-                           budget=4.0, measured=0.0, group=key, overlap=False)
+                           budget=4.0, measured=0.0, group=key, overlap="none")
 
     return [
         SpecComparison(point("sglang-mtp-bs1", "SGLang DeepSeek-V3 MTP, H200 TP8, batch 1", 1.0), 3, 1.8),

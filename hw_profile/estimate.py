@@ -207,16 +207,36 @@ def two_batch_ms(half: dict[str, np.ndarray], exchange_half: np.ndarray) -> np.n
     return 2.0 * (np.maximum(dispatch, dense) + routed + np.maximum(combine, attention))
 
 
+def fused_moe_ms(routed: np.ndarray, exchange: np.ndarray, waves: float) -> np.ndarray:
+    """One MoE layer as a fused kernel runs it (DeepGEMM's Mega MoE): dispatch, the routed experts and combine
+    pipelined over ``waves`` waves of experts, so while one wave computes the next one's tokens arrive and the
+    last one's results leave. A pipeline of three stages over n waves takes one wave of each stage plus n - 1
+    waves of the slowest: (d + r + c) / n + (n - 1) / n x max(d, r, c), with dispatch d a third of the exchange's
+    bytes (fp8 out) and combine c two thirds (bf16 back). One wave is the unfused layer; many tend to the
+    slowest stage alone."""
+    dispatch, combine = exchange / 3.0, exchange * 2.0 / 3.0
+    slowest = np.maximum(np.maximum(dispatch, routed), combine)
+    return (dispatch + routed + combine) / waves + (waves - 1.0) / waves * slowest
+
+
 def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, parts: dict[str, np.ndarray],
                   parts_at) -> dict[str, np.ndarray]:
-    """``parts`` plus ``a2a``: what the expert-parallel exchange of a ``dp`` deployment adds to the step. Without
-    overlap, the whole exchange. With it (``costs.overlap``), what two micro-batches (``two_batch_ms``, from
+    """``parts`` plus ``a2a``: what the expert-parallel exchange of a ``dp`` deployment adds to the step, by
+    ``costs.overlap``. ``none``: the whole exchange. ``two-batch``: what two micro-batches (``two_batch_ms``, from
     ``parts_at(b / 2, k / 2)``) cost beyond the layers' kernels at the whole batch: the exposed exchange and the
-    second read of the weights. A step of fewer than two tokens cannot be split and runs as one batch."""
+    second read of the weights; a step of fewer than two tokens cannot be split and runs as one batch. ``fused``:
+    what the fused layer (``fused_moe_ms``) costs beyond its routed experts, inside one NVLink domain only."""
     if dep.parallel != "dp" or not shape.is_moe or dep.ep <= 1:
         return parts
     whole = exchange_ms(shape, dep, b)
-    if dep.costs.overlap:
+    if dep.costs.overlap == "fused":
+        if dep.ep > nvlink_domain(dep.gpu):
+            raise HwProfileError(f"--cost overlap=fused: the fused MoE kernel moves tokens over NVLink, so the "
+                                 f"expert-parallel group must fit one NVLink domain ({nvlink_domain(dep.gpu)} "
+                                 f"{dep.gpu.name} GPUs); got --ep {dep.ep}. Use overlap=two-batch or none")
+        routed = parts.get("routed", parts.get("moe"))
+        whole = fused_moe_ms(routed, whole, dep.costs.fused_waves) - routed
+    elif dep.costs.overlap == "two-batch":
         layers = sum(v for key, v in parts.items() if key not in LAYERLESS_PARTS)
         splits = b >= 2.0
         # points that cannot be split are looked up whole (a kernel lookup needs a token) and their result unused
@@ -288,8 +308,8 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
                                   lambda bb, kk: _measured_parts(_kernel_lookup(db, shape, dep, bb, kk), shape, dep,
                                                                  bb))
             if "a2a" in parts:
-                notes.append("expert-parallel dispatch/combine priced by the estimate (DeepEP figures), not the "
-                             "kernel database")
+                notes.append("expert-parallel dispatch/combine priced by the estimate (DeepEP's figures across "
+                             f"nodes, NVLink inside one domain; overlap={dep.costs.overlap}), not the kernel database")
             parts.update(engine_parts(shape, dep, b, costs))
             ms = sum(parts.values())
             return Estimate(ms, parts, np.full(b.shape, "kernels", dtype=object), np.asarray(kt.inside, bool),

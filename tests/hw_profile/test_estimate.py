@@ -1,6 +1,7 @@
 """hw-profile estimate: each engine cost term in closed form, the kernel-level roofline's structure, the written
 table set a scenario loads from ``hardware.table`` alone, and calibration on 1-3 points recovering known terms."""
 
+import itertools
 import math
 import shutil
 import sys
@@ -25,6 +26,7 @@ from hw_profile.estimate import (
     Deployment,
     estimate_points,
     exchange_ms,
+    fused_moe_ms,
     padded_envelope,
     prefill_cost,
     roofline_parts,
@@ -141,11 +143,49 @@ def test_a_single_token_cannot_be_split():
     assert estimate_points(shape, d, b, k, "roofline").parts["a2a"] == pytest.approx(exchange_ms(shape, d, b))
 
 
+def test_a_fused_layer_is_a_three_stage_pipeline_over_its_waves():
+    """Closed forms of the fused MoE layer: one wave is the unfused layer (dispatch + experts + combine); many tend
+    to the slowest stage; a balanced layer (exchange = experts) gains 2n/(n+1) from n waves."""
+    routed, exchange = np.array([3.0, 1.0, 2.0]), np.array([3.0, 6.0, 2.0])
+    assert np.allclose(fused_moe_ms(routed, exchange, 1.0), routed + exchange, rtol=1e-12)
+    slowest = np.maximum(routed, 2.0 * exchange / 3.0)
+    assert np.allclose(fused_moe_ms(routed, exchange, 1e9), slowest, rtol=1e-6)
+    for waves in (3.0, 6.0):
+        gain = (routed[2] + exchange[2]) / fused_moe_ms(routed[2:], exchange[2:], waves)[0]
+        assert gain == pytest.approx(2.0 * waves / (waves + 1.0), rel=1e-12)
+    more = [fused_moe_ms(routed, exchange, w) for w in (1.0, 2.0, 4.0, 8.0)]
+    assert all(np.all(a >= b) for a, b in itertools.pairwise(more))  # more waves never cost more
+
+
+def test_fused_overlap_prices_the_exchange_inside_the_moe_layer():
+    shape, d = v3_dp(8, gpu="H200", overlap="fused", fused_waves=4.0)
+    b, k = np.array([1.0, 64.0, 512.0]), np.array([4096.0, 64 * 4096.0, 512 * 4096.0])
+    est = estimate_points(shape, d, b, k, "roofline")
+    routed, whole = est.parts["routed"], exchange_ms(shape, d, b)
+    assert np.allclose(est.parts["a2a"] + routed, fused_moe_ms(routed, whole, 4.0), rtol=1e-12)
+    unfused = estimate_points(shape, replace(d, costs=replace(d.costs, overlap="none")), b, k, "roofline")
+    assert np.all(est.ms < unfused.ms) and np.all(est.parts["a2a"] > 0)
+    assert np.all(est.parts["a2a"] < whole)  # some of the exchange hides, never all of it at finite waves
+
+
+def test_fused_overlap_needs_one_nvlink_domain():
+    shape, d = v3_dp(64, overlap="fused")
+    with pytest.raises(HwProfileError, match=r"one NVLink domain \(8 H800 GPUs\).*--ep 64"):
+        estimate_points(shape, d, np.array([64.0]), np.array([64 * 4096.0]), "roofline")
+    gb = v3_dp(64, gpu="GB200", overlap="fused")  # a rack of 72 shares NVLink
+    assert estimate_points(*gb, np.array([64.0]), np.array([64 * 4096.0]), "roofline").parts["a2a"][0] > 0
+
+
 def test_overrides_and_their_errors():
     costs = with_overrides(engine_defaults("sglang"), ["step_fixed_ms=3", "moe_imbalance=1.2", "overlap=true"])
-    assert (costs.step_fixed_ms, costs.moe_imbalance, costs.overlap, costs.graph_max_batch) == (3.0, 1.2, True, 256)
+    assert (costs.step_fixed_ms, costs.moe_imbalance, costs.overlap, costs.graph_max_batch) == (3.0, 1.2, "two-batch",
+                                                                                                 256)
+    assert with_overrides(costs, ["overlap=fused", "fused_waves=6"]).overlap == "fused"
+    assert with_overrides(costs, ["overlap=false"]).overlap == "none"
+    assert replace(costs, overlap=True).overlap == "two-batch"  # a sidecar written before the modes stored a bool
     for bad, words in ((["nope=1"], "NAME=VALUE"), (["step_fixed_ms=x"], "expected a number"),
-                       (["moe_imbalance=0.5"], "factor >= 1"), (["launch_us=-1"], ">= 0")):
+                       (["moe_imbalance=0.5"], "factor >= 1"), (["launch_us=-1"], ">= 0"),
+                       (["overlap=maybe"], "none, two-batch, fused"), (["fused_waves=0.5"], ">= 1")):
         with pytest.raises(HwProfileError, match=words):
             with_overrides(costs, bad)
     with pytest.raises(HwProfileError, match="known: vllm, sglang, trtllm"):
