@@ -36,6 +36,7 @@ from hw_profile.estimate import (
     drafter_costs,
     drafter_shapes,
     estimate_points,
+    exchange_ms,
     kernel_source,
     kernel_times,
 )
@@ -283,6 +284,34 @@ def rows() -> list[dict]:
     return out
 
 
+def overlap_sensitivity() -> list[list[str]]:
+    """The two-batch rows again with the whole exchange paid and no split (``overlap=none``): not a prediction (the
+    published deployments split), but it shows what the split costs and hides at each load."""
+    out = []
+    for m in measurements():
+        if m.overlap != "two-batch":
+            continue
+        split, whole = (per_gpu(x, estimate_step(x)) for x in (m, replace(m, overlap="none")))
+        out.append([m.source, tok_s(m.measured), fmt(split, m.measured), fmt(whole, m.measured)])
+    return out
+
+
+def exchange_against_experts() -> list[list[str]]:
+    """Per step of the Fig. 8 rows under their assumed deployment: the whole expert-parallel exchange and the routed
+    experts' compute, the two the DeepSeek-V4 report compares (it finds a MoE layer's communication shorter than its
+    computation in its own deployment)."""
+    out = []
+    for m in fig8_points():
+        shape = get_shape(m.model)
+        dep = deployment(m)
+        b = np.array([m.requests * m.budget])
+        est = estimate_points(shape, dep, b, np.array([m.requests * m.context]))
+        routed = est.parts.get("routed", est.parts.get("moe"))[0]
+        out.append([m.source, f"{exchange_ms(shape, dep, b)[0]:.1f}", f"{routed:.1f}",
+                    f"{m.requests * m.tau / m.measured * 1e3:.1f}"])
+    return out
+
+
 def tok_s(value: float) -> str:
     return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
 
@@ -331,6 +360,18 @@ def main() -> int:
         errs = [abs(r[column] / r["measured"] - 1) for r in table if r[column] is not None]
         print(f"{name}: median |error| {np.median(errs) * 100:.0f}%, max {max(errs) * 100:.0f}%, "
               f"within 30%: {sum(e <= 0.3 for e in errs)} of {len(errs)}")
+    print()
+    print("Sensitivity, not predictions: the two-batch rows with no split (the whole exchange paid, weights read "
+          "once):")
+    print()
+    print_table(["measurement", "measured tok/s/GPU", "two-batch (as published)", "no split"],
+                overlap_sensitivity(), args.markdown)
+    print()
+    print("The Fig. 8 rows' assumed deployment, per step (ms): the expert-parallel exchange against the routed "
+          "experts:")
+    print()
+    print_table(["measurement", "exchange", "routed experts", "measured step"], exchange_against_experts(),
+                args.markdown)
     return 0
 
 
