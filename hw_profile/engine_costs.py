@@ -29,8 +29,10 @@ per-step cost and per-token scale of a written table. All times are per step of 
 - ``verify_tokens_per_request``: a step-time table has axes (B tokens, K KV tokens), not the request count, yet
   each verified token attends to its request's whole context: attention compute is sum(q_i x context_i), which is
   B x K / R. The table takes R = B / q with q this value (2: MTP-1's budget, the most common speculative
-  deployment); plain decoding (q = 1) is then priced up to q x its attention compute, speculative steps with
-  longer proposals below it. Attention reads of the KV are once per request whatever q is.
+  deployment). Attention reads of the KV are once per request whatever q is. The table's sidecar records q with
+  the attention's rates (``verify_attention``), and the simulator corrects each step for the tokens per request
+  it actually verifies (``hw_profile.table.VerifyAttention``), so plain decoding is not charged q x its attention
+  compute nor a long proposal one budget's.
 - ``a2a_us_per_layer``: the fixed latency of one expert-parallel dispatch + combine per MoE layer. Across nodes an
   exchange costs this latency plus its volume at the NIC's line rate (400 Gb/s: 50 GB/s per GPU). The default
   comes by EP size from DeepEP's published low-latency kernel figures over RDMA (H800, 128 tokens per rank, hidden

@@ -62,7 +62,7 @@ from hw_profile.roofline import (
     stored_weight_bytes,
 )
 from hw_profile.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
-from hw_profile.table import StepTable, table_meta
+from hw_profile.table import StepTable, VerifyAttention, table_meta
 
 MARKOV_RANK = 256  # DSpark's Markov head (paper 5.1)
 DSPARK_LAYERS_MOE = 3  # DSpark's V4 drafter: three MoE layers with a 128-token window (paper 5.1)
@@ -118,6 +118,28 @@ def kv_cache_bytes(shape: ModelShape) -> float:
     return DTYPE_BYTES[shape.kv_dtype] if shape.kv_dtype else 2.0
 
 
+def attention_work(shape: ModelShape, dep: Deployment) -> tuple[float, float, float, str]:
+    """Attention's work on one GPU: bytes read per KV token (once per request), FLOPs per (query token x KV token),
+    bytes read per query token, and the type it computes in (its cache's: a bf16 cache runs bf16 kernels whatever
+    the weights' dtype)."""
+    g = dep.gpus if dep.parallel == "tp" else 1  # ways the attention heads are split
+    read_split = 1 if (shape.is_mla or shape.is_compressed) else g  # a latent cache is replicated over tp ranks
+    kv_scale = kv_cache_bytes(shape) / 2.0
+    return (shape.kv_read_bytes_per_token * kv_scale / read_split, shape.attn_flops_per_kv_token / g,
+            shape.attn_read_bytes_per_query_token * kv_scale / read_split, "bf16" if kv_scale == 1.0 else dep.dtype)
+
+
+def verify_attention(shape: ModelShape, dep: Deployment, costs: EngineCosts) -> VerifyAttention:
+    """How a table prices verification's attention (``hw_profile.table.VerifyAttention``), from the kernel-level
+    roofline's attention terms: ns per KV token read, ns per (query token x KV token) computed, at the tokens per
+    request the table assumes (``verify_tokens_per_request``)."""
+    per_kv, per_query_kv, _, dtype = attention_work(shape, dep)
+    bw = dep.gpu.hbm_tb_s * 1e12 * dep.roofline.mem_eff
+    peak = dep.gpu.peak_tflops(dtype) * 1e12 * dep.roofline.comp_eff
+    return VerifyAttention(costs.verify_tokens_per_request, per_kv / bw * 1e9, per_query_kv / peak * 1e9,
+                           source="kernel-level roofline of the attention (hw_profile.estimate.attention_work)")
+
+
 def attention_queries(b: np.ndarray, costs: EngineCosts) -> np.ndarray:
     """Query tokens per request the table assumes (see ``verify_tokens_per_request``): q, or B when B < q."""
     return np.minimum(b, costs.verify_tokens_per_request)
@@ -143,7 +165,6 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
     k = np.asarray(k, dtype=float)
     wb = DTYPE_BYTES[dep.dtype]
     g = dep.gpus if dep.parallel == "tp" else 1  # ways the dense part and attention heads are split
-    kv_scale = kv_cache_bytes(shape) / 2.0
     parts: dict[str, np.ndarray] = {}
     layer_params = shape.dense_params - shape.head_params
     parts["dense"] = _bound(np.full_like(b, layer_params * wb / g), 2.0 * layer_params * b / g, dep, dep.dtype)
@@ -162,13 +183,10 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
             routed_flops = 2.0 * shape.moe_layers * k_exp * shape.expert_params * b / dep.gpus
             imb = imbalance_factor(b * k_exp, ep, dep.costs)
         parts["routed"] = _bound(routed_bytes, routed_flops * imb, dep, dep.dtype)
-    latent = shape.is_mla or shape.is_compressed
-    read_split = 1 if latent else g  # a latent cache is replicated over tensor-parallel ranks
-    attn_bytes = (k * shape.kv_read_bytes_per_token + b * shape.attn_read_bytes_per_query_token) * kv_scale / read_split
-    q = attention_queries(b, dep.costs)
-    attn_flops = (shape.attn_flops_per_kv_token * k * q + shape.attn_flops_per_query_token * b) / g
-    # attention computes in its cache's type: a bf16 cache runs bf16 kernels whatever the weights' dtype
-    parts["attention"] = _bound(attn_bytes, attn_flops, dep, "bf16" if kv_scale == 1.0 else dep.dtype)
+    per_kv, per_query_kv, per_query, attn_dtype = attention_work(shape, dep)
+    attn_bytes = k * per_kv + b * per_query
+    attn_flops = per_query_kv * k * attention_queries(b, dep.costs) + shape.attn_flops_per_query_token * b / g
+    parts["attention"] = _bound(attn_bytes, attn_flops, dep, attn_dtype)
     if floors:
         for family, ms in kernel_floor_ms(shape).items():
             if family in parts:
@@ -414,6 +432,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         notes=notes,
         inside_share=float(np.mean(est.inside)) if len(est.inside) else 0.0,
         prefill_cost=prefill_cost(shape, dep),
+        verify_attention=verify_attention(shape, dep, used).to_meta(),
         weight_bytes_per_gpu=weights_per_gpu,
         **(meta or {}),
     )

@@ -19,13 +19,19 @@ as work grows) and clamp below the first point.
 A sidecar may also price prefill apart from T (``PrefillCost``, the optional block ``prefill_cost``): a table
 measured or estimated over decode/verify shapes misprices prompt chunks riding in the same step, whose work grows
 with the chunk and with the prompt already cached before it rather than with B alone.
+
+And it may say how the table priced verification's attention (``VerifyAttention``, the optional block
+``verify_attention``): T's axes are tokens and KV tokens, not requests, yet each verified token attends to its
+request's whole context, so the attention's compute is (tokens per request) x K. A table is priced at one number
+of tokens per request; a step that verifies more or fewer per request is corrected by the difference
+(``StepTimeGrid.verify_ms``), which the engine's clock and the policies' SPS both add.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -57,6 +63,7 @@ COLUMNS = [
 ]
 REQUIRED = ["batch_tokens", "kv_tokens", "status", "step_ms"]
 PREFILL_COST = "prefill_cost"  # the sidecar's optional block (PrefillCost)
+VERIFY_ATTENTION = "verify_attention"  # the sidecar's optional block (VerifyAttention)
 # Written only when a table has them: where an estimated point's kernel time came from, and whether it lay inside
 # measured kernel data (hw_profile.estimate).
 OPTIONAL_COLUMNS = ["source", "inside"]
@@ -128,6 +135,47 @@ class PrefillCost:
         return c * self.us_per_token / 1e3 + c * (2 * p + c) * self.ns_per_token_kv / 2e6
 
 
+@dataclass(frozen=True)
+class VerifyAttention:
+    """How a table priced the attention of verified tokens, from a sidecar block
+    ``"verify_attention": {"tokens_per_request": q, "ns_per_kv_token": A, "ns_per_query_kv": C, "source": "..."}``.
+
+    A step's attention over K KV tokens takes max(A x K, C x q x K) ns: its KV is read once per request, and each
+    of a request's q verified tokens computes over that request's whole context. The table priced q = min(B, its
+    ``tokens_per_request``); a step of B tokens over R requests verifies B / R each.
+    """
+
+    tokens_per_request: float
+    ns_per_kv_token: float
+    ns_per_query_kv: float
+    source: str = ""
+
+    @classmethod
+    def from_meta(cls, meta: dict, where: str) -> VerifyAttention | None:
+        """The block of a sidecar's metadata, or None without one; ``where`` names the sidecar in errors."""
+        block = meta.get(VERIFY_ATTENTION) if isinstance(meta, dict) else None
+        if block is None:
+            return None
+        keys = ("tokens_per_request", "ns_per_kv_token", "ns_per_query_kv")
+        if not isinstance(block, dict):
+            raise TableError(f"{where}: {VERIFY_ATTENTION} must be an object with {', '.join(keys)}")
+        values = {}
+        for key in keys:
+            v = block.get(key)
+            least = 1.0 if key == "tokens_per_request" else 0.0
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < least:
+                raise TableError(f"{where}: {VERIFY_ATTENTION}.{key} must be a number >= {least:g}, got {v!r}")
+            values[key] = float(v)
+        source = block.get("source", "")
+        if not isinstance(source, str):
+            raise TableError(f"{where}: {VERIFY_ATTENTION}.source must be a string, got {source!r}")
+        return cls(values["tokens_per_request"], values["ns_per_kv_token"], values["ns_per_query_kv"], source)
+
+    def to_meta(self) -> dict:
+        return {"tokens_per_request": self.tokens_per_request, "ns_per_kv_token": self.ns_per_kv_token,
+                "ns_per_query_kv": self.ns_per_query_kv, "source": self.source}
+
+
 @dataclass
 class StepTable:
     """The rows of a step-time table and its metadata."""
@@ -180,6 +228,7 @@ class StepTable:
             except json.JSONDecodeError as exc:
                 raise TableError(f"{side}: sidecar is not valid JSON ({exc})") from None
             PrefillCost.from_meta(meta, str(side))  # a malformed block fails here, with the table
+            VerifyAttention.from_meta(meta, str(side))
         if "source" in df.columns:
             df["source"] = df["source"].astype(object).where(df["source"].notna(), "").astype(str)
         return cls(points=df[_columns(df)].copy(), meta=meta, path=path)
@@ -201,12 +250,19 @@ class StepTable:
     def ok(self) -> pd.DataFrame:
         return self.points[self.points["status"] == "ok"]
 
+    @property
+    def verify_attention(self) -> VerifyAttention | None:
+        """The sidecar's verification-attention block, if it has one."""
+        return VerifyAttention.from_meta(self.meta, str(sidecar_path(self.path)) if self.path else "table metadata")
+
     @cached_property
     def grid(self) -> StepTimeGrid:
         ok = self.ok
-        return StepTimeGrid.from_points(
+        grid = StepTimeGrid.from_points(
             ok["batch_tokens"].to_numpy(float), ok["kv_tokens"].to_numpy(float), ok["step_ms"].to_numpy(float)
         )
+        verify = self.verify_attention
+        return grid if verify is None else replace(grid, verify=verify)
 
     @cached_property
     def energy_grid(self) -> StepTimeGrid | None:
@@ -234,6 +290,7 @@ class StepTimeGrid:
     b_axis: np.ndarray
     k_axis: np.ndarray
     ms: np.ndarray
+    verify: VerifyAttention | None = None  # how the table priced verification's attention (its sidecar's block)
 
     def __post_init__(self):
         # the compiled rule takes contiguous float64 arrays
@@ -277,6 +334,23 @@ class StepTimeGrid:
     def curve(self, kv_tokens: float) -> StepCurve:
         """T as a function of B at this K."""
         return StepCurve(self, float(kv_tokens))
+
+    @property
+    def verify_terms(self) -> tuple[float, float, float]:
+        """(tokens per request, ns per KV token, ns per query x KV token) of ``verify``; all 0 without it (a
+        compiled caller's ``verify_ms_at`` then adds nothing)."""
+        v = self.verify
+        return (0.0, 0.0, 0.0) if v is None else (v.tokens_per_request, v.ns_per_kv_token, v.ns_per_query_kv)
+
+    def verify_ms(self, tokens: np.ndarray | float, rows: int, kv_tokens: float) -> np.ndarray | float:
+        """What a step verifying ``tokens`` tokens (anchors included) for ``rows`` requests that hold ``kv_tokens``
+        KV tokens costs beyond T, or saves, for verifying more or fewer tokens per request than the table priced
+        (``VerifyAttention``); 0 without the block. Elementwise over an array of ``tokens``."""
+        q_table, a, c = self.verify_terms
+        if np.ndim(tokens) == 0:
+            return _verify_ms(float(tokens), float(rows), float(kv_tokens), q_table, a, c)
+        t = np.asarray(tokens, dtype=np.float64)
+        return _verify_ms_each(t.ravel(), float(rows), float(kv_tokens), q_table, a, c).reshape(t.shape)
 
 
 @dataclass(frozen=True)
@@ -354,6 +428,31 @@ def step_ms_at(b_axis, ms, lo, hi, w, b, seg):
     if lo == hi:
         return t_lo, seg
     return _blend(t_lo, _along(b_axis, ms, hi, b, seg, f), w), seg
+
+
+@njit(cache=True, inline="always")
+def verify_ms_at(tokens, rows, kv, q_table, a, c):
+    """ms a step of ``tokens`` verified tokens over ``rows`` requests holding ``kv`` KV tokens adds to T for
+    verifying tokens / rows per request where the table priced min(tokens, q_table) (``VerifyAttention``: attention
+    takes max(a, c x q) ns per KV token). 0 without the block (q_table 0) or without requests."""
+    if q_table <= 0.0 or rows <= 0.0 or kv <= 0.0:
+        return 0.0
+    q = max(tokens / rows, 1.0)
+    priced = max(min(tokens, q_table), 1.0)
+    return kv * (max(a, c * q) - max(a, c * priced)) * 1e-6
+
+
+@njit(float64(float64, float64, float64, float64, float64, float64), cache=True)
+def _verify_ms(tokens, rows, kv, q_table, a, c):
+    return verify_ms_at(tokens, rows, kv, q_table, a, c)
+
+
+@njit(cache=True)
+def _verify_ms_each(tokens, rows, kv, q_table, a, c):
+    out = np.empty(tokens.shape[0])
+    for i in range(tokens.shape[0]):
+        out[i] = verify_ms_at(tokens[i], rows, kv, q_table, a, c)
+    return out
 
 
 @njit(float64(float64[::1], float64[::1], float64[:, ::1], float64, float64), cache=True)

@@ -316,10 +316,13 @@ class Replica:
             proposal = sim.source.propose(plan.ids)
             conf = checked_confidence(sim.source, proposal.confidence, rows, gamma)
             maxl, conf = verifiable(conf, remaining, gamma)  # positions past a request's end: confidence 0
+            verify_kv = _decode_kv(prices.policy_grid, plan)
             if plan.prefill_ms is None:
-                sps = StepRate(prices.policy_grid, plan.kv, plan.prefill_tokens, plan.draft_ms + plan.stall_ms)
+                sps = StepRate(prices.policy_grid, plan.kv, plan.prefill_tokens, plan.draft_ms + plan.stall_ms,
+                               rows, verify_kv)
             else:  # the prompt chunks' price is fixed for this step; T prices the verify tokens alone
-                sps = StepRate(prices.policy_grid, plan.kv_decode, 0, plan.draft_ms + plan.stall_ms + plan.prefill_ms)
+                sps = StepRate(prices.policy_grid, plan.kv_decode, 0, plan.draft_ms + plan.stall_ms + plan.prefill_ms,
+                               rows, verify_kv)
             view = PolicyView(conf, remaining, plan.context, sps, gamma, self.step_no,
                               proposal.outcome if self.policy.needs_outcome else None, maxl)
             plan.lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
@@ -335,16 +338,20 @@ class Replica:
                 plan.prefill_ended = done[np.asarray(ended, dtype=bool)]
 
     def step_time(self, plan: StepPlan) -> float:
-        """Milliseconds: draft + scheduling stall + the target's forward T(B, K) from the clock's table; with a
+        """Milliseconds: draft + scheduling stall + the target's forward T(B, K) from the clock's table, corrected
+        for the tokens per request the step verifies where the table says how it priced them (``verify_ms``); with a
         prefill price, T(decode/verify tokens, their K) + the prompt chunks' price, where a step with nothing to
         decode pays the table's smallest forward (``StepPrices.empty_forward_ms``) once."""
         sim, prices = self.sim, self.sim.prices
         if sim.live_clock is not None:  # the measured time of the step's real forwards (clock: live)
             return sim.live_clock() + plan.stall_ms
-        if plan.prefill_ms is None:
-            return plan.draft_ms + plan.stall_ms + prices.clock.lookup(plan.batch_tokens, plan.kv)
         decode = plan.batch_tokens - plan.prefill_tokens
-        forward = prices.clock.lookup(decode, plan.kv_decode) if decode else prices.empty_forward_ms
+        # verifying more (or fewer) tokens per request than the table priced: its attention correction, 0 without
+        verify = (prices.clock.verify_ms(decode, plan.rows, _decode_kv(prices.clock, plan))
+                  if plan.rows and prices.clock.verify is not None else 0.0)
+        if plan.prefill_ms is None:
+            return plan.draft_ms + plan.stall_ms + prices.clock.lookup(plan.batch_tokens, plan.kv) + verify
+        forward = prices.clock.lookup(decode, plan.kv_decode) + verify if decode else prices.empty_forward_ms
         return plan.draft_ms + plan.stall_ms + forward + plan.prefill_ms
 
     def apply_outcomes(self, plan: StepPlan) -> None:
@@ -409,6 +416,12 @@ class Replica:
 
 
 NO_DRAFT = DraftCost(DRAFTER_KINDS["none"], None)
+
+
+def _decode_kv(grid: StepTimeGrid, plan: StepPlan) -> float:
+    """The KV tokens the decoding rows hold, which their verified tokens attend over; only summed for a grid that
+    corrects for tokens per request (``StepTimeGrid.verify``)."""
+    return float(plan.context.sum()) if grid.verify is not None and plan.rows else 0.0
 
 
 class StepPrices:

@@ -208,3 +208,39 @@ def test_policy_table_steers_the_policy_while_the_clock_keeps_the_raw_table(scen
         forward = st["step_ms"] - st["draft_ms"] - sim.config.stall_ms
         expect = np.array([sim.prices.clock.lookup(b, k) for b, k in zip(st["batch_tokens"], st["kv_tokens"], strict=True)])
         assert np.allclose(forward, expect)
+
+
+def test_the_clock_and_the_policy_pay_for_tokens_per_request_beyond_what_the_table_priced(scenario_file, tmp_path):
+    """A table whose sidecar says it priced verification's attention at 2 tokens per request (MTP-1's budget): a
+    step verifying q per request over K KV tokens pays K x (max(A, C q) - max(A, C 2)) ns more, in the clock and in
+    what the greedy prices. On a flat table that makes verification free, the greedy verifies nearly everything;
+    once each verified token's attention is charged, far less."""
+    from hw_profile.table import StepTable
+    from tests.conftest import H200_TABLE
+
+    # the drafters' tables of the default scenario's table, named from this one's sidecar
+    drafters = StepTable.read(H200_TABLE).meta["drafter_tables"]
+    drafters = {name: {**entry, "table": str(H200_TABLE.parent / entry["table"])} for name, entry in drafters.items()}
+
+    def table(name, verify):
+        meta = {"drafter_tables": drafters, **({"verify_attention": verify} if verify else {})}
+        t = StepTable.from_points([{"batch_tokens": b, "kv_tokens": k, "status": "ok", "step_ms": 1.0}
+                                   for b in (1, 100_000) for k in (0, 10_000_000)], meta)
+        return str(t.write(tmp_path / f"{name}.csv"))
+
+    charged = {"tokens_per_request": 2.0, "ns_per_kv_token": 5.0, "ns_per_query_kv": 20.0}
+    fields = {"systems": ["dspark", "static-3"], "frontier": {"concurrency": [64]}, "workload": {"output": 512},
+              "engine": {"max_running": 64, "max_batch_tokens": 8192, "prefill": "disaggregated",
+                         "kv_capacity_tokens": 2_000_000}}
+    free, _ = simulate(scenario_file(name="free", hardware={"table": table("free", None)}, **fields), "dspark")
+    paid, _ = simulate(scenario_file(name="paid", hardware={"table": table("paid", charged)}, **fields), "dspark")
+    assert free["mean_verify_budget"] > 7.5 and paid["mean_verify_budget"] < free["mean_verify_budget"] - 2.0
+    _, sim = simulate(scenario_file(name="paid3", hardware={"table": table("paid3", charged)}, **fields), "static-3")
+    st = sim.steps.frame()
+    decoding = np.asarray(st["decoding"]) > 0
+    forward = np.asarray(st["step_ms"] - st["draft_ms"])[decoding]  # a static policy pays no scheduling stall
+    b, k, rows = (np.asarray(st[c], dtype=float)[decoding] for c in ("batch_tokens", "kv_tokens", "decoding"))
+    q = np.maximum(b / rows, 1.0)
+    expect = 1.0 + k * (np.maximum(5.0, 20.0 * q) - np.maximum(5.0, 20.0 * np.minimum(b, 2.0))) * 1e-6
+    assert np.allclose(forward, expect, rtol=1e-9)
+    assert (q > 2.0).mean() > 0.9 and np.all(forward[q > 2.0] > 1.0)  # static-3 verifies 4 a request: it pays

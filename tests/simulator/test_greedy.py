@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hw_profile.table import StepTimeGrid
+from hw_profile.table import StepTimeGrid, VerifyAttention
 from simulator.core.policies import greedy_prefix_lengths, top_k_prefix_lengths
 from simulator.core.policies.base import StepRate
 from simulator.core.policies.candidate_order import descending_stable
@@ -125,10 +126,11 @@ def random_confidence(rng: np.random.Generator, rows: int, gamma: int, kind: str
                                                                                 * 2.0**-40)}[kind]()
 
 
-def random_step_rate(rng: np.random.Generator) -> StepRate:
+def random_step_rate(rng: np.random.Generator, rows: int = 0) -> StepRate:
     """The engine's SPS on a random step-time grid: kinks, a falling last segment, 1 to 4 K rows (one lower than
     the next at some B, so that K beyond the last row meets the clamp), B and K inside, on and beyond the axes,
-    prefill and fixed ms."""
+    prefill and fixed ms; for a step of ``rows`` requests, half the time a verification-attention correction
+    (the table priced at 1, 2 or 4 tokens per request, reads or compute the larger)."""
     nb, nk = int(rng.integers(1, 8)), int(rng.integers(1, 5))
     b = np.sort(rng.choice(np.arange(1, 3000), nb, replace=False)).astype(float)
     k = np.sort(rng.choice(np.arange(0, 10**6), nk, replace=False)).astype(float)
@@ -136,7 +138,12 @@ def random_step_rate(rng: np.random.Generator) -> StepRate:
     if nb >= 2 and rng.random() < 0.5:
         ms[:, -1] = ms[:, -2] - rng.random(nk)  # a falling last segment: extrapolated flat
     kv = float(rng.choice([rng.random() * 2e6, k[int(rng.integers(nk))]]))
-    return StepRate(StepTimeGrid(b, k, ms), kv, int(rng.integers(0, 50)), float(rng.random() * 3))
+    grid = StepTimeGrid(b, k, ms)
+    if rows and rng.random() < 0.5:
+        grid = replace(grid, verify=VerifyAttention(float(rng.choice([1.0, 2.0, 4.0])), float(rng.random() * 0.2),
+                                                    float(rng.random() * 0.2)))
+    return StepRate(grid, kv, int(rng.integers(0, 50)), float(rng.random() * 3), rows,
+                    float(rng.random() * rows * 3e4))
 
 
 @settings(max_examples=150, deadline=None)
@@ -148,7 +155,7 @@ def test_matches_plain_transcription_of_algorithm_1(rows, gamma, seed, kind, ear
     jagged curve that no table could give."""
     rng = np.random.default_rng(seed)
     conf = random_confidence(rng, rows, gamma, kind)
-    sps = random_step_rate(rng)
+    sps = random_step_rate(rng, rows)
     want = algorithm1_reference(conf.tolist(), lambda b: float(sps(np.array([b]))[0]), early_stop=early_stop)
     assert greedy_prefix_lengths(conf, sps, early_stop).tolist() == want
     assert greedy_prefix_lengths(conf, lambda b: sps(b), early_stop).tolist() == want
@@ -174,9 +181,10 @@ def test_step_rate_is_the_clocks_step_time():
     """What the policy prices is what the clock charges: T from the grid's lookup, plus prefill and fixed ms."""
     rng = np.random.default_rng(7)
     for _ in range(50):
-        sps = random_step_rate(rng)
+        sps = random_step_rate(rng, int(rng.integers(1, 300)))
         batch = np.arange(1, 4000, 37)
-        expect = [1000.0 / (sps.grid.lookup(b + sps.prefill, sps.kv) + sps.fixed_ms) for b in batch]
+        expect = [1000.0 / (sps.grid.lookup(b + sps.prefill, sps.kv) + sps.grid.verify_ms(b, sps.rows, sps.verify_kv)
+                            + sps.fixed_ms) for b in batch]
         assert sps(batch).tolist() == expect
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit
 
 import hw_profile.table
-from hw_profile.table import k_rows, step_ms_at
+from hw_profile.table import k_rows, step_ms_at, verify_ms_at
 from simulator.core.policies import candidate_order
 from simulator.core.policies.base import StepRate
 from simulator.core.policies.candidate_order import descending_stable
@@ -48,22 +48,26 @@ def greedy_prefix_lengths(confidence: np.ndarray, sps: SPS, early_stop: bool = T
     mode = EARLY_STOP if early_stop else GLOBAL
     if type(sps) is StepRate:  # exactly the engine's rule: priced inside the walk, only as far as it goes
         b_axis, k_axis, ms = sps.grid.arrays
-        return _walk(c, mode, 0, _NONE, b_axis, k_axis, ms, float(sps.kv), float(sps.prefill), float(sps.fixed_ms))
+        verify = (*sps.grid.verify_terms, float(sps.rows), float(sps.verify_kv))
+        return _walk(c, mode, 0, _NONE, b_axis, k_axis, ms, float(sps.kv), float(sps.prefill), float(sps.fixed_ms),
+                     verify)
     rows, gamma = c.shape
     if c.size == 0:
         return np.zeros(rows, dtype=np.int64)
     batch = np.arange(rows, rows * (gamma + 1) + 1)
     rates = np.ascontiguousarray(np.broadcast_to(np.asarray(sps(batch), dtype=np.float64), batch.shape))
-    return _walk(c, mode, 0, rates, _NONE, _NONE, _NO_GRID, 0.0, 0.0, 0.0)
+    return _walk(c, mode, 0, rates, _NONE, _NONE, _NO_GRID, 0.0, 0.0, 0.0, _NO_VERIFY)
 
 
 def top_k_prefix_lengths(confidence: np.ndarray, capacity: int) -> np.ndarray:
     """The first ``capacity`` candidates of the admission order, as per-request lengths (dspark-async)."""
-    return _walk(_as_matrix(confidence), TOP_K, max(int(capacity), 0), _NONE, _NONE, _NONE, _NO_GRID, 0.0, 0.0, 0.0)
+    return _walk(_as_matrix(confidence), TOP_K, max(int(capacity), 0), _NONE, _NONE, _NONE, _NO_GRID, 0.0, 0.0, 0.0,
+                 _NO_VERIFY)
 
 
 _NONE = np.zeros(0)
 _NO_GRID = np.zeros((0, 0))
+_NO_VERIFY = (0.0, 0.0, 0.0, 0.0, 0.0)  # StepTimeGrid.verify_terms + (rows, verify_kv): no correction
 
 
 def _as_matrix(confidence: np.ndarray) -> np.ndarray:
@@ -74,10 +78,12 @@ def _as_matrix(confidence: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed):
+def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, verify):
     """Walk the candidates in (-a, r, j) order; lengths (R,) for ``mode``. EARLY_STOP and GLOBAL read SPS(B) for
-    B = R + n from ``rates[n]`` when it is given, else price 1000 / (T(B + prefill, kv) + fixed) on the grid
-    (b_axis, k_axis, ms); TOP_K takes the first ``capacity`` candidates."""
+    B = R + n from ``rates[n]`` when it is given, else price 1000 / (T(B + prefill, kv) + V(B) + fixed) on the grid
+    (b_axis, k_axis, ms), V the grid's verification correction (``verify``: its terms, rows and the decoding rows'
+    KV tokens; ``verify_ms_at``); TOP_K takes the first ``capacity`` candidates."""
+    q_table, att_kv, att_query, att_rows, att_k = verify
     rows, gamma = c.shape
     # the positive-survival candidates in (r, j) order, with their row; a never rises along j, so once it is 0 the
     # rest of the row is 0 too, yet every confidence is still checked
@@ -110,6 +116,7 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed):
             rate = rates[0]
         else:
             t, seg = step_ms_at(b_axis, ms, lo, hi, w, float(rows) + prefill, seg)
+            t += verify_ms_at(float(rows), att_rows, att_k, q_table, att_kv, att_query)
             rate = 1000.0 / (t + fixed)
         best = float(rows) * rate
         gained = 0.0
@@ -120,6 +127,7 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed):
                 rate = rates[n]
             else:
                 t, seg = step_ms_at(b_axis, ms, lo, hi, w, float(rows + n) + prefill, seg)
+                t += verify_ms_at(float(rows + n), att_rows, att_k, q_table, att_kv, att_query)
                 rate = 1000.0 / (t + fixed)
             theta = (float(rows) + gained) * rate
             if theta > best:  # a strict rise (GLOBAL: so the first maximum is kept)
