@@ -87,6 +87,26 @@ def sidecar_path(csv_path: str | Path) -> Path:
     return p.with_suffix(".json")
 
 
+def _number_block(meta: dict, name: str, least: dict[str, float], where: str) -> tuple | None:
+    """A sidecar block ``name`` of numbers (each at least its ``least``) and an optional ``source`` string: the
+    numbers in ``least``'s order, then the source; None without the block. ``where`` names the sidecar in errors."""
+    block = meta.get(name) if isinstance(meta, dict) else None
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise TableError(f"{where}: {name} must be an object with {' and '.join(least)}")
+    values = []
+    for key, low in least.items():
+        v = block.get(key)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < low:
+            raise TableError(f"{where}: {name}.{key} must be a number >= {low:g}, got {v!r}")
+        values.append(float(v))
+    source = block.get("source", "")
+    if not isinstance(source, str):
+        raise TableError(f"{where}: {name}.source must be a string, got {source!r}")
+    return (*values, source)
+
+
 @dataclass(frozen=True)
 class PrefillCost:
     """What prompt tokens prefilled in a step cost beyond that step's decode/verify forward, from a sidecar block
@@ -104,21 +124,8 @@ class PrefillCost:
     @classmethod
     def from_meta(cls, meta: dict, where: str) -> PrefillCost | None:
         """The block of a sidecar's metadata, or None without one; ``where`` names the sidecar in errors."""
-        block = meta.get(PREFILL_COST) if isinstance(meta, dict) else None
-        if block is None:
-            return None
-        if not isinstance(block, dict):
-            raise TableError(f"{where}: {PREFILL_COST} must be an object with us_per_token and ns_per_token_kv")
-        values = {}
-        for key in ("us_per_token", "ns_per_token_kv"):
-            v = block.get(key)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-                raise TableError(f"{where}: {PREFILL_COST}.{key} must be a number >= 0, got {v!r}")
-            values[key] = float(v)
-        source = block.get("source", "")
-        if not isinstance(source, str):
-            raise TableError(f"{where}: {PREFILL_COST}.source must be a string, got {source!r}")
-        return cls(values["us_per_token"], values["ns_per_token_kv"], source)
+        read = _number_block(meta, PREFILL_COST, {"us_per_token": 0.0, "ns_per_token_kv": 0.0}, where)
+        return None if read is None else cls(*read)
 
     def ms(self, chunks: np.ndarray, cached: np.ndarray) -> float:
         """Milliseconds for prompt chunks of ``chunks`` tokens whose requests hold ``cached`` tokens before them
@@ -153,23 +160,9 @@ class VerifyAttention:
     @classmethod
     def from_meta(cls, meta: dict, where: str) -> VerifyAttention | None:
         """The block of a sidecar's metadata, or None without one; ``where`` names the sidecar in errors."""
-        block = meta.get(VERIFY_ATTENTION) if isinstance(meta, dict) else None
-        if block is None:
-            return None
-        keys = ("tokens_per_request", "ns_per_kv_token", "ns_per_query_kv")
-        if not isinstance(block, dict):
-            raise TableError(f"{where}: {VERIFY_ATTENTION} must be an object with {', '.join(keys)}")
-        values = {}
-        for key in keys:
-            v = block.get(key)
-            least = 1.0 if key == "tokens_per_request" else 0.0
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < least:
-                raise TableError(f"{where}: {VERIFY_ATTENTION}.{key} must be a number >= {least:g}, got {v!r}")
-            values[key] = float(v)
-        source = block.get("source", "")
-        if not isinstance(source, str):
-            raise TableError(f"{where}: {VERIFY_ATTENTION}.source must be a string, got {source!r}")
-        return cls(values["tokens_per_request"], values["ns_per_kv_token"], values["ns_per_query_kv"], source)
+        least = {"tokens_per_request": 1.0, "ns_per_kv_token": 0.0, "ns_per_query_kv": 0.0}
+        read = _number_block(meta, VERIFY_ATTENTION, least, where)
+        return None if read is None else cls(*read)
 
     def to_meta(self) -> dict:
         return {"tokens_per_request": self.tokens_per_request, "ns_per_kv_token": self.ns_per_kv_token,
