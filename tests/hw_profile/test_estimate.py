@@ -434,6 +434,10 @@ def test_calibrate_cli_writes_the_set_and_says_what_moved(prior, tmp_path, capsy
     (["estimate", "--model", "qwen3-8b", "--gpu", "H200", "--drafters", "medusa", "--out", "x.csv"],
      ["--drafters", "medusa"]),
     (["estimate", "--model", "qwen3-8b", "--gpu", "H200", "--out", "x.txt"], ["--out", ".csv"]),
+    (["estimate", "--model", "deepseek-v4-flash", "--gpu", "H800", "--gpus", "64", "--ep", "64", "--cost",
+      "overlap=fused", "--kernels", "roofline", "--out", "x.csv"], ["overlap=fused", "NVLink", "--ep 64"]),
+    (["estimate", "--model", "deepseek-v4-flash", "--gpu", "H800", "--cost", "overlap=sometimes", "--out", "x.csv"],
+     ["--cost overlap", "two-batch"]),
     (["calibrate", "--point", "1,0,3", "--out", "x.csv"], ["--prior"]),
     (["calibrate", "--prior", "missing.csv", "--point", "1,0,3", "--out", "x.csv"], ["--prior", "missing.csv"]),
 ])
@@ -457,6 +461,23 @@ def test_estimate_cli_deepseek_dp_ep(tmp_path, capsys):
     # the expert-parallel exchange: 40 MoE layers of at least the EP8 latency each
     assert table.grid.step_ms(1, 0) > 40 * 191e-3
     assert math.isfinite(table.grid.step_ms(2048, 2_000_000))
+
+
+def test_estimate_cli_fused_overlap_on_one_board(tmp_path, capsys):
+    """``--cost overlap=fused`` on an 8-GPU board: recorded in the sidecar with the verification-attention block,
+    and every step at least as fast as the unfused exchange's (the fused layer never costs more)."""
+    tables = {}
+    for mode in ("none", "fused"):
+        code, _, err = run(["estimate", "--model", "deepseek-v4-flash", "--gpu", "H800", "--gpus", "8",
+                            "--kernels", "roofline", "--cost", f"overlap={mode}", "--max-batch-tokens", "1024",
+                            "--max-kv-tokens", "1000000", "--out", str(tmp_path / f"{mode}.csv")], capsys)
+        assert code == 0, err
+        tables[mode] = StepTable.read(tmp_path / f"{mode}.csv")
+    fused = tables["fused"]
+    assert fused.meta["engine_costs"]["overlap"] == "fused" and fused.meta["engine_costs"]["fused_waves"] == 4.0
+    assert fused.verify_attention is not None and fused.verify_attention.tokens_per_request == 2.0
+    b, k = np.array([1.0, 64.0, 1024.0]), np.array([0.0, 100_000.0, 1_000_000.0])
+    assert np.all(fused.grid.values(b, k) < tables["none"].grid.values(b, k))
 
 
 def test_a_flat_estimate_between_the_points_moves_only_the_per_step_cost(tmp_path):
