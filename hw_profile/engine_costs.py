@@ -55,9 +55,9 @@ per-step cost and per-token scale of a written table. All times are per step of 
 - ``fused_waves``: waves of experts a ``fused`` layer runs in (4). DeepGEMM sizes a wave to fill the GPU's SMs
   with the experts' tiles, so the count depends on the shape and the load. The DeepSeek-V4 report gives Mega MoE's
   speed-up over the unfused layer as 1.50-1.73x in inference (up to 1.96x in small-batch RL rollouts; as public
-  reading notes of the report quote it); a layer
-  whose exchange equals its expert compute gets 2n/(n+1) from n waves under this pricing, 1.5x at 3 and 1.71x at
-  6, so 4 sits inside that range. A judgement, not a measurement: set it for a deployment.
+  reading notes of the report quote it); a layer whose exchange equals its expert compute gets 2n/(n+1) from n
+  waves under this pricing, 1.5x at 3 and 1.71x at 6, so 4 sits inside that range. A judgement, not a
+  measurement: set it for a deployment.
 """
 
 from __future__ import annotations
