@@ -52,6 +52,12 @@ class DraftCost:
         if self.attention_window:
             kv_tokens = min(kv_tokens, rows * self.attention_window)
         if self.kind.parallel:
-            t = self.grid.lookup(rows * (gamma + self.kind.extra_block_tokens), kv_tokens)
+            tokens = rows * (gamma + self.kind.extra_block_tokens)
+            t = self.grid.lookup(tokens, kv_tokens) + self._per_request(tokens, rows, kv_tokens)
             return t + gamma * max(self.seq_per_position_ms, self.seq_per_row_position_ms * rows)
-        return gamma * self.grid.lookup(rows, kv_tokens)
+        return gamma * (self.grid.lookup(rows, kv_tokens) + self._per_request(rows, rows, kv_tokens))
+
+    def _per_request(self, tokens: int, rows: int, kv_tokens: float) -> float:
+        """The table's correction for the tokens per request a pass computes (a block of them, or one) where its
+        sidecar says how it priced them (``StepTimeGrid.verify_ms``), else 0."""
+        return self.grid.verify_ms(tokens, rows, kv_tokens) if self.grid.verify is not None else 0.0

@@ -191,6 +191,29 @@ def test_sliding_window_drafter_reads_at_most_its_window():
     assert full.ms(rows, gamma, kv) == pytest.approx(1.0 + 0.001 * 50 + 0.00001 * kv)
 
 
+def test_a_drafters_passes_are_corrected_for_the_tokens_per_request_they_compute():
+    """A drafter table priced at 2 tokens per request: an autoregressive drafter's passes compute 1 each (less),
+    a parallel drafter's one pass the whole block (more); a windowed drafter over its window only."""
+    from dataclasses import replace
+
+    from hw_profile.table import StepTimeGrid, VerifyAttention
+    from simulator.core.drafters import DRAFTER_KINDS, DraftCost
+
+    grid = StepTimeGrid.from_points(np.array([1.0, 1e4]), np.array([0.0, 1e6]), np.ones(2))
+    charged = replace(grid, verify=VerifyAttention(2.0, 1.0, 4.0))
+    rows, gamma, kv = 10, 5, 40_000.0
+    # eagle3: gamma passes of one token a request: each saves kv x (max(1, 4) - max(1, 8)) ns
+    assert DraftCost(DRAFTER_KINDS["eagle3"], charged).ms(rows, gamma, kv) == pytest.approx(
+        gamma * (1.0 + kv * (4.0 - 8.0) * 1e-6))
+    # dspark: one pass over gamma tokens a request
+    assert DraftCost(DRAFTER_KINDS["dspark"], charged).ms(rows, gamma, kv) == pytest.approx(
+        1.0 + kv * (4.0 * gamma - 8.0) * 1e-6)
+    windowed = DraftCost(DRAFTER_KINDS["dspark"], charged, attention_window=128)
+    assert windowed.ms(rows, gamma, kv) == pytest.approx(1.0 + rows * 128 * (4.0 * gamma - 8.0) * 1e-6)
+    # without the block, the table alone
+    assert DraftCost(DRAFTER_KINDS["dspark"], grid).ms(rows, gamma, kv) == 1.0
+
+
 def test_policy_table_steers_the_policy_while_the_clock_keeps_the_raw_table(scenario_file, tmp_path):
     from hw_profile.table import StepTable
 
