@@ -39,6 +39,7 @@ from hw_profile.estimate import (
     exchange_ms,
     kernel_source,
     kernel_times,
+    routed_part,
 )
 from hw_profile.gpus import get_gpu
 from hw_profile.prior_fit import fit_on_prior
@@ -306,7 +307,7 @@ def exchange_against_experts() -> list[list[str]]:
         dep = deployment(m)
         b = np.array([m.requests * m.budget])
         est = estimate_points(shape, dep, b, np.array([m.requests * m.context]))
-        routed = est.parts.get("routed", est.parts.get("moe"))[0]
+        routed = routed_part(est.parts)[0]
         out.append([m.source, f"{exchange_ms(shape, dep, b)[0]:.1f}", f"{routed:.1f}",
                     f"{m.requests * m.tau / m.measured * 1e3:.1f}"])
     return out

@@ -98,6 +98,20 @@ class Deployment:
         """GPUs one table row describes: the replica under tp, one rank under dp."""
         return 1 if self.parallel == "dp" else self.gpus
 
+    @property
+    def head_split(self) -> int:
+        """Ways the dense part and the attention heads are split: the tensor-parallel GPUs, 1 under dp."""
+        return self.gpus if self.parallel == "tp" else 1
+
+    @property
+    def bandwidth(self) -> float:
+        """Memory bandwidth one GPU achieves, bytes/s."""
+        return self.gpu.hbm_tb_s * 1e12 * self.roofline.mem_eff
+
+    def peak(self, dtype: str) -> float:
+        """Arithmetic one GPU achieves in ``dtype``, FLOP/s."""
+        return self.gpu.peak_tflops(dtype) * 1e12 * self.roofline.comp_eff
+
 
 def default_parallel(shape: ModelShape, gpus: int, ep: int) -> str:
     return "dp" if shape.is_moe and (shape.is_mla or shape.is_compressed) and ep > 1 and ep == gpus else "tp"
@@ -105,9 +119,7 @@ def default_parallel(shape: ModelShape, gpus: int, ep: int) -> str:
 
 def _bound(bytes_: np.ndarray, flops: np.ndarray, dep: Deployment, dtype: str) -> np.ndarray:
     """ms of one kernel family bound by the slower of its reads and its arithmetic on one GPU."""
-    bw = dep.gpu.hbm_tb_s * 1e12 * dep.roofline.mem_eff
-    peak = dep.gpu.peak_tflops(dtype) * 1e12 * dep.roofline.comp_eff
-    return np.maximum(bytes_ / bw, flops / peak) * 1e3
+    return np.maximum(bytes_ / dep.bandwidth, flops / dep.peak(dtype)) * 1e3
 
 
 def kv_cache_bytes(shape: ModelShape) -> float:
@@ -122,7 +134,7 @@ def attention_work(shape: ModelShape, dep: Deployment) -> tuple[float, float, fl
     """Attention's work on one GPU: bytes read per KV token (once per request), FLOPs per (query token x KV token),
     bytes read per query token, and the type it computes in (its cache's: a bf16 cache runs bf16 kernels whatever
     the weights' dtype)."""
-    g = dep.gpus if dep.parallel == "tp" else 1  # ways the attention heads are split
+    g = dep.head_split
     read_split = 1 if (shape.is_mla or shape.is_compressed) else g  # a latent cache is replicated over tp ranks
     kv_scale = kv_cache_bytes(shape) / 2.0
     return (shape.kv_read_bytes_per_token * kv_scale / read_split, shape.attn_flops_per_kv_token / g,
@@ -134,9 +146,8 @@ def verify_attention(shape: ModelShape, dep: Deployment, costs: EngineCosts) -> 
     roofline's attention terms: ns per KV token read, ns per (query token x KV token) computed, at the tokens per
     request the table assumes (``verify_tokens_per_request``)."""
     per_kv, per_query_kv, _, dtype = attention_work(shape, dep)
-    bw = dep.gpu.hbm_tb_s * 1e12 * dep.roofline.mem_eff
-    peak = dep.gpu.peak_tflops(dtype) * 1e12 * dep.roofline.comp_eff
-    return VerifyAttention(costs.verify_tokens_per_request, per_kv / bw * 1e9, per_query_kv / peak * 1e9,
+    return VerifyAttention(costs.verify_tokens_per_request, per_kv / dep.bandwidth * 1e9,
+                           per_query_kv / dep.peak(dtype) * 1e9,
                            source="kernel-level roofline of the attention (hw_profile.estimate.attention_work)")
 
 
@@ -164,7 +175,7 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
     b = np.asarray(b, dtype=float)
     k = np.asarray(k, dtype=float)
     wb = DTYPE_BYTES[dep.dtype]
-    g = dep.gpus if dep.parallel == "tp" else 1  # ways the dense part and attention heads are split
+    g = dep.head_split
     parts: dict[str, np.ndarray] = {}
     layer_params = shape.dense_params - shape.head_params
     parts["dense"] = _bound(np.full_like(b, layer_params * wb / g), 2.0 * layer_params * b / g, dep, dep.dtype)
@@ -211,6 +222,12 @@ def exchange_ms(shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray
     return shape.moe_layers * per_layer
 
 
+def routed_part(parts: dict[str, np.ndarray]) -> np.ndarray | float:
+    """The routed experts' part of a step's parts, whichever source priced them (``routed`` from the roofline,
+    ``moe`` from the kernel database); 0 for a dense model."""
+    return parts.get("routed", parts.get("moe", 0.0))
+
+
 def two_batch_ms(half: dict[str, np.ndarray], exchange_half: np.ndarray) -> np.ndarray:
     """The layers of a step split into two micro-batches, each with the kernel parts ``half`` and one exchange of
     ``exchange_half``, laid out as DeepSeek's decode profile and SGLang's two-batch-overlap decode strategy run them:
@@ -218,7 +235,7 @@ def two_batch_ms(half: dict[str, np.ndarray], exchange_half: np.ndarray) -> np.n
     GEMMs), its combine under the other's core attention, and its routed experts between the two,
     exposed (they need the dispatched tokens and feed the combine). Dispatch is a third of the exchange's bytes
     (fp8 out, bf16 back)."""
-    routed = half.get("routed", half.get("moe", 0.0))
+    routed = routed_part(half)
     attention = half["attention"]
     dense = sum(v for key, v in half.items() if key not in (*LAYERLESS_PARTS, "routed", "moe", "attention"))
     dispatch, combine = exchange_half / 3.0, exchange_half * 2.0 / 3.0
@@ -252,7 +269,7 @@ def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarr
             raise HwProfileError(f"--cost overlap=fused: the fused MoE kernel moves tokens over NVLink, so the "
                                  f"expert-parallel group must fit one NVLink domain ({nvlink_domain(dep.gpu)} "
                                  f"{dep.gpu.name} GPUs); got --ep {dep.ep}. Use overlap=two-batch or none")
-        routed = parts.get("routed", parts.get("moe"))
+        routed = routed_part(parts)
         whole = fused_moe_ms(routed, whole, dep.costs.fused_waves) - routed
     elif dep.costs.overlap == "two-batch":
         layers = sum(v for key, v in parts.items() if key not in LAYERLESS_PARTS)
@@ -272,11 +289,10 @@ def nvlink_domain(gpu: GPU) -> int:
 
 def engine_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, costs: EngineCosts) -> dict[str, np.ndarray]:
     b = np.asarray(b, dtype=float)
-    bw = dep.gpu.hbm_tb_s * 1e12 * dep.roofline.mem_eff
     return {
         "fixed": np.full_like(b, costs.step_fixed_ms),
         "eager": eager_ms(b, shape.layers, shape.moe_layers, costs),
-        "sampling": sampling_ms(b, shape.vocab if shape.lm_head else 0, bw, costs),
+        "sampling": sampling_ms(b, shape.vocab if shape.lm_head else 0, dep.bandwidth, costs),
     }
 
 
@@ -389,8 +405,8 @@ def _kernel_package() -> bool:
 def prefill_cost(shape: ModelShape, dep: Deployment) -> dict:
     """Prefill tokens priced apart from decode tokens (a mixed step is not T(total tokens)): a prompt token goes
     through every GEMM compute-bound (chunks are hundreds of tokens) and attends to the prompt before it."""
-    g = dep.gpus if dep.parallel == "tp" else 1
-    peak = dep.gpu.peak_tflops(dep.dtype) * 1e12 * dep.roofline.comp_eff
+    g = dep.head_split
+    peak = dep.peak(dep.dtype)
     return {
         "us_per_token": 2.0 * shape.matmul_params / g / peak * 1e6,
         "ns_per_token_kv": shape.attn_flops_per_kv_token / g / peak * 1e9,
