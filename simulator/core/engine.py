@@ -111,8 +111,9 @@ class StepPlan:
     and the accepted draft tokens, None without speculation; ended: (rows,) bool, requests a token-generating
     source ended at EOS this step (``Proposal.ended``), or None; prefill_ended: batch rows whose completing
     prefill sampled an end-of-sequence token (``RuntimeSource.prefilled``), or None; prefill_ms: the price of
-    this step's prompt chunks when the table prices prefill apart, else None (T(B, K) covers them), and then
-    kv_decode: the KV tokens the decoding rows read (the K of their T).
+    this step's prompt chunks when the table prices prefill apart, else None (T(B, K) covers them); kv_decode:
+    the KV tokens the decoding rows read, summed when something prices them (the K of their T when prefill is
+    priced apart; what their verified tokens attend over when a table corrects for tokens per request), else 0.
     """
 
     __slots__ = ("accepted", "batch_tokens", "context", "decode_rows", "draft_ms", "ended", "ids", "kv", "kv_decode",
@@ -133,6 +134,7 @@ class StepPlan:
         self.ended: np.ndarray | None = None
         self.prefill_ended: np.ndarray | None = None
         self.prefill_ms: float | None = None
+        self.kv_decode = 0
 
 
 class Replica:
@@ -289,6 +291,7 @@ class Replica:
         if prices.prefill_cost is not None and plan.prefill_tokens:
             cached = b.prompt[:n] + b.generated[:n] - b.to_prefill[:n]  # what each row holds before its chunk
             plan.prefill_ms = prices.prefill_cost.ms(plan.prefill_chunks, cached)
+        if plan.prefill_ms is not None or prices.per_request:
             plan.kv_decode = int(plan.context.sum())
         return plan
 
@@ -316,13 +319,12 @@ class Replica:
             proposal = sim.source.propose(plan.ids)
             conf = checked_confidence(sim.source, proposal.confidence, rows, gamma)
             maxl, conf = verifiable(conf, remaining, gamma)  # positions past a request's end: confidence 0
-            verify_kv = _decode_kv(prices.policy_grid, plan)
             if plan.prefill_ms is None:
                 sps = StepRate(prices.policy_grid, plan.kv, plan.prefill_tokens, plan.draft_ms + plan.stall_ms,
-                               rows, verify_kv)
+                               rows, plan.kv_decode)
             else:  # the prompt chunks' price is fixed for this step; T prices the verify tokens alone
                 sps = StepRate(prices.policy_grid, plan.kv_decode, 0, plan.draft_ms + plan.stall_ms + plan.prefill_ms,
-                               rows, verify_kv)
+                               rows, plan.kv_decode)
             view = PolicyView(conf, remaining, plan.context, sps, gamma, self.step_no,
                               proposal.outcome if self.policy.needs_outcome else None, maxl)
             plan.lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
@@ -347,7 +349,7 @@ class Replica:
             return sim.live_clock() + plan.stall_ms
         decode = plan.batch_tokens - plan.prefill_tokens
         # verifying more (or fewer) tokens per request than the table priced: its attention correction, 0 without
-        verify = (prices.clock.verify_ms(decode, plan.rows, _decode_kv(prices.clock, plan))
+        verify = (prices.clock.verify_ms(decode, plan.rows, plan.kv_decode)
                   if plan.rows and prices.clock.verify is not None else 0.0)
         if plan.prefill_ms is None:
             return plan.draft_ms + plan.stall_ms + prices.clock.lookup(plan.batch_tokens, plan.kv) + verify
@@ -418,12 +420,6 @@ class Replica:
 NO_DRAFT = DraftCost(DRAFTER_KINDS["none"], None)
 
 
-def _decode_kv(grid: StepTimeGrid, plan: StepPlan) -> float:
-    """The KV tokens the decoding rows hold, which their verified tokens attend over; only summed for a grid that
-    corrects for tokens per request (``StepTimeGrid.verify``)."""
-    return float(plan.context.sum()) if grid.verify is not None and plan.rows else 0.0
-
-
 class StepPrices:
     """What a step costs, from the tables: ``clock`` gives the target's forward T(B, K) that advances the clock,
     ``policy_grid`` the copy a hardware-aware policy prices SPS(B) on (default: the clock's), ``draft`` the
@@ -436,6 +432,8 @@ class StepPrices:
         self.draft = NO_DRAFT if draft is None else draft
         self.prefill_cost = prefill_cost
         self.empty_forward_ms = PrefillPrice(clock, prefill_cost).empty_ms  # what a step with nothing to decode pays
+        # a table that corrects for tokens per request (``StepTimeGrid.verify``) needs the decoding rows' KV each step
+        self.per_request = clock.verify is not None or self.policy_grid.verify is not None
 
 
 class Simulation:
