@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -261,6 +262,9 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_
 @click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default="vllm", show_default=True)
 @click.option("--dtype", type=click.Choice([*DTYPES, "fp8"]), default=None,
               help="[default: fp8 for DeepSeek models, bf16 otherwise]")
+@click.option("--kv-dtype", type=click.Choice(["auto", "bf16", "fp8"]), default="auto", show_default=True,
+              help="the KV cache's type; auto: the model's own (fp8 for DeepSeek-V4), else bf16 as the engines' "
+                   "default (--kv-cache-dtype auto)")
 @click.option("--parallel", type=click.Choice(["auto", "tp", "dp"]), default="auto", show_default=True,
               help="dp: data-parallel attention with EP, one table row per GPU (DeepSeek-style decode); "
                    "auto picks dp for MLA/V4 MoE models when --ep equals --gpus")
@@ -276,13 +280,15 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="DIR/NAME.csv: the target's table; "
               "drafters' tables NAME.drafter-<drafter>.csv beside it")
 @click.pass_obj
-def estimate(obj, model, gpu, gpus, ep, engine, dtype, parallel, drafters, kernels, costs, max_batch_tokens,
-             max_kv_tokens, name, out) -> None:
+def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, parallel, drafters, kernels, costs,
+             max_batch_tokens, max_kv_tokens, name, out) -> None:
     from hw_profile.engine_costs import engine_defaults, with_overrides
     from hw_profile.estimate import Deployment, default_parallel, layout_note, write_estimate_set
     from hw_profile.roofline import default_b_axis, default_k_axis
 
     device, shape = device_and_shape(gpu, model, gpus)
+    if kv_dtype != "auto":  # the drafters' shapes are built from the target's, so their caches follow it
+        shape = replace(shape, kv_dtype=kv_dtype)
     if ep is None:
         ep = gpus if shape.is_moe else 1
     if ep < 1 or gpus % ep:

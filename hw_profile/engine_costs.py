@@ -42,6 +42,9 @@ per-step cost and per-token scale of a written table. All times are per step of 
   their 128 tokens and scales with the tokens rather than keeping a 128-token floor for a handful. Inside one
   NVLink domain (EP up to 8 on a board, up to 72 on an NVL72 rack) the latency is a 60 us floor and the bandwidth
   NVLink's (``hw_profile.estimate``).
+- ``nic_gb_s``: the line rate, GB/s per GPU, at which an exchange across nodes moves its volume (50: one 400 Gb/s
+  NIC per GPU, as DeepEP's H800 figures were measured with). A node with fewer NICs than GPUs has less: four
+  400 Gb/s NICs for eight H20s are 25. The fixed latency above stays DeepEP's, whatever this is.
 - ``overlap``: how the engine hides the expert-parallel exchange of a data-parallel deployment. ``none`` (the
   default): it is paid in full. ``two-batch``: the engine splits each step into two micro-batches that overlap
   one's exchange with the other's compute (DeepSeek's decode, SGLang's ``--enable-two-batch-overlap``), priced as
@@ -93,6 +96,7 @@ class EngineCosts:
     a2a_us_per_layer: float | None = None  # None: from DeepEP's figures by EP size
     overlap: str = "none"  # none | two-batch | fused (true/false read as two-batch/none)
     fused_waves: float = 4.0
+    nic_gb_s: float = NIC_GB_S
 
     def __post_init__(self):
         # sidecars and callers written before the fused mode stored a bool
@@ -147,6 +151,8 @@ def with_overrides(costs: EngineCosts, items: list[str] | tuple[str, ...]) -> En
             raise HwProfileError(f"--cost {key}: expected a value >= 0, got {text}")
         if key == "moe_imbalance" and value != "auto" and value < 1:
             raise HwProfileError(f"--cost moe_imbalance: expected 'auto' or a factor >= 1, got {text}")
+        if key == "nic_gb_s" and value <= 0:
+            raise HwProfileError(f"--cost nic_gb_s: expected a line rate > 0 GB/s per GPU, got {text}")
         if key == "fused_waves" and value < 1:
             raise HwProfileError(f"--cost fused_waves: expected >= 1, got {text}")
         if key == "verify_tokens_per_request" and value < 1:

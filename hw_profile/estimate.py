@@ -40,7 +40,6 @@ import numpy as np
 
 from hw_profile.dp_ep import stored_bytes_per_gpu, weight_parts_per_gpu
 from hw_profile.engine_costs import (
-    NIC_GB_S,
     EngineCosts,
     a2a_latency_us,
     eager_ms,
@@ -125,8 +124,8 @@ def _bound(bytes_: np.ndarray, flops: np.ndarray, dep: Deployment, dtype: str) -
 def kv_cache_bytes(shape: ModelShape) -> float:
     """Bytes per cached KV value, as the kernel path prices them: bf16, the engines' default cache type
     (``kv_cache_dtype=auto`` is the activation type, for fp8 checkpoints too), whatever the weights' dtype, unless
-    the model fixes its cache's type (``kv_dtype``: DeepSeek-V4 and its drafters store fp8). An fp8 cache chosen
-    at serving time is not priced here."""
+    the model fixes its cache's type (``kv_dtype``: DeepSeek-V4 and its drafters store fp8) or the deployment
+    chooses one (``hw-profile estimate --kv-dtype fp8`` sets the shape's ``kv_dtype``)."""
     return DTYPE_BYTES[shape.kv_dtype] if shape.kv_dtype else 2.0
 
 
@@ -218,7 +217,7 @@ def exchange_ms(shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray
         per_layer = np.maximum(lat_us * 1e-3, volume / (link_gb_s(dep.gpu, dep.roofline) * 1e9) * 1e3)
     else:
         # over RDMA: a fixed latency plus the volume at the NIC's line rate (``engine_costs.a2a_latency_us``)
-        per_layer = a2a_latency_us(dep.ep, dep.costs) * 1e-3 + volume / (NIC_GB_S * 1e9) * 1e3
+        per_layer = a2a_latency_us(dep.ep, dep.costs) * 1e-3 + volume / (dep.costs.nic_gb_s * 1e9) * 1e3
     return shape.moe_layers * per_layer
 
 
@@ -433,7 +432,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         kind="estimate",
         caveat={"kind": "an estimate",
                 "text": (f"kernels from {', '.join(est.sources)} ({np.mean(est.inside):.0%} of points inside measured "
-                         "data) plus the engine costs in engine_costs; within 30% on 13 of 17 public decode "
+                         "data) plus the engine costs in engine_costs; within 30% on 16 of 24 public decode "
                          "measurements (docs/sim-to-real.md): calibrate it on one to three measured points "
                          "(hw-profile calibrate --prior) before planning")},
         device=dep.gpu.name,

@@ -138,9 +138,17 @@ def _gemm(ctx: _Ctx, gdtype: str, m: np.ndarray, n: int, k: int, what: str) -> n
 
 # --- attention ----------------------------------------------------------------------------------------------------
 
-def _kv_dtype(frame: pd.DataFrame, dtype: str) -> str:
-    # The engines' default KV cache type ("auto") is the activation type, bf16, also for fp8 checkpoints; fp8 KV
-    # is a separate serving choice (and some engines' fp8-KV decode kernels are several times slower).
+def _kv_dtype(ctx: _Ctx, frame: pd.DataFrame, shape: ModelShape) -> str:
+    """The cache type whose rows price attention. The engines' default KV cache type ("auto") is the activation
+    type, bf16, also for fp8 checkpoints; an fp8 cache is a serving choice (``hw-profile estimate --kv-dtype fp8``,
+    the shape's ``kv_dtype``), priced from the engine's own fp8-cache rows (some engines' fp8-cache decode kernels
+    are several times slower, which those rows show)."""
+    if shape.kv_dtype != "fp8":
+        return "bfloat16"
+    if "kv_cache_dtype" in frame.columns and (frame["kv_cache_dtype"] == "fp8").any():
+        return "fp8"
+    ctx.note(f"{ctx.engine} on {ctx.system} has no fp8-cache attention rows; the attention is priced from its "
+             "bf16-cache rows")
     return "bfloat16"
 
 
@@ -158,7 +166,7 @@ def _gqa_attention(ctx, shape, R, q, c):
     if gen is None:
         raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no generation attention table")
     rows = densest(_pick(gen, "generation attention", num_key_value_heads=kv, head_dim=hd,
-                         kv_cache_dtype=_kv_dtype(gen, ctx.dtype), window_size=0))
+                         kv_cache_dtype=_kv_dtype(ctx, gen, shape), window_size=0))
     _pick(rows, "generation attention", num_heads=heads)
     t, inside = _head_grid(rows).lookup(q * heads, R, c)
     return ctx.take("decode attention", t, inside)
@@ -194,7 +202,7 @@ def _mla_attention(ctx, shape, R, q, c, B, gdtype):
     qh = q * heads
     kernel = ctx.table("mla", "generation_mla_perf")
     if kernel is not None:
-        rows = _mla_rows(kernel, "MLA decode", kv_cache_dtype=_kv_dtype(kernel, ctx.dtype))
+        rows = _mla_rows(kernel, "MLA decode", kv_cache_dtype=_kv_dtype(ctx, kernel, shape))
         _pick(rows, "MLA decode", num_heads=heads)
         t, inside = _head_grid(rows).lookup(qh, R, c)
         t = ctx.take("MLA decode", t, inside)
@@ -213,7 +221,7 @@ def _mla_attention(ctx, shape, R, q, c, B, gdtype):
     if module is None:
         raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no MLA decode data")
     gt = gdtype if (module["gemm_type"] == gdtype).any() else "bfloat16"
-    rows = _mla_rows(module, "MLA decode module", kv_cache_dtype=_kv_dtype(module, ctx.dtype), gemm_type=gt)
+    rows = _mla_rows(module, "MLA decode module", kv_cache_dtype=_kv_dtype(ctx, module, shape), gemm_type=gt)
     _pick(rows, "MLA decode module", num_heads=heads)
     grid = _head_grid(rows)
     h = np.full(B.shape, float(heads))

@@ -81,7 +81,7 @@ class ModelShape:
     o_lora_rank: int = 0
     o_groups: int = 0
     expert_dtype: str = ""  # storage type of routed experts when narrower than the rest ("fp4"); "" = dtype
-    kv_dtype: str = ""  # the KV cache's type where the model fixes it (V4: "fp8"); "" = the engines' default, bf16
+    kv_dtype: str = ""  # the KV cache's type where the model or the deployment fixes it (V4: "fp8"); "" = bf16
 
     @property
     def is_moe(self) -> bool:

@@ -24,6 +24,7 @@ from hw_profile.errors import HwProfileError
 from hw_profile.estimate import (
     KERNEL_FLOOR_US,
     Deployment,
+    attention_work,
     estimate_points,
     exchange_ms,
     fused_moe_ms,
@@ -89,6 +90,23 @@ def test_the_exchange_reproduces_deepep_at_its_setting_and_scales_with_the_token
     assert latency == pytest.approx(DEEPEP_US[ep] - wire_us, rel=1e-9) and latency > 0
     # half the tokens: the latency and half the wire, not the 128-token figure again
     assert per_layer_us(64.0) == pytest.approx(latency + wire_us / 2, rel=1e-9)
+
+
+def test_the_exchange_moves_its_volume_at_the_nics_rate():
+    """``nic_gb_s``: across nodes the volume goes at the NIC's line rate and the fixed latency stays DeepEP's; half
+    the rate (four NICs for eight GPUs) doubles the wire time and nothing else. Inside one NVLink board the NIC is
+    not used."""
+    shape, d = v3_dp(64)
+    b = np.array([8.0, 128.0])
+    latency_ms = shape.moe_layers * a2a_latency_us(64, d.costs) * 1e-3
+    wire = exchange_ms(shape, d, b) - latency_ms
+    half = exchange_ms(shape, replace(d, costs=replace(d.costs, nic_gb_s=25.0)), b) - latency_ms
+    np.testing.assert_allclose(half, 2 * wire, rtol=1e-12)
+    volume = b * shape.hidden * 3.0 * shape.experts_per_token * 63 / 64  # fp8 out, bf16 back
+    np.testing.assert_allclose(wire, shape.moe_layers * volume / 50e9 * 1e3, rtol=1e-12)
+    shape, board = v3_dp(8)
+    assert np.array_equal(exchange_ms(shape, board, b),
+                          exchange_ms(shape, replace(board, costs=replace(board.costs, nic_gb_s=1.0)), b))
 
 
 def test_exchange_latency_defaults_and_override():
@@ -185,7 +203,8 @@ def test_overrides_and_their_errors():
     assert replace(costs, overlap=True).overlap == "two-batch"  # a sidecar written before the modes stored a bool
     for bad, words in ((["nope=1"], "NAME=VALUE"), (["step_fixed_ms=x"], "expected a number"),
                        (["moe_imbalance=0.5"], "factor >= 1"), (["launch_us=-1"], ">= 0"),
-                       (["overlap=maybe"], "none, two-batch, fused"), (["fused_waves=0.5"], ">= 1")):
+                       (["overlap=maybe"], "none, two-batch, fused"), (["fused_waves=0.5"], ">= 1"),
+                       (["nic_gb_s=0"], "line rate > 0")):
         with pytest.raises(HwProfileError, match=words):
             with_overrides(costs, bad)
     with pytest.raises(HwProfileError, match="known: vllm, sglang, trtllm"):
@@ -255,6 +274,39 @@ def test_the_kv_cache_is_bf16_whatever_the_weights_unless_the_model_stores_fp8()
     d_attn = roofline_parts(drafter, dep("deepseek-v4-flash")[1], b, k, floors=False)["attention"][0]
     d_bytes = (4e6 * drafter.kv_read_bytes_per_token + drafter.attn_read_bytes_per_query_token) * 0.5
     assert d_attn == pytest.approx(d_bytes / (0.8 * 4.8e12) * 1e3, rel=1e-3)
+
+
+def test_a_deployment_that_chooses_an_fp8_cache_reads_half_the_bytes():
+    """``--kv-dtype fp8`` (the shape's ``kv_dtype``): each cached token is read in half the bytes, and attention
+    computes in the weights' type (fp8 for an fp8 checkpoint, as FlashMLA-FP8 does; a bf16 model's kernels
+    dequantise to bf16), each point bound by the slower of the two (by hand from ``attention_work``)."""
+    b = np.array([1.0, 512.0])
+    k = np.array([4_000_000.0, 512 * 32768.0])
+    for model, kw in (("qwen3-8b", {}), ("deepseek-v3", dict(gpus=8, ep=8, parallel="dp", dtype="fp8"))):
+        shape, d = dep(model, **kw)
+        fp8_shape = replace(shape, kv_dtype="fp8")
+        for sh, rate in ((shape, d.peak("bf16")), (fp8_shape, d.peak(d.dtype))):
+            per_kv, per_query_kv, per_query, dtype = attention_work(sh, d)
+            assert d.peak(dtype) == rate
+            q = np.minimum(b, d.costs.verify_tokens_per_request)
+            by_hand = np.maximum((k * per_kv + b * per_query) / d.bandwidth, per_query_kv * k * q / rate) * 1e3
+            np.testing.assert_allclose(roofline_parts(sh, d, b, k, floors=False)["attention"], by_hand, rtol=1e-12)
+        assert attention_work(fp8_shape, d)[0] == attention_work(shape, d)[0] / 2
+        assert np.all(roofline_parts(fp8_shape, d, b, k, floors=False)["attention"]
+                      < roofline_parts(shape, d, b, k, floors=False)["attention"])
+
+
+def test_estimate_cli_kv_dtype_reaches_the_target_and_its_drafters(tmp_path, capsys):
+    for kv in ("auto", "fp8"):
+        code, _, err = run(["estimate", "--model", "qwen3-8b", "--gpu", "H20", "--kernels", "roofline",
+                            "--kv-dtype", kv, "--max-batch-tokens", "64", "--max-kv-tokens", "100000",
+                            "--out", str(tmp_path / f"{kv}.csv")], capsys)
+        assert code == 0, err
+    for suffix in ("", ".drafter-mtp", ".drafter-dspark"):
+        plain, fp8 = (StepTable.read(tmp_path / f"{kv}{suffix}.csv") for kv in ("auto", "fp8"))
+        assert "kv_dtype" not in plain.meta["model_shape"] and fp8.meta["model_shape"]["kv_dtype"] == "fp8"
+        assert fp8.grid.step_ms(1, 100_000) < plain.grid.step_ms(1, 100_000)
+        assert fp8.grid.step_ms(1, 0) == pytest.approx(plain.grid.step_ms(1, 0))
 
 
 def test_each_kernel_family_pays_its_launches_fixed_latency():

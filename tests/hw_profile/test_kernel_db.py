@@ -5,6 +5,7 @@ The written latencies are closed forms that multilinear interpolation reproduces
 N x K; attention trilinear in heads, batch and KV), so every expected number below is computed by hand from them."""
 
 import importlib.util
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -70,8 +71,8 @@ def _gemm_rows(engine, floor_ms=None):
 
 @pytest.fixture
 def db(tmp_path):
-    """H200 with vllm 0.24.0 (GEMM with a 0.18 ms floor at M = 1 in fp8, attention, all-reduce) and sglang 0.5.14
-    (GEMM only: the reference the floor is checked against)."""
+    """H200 with vllm 0.24.0 (GEMM with a 0.18 ms floor at M = 1 in fp8, attention (an fp8 cache at half the bf16
+    cache's time), all-reduce) and sglang 0.5.14 (GEMM only: the reference the floor is checked against)."""
     base = tmp_path / "data"
     sysdir = base / "h200_sxm"
     vllm_rows = [r for r in _gemm_rows("VLLM", floor_ms=0.18) if r["gemm_dtype"] == "fp8"]
@@ -88,6 +89,7 @@ def db(tmp_path):
                                      num_heads=h // (2 // kvh), num_key_value_heads=kvh, head_dim=16, beam_width=1,
                                      attn_dtype="bfloat16", kv_cache_dtype="bfloat16", step=s, window_size=0,
                                      latency=attn_ms(h // (2 // kvh), b, s + 1)))
+    attn += [{**row, "kv_cache_dtype": "fp8", "latency": row["latency"] / 2} for row in attn]
     _write(sysdir / "attention/vllm/0.24.0/generation_attention_perf.parquet", attn)
     ar = [dict(framework="vLLM", version="0.24.0", device="NVIDIA H200", op_name="all_reduce",
                kernel_source="vLLM_custom_graph", allreduce_dtype="bfloat16", num_gpus=2, message_size=size,
@@ -175,6 +177,19 @@ def test_q_tokens_per_request_share_one_read_of_the_kv(db):
     assert r.parts["attention"][0] < per_token
     assert r.inside.all()
     assert any(n.startswith("(a)") for n in r.notes)
+
+
+def test_an_fp8_cache_reads_the_engines_fp8_cache_rows(db):
+    """A deployment's fp8 KV cache (``--kv-dtype fp8``) prices attention from the engine's fp8-cache rows, the
+    default from its bf16 ones; an engine table without fp8 rows (this MLA table) keeps bf16 and says so."""
+    plain = _step(db, [4], [4], [1024])
+    fp8 = _step(db, [4], [4], [1024], shape=replace(TINY, kv_dtype="fp8"))
+    assert plain.parts["attention"][0] == pytest.approx(TINY.layers * attn_ms(4, 4, 1024), rel=1e-12)
+    assert fp8.parts["attention"][0] == pytest.approx(plain.parts["attention"][0] / 2, rel=1e-12)
+    np.testing.assert_allclose(fp8.parts["gemm"], plain.parts["gemm"])
+    mla = _step(db, [4], [4], [1024], shape=replace(TINY_MLA, kv_dtype="fp8"))
+    assert mla.parts["attention"][0] == pytest.approx(_step(db, [4], [4], [1024], shape=TINY_MLA).parts["attention"][0])
+    assert any("no fp8-cache attention rows" in n for n in mla.notes)
 
 
 def test_outside_measured_data_is_extrapolated_and_flagged(db):
