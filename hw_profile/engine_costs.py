@@ -55,6 +55,12 @@ per-step cost and per-token scale of a written table. All times are per step of 
   as an expert backend for V4), priced by ``hw_profile.estimate.fused_moe_ms``; it moves tokens over NVLink symmetric
   memory, so the expert-parallel group must fit in one NVLink domain. ``true``/``false`` read as ``two-batch``/
   ``none``.
+- ``two_batch_min_tokens``: the smallest decode step (tokens per rank) a ``two-batch`` engine splits; smaller
+  steps run as one batch and pay the whole exchange. vLLM: 32 (its dual-batch overlap splits a decode batch of
+  at least ``--dbo-decode-token-threshold`` tokens, 32 by default, after its ranks agree). SGLang and TensorRT-LLM:
+  unset, which means two requests' worth (2 x ``verify_tokens_per_request``): SGLang's two-batch overlap halves
+  a decode batch by requests whenever there are two (its code notes that small batches would be better left
+  whole, but does not do so); for TensorRT-LLM we found no threshold published, so it gets the least a split needs.
 - ``fused_waves``: waves of experts a ``fused`` layer runs in (4). DeepGEMM sizes a wave to fill the GPU's SMs
   with the experts' tiles, so the count depends on the shape and the load. The DeepSeek-V4 report gives Mega MoE's
   speed-up over the unfused layer as 1.50-1.73x in inference (up to 1.96x in small-batch RL rollouts; as public
@@ -97,6 +103,7 @@ class EngineCosts:
     overlap: str = "none"  # none | two-batch | fused (true/false read as two-batch/none)
     fused_waves: float = 4.0
     nic_gb_s: float = NIC_GB_S
+    two_batch_min_tokens: float | None = None  # None: two requests' worth (see the module docstring)
 
     def __post_init__(self):
         # sidecars and callers written before the fused mode stored a bool
@@ -111,7 +118,7 @@ class EngineCosts:
 
 
 DEFAULTS: dict[str, EngineCosts] = {
-    "vllm": EngineCosts("vllm", step_fixed_ms=1.5, graph_max_batch=512),
+    "vllm": EngineCosts("vllm", step_fixed_ms=1.5, graph_max_batch=512, two_batch_min_tokens=32.0),
     "sglang": EngineCosts("sglang", step_fixed_ms=0.8, graph_max_batch=256),
     "trtllm": EngineCosts("trtllm", step_fixed_ms=0.5, graph_max_batch=128),
 }
@@ -159,6 +166,13 @@ def with_overrides(costs: EngineCosts, items: list[str] | tuple[str, ...]) -> En
             raise HwProfileError(f"--cost verify_tokens_per_request: expected >= 1, got {text}")
         changes[key] = value
     return replace(costs, **changes)
+
+
+def two_batch_min_tokens(costs: EngineCosts) -> float:
+    """Tokens per rank from which a ``two-batch`` engine splits a step: its own threshold, else two requests."""
+    if costs.two_batch_min_tokens is not None:
+        return max(2.0, float(costs.two_batch_min_tokens))
+    return 2.0 * costs.verify_tokens_per_request
 
 
 def a2a_latency_us(ep: int, costs: EngineCosts) -> float:

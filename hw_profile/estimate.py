@@ -45,6 +45,7 @@ from hw_profile.engine_costs import (
     eager_ms,
     imbalance_factor,
     sampling_ms,
+    two_batch_min_tokens,
 )
 from hw_profile.errors import HwProfileError
 from hw_profile.gpus import GPU
@@ -258,7 +259,8 @@ def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarr
     """``parts`` plus ``a2a``: what the expert-parallel exchange of a ``dp`` deployment adds to the step, by
     ``costs.overlap``. ``none``: the whole exchange. ``two-batch``: what two micro-batches (``two_batch_ms``, from
     ``parts_at(b / 2, k / 2)``) cost beyond the layers' kernels at the whole batch: the exposed exchange and the
-    second read of the weights; a step of fewer than two tokens cannot be split and runs as one batch. ``fused``:
+    second read of the weights, from the engine's threshold up (``engine_costs.two_batch_min_tokens``); smaller
+    steps run as one batch and pay the whole exchange. ``fused``:
     what the fused layer (``fused_moe_ms``) costs beyond its routed experts, inside one NVLink domain only."""
     if dep.parallel != "dp" or not shape.is_moe or dep.ep <= 1:
         return parts
@@ -272,7 +274,7 @@ def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarr
         whole = fused_moe_ms(routed, whole, dep.costs.fused_waves) - routed
     elif dep.costs.overlap == "two-batch":
         layers = sum(v for key, v in parts.items() if key not in LAYERLESS_PARTS)
-        splits = b >= 2.0
+        splits = b >= two_batch_min_tokens(dep.costs)
         # points that cannot be split are looked up whole (a kernel lookup needs a token) and their result unused
         half_b, half_k = np.where(splits, b / 2.0, b), np.where(splits, k / 2.0, k)
         split = two_batch_ms(parts_at(half_b, half_k), exchange_ms(shape, dep, half_b))

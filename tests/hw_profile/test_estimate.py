@@ -18,6 +18,7 @@ from hw_profile.engine_costs import (
     engine_defaults,
     imbalance_factor,
     sampling_ms,
+    two_batch_min_tokens,
     with_overrides,
 )
 from hw_profile.errors import HwProfileError
@@ -153,6 +154,23 @@ def test_two_micro_batches_when_compute_dominates():
     layers = _layers(est.parts) + est.parts["a2a"]
     assert layers == pytest.approx(2 * _layers(half), rel=1e-12)
     assert _layers(est.parts) < layers < 2 * _layers(est.parts)
+
+
+def test_each_engine_splits_from_its_own_threshold():
+    """``two_batch_min_tokens``: vLLM splits a decode step of 32 tokens or more (``--dbo-decode-token-threshold``);
+    SGLang any step of two requests (2 x the tokens per request); below, the step pays the whole exchange."""
+    for engine, smallest in (("vllm", 32.0), ("sglang", 4.0)):
+        shape, d = v3_dp(16)
+        d = replace(d, costs=replace(engine_defaults(engine), overlap="two-batch"))
+        assert two_batch_min_tokens(d.costs) == smallest
+        b = np.array([smallest - 1, smallest, 64.0])
+        k = b * 4096.0
+        est = estimate_points(shape, d, b, k, "roofline").parts["a2a"]
+        whole = exchange_ms(shape, d, b)
+        assert est[0] == pytest.approx(whole[0], rel=1e-12)
+        assert est[1] != pytest.approx(whole[1], rel=1e-3) and est[2] != pytest.approx(whole[2], rel=1e-3)
+    assert two_batch_min_tokens(replace(engine_defaults("vllm"), two_batch_min_tokens=0.0)) == 2.0  # one token: whole
+    assert with_overrides(engine_defaults("vllm"), ["two_batch_min_tokens=64"]).two_batch_min_tokens == 64.0
 
 
 def test_a_single_token_cannot_be_split():
