@@ -92,8 +92,20 @@ def measurements() -> list[Measurement]:
     out += infersim_points()
     out += cookbook_points()
     out += ant_h20_points()
+    out += [mtp_blog_point()]
     out += fig8_points()
     return out
+
+
+def mtp_blog_point(requests: float = 2.0, tau: float = 1.0, budget: float = 1.0) -> Measurement:
+    """SGLang's MTP post (LMSYS blog 2025-07-17, case study 1; its decode command in sglang issue 7998): DeepSeek-V3
+    decode on two nodes of 8 H200, data-parallel attention over 16 with EP16 (DeepEP low-latency, no two-batch
+    overlap), bf16 cache, 2 requests per rank, 65,536-token inputs and 4,096-token outputs (mean context ASSUMED
+    67,584, mid-output). Without MTP and with SGLang's overlap scheduler (the engine costs' default): 60.4 tok/s per
+    rank."""
+    return Measurement("mtp-blog-h200-ep16", "SGLang MTP post: V3 decode, H200, EP16, 2 req/GPU, 64k inputs",
+                       "deepseek-v3", "H200", 16, 16, "sglang", "dp", requests, 65536.0 + 4096.0 / 2, tau, budget,
+                       60.4, "mtp-blog-h200-ep16", overlap="none")
 
 
 def ant_h20_points() -> list[Measurement]:
@@ -102,9 +114,8 @@ def ant_h20_points() -> list[Measurement]:
     attention over 16 GPUs on two nodes with EP16 (DeepEP low-latency), fp8 MLA cache, MTP with one draft step (two
     tokens verified, accepted length 1.8-1.9: tau 1.85) unless said, 4,096-token inputs and 1,536-token outputs
     (mean context ASSUMED 4,864, mid-output).
-    - Their single-batch overlap (dispatch under the shared experts, combine under the down GEMM) is not a mode of
-      the estimate: overlap none, so it should come out slower by about the 8-10% they credit it with at 20-56
-      requests per GPU.
+    - They run SGLang's single-batch overlap (dispatch under the shared experts, combine under the down GEMM):
+      ``overlap=single-batch``. (Predicted first without it, as ``none``, before the estimate had that mode.)
     - Each node has four 400 Gb/s NICs for eight GPUs (25 GB/s a GPU), and the post puts about half the EP16
       exchange on NVLink (a quarter at EP32). So the NICs carry the rest: for the whole volume, an effective 50 GB/s
       per GPU at EP16 and 33 at EP32."""
@@ -113,7 +124,8 @@ def ant_h20_points() -> list[Measurement]:
         return Measurement(f"ant-h20-ep{ep}-bs{requests:g}",
                            f"SGLang on H20 (Ant Group): R1 decode, EP{ep}, {requests:g} req/GPU{what}", "deepseek-v3",
                            "H20", ep, ep, "sglang", "dp", requests, 4096.0 + 1536.0 / 2, tau, budget, measured,
-                           f"ant-h20-ep{ep}", overlap="none", kv_dtype="fp8", nic_gb_s=25.0 / (1.0 - 8.0 / ep))
+                           f"ant-h20-ep{ep}", overlap="single-batch", kv_dtype="fp8",
+                           nic_gb_s=25.0 / (1.0 - 8.0 / ep))
 
     return [
         point(1, 43.0),
@@ -305,9 +317,24 @@ def spec_comparisons() -> list[SpecComparison]:
         return Measurement(key, source, "deepseek-v3", "H200", 8, 1, "sglang", "tp", requests, 1000.0, tau=2.5,
                            budget=4.0, measured=0.0, group=key, overlap="none")
 
+    # SGLang's MTP post (case study 1, as ``mtp_blog_point``): with MTP and without the overlap scheduler (MTP did
+    # not support it then), against neither: 81.5 tok/s per rank with 3 tokens verified (accepted length 2.18) and
+    # 82.0 with 4 (2.44), against 51.0.
+    # Case study 2: 12 decode nodes of 8 H200 (EP96, data-parallel attention), 128 requests per rank, 2,000-token
+    # inputs and 100-token outputs (context ASSUMED 2,050), MTP with one draft step against neither: +14.2%. Its
+    # accepted length is not published: ASSUMED 1.8, the low end of the 1.8-1.9 Ant Group report for the same
+    # setting on R1; two-batch overlap ASSUMED on, as in SGLang's EP72 post.
+    wide = Measurement("mtp-blog-h200-ep96", "SGLang MTP post: V3, H200, EP96, 128 req/GPU, MTP 2 tokens",
+                       "deepseek-v3", "H200", 96, 96, "sglang", "dp", 128.0, 2050.0, tau=1.8, budget=2.0,
+                       measured=0.0, group="mtp-blog-h200-ep96")
     return [
         SpecComparison(point("sglang-mtp-bs1", "SGLang DeepSeek-V3 MTP, H200 TP8, batch 1", 1.0), 1.8),
         SpecComparison(point("sglang-mtp-bs32", "SGLang DeepSeek-V3 MTP, H200 TP8, batch 32", 32.0), 1.5),
+        SpecComparison(replace(mtp_blog_point(tau=2.18, budget=3.0), measured=0.0,
+                               source="SGLang MTP post: V3, H200, EP16, 2 req/GPU, MTP 3 tokens"), 81.5 / 51.0),
+        SpecComparison(replace(mtp_blog_point(tau=2.44, budget=4.0), measured=0.0,
+                               source="SGLang MTP post: V3, H200, EP16, 2 req/GPU, MTP 4 tokens"), 82.0 / 51.0),
+        SpecComparison(wide, 1.142),
     ]
 
 
@@ -374,6 +401,19 @@ def exchange_against_experts() -> list[list[str]]:
     return out
 
 
+def per_step_transfer() -> tuple[float, list[list[str]]]:
+    """A fit on one deployment tried on another (not a prediction): the per-step time the H200 row of SGLang's MTP
+    post has beyond the estimate, added to the estimate of every H20 row of Ant Group's post. Both run SGLang with
+    data-parallel attention and EP16 or EP32 over DeepEP's low-latency kernels across nodes, at low load."""
+    h200 = mtp_blog_point()
+    excess = h200.requests * h200.tau / h200.measured * 1e3 - estimate_step(h200)
+    out = []
+    for m in ant_h20_points():
+        out.append([m.source, tok_s(m.measured), fmt(per_gpu(m, estimate_step(m)), m.measured),
+                    fmt(per_gpu(m, estimate_step(m) + excess), m.measured)])
+    return excess, out
+
+
 def tok_s(value: float) -> str:
     return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
 
@@ -437,6 +477,13 @@ def main() -> int:
           "experts:")
     print()
     print_table(["measurement", "exchange", "routed experts", "measured step"], exchange_against_experts(),
+                args.markdown)
+    print()
+    excess, lines3 = per_step_transfer()
+    print(f"A fit on one deployment tried on another: the H200 row of SGLang's MTP post takes {excess:.1f} ms a step "
+          "more than its estimate; the H20 rows with that added:")
+    print()
+    print_table(["measurement", "measured tok/s/GPU", "kernels + engine", f"+ {excess:.1f} ms a step"], lines3,
                 args.markdown)
     return 0
 

@@ -53,8 +53,11 @@ per-step cost and per-token scale of a written table. All times are per step of 
   micro-batch reads the weights again. ``fused``: one kernel per MoE layer pipelines dispatch, the routed experts
   and combine over waves of experts (DeepGEMM's Mega MoE, which the DeepSeek-V4 report introduces and vLLM ships
   as an expert backend for V4), priced by ``hw_profile.estimate.fused_moe_ms``; it moves tokens over NVLink symmetric
-  memory, so the expert-parallel group must fit in one NVLink domain. ``true``/``false`` read as ``two-batch``/
-  ``none``.
+  memory, so the expert-parallel group must fit in one NVLink domain. ``single-batch``: one batch, its exchange
+  overlapped inside each MoE layer as SGLang's ``--enable-single-batch-overlap`` runs it (Ant Group's layout,
+  LMSYS blog 2025-09-26): the dispatch's receive under the layer's shared experts, and the combine's send under
+  the routed experts' down projection, which feeds it block by block (``hw_profile.estimate.single_batch_ms``).
+  ``true``/``false`` read as ``two-batch``/``none``.
 - ``two_batch_min_tokens``: the smallest decode step (tokens per rank) a ``two-batch`` engine splits; smaller
   steps run as one batch and pay the whole exchange. vLLM: 32 (its dual-batch overlap splits a decode batch of
   at least ``--dbo-decode-token-threshold`` tokens, 32 by default, after its ranks agree). SGLang and TensorRT-LLM:
@@ -79,7 +82,7 @@ import numpy as np
 from hw_profile.errors import HwProfileError
 
 ENGINES = ("vllm", "sglang", "trtllm")
-OVERLAP_MODES = ("none", "two-batch", "fused")
+OVERLAP_MODES = ("none", "two-batch", "single-batch", "fused")
 _OVERLAP_WORDS = {"true": "two-batch", "1": "two-batch", "false": "none", "0": "none"}
 
 # DeepEP low-latency dispatch + combine per MoE layer (us) by EP size, H800 with CX7 400 Gb/s (its README's table),
@@ -100,7 +103,7 @@ class EngineCosts:
     moe_imbalance: float | str = "auto"
     verify_tokens_per_request: float = 2.0
     a2a_us_per_layer: float | None = None  # None: from DeepEP's figures by EP size
-    overlap: str = "none"  # none | two-batch | fused (true/false read as two-batch/none)
+    overlap: str = "none"  # none | two-batch | single-batch | fused (true/false read as two-batch/none)
     fused_waves: float = 4.0
     nic_gb_s: float = NIC_GB_S
     two_batch_min_tokens: float | None = None  # None: two requests' worth (see the module docstring)

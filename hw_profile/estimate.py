@@ -254,13 +254,32 @@ def fused_moe_ms(routed: np.ndarray, exchange: np.ndarray, waves: float) -> np.n
     return (dispatch + routed + combine) / waves + (waves - 1.0) / waves * slowest
 
 
+def shared_experts_ms(shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray:
+    """The shared experts of every MoE layer on one GPU at ``b`` tokens, ms: bound by their weights' reads or their
+    arithmetic, split like the dense part (over tensor-parallel GPUs; whole on each data-parallel rank)."""
+    params = shape.moe_layers * shape.shared_experts * shape.expert_params / dep.head_split
+    b = np.asarray(b, dtype=float)
+    return _bound(np.full_like(b, params * DTYPE_BYTES[dep.dtype]), 2.0 * params * b, dep, dep.dtype)
+
+
+def single_batch_ms(exchange: np.ndarray, routed: np.ndarray, shared: np.ndarray) -> np.ndarray:
+    """What one batch's exchange leaves exposed when each MoE layer overlaps it with its own kernels (SGLang's
+    single-batch overlap): the dispatch (a third of the exchange's bytes) under the shared experts, the combine (two
+    thirds) under the routed experts' down projection (a third of their work), which hands it tokens block by
+    block. The rest of each is paid."""
+    dispatch, combine = exchange / 3.0, exchange * 2.0 / 3.0
+    return np.maximum(dispatch - shared, 0.0) + np.maximum(combine - routed / 3.0, 0.0)
+
+
 def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, parts: dict[str, np.ndarray],
                   parts_at) -> dict[str, np.ndarray]:
     """``parts`` plus ``a2a``: what the expert-parallel exchange of a ``dp`` deployment adds to the step, by
     ``costs.overlap``. ``none``: the whole exchange. ``two-batch``: what two micro-batches (``two_batch_ms``, from
     ``parts_at(b / 2, k / 2)``) cost beyond the layers' kernels at the whole batch: the exposed exchange and the
     second read of the weights, from the engine's threshold up (``engine_costs.two_batch_min_tokens``); smaller
-    steps run as one batch and pay the whole exchange. ``fused``:
+    steps run as one batch and pay the whole exchange. ``single-batch``: what the layers' own shared experts and
+    down projections leave of the exchange (``single_batch_ms``; the shared experts priced by their roofline,
+    whatever priced the rest). ``fused``:
     what the fused layer (``fused_moe_ms``) costs beyond its routed experts, inside one NVLink domain only."""
     if dep.parallel != "dp" or not shape.is_moe or dep.ep <= 1:
         return parts
@@ -269,9 +288,12 @@ def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarr
         if dep.ep > nvlink_domain(dep.gpu):
             raise HwProfileError(f"--cost overlap=fused: the fused MoE kernel moves tokens over NVLink, so the "
                                  f"expert-parallel group must fit one NVLink domain ({nvlink_domain(dep.gpu)} "
-                                 f"{dep.gpu.name} GPUs); got --ep {dep.ep}. Use overlap=two-batch or none")
+                                 f"{dep.gpu.name} GPUs); got --ep {dep.ep}. Use overlap=two-batch, single-batch "
+                                 "or none")
         routed = routed_part(parts)
         whole = fused_moe_ms(routed, whole, dep.costs.fused_waves) - routed
+    elif dep.costs.overlap == "single-batch":
+        whole = single_batch_ms(whole, routed_part(parts), shared_experts_ms(shape, dep, b))
     elif dep.costs.overlap == "two-batch":
         layers = sum(v for key, v in parts.items() if key not in LAYERLESS_PARTS)
         splits = b >= two_batch_min_tokens(dep.costs)
@@ -434,7 +456,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         kind="estimate",
         caveat={"kind": "an estimate",
                 "text": (f"kernels from {', '.join(est.sources)} ({np.mean(est.inside):.0%} of points inside measured "
-                         "data) plus the engine costs in engine_costs; within 30% on 16 of 24 public decode "
+                         "data) plus the engine costs in engine_costs; within 30% on 14 of 25 public decode "
                          "measurements (docs/sim-to-real.md): calibrate it on one to three measured points "
                          "(hw-profile calibrate --prior) before planning")},
         device=dep.gpu.name,

@@ -32,6 +32,8 @@ from hw_profile.estimate import (
     padded_envelope,
     prefill_cost,
     roofline_parts,
+    shared_experts_ms,
+    single_batch_ms,
     write_estimate_set,
 )
 from hw_profile.gpus import get_gpu
@@ -173,6 +175,27 @@ def test_each_engine_splits_from_its_own_threshold():
     assert with_overrides(engine_defaults("vllm"), ["two_batch_min_tokens=64"]).two_batch_min_tokens == 64.0
 
 
+def test_a_single_batch_hides_dispatch_under_shared_experts_and_combine_under_the_down_projection():
+    """SGLang's single-batch overlap: closed forms (an exchange smaller than what hides it is free; a larger one pays
+    only its excess), and the estimate's exchange part is exactly that over the step's shared experts and routed
+    experts, never more than the whole exchange and never less than it minus the two kernels it hides under."""
+    routed, shared = np.array([3.0, 3.0, 3.0]), np.array([0.5, 0.5, 0.5])
+    exchange = np.array([1.0, 6.0, 30.0])
+    np.testing.assert_allclose(single_batch_ms(exchange, routed, shared),
+                               [0.0, (2.0 - 0.5) + (4.0 - 1.0), (10.0 - 0.5) + (20.0 - 1.0)], rtol=1e-12)
+    shape, d = v3_dp(16, gpu="H20", overlap="single-batch")
+    b, k = np.array([2.0, 16.0, 64.0, 256.0]), np.array([2.0, 16.0, 64.0, 256.0]) * 4864.0
+    est = estimate_points(shape, d, b, k, "roofline")
+    whole = exchange_ms(shape, d, b)
+    shared_ms = shared_experts_ms(shape, d, b)
+    expected = single_batch_ms(whole, est.parts["routed"], shared_ms)
+    np.testing.assert_allclose(est.parts["a2a"], expected, rtol=1e-12)
+    assert np.all(est.parts["a2a"] <= whole)
+    assert np.all(est.parts["a2a"] >= whole - shared_ms - est.parts["routed"] / 3.0 - 1e-12)
+    # the shared experts by hand: one expert's weights per MoE layer, fp8, read at 0.8 x 4.0 TB/s on one H20
+    assert shared_ms[0] == pytest.approx(shape.moe_layers * shape.expert_params / (0.8 * 4.0e12) * 1e3, rel=1e-9)
+
+
 def test_a_single_token_cannot_be_split():
     shape, d = v3_dp(128, overlap=True)
     b, k = np.array([1.0]), np.array([4096.0])
@@ -221,7 +244,7 @@ def test_overrides_and_their_errors():
     assert replace(costs, overlap=True).overlap == "two-batch"  # a sidecar written before the modes stored a bool
     for bad, words in ((["nope=1"], "NAME=VALUE"), (["step_fixed_ms=x"], "expected a number"),
                        (["moe_imbalance=0.5"], "factor >= 1"), (["launch_us=-1"], ">= 0"),
-                       (["overlap=maybe"], "none, two-batch, fused"), (["fused_waves=0.5"], ">= 1"),
+                       (["overlap=maybe"], "none, two-batch, single-batch, fused"), (["fused_waves=0.5"], ">= 1"),
                        (["nic_gb_s=0"], "line rate > 0")):
         with pytest.raises(HwProfileError, match=words):
             with_overrides(costs, bad)
