@@ -276,8 +276,7 @@ def prior_table(m: Measurement) -> StepTable:
 
 def predict_calibrated(m: Measurement, group: list[Measurement]) -> float | str | None:
     """The estimate calibrated on the two other points of ``m``'s deployment nearest in concurrency; None where it
-    has no two others, "no fit" where ``calibrate --prior`` refuses them (its message says why: the points grow
-    less with the load than the estimate's attention alone does)."""
+    has no two others, "no fit" where ``calibrate --prior`` refuses them (none of the points here)."""
     others = sorted((g for g in group if g.key != m.key), key=lambda g: abs(math.log(g.requests / m.requests)))
     if len(others) < 2:
         return None

@@ -17,7 +17,11 @@ Which terms a set of points identifies: one point moves f when it is a single-st
 differs from the others' (share of its prior time spent on context at least ``MIN_CONTEXT_SHARE`` apart) moves
 c too. The rest stay at the prior. Points that do not separate the terms they would move (two at the same B) fit
 least squares on the identified subset and say so; so do points between which the estimate hardly changes
-(less than ``FLAT_LOAD_SHARE`` of the step), which move f only. The fit is exact for as many points as terms.
+(less than ``FLAT_LOAD_SHARE`` of the step), which move f only. Two points that grow less between them than the
+estimate's context part alone (so that holding c at the prior would need a negative s) move f and one scale of
+everything that grows with the load, s = c, and say so: what grows with B and what grows with K rise together
+between two points at one context per request, and two points cannot tell them apart. The fit is exact for as many
+points as terms.
 """
 
 from __future__ import annotations
@@ -104,6 +108,16 @@ def fit_on_prior(prior: StepTable, b, k, ms) -> PriorFit:
     out.s = float(values.get("s", 1.0))
     out.c = float(values.get("c", 1.0))
     out.fitted = terms
+    if terms == ["f", "s"] and out.s <= 0:
+        (f_ms, scale), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(b), load + context]), ms - base,
+                                            rcond=None)
+        if scale > 0:
+            out.f_ms, out.s, out.c = float(f_ms), float(scale), float(scale)
+            out.fitted = ["f", "s", "c"]
+            out.notes.append(f"the points grow less between them than the estimate's context part alone (holding "
+                             f"the per-KV-token cost would need a per-token cost of x{float(sol[1]):.3f}): fitted "
+                             "one scale for both, with the per-step cost; a third point at another context per "
+                             "request separates them")
     if out.s <= 0 or out.c < 0:
         raise HwProfileError(f"calibrate --prior: the points imply a non-positive per-token cost (x{out.s:.3f}) or "
                              f"per-KV cost (x{out.c:.3f}); check the points' batch and KV tokens")

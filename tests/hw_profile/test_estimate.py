@@ -37,7 +37,7 @@ from hw_profile.estimate import (
     write_estimate_set,
 )
 from hw_profile.gpus import get_gpu
-from hw_profile.prior_fit import PriorFit, apply_fit, fit_on_prior
+from hw_profile.prior_fit import PriorFit, _basis, apply_fit, fit_on_prior
 from hw_profile.shapes import drafter_shape, get_shape
 from hw_profile.table import StepTable
 from tests.hw_profile.test_cli import run
@@ -501,6 +501,23 @@ def test_points_that_cannot_separate_a_term_leave_it_at_the_prior(prior):
     fit = fit_on_prior(prior, b, k, truth_at(prior, truth, b, k))
     assert fit.fitted == ["f", "s"] and fit.c == 1.0 and any("per-KV-token" in n for n in fit.notes)
     assert (fit.f_ms, fit.s) == pytest.approx((1.0, 1.2))
+
+
+def test_points_that_grow_less_than_the_context_alone_fit_one_scale_for_both(prior):
+    """Two points at one context per request whose step grows less between them than the estimate's context part
+    alone: holding c at the prior would need s <= 0, so f and one scale s = c are fitted, exactly, with a note."""
+    truth = PriorFit(f_ms=3.0, s=0.3, c=0.3)
+    b = [32, 256]
+    k = [32 * 4096, 256 * 4096]  # 4k tokens of context per request at both
+    ms = truth_at(prior, truth, b, k)
+    context = _basis(prior.grid, np.array(b, float), np.array(k, float))[2]
+    assert ms[1] - ms[0] < context[1] - context[0]  # the case this test is about
+    fit = fit_on_prior(prior, b, k, ms)
+    assert fit.fitted == ["f", "s", "c"] and (fit.f_ms, fit.s, fit.c) == pytest.approx((3.0, 0.3, 0.3))
+    assert max(map(abs, fit.residuals_pct)) < 1e-6 and any("one scale for both" in n for n in fit.notes)
+    # points that shrink with the load identify no positive scale at all: still refused, in one line
+    with pytest.raises(HwProfileError, match="non-positive per-token cost"):
+        fit_on_prior(prior, b, k, [ms[1], ms[0]])
 
 
 def test_calibrate_cli_writes_the_set_and_says_what_moved(prior, tmp_path, capsys):
