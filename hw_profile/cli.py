@@ -265,6 +265,10 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_
 @click.option("--kv-dtype", type=click.Choice(["auto", "bf16", "fp8"]), default="auto", show_default=True,
               help="the KV cache's type; auto: the model's own (fp8 for DeepSeek-V4), else bf16 as the engines' "
                    "default (--kv-cache-dtype auto)")
+@click.option("--expert-dtype", type=click.Choice(["auto", "fp8", "w4a16"]), default="auto", show_default=True,
+              help="the routed experts' type; auto: the model's own (fp4 for DeepSeek-V4, at the fp8 rate); fp8: "
+                   "an fp8 checkpoint; w4a16: fp4 weights in 16-bit arithmetic (Marlin, on parts without FP4 "
+                   "tensor cores)")
 @click.option("--parallel", type=click.Choice(["auto", "tp", "dp"]), default="auto", show_default=True,
               help="dp: data-parallel attention with EP, one table row per GPU (DeepSeek-style decode); "
                    "auto picks dp for MLA/V4 MoE models when --ep equals --gpus")
@@ -280,15 +284,20 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="DIR/NAME.csv: the target's table; "
               "drafters' tables NAME.drafter-<drafter>.csv beside it")
 @click.pass_obj
-def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, parallel, drafters, kernels, costs,
+def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, parallel, drafters, kernels, costs,
              max_batch_tokens, max_kv_tokens, name, out) -> None:
     from hw_profile.engine_costs import engine_defaults, with_overrides
     from hw_profile.estimate import Deployment, default_parallel, layout_note, write_estimate_set
     from hw_profile.roofline import default_b_axis, default_k_axis
 
     device, shape = device_and_shape(gpu, model, gpus)
-    if kv_dtype != "auto":  # the drafters' shapes are built from the target's, so their caches follow it
+    # the drafters' shapes are built from the target's, so their caches and experts follow it
+    if kv_dtype != "auto":
         shape = replace(shape, kv_dtype=kv_dtype)
+    if expert_dtype != "auto":
+        if not shape.is_moe:
+            raise HwProfileError(f"--expert-dtype: {shape.name} has no experts; leave --expert-dtype out")
+        shape = replace(shape, expert_dtype=expert_dtype)
     if ep is None:
         ep = gpus if shape.is_moe else 1
     if ep < 1 or gpus % ep:

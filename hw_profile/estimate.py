@@ -57,6 +57,7 @@ from hw_profile.roofline import (
     default_b_axis,
     default_k_axis,
     expert_bytes,
+    expert_compute_dtype,
     link_gb_s,
     markov_head_costs,
     stored_weight_bytes,
@@ -193,7 +194,7 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
             routed_bytes = routed_weight_params(shape, b, gpus=dep.gpus, ep=ep) * eb
             routed_flops = 2.0 * shape.moe_layers * k_exp * shape.expert_params * b / dep.gpus
             imb = imbalance_factor(b * k_exp, ep, dep.costs)
-        parts["routed"] = _bound(routed_bytes, routed_flops * imb, dep, dep.dtype)
+        parts["routed"] = _bound(routed_bytes, routed_flops * imb, dep, expert_compute_dtype(shape, dep.dtype))
     per_kv, per_query_kv, per_query, attn_dtype = attention_work(shape, dep)
     attn_bytes = k * per_kv + b * per_query
     attn_flops = per_query_kv * k * attention_queries(b, dep.costs) + shape.attn_flops_per_query_token * b / g
@@ -375,6 +376,10 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
                           lambda bb, kk: roofline_parts(shape, dep, bb, kk))
     parts.update(engine_parts(shape, dep, b, costs))
     ms = sum(parts.values())
+    if shape.expert_dtype == "fp4" and not dep.gpu.fp4_tflops:
+        notes.append(f"{dep.gpu.name} has no FP4 tensor cores: the fp4 routed experts are priced as fp4 weights "
+                     "at the fp8 rate (an FP8 x FP4 kernel); engines there often run an fp8 checkpoint instead "
+                     "(--expert-dtype fp8) or the fp4 one in 16-bit arithmetic (Marlin: --expert-dtype w4a16)")
     notes.append("kernels from a kernel-level roofline (no measured kernel data for this GPU/engine/model), each "
                  "launch paying the fixed latency measured kernels show on the GPUs the database covers (us: "
                  + ", ".join(f"{name} {us}" for name, us in KERNEL_FLOOR_US.items()) + ")"

@@ -289,9 +289,10 @@ def _moe(ctx, shape, B, ep):
     rows = _pick(tab, f"MoE ({shape.name})", hidden_size=shape.hidden, inter_size=shape.expert_intermediate,
                  topk=shape.experts_per_token, num_experts=shape.experts, moe_tp_size=ctx.gpus // ep,
                  moe_ep_size=ep)
-    if shape.expert_dtype == "fp4":
+    if shape.expert_dtype in ("fp4", "w4a16"):
         have = set(rows["moe_dtype"])
-        moe_dtype = next((d for d in FP4_MOE_DTYPES if d in have), None)
+        kinds = ("w4a16_mxfp4",) if shape.expert_dtype == "w4a16" else FP4_MOE_DTYPES
+        moe_dtype = next((d for d in kinds if d in have), None)
         if moe_dtype is None:
             raise HwProfileError(f"kernel database: no fp4 expert data for {shape.name} on {ctx.system}/{ctx.engine} "
                                  f"(its MoE shape is measured in {sorted(have)} only)")

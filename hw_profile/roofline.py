@@ -57,7 +57,8 @@ from hw_profile.moe import routed_weight_params
 from hw_profile.shapes import ModelShape, get_shape
 from hw_profile.table import StepTable, roofline_caveat, table_meta
 
-DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "fp4": 0.5}  # fp4: storage only (expert_dtype)
+# fp4 and w4a16 (fp4 weights run in 16-bit arithmetic, as Marlin kernels do): expert storage only (expert_dtype)
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "fp4": 0.5, "w4a16": 0.5}
 _REFERENCE_NVLINK_GB_S = 900.0  # the link RooflineParams.nvlink_gb_s was set for (H100/H200 SXM)
 
 
@@ -73,6 +74,12 @@ class RooflineParams:
 def expert_bytes(shape: ModelShape, dtype: str) -> float:
     """Bytes per routed-expert weight: the shape's ``expert_dtype`` where it stores experts narrower (V4's fp4)."""
     return min(DTYPE_BYTES[shape.expert_dtype], DTYPE_BYTES[dtype]) if shape.expert_dtype else DTYPE_BYTES[dtype]
+
+
+def expert_compute_dtype(shape: ModelShape, dtype: str) -> str:
+    """The arithmetic the routed experts run in: 16-bit for ``w4a16`` experts (fp4 weights widened in the kernel),
+    else the deployment's (fp4 experts with fp8 activations run at the fp8 rate)."""
+    return "bf16" if shape.expert_dtype == "w4a16" else dtype
 
 
 def stored_weight_bytes(shape: ModelShape, dtype: str) -> float:

@@ -80,7 +80,7 @@ class ModelShape:
     index_topk: int = 0
     o_lora_rank: int = 0
     o_groups: int = 0
-    expert_dtype: str = ""  # storage type of routed experts when narrower than the rest ("fp4"); "" = dtype
+    expert_dtype: str = ""  # routed experts' type where narrower than the rest ("fp4"; a deployment: "fp8", "w4a16")
     kv_dtype: str = ""  # the KV cache's type where the model or the deployment fixes it (V4: "fp8"); "" = bf16
 
     @property

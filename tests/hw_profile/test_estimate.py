@@ -337,6 +337,37 @@ def test_a_deployment_that_chooses_an_fp8_cache_reads_half_the_bytes():
                       < roofline_parts(shape, d, b, k, floors=False)["attention"])
 
 
+def test_the_experts_type_a_deployment_runs_sets_their_bytes_and_their_arithmetic():
+    """V4's fp4 experts on an H20 (no FP4 cores): fp4 reads half a byte a weight at the fp8 rate; w4a16 the same
+    bytes at the 16-bit rate (half the fp8 rate on an H20); an fp8 checkpoint a byte at the fp8 rate."""
+    shape, d = dep("deepseek-v4-flash", "H20", gpus=8, ep=8, parallel="dp", dtype="fp8")
+    b, k = np.array([1.0, 4096.0]), np.array([0.0, 0.0])  # one token (reads), 4,096 a rank (arithmetic)
+    routed = {x: roofline_parts(replace(shape, expert_dtype=x), d, b, k, floors=False)["routed"]
+              for x in ("fp4", "w4a16", "fp8")}
+    assert routed["w4a16"][0] == pytest.approx(routed["fp4"][0], rel=1e-12)
+    assert routed["fp8"][0] == pytest.approx(2 * routed["fp4"][0], rel=1e-12)
+    assert d.peak("fp8") == pytest.approx(2 * d.peak("bf16"))
+    assert routed["w4a16"][1] == pytest.approx(2 * routed["fp4"][1], rel=1e-12)
+    assert routed["fp8"][1] == pytest.approx(routed["fp4"][1], rel=1e-12)
+
+
+def test_estimate_cli_expert_dtype_and_the_note_for_parts_without_fp4(tmp_path, capsys):
+    argv = ["estimate", "--model", "deepseek-v4-flash", "--gpu", "H20", "--gpus", "8", "--kernels", "roofline",
+            "--drafters", "mtp", "--max-batch-tokens", "64", "--max-kv-tokens", "100000"]
+    code, _, err = run([*argv, "--out", str(tmp_path / "auto.csv")], capsys)
+    assert code == 0, err
+    assert "no FP4 tensor cores" in err and "--expert-dtype w4a16" in err
+    code, _, err = run([*argv, "--expert-dtype", "w4a16", "--out", str(tmp_path / "w4a16.csv")], capsys)
+    assert code == 0, err
+    assert "no FP4 tensor cores" not in err
+    for suffix in ("", ".drafter-mtp"):
+        table = StepTable.read(tmp_path / f"w4a16{suffix}.csv")
+        assert table.meta["model_shape"]["expert_dtype"] == "w4a16"
+    code, _, err = run(["estimate", "--model", "qwen3-8b", "--gpu", "H20", "--expert-dtype", "fp8",
+                        "--out", str(tmp_path / "q.csv")], capsys)
+    assert code == 2 and "--expert-dtype" in err and err.count("\n") == 1
+
+
 def test_estimate_cli_kv_dtype_reaches_the_target_and_its_drafters(tmp_path, capsys):
     for kv in ("auto", "fp8"):
         code, _, err = run(["estimate", "--model", "qwen3-8b", "--gpu", "H20", "--kernels", "roofline",
