@@ -73,6 +73,7 @@ class Measurement:
     overlap: str = "two-batch"  # the expert-parallel deployments here overlap communication with a second micro-batch
     moe_imbalance: float | str = "auto"  # 1.0 where the source forced perfectly balanced routing
     kv_dtype: str = ""  # "fp8" where the deployment chose an fp8 KV cache; "" = the model's own, else bf16
+    expert_dtype: str = ""  # the routed experts' type where the deployment sets it (--expert-dtype); "" = the model's
     nic_gb_s: float = 50.0  # line rate per GPU an exchange across nodes moves its volume at
 
 
@@ -207,9 +208,12 @@ def deployment(m: Measurement) -> Deployment:
 
 
 def model_shape(m: Measurement):
-    """The model's shape with the deployment's KV cache type (``hw-profile estimate --kv-dtype``)."""
+    """The model's shape with the deployment's KV cache and experts' types (``hw-profile estimate --kv-dtype``,
+    ``--expert-dtype``)."""
     shape = get_shape(m.model)
-    return replace(shape, kv_dtype=m.kv_dtype) if m.kv_dtype else shape
+    if m.kv_dtype:
+        shape = replace(shape, kv_dtype=m.kv_dtype)
+    return replace(shape, expert_dtype=m.expert_dtype) if m.expert_dtype else shape
 
 
 def per_gpu(m: Measurement, step_ms: float) -> float:
@@ -400,6 +404,16 @@ def exchange_against_experts() -> list[list[str]]:
     return out
 
 
+def expert_type_sensitivity() -> list[list[str]]:
+    """The Fig. 8 rows with V4's routed experts in fp8 (``--expert-dtype fp8``: DeepGEMM's Hopper Mega MoE runs FP8 x
+    FP8) against the assumption made before (fp4 weights at the fp8 rate): not a prediction."""
+    out = []
+    for m in fig8_points():
+        out.append([m.source, tok_s(m.measured), fmt(per_gpu(m, estimate_step(m)), m.measured),
+                    fmt(per_gpu(m, estimate_step(replace(m, expert_dtype="fp8"))), m.measured)])
+    return out
+
+
 def per_step_transfer() -> tuple[float, list[list[str]]]:
     """A fit on one deployment tried on another (not a prediction): the per-step time the H200 row of SGLang's MTP
     post has beyond the estimate, added to the estimate of every H20 row of Ant Group's post. Both run SGLang with
@@ -477,6 +491,11 @@ def main() -> int:
     print()
     print_table(["measurement", "exchange", "routed experts", "measured step"], exchange_against_experts(),
                 args.markdown)
+    print()
+    print("The Fig. 8 rows with V4's routed experts in fp8, as DeepGEMM runs them on Hopper:")
+    print()
+    print_table(["measurement", "measured tok/s/GPU", "fp4 at the fp8 rate (as assumed)", "fp8 experts"],
+                expert_type_sensitivity(), args.markdown)
     print()
     excess, lines3 = per_step_transfer()
     print(f"A fit on one deployment tried on another: the H200 row of SGLang's MTP post takes {excess:.1f} ms a step "
