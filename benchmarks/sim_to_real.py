@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hw_profile.dp_ep import DpEpParams
 from hw_profile.dp_ep import step_time_ms as dp_ep_step_ms
-from hw_profile.engine_costs import engine_defaults
+from hw_profile.engine_costs import NIC_GB_S, engine_defaults
 from hw_profile.errors import HwProfileError
 from hw_profile.estimate import (
     Deployment,
@@ -74,7 +74,7 @@ class Measurement:
     moe_imbalance: float | str = "auto"  # 1.0 where the source forced perfectly balanced routing
     kv_dtype: str = ""  # "fp8" where the deployment chose an fp8 KV cache; "" = the model's own, else bf16
     expert_dtype: str = ""  # the routed experts' type where the deployment sets it (--expert-dtype); "" = the model's
-    nic_gb_s: float = 50.0  # line rate per GPU an exchange across nodes moves its volume at
+    nic_gb_s: float = NIC_GB_S  # line rate per GPU an exchange across nodes moves its volume at
 
 
 def measurements() -> list[Measurement]:
@@ -422,8 +422,9 @@ def per_step_transfer() -> tuple[float, list[list[str]]]:
     excess = h200.requests * h200.tau / h200.measured * 1e3 - estimate_step(h200)
     out = []
     for m in ant_h20_points():
-        out.append([m.source, tok_s(m.measured), fmt(per_gpu(m, estimate_step(m)), m.measured),
-                    fmt(per_gpu(m, estimate_step(m) + excess), m.measured)])
+        step = estimate_step(m)
+        out.append([m.source, tok_s(m.measured), fmt(per_gpu(m, step), m.measured),
+                    fmt(per_gpu(m, step + excess), m.measured)])
     return excess, out
 
 

@@ -229,17 +229,21 @@ def routed_part(parts: dict[str, np.ndarray]) -> np.ndarray | float:
     return parts.get("routed", parts.get("moe", 0.0))
 
 
+def dispatch_and_combine(exchange: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An exchange's two halves by their bytes: dispatch a third (fp8 out), combine two thirds (bf16 back)."""
+    return exchange / 3.0, exchange * 2.0 / 3.0
+
+
 def two_batch_ms(half: dict[str, np.ndarray], exchange_half: np.ndarray) -> np.ndarray:
     """The layers of a step split into two micro-batches, each with the kernel parts ``half`` and one exchange of
     ``exchange_half``, laid out as DeepSeek's decode profile and SGLang's two-batch-overlap decode strategy run them:
     a micro-batch's dispatch runs under the other's attention projections and its own shared experts (the dense
     GEMMs), its combine under the other's core attention, and its routed experts between the two,
-    exposed (they need the dispatched tokens and feed the combine). Dispatch is a third of the exchange's bytes
-    (fp8 out, bf16 back)."""
+    exposed (they need the dispatched tokens and feed the combine) (``dispatch_and_combine``)."""
     routed = routed_part(half)
     attention = half["attention"]
     dense = sum(v for key, v in half.items() if key not in (*LAYERLESS_PARTS, "routed", "moe", "attention"))
-    dispatch, combine = exchange_half / 3.0, exchange_half * 2.0 / 3.0
+    dispatch, combine = dispatch_and_combine(exchange_half)
     return 2.0 * (np.maximum(dispatch, dense) + routed + np.maximum(combine, attention))
 
 
@@ -247,10 +251,9 @@ def fused_moe_ms(routed: np.ndarray, exchange: np.ndarray, waves: float) -> np.n
     """One MoE layer as a fused kernel runs it (DeepGEMM's Mega MoE): dispatch, the routed experts and combine
     pipelined over ``waves`` waves of experts, so while one wave computes the next one's tokens arrive and the
     last one's results leave. A pipeline of three stages over n waves takes one wave of each stage plus n - 1
-    waves of the slowest: (d + r + c) / n + (n - 1) / n x max(d, r, c), with dispatch d a third of the exchange's
-    bytes (fp8 out) and combine c two thirds (bf16 back). One wave is the unfused layer; many tend to the
-    slowest stage alone."""
-    dispatch, combine = exchange / 3.0, exchange * 2.0 / 3.0
+    waves of the slowest: (d + r + c) / n + (n - 1) / n x max(d, r, c), dispatch d and combine c by the exchange's
+    bytes (``dispatch_and_combine``). One wave is the unfused layer; many tend to the slowest stage alone."""
+    dispatch, combine = dispatch_and_combine(exchange)
     slowest = np.maximum(np.maximum(dispatch, routed), combine)
     return (dispatch + routed + combine) / waves + (waves - 1.0) / waves * slowest
 
@@ -265,10 +268,10 @@ def shared_experts_ms(shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.n
 
 def single_batch_ms(exchange: np.ndarray, routed: np.ndarray, shared: np.ndarray) -> np.ndarray:
     """What one batch's exchange leaves exposed when each MoE layer overlaps it with its own kernels (SGLang's
-    single-batch overlap): the dispatch (a third of the exchange's bytes) under the shared experts, the combine (two
-    thirds) under the routed experts' down projection (a third of their work), which hands it tokens block by
-    block. The rest of each is paid."""
-    dispatch, combine = exchange / 3.0, exchange * 2.0 / 3.0
+    single-batch overlap): the dispatch under the shared experts, the combine under the routed experts' down
+    projection (a third of their work), which hands it tokens block by block (``dispatch_and_combine``). The rest of
+    each is paid."""
+    dispatch, combine = dispatch_and_combine(exchange)
     return np.maximum(dispatch - shared, 0.0) + np.maximum(combine - routed / 3.0, 0.0)
 
 
