@@ -276,7 +276,7 @@ def single_batch_ms(exchange: np.ndarray, routed: np.ndarray, shared: np.ndarray
 
 
 def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, parts: dict[str, np.ndarray],
-                  parts_at) -> dict[str, np.ndarray]:
+                  parts_at, exchange_at=None) -> dict[str, np.ndarray]:
     """``parts`` plus ``a2a``: what the expert-parallel exchange of a ``dp`` deployment adds to the step, by
     ``costs.overlap``. ``none``: the whole exchange. ``two-batch``: what two micro-batches (``two_batch_ms``, from
     ``parts_at(b / 2, k / 2)``) cost beyond the layers' kernels at the whole batch: the exposed exchange and the
@@ -284,10 +284,15 @@ def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarr
     steps run as one batch and pay the whole exchange. ``single-batch``: what the layers' own shared experts and
     down projections leave of the exchange (``single_batch_ms``; the shared experts priced by their roofline,
     whatever priced the rest). ``fused``:
-    what the fused layer (``fused_moe_ms``) costs beyond its routed experts, inside one NVLink domain only."""
+    what the fused layer (``fused_moe_ms``) costs beyond its routed experts, inside one NVLink domain only.
+    ``exchange_at(tokens per rank)``: the exchange's ms per step as measured; the estimate's own
+    (``exchange_ms``) by default."""
     if dep.parallel != "dp" or not shape.is_moe or dep.ep <= 1:
         return parts
-    whole = exchange_ms(shape, dep, b)
+    if exchange_at is None:
+        def exchange_at(tokens):
+            return exchange_ms(shape, dep, tokens)
+    whole = exchange_at(b)
     if dep.costs.overlap == "fused":
         if dep.ep > nvlink_domain(dep.gpu):
             raise HwProfileError(f"--cost overlap=fused: the fused MoE kernel moves tokens over NVLink, so the "
@@ -303,7 +308,7 @@ def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarr
         splits = b >= two_batch_min_tokens(dep.costs)
         # points that cannot be split are looked up whole (a kernel lookup needs a token) and their result unused
         half_b, half_k = np.where(splits, b / 2.0, b), np.where(splits, k / 2.0, k)
-        split = two_batch_ms(parts_at(half_b, half_k), exchange_ms(shape, dep, half_b))
+        split = two_batch_ms(parts_at(half_b, half_k), exchange_at(half_b))
         # never negative: a kernel is never cheaper per token at half the batch (clamped against interpolation)
         whole = np.where(splits, np.maximum(split - layers, 0.0), whole)
     return {**parts, "a2a": whole}
@@ -365,10 +370,14 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
             kt = None
             notes.append(f"kernel database not used for {shape.name}: {exc}; roofline instead")
         if kt is not None:
+            measured = _measured_exchange(db, shape, dep, b)
             parts = with_exchange(shape, dep, b, k, _measured_parts(kt, shape, dep, b),
                                   lambda bb, kk: _measured_parts(_kernel_lookup(db, shape, dep, bb, kk), shape, dep,
-                                                                 bb))
-            if "a2a" in parts:
+                                                                 bb),
+                                  None if measured is None else lambda bb: measured(bb).ms)
+            if "a2a" in parts and measured is not None:
+                notes.append(f"{measured(b).notes[0]}; overlap={dep.costs.overlap}")
+            elif "a2a" in parts:
                 notes.append("expert-parallel dispatch/combine priced by the estimate (DeepEP's figures across "
                              f"nodes, NVLink inside one domain; overlap={dep.costs.overlap}), not the kernel database")
             parts.update(engine_parts(shape, dep, b, costs))
@@ -398,6 +407,18 @@ def _kernel_lookup(db, shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.
     return kernel_times(db, shape, dep, b, requests, k / requests)
 
 
+def _measured_exchange(db, shape: ModelShape, dep: Deployment, b: np.ndarray):
+    """``tokens -> KernelTimes`` of the exchange as the database measured it for this deployment, or None: SGLang's
+    data-parallel attention over DeepEP, where the database has the group's node count. A planner's own
+    ``a2a_us_per_layer`` keeps the estimate's exchange (their fabric, not the database's)."""
+    if (dep.parallel != "dp" or not shape.is_moe or dep.ep <= 1 or dep.engine != "sglang"
+            or dep.costs.a2a_us_per_layer is not None):
+        return None
+    if db.kernel_exchange_times(shape, dep.gpu.name, dep.engine, dep.ep, b) is None:
+        return None
+    return lambda tokens: db.kernel_exchange_times(shape, dep.gpu.name, dep.engine, dep.ep, tokens)
+
+
 def _measured_parts(kt, shape: ModelShape, dep: Deployment, b: np.ndarray) -> dict[str, np.ndarray]:
     """The kernel database's parts, the routed experts scaled by the busiest expert-parallel rank's load."""
     parts = dict(kt.parts)
@@ -410,19 +431,22 @@ def _measured_parts(kt, shape: ModelShape, dep: Deployment, b: np.ndarray) -> di
 def kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
     """Kernel times of one table-GPU. Under ``dp`` a rank runs attention and the dense part alone on its own
     requests (the database's one-GPU step) and its share of the expert-parallel group's MoE, whose tokens are every
-    rank's (the database's ep-GPU step at ep x the tokens): two lookups, the MoE part taken from the second."""
+    rank's: two lookups, the MoE part from the group's kernel (SGLang's DeepEP expert kernel where measured) at ep x
+    the tokens (``_measured_parts`` then scales it by the busiest rank's load)."""
     if dep.parallel != "dp" or not shape.is_moe or dep.ep <= 1:
         return db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep, b, requests,
                                     context)
     own = db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, 1, 1, b, requests, context)
-    group = db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.ep, dep.ep, b * dep.ep,
-                                 requests * dep.ep, context)
+    group = db.kernel_moe_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.ep, np.asarray(b, dtype=float) * dep.ep,
+                                wide_ep=dep.engine == "sglang")
     parts = {key: v for key, v in own.parts.items() if key != "moe"}
     parts["moe"] = group.parts["moe"]
     note = (f"data-parallel attention: attention, dense GEMMs and head from the one-GPU step at the rank's own "
-            f"tokens; routed experts from the {dep.ep}-GPU expert-parallel step at {dep.ep}x the tokens")
+            f"tokens; routed experts from the {dep.ep}-GPU expert-parallel group at {dep.ep}x the tokens")
+    # the one-GPU step's own MoE line (every expert on one GPU) is not what prices the experts here
+    own_notes = [n for n in own.notes if not n.startswith("Routed experts:")]
     return replace(own, ms=sum(parts.values()), parts=parts, inside=np.asarray(own.inside) & np.asarray(group.inside),
-                   notes=[*own.notes, note])
+                   notes=[*own_notes, *(n for n in group.notes if n not in own_notes), note])
 
 
 def _kernel_package() -> bool:
@@ -464,7 +488,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         kind="estimate",
         caveat={"kind": "an estimate",
                 "text": (f"kernels from {', '.join(est.sources)} ({np.mean(est.inside):.0%} of points inside measured "
-                         "data) plus the engine costs in engine_costs; within 30% on 14 of 25 public decode "
+                         "data) plus the engine costs in engine_costs; within 30% on 15 of 25 public decode "
                          "measurements (docs/sim-to-real.md): calibrate it on one to three measured points "
                          "(hw-profile calibrate --prior) before planning")},
         device=dep.gpu.name,

@@ -95,7 +95,7 @@ def version_key(v: str) -> tuple:
     return tuple(int(p) if p.isdigit() else -1 for p in re.findall(r"\d+|[a-z]+", v))
 
 
-def _versions(base: Path, system: str, family: str, engine: str) -> list[str]:
+def versions(base: Path, system: str, family: str, engine: str) -> list[str]:
     d = base / system / family / engine
     if not d.is_dir():
         return []
@@ -120,7 +120,7 @@ def _current_versions(base: str) -> dict:
 def engine_version(base: Path, system: str, engine: str) -> str | None:
     """The version of an engine's data on a system: the package's "current" where it names one that has GEMM
     data, else the newest version with GEMM data."""
-    have = _versions(base, system, "gemm", engine)
+    have = versions(base, system, "gemm", engine)
     if not have:
         return None
     doc = _current_versions(str(base))
@@ -139,7 +139,7 @@ def coverage(data_dir=None) -> list[tuple[str, str, str]]:
             continue
         for engine in ENGINES:
             version = engine_version(base, sysdir.name, engine)
-            has_attn = any(_versions(base, sysdir.name, fam, engine) for fam in ("attention", "mla"))
+            has_attn = any(versions(base, sysdir.name, fam, engine) for fam in ("attention", "mla"))
             if version and has_attn:
                 out.append((gpu, engine, version))
     return out
@@ -174,7 +174,7 @@ class Table:
 def find_table(base: Path, system: str, family: str, engine: str, version: str, name: str) -> Table | None:
     """One table: the engine's own version where it has this file, else the newest version that has it (the
     package backfills families the same way)."""
-    candidates = _versions(base, system, family, engine)
+    candidates = versions(base, system, family, engine)
     order = [version] if version in candidates else []
     order += [v for v in reversed(candidates) if v != version and version_key(v) <= version_key(version)]
     order += [v for v in reversed(candidates) if v not in order]
@@ -305,3 +305,17 @@ def kernel_step_times(shape, gpu, engine, dtype, gpus, ep, tokens, requests, con
     from hw_profile.kernel_ops import step_times
 
     return step_times(shape, gpu, engine, dtype, gpus, ep, tokens, requests, context, data_dir=data_dir)
+
+
+def kernel_moe_times(shape, gpu, engine, dtype, ep, tokens, wide_ep=False, data_dir=None) -> KernelTimes:
+    """The routed experts alone of an expert-parallel group; see ``hw_profile.kernel_ops.moe_times``."""
+    from hw_profile.kernel_ops import moe_times
+
+    return moe_times(shape, gpu, engine, dtype, ep, tokens, wide_ep=wide_ep, data_dir=data_dir)
+
+
+def kernel_exchange_times(shape, gpu, engine, ep, tokens, data_dir=None) -> KernelTimes | None:
+    """DeepEP's measured dispatch and combine, or None; see ``hw_profile.kernel_ops.exchange_times``."""
+    from hw_profile.kernel_ops import exchange_times
+
+    return exchange_times(shape, gpu, engine, ep, tokens, data_dir=data_dir)

@@ -20,9 +20,12 @@ Per point (B new tokens over R requests, q = B/R query tokens each, ``context`` 
   growth beyond that at R requests. Its fp4 experts need fp4 MoE rows (none on Hopper); ``mhc`` is its
   hyper-connection mixing, one pre and one post per layer at B tokens.
 - ``moe``: the routed experts' fused kernel at B tokens for this (hidden, width, top-k, experts, tp, ep) as
-  measured, under balanced routing.
+  measured, under balanced routing. ``moe_times`` prices an expert-parallel group's experts alone, from SGLang's
+  DeepEP expert kernel where asked and measured (``wide_ep``).
 - ``comm``: two all-reduces per layer of B x hidden bf16 values over ``gpus`` (none on one GPU); the same
-  all-reduce closes an MoE layer, as in ``hw_profile.roofline`` (an all-to-all dispatch is not priced).
+  all-reduce closes an MoE layer, as in ``hw_profile.roofline``. The expert-parallel exchange is not in the step:
+  ``exchange_times`` gives DeepEP's measured dispatch and combine where the database has them, and
+  ``hw_profile.estimate`` adds the exchange as the deployment overlaps it.
 - ``lm_head``: the vocabulary GEMM at M = B (every verified token needs logits), N split by ``gpus``, bf16.
 
 The KV cache is bf16 whatever ``dtype`` (the engines' default, "auto"); ``dtype`` sets the GEMM and MoE weights
@@ -52,6 +55,7 @@ from hw_profile.kernel_db import (
     gemm_grid,
     package_version,
     system_of,
+    versions,
 )
 from hw_profile.kernel_grid import Grid
 from hw_profile.shapes import ModelShape, dense_gemms
@@ -282,7 +286,35 @@ def _v4_attention(ctx, shape, B, R, c):
 
 # --- MoE and communication ----------------------------------------------------------------------------------------
 
-def _moe(ctx, shape, B, ep):
+# The expert kernels of SGLang's DeepEP decode (DeepGEMM's masked grouped GEMM), timed apart by the database
+WIDE_EP_MOE = "wideep_generation_moe_perf"
+# DeepEP's low-latency dispatch and combine, us per call, by node count and tokens per rank
+WIDE_EP_EXCHANGE = "wideep_deepep_ll_perf"
+GPUS_PER_NODE = 8  # the database's multi-node exchange rows were measured on 8-GPU nodes
+
+
+def _wide_ep_moe_rows(ctx, shape, ep) -> pd.DataFrame | None:
+    """The group's rows of SGLang's DeepEP decode expert kernel, where the database measured this shape; else None
+    (the fused MoE table prices the experts, with a note)."""
+    tab = ctx.table("moe", WIDE_EP_MOE)
+    if tab is not None and shape.expert_dtype not in ("fp4", "w4a16"):
+        try:
+            return _pick(tab, f"MoE ({shape.name})", hidden_size=shape.hidden, inter_size=shape.expert_intermediate,
+                         topk=shape.experts_per_token, num_experts=shape.experts, moe_tp_size=1, moe_ep_size=ep,
+                         moe_dtype="fp8_block" if ctx.dtype == "fp8" else GEMM_DTYPES.get(ctx.dtype, ctx.dtype))
+        except HwProfileError:
+            pass
+    ctx.note(f"Routed experts: no {WIDE_EP_MOE} rows for {shape.name} at ep {ep} on {ctx.system}/{ctx.engine}; "
+             "the fused MoE kernel's rows price them instead.")
+    return None
+
+
+def _moe(ctx, shape, B, ep, wide_ep: bool = False):
+    """The routed experts at B tokens (all of the expert-parallel group's). ``wide_ep``: the kernel SGLang runs
+    behind DeepEP's low-latency exchange where measured, else the fused MoE kernel."""
+    rows = _wide_ep_moe_rows(ctx, shape, ep) if wide_ep else None
+    if rows is not None:
+        return _moe_lookup(ctx, shape, rows, B, ep, str(rows["moe_dtype"].iloc[0]))
     tab = ctx.table("moe", "moe_perf")
     if tab is None:
         raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no MoE table")
@@ -298,13 +330,78 @@ def _moe(ctx, shape, B, ep):
                                  f"(its MoE shape is measured in {sorted(have)} only)")
     else:
         moe_dtype = "fp8_block" if ctx.dtype == "fp8" else GEMM_DTYPES.get(ctx.dtype, ctx.dtype)
-    rows = _pick(rows, f"MoE ({shape.name})", moe_dtype=moe_dtype)
-    dist = "balanced" if (rows["distribution"] == "balanced").any() else rows["distribution"].iloc[0]
+    return _moe_lookup(ctx, shape, _pick(rows, f"MoE ({shape.name})", moe_dtype=moe_dtype), B, ep, moe_dtype)
+
+
+def _moe_lookup(ctx, shape, rows, B, ep, moe_dtype):
+    """Every MoE layer's routed experts at B tokens from one kernel's rows, under balanced routing (the database
+    calls it ``balanced`` or ``uniform``; its power-law rows are skewed on purpose)."""
+    have = set(rows["distribution"])
+    dist = next((d for d in ("balanced", "uniform") if d in have), rows["distribution"].iloc[0])
     rows = densest(rows[rows["distribution"] == dist])
-    ctx.note(f"Routed experts: the measured fused MoE kernel ({rows['kernel_source'].iloc[0]}, {moe_dtype}, "
+    ctx.note(f"Routed experts: the measured MoE kernel ({rows['kernel_source'].iloc[0]}, {moe_dtype}, "
              f"tp {ctx.gpus // ep} x ep {ep}) under {dist} routing, at B tokens.")
     v, ins = Grid.from_frame(rows, ["num_tokens"]).lookup(B)
     return ctx.take("MoE", v, ins) * shape.moe_layers
+
+
+def _exchange_rows(ctx, shape, nodes: int) -> pd.DataFrame | None:
+    """DeepEP low-latency rows for this hidden size and top-k over ``nodes`` nodes, from the newest version of the
+    table that has them (only some versions measured more than one node); the nearest expert count where the
+    shape's own is not measured (it sets buffer sizes, not the bytes moved)."""
+    for version in reversed(versions(ctx.base, ctx.system, "comm", ctx.engine)):
+        t = find_table(ctx.base, ctx.system, "comm", ctx.engine, version, WIDE_EP_EXCHANGE)
+        if t is None or t.version != version:
+            continue
+        f = t.frame
+        f = f[(f["node_num"] == nodes) & (f["hidden_size"] == shape.hidden) & (f["num_topk"] == shape.experts_per_token)]
+        if f.empty:
+            continue
+        experts = min(set(f["num_experts"]), key=lambda e: (abs(e - shape.experts), e))
+        if experts != shape.experts:
+            ctx.note(f"Exchange: no DeepEP rows for {shape.experts} experts; those for {experts} are used.")
+        if version != ctx.version:
+            ctx.note(f"comm/{WIDE_EP_EXCHANGE} over {nodes} node(s) comes from {ctx.engine} {version}.")
+        return f[f["num_experts"] == experts]
+    return None
+
+
+def exchange_times(shape: ModelShape, gpu: str, engine: str, ep: int, tokens, data_dir=None) -> KernelTimes | None:
+    """DeepEP's low-latency dispatch and combine as measured, for every MoE layer of an expert-parallel group of
+    ``ep`` GPUs at ``tokens`` per rank: parts ``dispatch`` and ``combine`` (ms per step). None where the database
+    has no such rows (an engine other than SGLang, a group that is not whole 8-GPU nodes, a hidden size or top-k
+    it did not measure, rack-scale NVLink parts): the estimate's own exchange then."""
+    base, system, version = system_of(gpu, engine, data_dir)
+    if ep < GPUS_PER_NODE or ep % GPUS_PER_NODE or system.startswith("gb"):
+        return None
+    ctx = _Ctx(base, system, engine.lower(), version, "fp8", ep, np.ones(np.shape(tokens), dtype=bool))
+    rows = _exchange_rows(ctx, shape, ep // GPUS_PER_NODE)
+    if rows is None:
+        return None
+    b = np.asarray(tokens, dtype=float)
+    parts = {}
+    for half in ("dispatch", "combine"):
+        v, ins = Grid.from_frame(rows, ["num_token"], value=f"{half}_avg_t_us").lookup(b)
+        # never below the fewest tokens' time: a line continued down from the first two points would undercut it
+        v = np.maximum(v, float(rows.loc[rows["num_token"].idxmin(), f"{half}_avg_t_us"]))
+        parts[half] = ctx.take(f"DeepEP {half}", v, ins) * 1e-3 * shape.moe_layers
+    note = (f"expert-parallel dispatch/combine: DeepEP's low-latency kernels as measured on {system} over "
+            f"{ep // GPUS_PER_NODE} node(s) of {GPUS_PER_NODE} GPUs at the rank's tokens ({WIDE_EP_EXCHANGE})")
+    return KernelTimes(ms=parts["dispatch"] + parts["combine"], inside=ctx.inside, parts=parts,
+                       source=f"{_origin(base, data_dir)}: {system} / {engine.lower()}", notes=[note, *ctx.notes])
+
+
+def moe_times(shape: ModelShape, gpu: str, engine: str, dtype: str, ep: int, tokens, wide_ep: bool = False,
+              data_dir=None) -> KernelTimes:
+    """The routed experts alone of an expert-parallel group of ``ep`` GPUs (one expert shard each, no tensor
+    parallelism) at ``tokens``, every rank's together: part ``moe``, ms per step. ``wide_ep``: the kernel SGLang
+    runs behind DeepEP where measured."""
+    base, system, version = system_of(gpu, engine, data_dir)
+    B = np.asarray(tokens, dtype=float)
+    ctx = _Ctx(base, system, engine.lower(), version, dtype, ep, np.ones(B.shape, dtype=bool))
+    moe = _moe(ctx, shape, B, ep, wide_ep)
+    return KernelTimes(ms=moe, inside=ctx.inside, parts={"moe": moe},
+                       source=f"{_origin(base, data_dir)}: {system} / {engine.lower()} {version}", notes=list(ctx.notes))
 
 
 def _mhc(ctx, shape, B):
@@ -345,6 +442,11 @@ def _allreduce(ctx, shape, B):
         raise HwProfileError(f"kernel database: no all-reduce data for {ctx.gpus} GPUs on {ctx.system}/{ctx.engine}")
     v, ins = Grid.from_frame(rows, ["message_size"]).lookup(B * shape.hidden)  # message size counts elements
     return ctx.take("all-reduce", v, ins) * 2 * shape.layers
+
+
+def _origin(base: Path, data_dir) -> str:
+    """Where a lookup's data came from: the installed package, or the directory a caller (a test) pointed at."""
+    return f"aiconfigurator-core {package_version()}" if data_dir is None else f"kernel database {base}"
 
 
 # --- the step -----------------------------------------------------------------------------------------------------
@@ -407,6 +509,5 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     notes += ctx.notes
     notes.append("Not priced here: norms, rotary, activation, embedding, sampling, launch and scheduler costs "
                  "(engine overheads are added elsewhere).")
-    origin = f"aiconfigurator-core {package_version()}" if data_dir is None else f"kernel database {base}"
-    src = f"{origin}: {system} / {engine.lower()} {version}"
+    src = f"{_origin(base, data_dir)}: {system} / {engine.lower()} {version}"
     return KernelTimes(ms=ms, inside=ctx.inside, parts=parts, source=src, notes=notes)

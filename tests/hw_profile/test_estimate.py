@@ -34,6 +34,8 @@ from hw_profile.estimate import (
     roofline_parts,
     shared_experts_ms,
     single_batch_ms,
+    two_batch_ms,
+    with_exchange,
     write_estimate_set,
 )
 from hw_profile.gpus import get_gpu
@@ -225,6 +227,55 @@ def test_fused_overlap_prices_the_exchange_inside_the_moe_layer():
     unfused = estimate_points(shape, replace(d, costs=replace(d.costs, overlap="none")), b, k, "roofline")
     assert np.all(est.ms < unfused.ms) and np.all(est.parts["a2a"] > 0)
     assert np.all(est.parts["a2a"] < whole)  # some of the exchange hides, never all of it at finite waves
+
+
+def test_a_measured_exchange_replaces_the_estimates_own():
+    """Whole (overlap none) it is the measured time at the rank's tokens; split in two micro-batches each half pays
+    the measured time at half the tokens."""
+    def measured(tokens):
+        return 0.5 + 0.01 * np.asarray(tokens)
+
+    b = np.array([2.0, 64.0])
+    k = b * 4096
+
+    def parts_at(shape, d):
+        return lambda bb, kk: roofline_parts(shape, d, bb, kk)
+
+    shape, d = v3_dp(16, gpu="H200", overlap="none")
+    whole = with_exchange(shape, d, b, k, roofline_parts(shape, d, b, k), parts_at(shape, d), measured)
+    np.testing.assert_allclose(whole["a2a"], measured(b))
+    shape, d = v3_dp(16, gpu="H200", overlap="two-batch", two_batch_min_tokens=2.0)
+    parts = roofline_parts(shape, d, b, k)
+    split = with_exchange(shape, d, b, k, parts, parts_at(shape, d), measured)
+    layers = sum(v for key, v in parts.items() if key not in ("lm_head", "comm"))
+    expected = np.maximum(two_batch_ms(roofline_parts(shape, d, b / 2, k / 2), measured(b / 2)) - layers, 0.0)
+    np.testing.assert_allclose(split["a2a"], expected)
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
+                    reason="the kernel database (dspark-sim[kernels]) is not installed")
+def test_sglang_dp_over_two_nodes_prices_the_exchange_from_measured_deepep():
+    """DeepSeek-V3 on two H200 nodes (dp, EP16) under SGLang: kernels priced from the database (the group needs no
+    16-GPU all-reduce), and the exchange is DeepEP's measured dispatch + combine over 2 nodes at the rank's tokens,
+    read here straight from the package's table."""
+    import pandas as pd
+
+    from hw_profile.kernel_db import default_data_dir
+
+    shape, d = v3_dp(16, gpu="H200", overlap="none")
+    b = np.array([2.0])
+    est = estimate_points(shape, replace(d, engine="sglang"), b, b * 4096)
+    assert est.source[0] == "kernels"
+    ll = pd.read_parquet(default_data_dir() / "h200_sxm/comm/sglang/0.5.6.post2/wideep_deepep_ll_perf.parquet")
+    row = ll[(ll.node_num == 2) & (ll.num_token == 2) & (ll.num_experts == 256) & (ll.hidden_size == 7168)]
+    us = float(row.dispatch_avg_t_us.iloc[0] + row.combine_avg_t_us.iloc[0])
+    assert est.parts["a2a"][0] == pytest.approx(shape.moe_layers * us * 1e-3, rel=1e-9)
+    assert 30 < us < 80  # tens of microseconds a layer at two tokens: a latency, not the wire time (~6 us at 50 GB/s)
+    assert any("DeepEP's low-latency kernels as measured" in n for n in est.notes)
+    mine = replace(d, engine="sglang", costs=replace(d.costs, a2a_us_per_layer=100.0))
+    own = estimate_points(shape, mine, b, b * 4096)  # a planner's own latency keeps the estimate's exchange
+    np.testing.assert_allclose(own.parts["a2a"], exchange_ms(shape, mine, b))
+    assert own.parts["a2a"][0] > shape.moe_layers * 0.1  # at least the 100 us a layer
 
 
 def test_fused_overlap_needs_one_nvlink_domain():

@@ -341,6 +341,100 @@ def test_errors_are_one_line(db, monkeypatch):
     assert "\n" not in str(exc.value) and "num_key_value_heads=8" in str(exc.value)
 
 
+def wide_ms(tokens):
+    return 0.02 + 5e-5 * tokens
+
+
+DISPATCH_US, COMBINE_US = (lambda t: 10.0 + 0.5 * t), (lambda t: 12.0 + 1.0 * t)
+
+
+@pytest.fixture
+def db_wide(db):
+    """SGLang on the H200 with data-parallel attention over DeepEP: MLA rows (so sglang is covered), the fused MoE
+    kernel at ep 1, 2 and 4 (sglang 0.5.14), DeepEP's expert kernel at ep 4 only, uniform and skewed (0.5.10), and
+    DeepEP's low-latency exchange: over 1 and 2 nodes for 8 experts in 0.5.6.post2, over 1 node for 4 in 0.5.12.
+    No all-reduce data: data-parallel attention has none to price."""
+    sysdir = db / "h200_sxm"
+    mla = pd.read_parquet(sysdir / "mla/vllm/0.24.0/generation_mla_perf.parquet")
+    _write(sysdir / "mla/sglang/0.5.14/generation_mla_perf.parquet", mla.to_dict("records"))
+    base = dict(framework="SGLang", device="NVIDIA H200", hidden_size=64, inter_size=32, topk=2, num_experts=4,
+                moe_tp_size=1)
+    fused = [dict(base, version="0.5.14", op_name="moe", kernel_source="sglang_fused_moe_triton", moe_dtype="bfloat16",
+                  num_tokens=t, moe_ep_size=ep, distribution="balanced", latency=moe_ms(t))
+             for ep in (1, 2, 4) for t in (1, 16, 256)]
+    _write(sysdir / "moe/sglang/0.5.14/moe_perf.parquet", fused)
+    wide = [dict(base, version="0.5.10", op_name="moe_generation", kernel_source="deepepmoe", moe_dtype="bfloat16",
+                 num_tokens=t, moe_ep_size=4, distribution=dist, latency=wide_ms(t) * (1 if dist == "uniform" else 3))
+            for t in (4, 64, 1024) for dist in ("power_law_1.2", "uniform")]
+    _write(sysdir / "moe/sglang/0.5.10/wideep_generation_moe_perf.parquet", wide)
+    for version, nodes, experts in (("0.5.6.post2", (1, 2), 8), ("0.5.12", (1,), 4)):
+        rows = [dict(framework="sglang", version=version, device="NVIDIA H200", op_name="ll", kernel_source="deepep",
+                     node_num=n, hidden_size=64, num_token=t, num_topk=2, num_experts=experts,
+                     dispatch_avg_t_us=DISPATCH_US(t) * n, combine_avg_t_us=COMBINE_US(t) * n,
+                     dispatch_bandwidth_gbps=1.0, combine_bandwidth_gbps=1.0)
+                for n in nodes for t in (2, 4, 8, 32)]
+        _write(sysdir / f"comm/sglang/{version}/wideep_deepep_ll_perf.parquet", rows)
+    return db
+
+
+def test_sglangs_deepep_expert_kernel_prices_the_group_where_measured(db_wide):
+    """Uniform routing rows of DeepEP's expert kernel (not the skewed ones), from the older version that has the
+    table, at the group's tokens; the fused kernel where the expert kernel has no rows for the group."""
+    s, tokens = TINY_MLA, np.array([16.0, 100.0])
+    wide = kernel_db.kernel_moe_times(s, "H200", "sglang", "bf16", 4, tokens, wide_ep=True, data_dir=db_wide)
+    np.testing.assert_allclose(wide.parts["moe"], (s.layers - s.dense_layers) * wide_ms(tokens), rtol=1e-12)
+    assert wide.inside.all() and any("0.5.10" in n for n in wide.notes)
+    fused = kernel_db.kernel_moe_times(s, "H200", "sglang", "bf16", 4, tokens, data_dir=db_wide)
+    np.testing.assert_allclose(fused.parts["moe"], moe_ms(tokens), rtol=1e-12)
+    fallback = kernel_db.kernel_moe_times(s, "H200", "sglang", "bf16", 2, tokens, wide_ep=True, data_dir=db_wide)
+    np.testing.assert_allclose(fallback.parts["moe"], moe_ms(tokens), rtol=1e-12)
+    assert any("no wideep_generation_moe_perf rows" in n for n in fallback.notes)
+
+
+def test_deepeps_measured_exchange_by_node_count(db_wide):
+    """EP16 is two 8-GPU nodes: only 0.5.6.post2 measured two, for 8 experts (the nearest to the shape's 4). Each
+    layer's dispatch and combine interpolate in the rank's tokens, and below the fewest measured tokens hold the
+    first point's time rather than continue the line down."""
+    s = TINY_MLA
+    ex = kernel_db.kernel_exchange_times(s, "H200", "sglang", 16, np.array([3.0, 20.0, 1.0]), data_dir=db_wide)
+    moe_layers = s.layers - s.dense_layers
+    np.testing.assert_allclose(ex.parts["dispatch"], moe_layers * 2 * DISPATCH_US(np.array([3.0, 20.0, 2.0])) * 1e-3)
+    np.testing.assert_allclose(ex.parts["combine"], moe_layers * 2 * COMBINE_US(np.array([3.0, 20.0, 2.0])) * 1e-3)
+    np.testing.assert_allclose(ex.ms, ex.parts["dispatch"] + ex.parts["combine"])
+    assert list(ex.inside) == [True, True, False]
+    assert any("for 8 are used" in n for n in ex.notes) and any("0.5.6.post2" in n for n in ex.notes)
+    one = kernel_db.kernel_exchange_times(s, "H200", "sglang", 8, np.array([8.0]), data_dir=db_wide)
+    assert one.ms[0] == pytest.approx(moe_layers * (DISPATCH_US(8) + COMBINE_US(8)) * 1e-3)  # 0.5.12: 4 experts
+    assert not any("are used" in n for n in one.notes)
+    for ep in (4, 12, 24):  # not whole 8-GPU nodes, or three nodes (not measured)
+        assert kernel_db.kernel_exchange_times(s, "H200", "sglang", ep, np.array([8.0]), data_dir=db_wide) is None
+    assert kernel_db.kernel_exchange_times(s, "H200", "vllm", 16, np.array([8.0]), data_dir=db_wide) is None
+
+
+def test_data_parallel_attention_prices_the_experts_as_the_group(db_wide):
+    """Under dp the rank's own step prices attention and the dense part on one GPU; the experts come from the
+    group's DeepEP kernel at ep x the tokens, with no all-reduce for the group (the database has none for 4 GPUs
+    here, and none is needed)."""
+    from functools import partial
+    from types import SimpleNamespace
+
+    from hw_profile.engine_costs import engine_defaults
+    from hw_profile.estimate import Deployment, kernel_times
+    from hw_profile.gpus import get_gpu
+
+    src = SimpleNamespace(kernel_step_times=partial(kernel_db.kernel_step_times, data_dir=db_wide),
+                          kernel_moe_times=partial(kernel_db.kernel_moe_times, data_dir=db_wide))
+    dep = Deployment(get_gpu("H200"), gpus=4, ep=4, dtype="bf16", parallel="dp", engine="sglang",
+                     costs=engine_defaults("sglang"))
+    b = np.array([4.0, 64.0])
+    kt = kernel_times(src, TINY_MLA, dep, b, b, np.full(b.shape, 1024.0))
+    np.testing.assert_allclose(kt.parts["moe"], wide_ms(b * 4), rtol=1e-12)
+    own = kernel_db.kernel_step_times(TINY_MLA, "H200", "sglang", "bf16", 1, 1, b, b, np.full(b.shape, 1024.0),
+                                      data_dir=db_wide)
+    np.testing.assert_allclose(kt.parts["attention"], own.parts["attention"])
+    assert not any("tp 1 x ep 1" in n for n in kt.notes)  # the one-GPU step's own MoE line is dropped
+
+
 HAS_AIC = importlib.util.find_spec("aiconfigurator_core") is not None
 
 
