@@ -221,7 +221,7 @@ def per_gpu(m: Measurement, step_ms: float) -> float:
     return m.requests * m.tau / (step_ms * 1e-3) / rows_gpus
 
 
-def draft_ms(m: Measurement, kernels: str) -> float:
+def draft_ms(m: Measurement, kernels: str, sibling=None) -> float:
     """The MTP chain's forwards in one step: budget - 1 drafted tokens, one forward each."""
     if m.budget <= 1:
         return 0.0
@@ -230,7 +230,7 @@ def draft_ms(m: Measurement, kernels: str) -> float:
     window = entry.get("attention_window")
     k = m.requests * (min(m.context, window) if window else m.context)
     one = estimate_points(mtp, dep, np.array([m.requests]), np.array([k]), kernels=kernels,
-                          costs=drafter_costs(dep.costs)).ms[0]
+                          costs=drafter_costs(dep.costs), sibling=sibling).ms[0]
     return float(one) * (round(m.budget) - 1)
 
 
@@ -259,15 +259,15 @@ def predict_kernels(m: Measurement) -> float | None:
     return per_gpu(m, float(np.asarray(kt.ms)[0]))
 
 
-def target_ms(m: Measurement, kernels: str = "auto") -> float:
+def target_ms(m: Measurement, kernels: str = "auto", sibling=None) -> float:
     """The estimate's target step at the measurement's operating point (no drafter)."""
     est = estimate_points(model_shape(m), deployment(m), np.array([m.requests * m.budget]),
-                          np.array([m.requests * m.context]), kernels=kernels)
+                          np.array([m.requests * m.context]), kernels=kernels, sibling=sibling)
     return float(est.ms[0])
 
 
-def estimate_step(m: Measurement, kernels: str = "auto") -> float:
-    return target_ms(m, kernels) + draft_ms(m, kernels)
+def estimate_step(m: Measurement, kernels: str = "auto", sibling=None) -> float:
+    return target_ms(m, kernels, sibling) + draft_ms(m, kernels, sibling)
 
 
 def prior_table(m: Measurement) -> StepTable:
@@ -414,6 +414,30 @@ def expert_type_sensitivity() -> list[list[str]]:
     return out
 
 
+SIBLING = "H200"  # the covered GPU of the Hopper generation the uncovered H800 and H20 rows borrow from
+
+
+def sibling_sensitivity() -> list[list[str]]:
+    """Every row on a GPU the kernel database lacks, with ``--sibling H200`` (its roofline plus what the H200's
+    measured kernels take beyond their own roofline), where the H200 has data for the model: not a prediction in the
+    headline (the option was built after these rows were seen)."""
+    from hw_profile.gpus import get_gpu
+    from hw_profile.kernel_db import covers
+
+    sibling = get_gpu(SIBLING)
+    out = []
+    for m in measurements():
+        if covers(m.gpu, m.engine):
+            continue
+        est = estimate_points(model_shape(m), deployment(m), np.array([m.requests * m.budget]),
+                              np.array([m.requests * m.context]), sibling=sibling)
+        transferred = (per_gpu(m, estimate_step(m, sibling=sibling)) if est.source[0] == "roofline+sibling"
+                       else "no H200 data")
+        out.append([m.source, tok_s(m.measured), fmt(per_gpu(m, estimate_step(m)), m.measured),
+                    fmt(transferred, m.measured)])
+    return out
+
+
 def parts_by_source(m: Measurement) -> list[list[str]]:
     """One row's step (ms) part by part, from the roofline and from the measured kernels: where the two sources
     disagree. Not a prediction (the row is in the main table); it says which part a roofline misses."""
@@ -503,6 +527,11 @@ def main() -> int:
     print()
     print_table(["measurement", "measured tok/s/GPU", "fp4 at the fp8 rate (as assumed)", "fp8 experts"],
                 expert_type_sensitivity(), args.markdown)
+    print()
+    print(f"The rows on GPUs the kernel database lacks, with --sibling {SIBLING} (built after these rows were seen):")
+    print()
+    print_table(["measurement", "measured tok/s/GPU", "kernels + engine", f"--sibling {SIBLING}"],
+                sibling_sensitivity(), args.markdown)
     print()
     h200 = mtp_blog_point()
     print(f"Where the roofline and the measured kernels part for {h200.source} (ms a step; measured step "

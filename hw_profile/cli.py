@@ -276,6 +276,9 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_
               "target's (comma list of mtp, dspark; empty for none)")
 @click.option("--kernels", type=click.Choice(["auto", "db", "roofline"]), default="auto", show_default=True,
               help="db: require the kernel database (pip install 'dspark-sim[kernels]'); roofline: never use it")
+@click.option("--sibling", default=None, help="for a GPU the kernel database lacks: a GPU it covers (same engine) "
+              "whose measured kernels' excess over their roofline this GPU's roofline takes, e.g. --gpu H20 "
+              "--sibling H200 (docs/hw-profile.md)")
 @click.option("--cost", "costs", multiple=True, help="an engine cost term NAME=VALUE (repeatable; see "
               "docs/hw-profile.md), e.g. step_fixed_ms=3 or moe_imbalance=1.1")
 @click.option("--max-batch-tokens", type=int, default=16384, show_default=True)
@@ -284,10 +287,11 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="DIR/NAME.csv: the target's table; "
               "drafters' tables NAME.drafter-<drafter>.csv beside it")
 @click.pass_obj
-def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, parallel, drafters, kernels, costs,
-             max_batch_tokens, max_kv_tokens, name, out) -> None:
+def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, parallel, drafters, kernels, sibling,
+             costs, max_batch_tokens, max_kv_tokens, name, out) -> None:
     from hw_profile.engine_costs import engine_defaults, with_overrides
     from hw_profile.estimate import Deployment, default_parallel, layout_note, write_estimate_set
+    from hw_profile.gpus import get_gpu
     from hw_profile.roofline import default_b_axis, default_k_axis
 
     device, shape = device_and_shape(gpu, model, gpus)
@@ -318,8 +322,13 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
     meta = {"command": obj["command"]} if obj and obj.get("command") else {}
     if name:
         meta["label"] = name
+    try:
+        sibling_gpu = get_gpu(sibling) if sibling else None
+    except KeyError as exc:
+        raise HwProfileError(f"--sibling: {exc.args[0]}") from None
     written = write_estimate_set(shape, dep, out, names, kernels=kernels, meta=meta,
-                                 b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens))
+                                 b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens),
+                                 sibling=sibling_gpu)
     from hw_profile.table import StepTable
 
     for path in written:  # read back as a scenario will read them; the target's table comes last

@@ -352,13 +352,19 @@ def kernel_source(kernels: str, gpu: GPU, engine: str):
 
 
 def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, kernels: str = "auto",
-                    costs: EngineCosts | None = None) -> Estimate:
-    """Step times (ms) at points (B, K) on one table-GPU of ``dep``, with each part and its source."""
+                    costs: EngineCosts | None = None, sibling: GPU | None = None) -> Estimate:
+    """Step times (ms) at points (B, K) on one table-GPU of ``dep``, with each part and its source. ``sibling``: a
+    GPU the kernel database covers, whose measured kernels' excess over their roofline this GPU's roofline takes
+    (``sibling_parts``), for a GPU the database lacks."""
     b = np.asarray(b, dtype=float)
     k = np.asarray(k, dtype=float)
     costs = dep.costs if costs is None else costs
-    db = kernel_source(kernels, dep.gpu, dep.engine)
     notes: list[str] = []
+    if sibling is not None:
+        found = _sibling_estimate(shape, dep, b, k, costs, sibling, kernels, notes)
+        if found is not None:
+            return found
+    db = kernel_source(kernels, dep.gpu, dep.engine)
     if db is None and kernels == "auto" and not _kernel_package():
         notes.append("measured kernels need the optional extra: pip install 'dspark-sim[kernels]'")
     if db is not None:
@@ -400,6 +406,56 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
     return Estimate(ms, parts, np.full(b.shape, "roofline", dtype=object), np.zeros(b.shape, bool),
                     [f"roofline: {dep.gpu.name} datasheet, comp_eff {dep.roofline.comp_eff}, "
                      f"mem_eff {dep.roofline.mem_eff}"], notes)
+
+
+# roofline part -> the measured parts that price the same kernels
+SIBLING_FAMILIES = {"dense": ("gemm", "mhc"), "attention": ("attention",), "routed": ("moe",),
+                    "lm_head": ("lm_head",), "comm": ("comm",)}
+
+
+def sibling_parts(shape: ModelShape, dep: Deployment, sibling: GPU, db, b: np.ndarray,
+                  k: np.ndarray) -> tuple[dict[str, np.ndarray], object]:
+    """Kernel parts of ``dep`` on a GPU the database lacks, transferred from a ``sibling`` it covers: per family,
+    this GPU's roofline plus what the sibling's measured kernels take beyond the sibling's own roofline at the same
+    point (neither roofline with ``kernel_floor_ms``, which the measured excess already holds), never below zero.
+    What a kernel loses to launch latency, small tiles or a slow implementation is carried as time; what the two
+    GPUs' datasheets differ in stays the roofline's. Also the sibling's ``KernelTimes`` (its source, coverage)."""
+    ref = replace(dep, gpu=sibling)
+    kt = _kernel_lookup(db, shape, ref, b, k)
+    measured = _measured_parts(kt, shape, ref, b)
+    theirs = roofline_parts(shape, ref, b, k, floors=False)
+    parts = roofline_parts(shape, dep, b, k, floors=False)
+    for family, keys in SIBLING_FAMILIES.items():
+        if family in parts:
+            excess = sum(measured.get(key, 0.0) for key in keys) - theirs[family]
+            parts[family] = np.maximum(parts[family] + excess, 0.0)
+    return parts, kt
+
+
+def _sibling_estimate(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, costs: EngineCosts,
+                      sibling: GPU, kernels: str, notes: list[str]) -> Estimate | None:
+    """``estimate_points`` by ``sibling_parts``; None (and a note) where the sibling has no data for this model."""
+    if sibling.name.upper() == dep.gpu.name.upper():
+        raise HwProfileError(f"--sibling: {sibling.name} is the GPU being estimated; name another GPU")
+    if kernels == "roofline":
+        raise HwProfileError("--sibling transfers measured kernels; it cannot go with --kernels roofline")
+    if _kernel_package() and kernel_source("auto", dep.gpu, dep.engine) is not None:
+        raise HwProfileError(f"--sibling: the kernel database covers {dep.gpu.name} under {dep.engine}, so its own "
+                             "measured kernels price it; --sibling is for GPUs the database lacks")
+    db = kernel_source("db", sibling, dep.engine)  # one line naming the extra, or what the database covers
+    try:
+        parts, kt = sibling_parts(shape, dep, sibling, db, b, k)
+    except HwProfileError as exc:
+        notes.append(f"--sibling {sibling.name} not used for {shape.name}: {exc}; roofline instead")
+        return None
+    parts = with_exchange(shape, dep, b, k, parts, lambda bb, kk: sibling_parts(shape, dep, sibling, db, bb, kk)[0])
+    parts.update(engine_parts(shape, dep, b, costs))
+    notes.append(f"kernels: {dep.gpu.name}'s roofline plus, family by family, what {sibling.name}'s measured kernels "
+                 f"take beyond {sibling.name}'s own roofline at each point (--sibling {sibling.name}): a transfer "
+                 "from a covered GPU, not a measurement of this one")
+    return Estimate(sum(parts.values()), parts, np.full(b.shape, "roofline+sibling", dtype=object),
+                    np.zeros(b.shape, bool), [f"roofline: {dep.gpu.name} datasheet + {kt.source} beyond "
+                                              f"{sibling.name}'s roofline"], [*notes, *kt.notes])
 
 
 def _kernel_lookup(db, shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray):
@@ -471,11 +527,12 @@ def prefill_cost(shape: ModelShape, dep: Deployment) -> dict:
 
 def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str = "auto",
                    costs: EngineCosts | None = None, b_axis: np.ndarray | None = None,
-                   k_axis: np.ndarray | None = None, meta: dict | None = None) -> StepTable:
+                   k_axis: np.ndarray | None = None, meta: dict | None = None,
+                   sibling: GPU | None = None) -> StepTable:
     b_axis = default_b_axis(16384) if b_axis is None else np.asarray(b_axis)
     k_axis = default_k_axis(4_194_304) if k_axis is None else np.asarray(k_axis)
     bb, kk = np.meshgrid(b_axis, k_axis)
-    est = estimate_points(shape, dep, bb.ravel(), kk.ravel(), kernels=kernels, costs=costs)
+    est = estimate_points(shape, dep, bb.ravel(), kk.ravel(), kernels=kernels, costs=costs, sibling=sibling)
     ms, note = padded_envelope(est.ms.reshape(bb.shape))
     notes = [*est.notes, note] if note else est.notes
     rows = {"batch_tokens": bb.ravel(), "kv_tokens": kk.ravel(), "status": "ok", "step_ms": ms.ravel(),
@@ -569,7 +626,7 @@ def layout_note(dep: Deployment) -> str:
 
 def write_estimate_set(target: ModelShape, dep: Deployment, out: str | Path, drafters: list[str],
                        kernels: str = "auto", meta: dict | None = None, b_axis: np.ndarray | None = None,
-                       k_axis: np.ndarray | None = None) -> list[Path]:
+                       k_axis: np.ndarray | None = None, sibling: GPU | None = None) -> list[Path]:
     """The target's table at ``out`` and each drafter's beside it, the target's sidecar naming them."""
     out = Path(out)
     if out.suffix != ".csv":
@@ -581,7 +638,7 @@ def write_estimate_set(target: ModelShape, dep: Deployment, out: str | Path, dra
     for name, (shape, entry) in drafter_shapes(target, drafters).items():
         table_name = f"{stem}.drafter-{name}"
         table = estimate_table(shape, dep, table_name, kernels=kernels, costs=drafter_costs(dep.costs), meta=meta,
-                               b_axis=b_axis, k_axis=k_axis)
+                               b_axis=b_axis, k_axis=k_axis, sibling=sibling)
         written.append(table.write(out.with_name(f"{table_name}.csv")))
         entry = {**entry, "table": f"{table_name}.csv"}
         if name == "dspark":
@@ -589,6 +646,6 @@ def write_estimate_set(target: ModelShape, dep: Deployment, out: str | Path, dra
                                                          hidden=target.hidden)  # Markov and confidence heads
         entries[name] = entry
     main = estimate_table(target, dep, stem, kernels=kernels, meta={**(meta or {}), "drafter_tables": entries},
-                          b_axis=b_axis, k_axis=k_axis)
+                          b_axis=b_axis, k_axis=k_axis, sibling=sibling)
     written.append(main.write(out))
     return written

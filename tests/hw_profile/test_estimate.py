@@ -630,6 +630,12 @@ def test_calibrate_cli_writes_the_set_and_says_what_moved(prior, tmp_path, capsy
       "overlap=fused", "--kernels", "roofline", "--out", "x.csv"], ["overlap=fused", "NVLink", "--ep 64"]),
     (["estimate", "--model", "deepseek-v4-flash", "--gpu", "H800", "--cost", "overlap=sometimes", "--out", "x.csv"],
      ["--cost overlap", "two-batch"]),
+    (["estimate", "--model", "qwen3-8b", "--gpu", "H20", "--sibling", "H20", "--out", "x.csv"],
+     ["--sibling", "H20", "another GPU"]),
+    (["estimate", "--model", "qwen3-8b", "--gpu", "H20", "--sibling", "H200", "--kernels", "roofline", "--out",
+      "x.csv"], ["--sibling", "--kernels roofline"]),
+    (["estimate", "--model", "qwen3-8b", "--gpu", "H20", "--sibling", "H300", "--out", "x.csv"],
+     ["--sibling", "H300"]),
     (["calibrate", "--point", "1,0,3", "--out", "x.csv"], ["--prior"]),
     (["calibrate", "--prior", "missing.csv", "--point", "1,0,3", "--out", "x.csv"], ["--prior", "missing.csv"]),
 ])
@@ -639,6 +645,27 @@ def test_estimate_mistakes_are_one_line(argv, words, capsys, tmp_path, monkeypat
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     for word in words:
         assert word in err
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
+                    reason="the kernel database (dspark-sim[kernels]) is not installed")
+def test_estimate_cli_sibling_prices_an_uncovered_gpu_from_a_covered_one(tmp_path, capsys):
+    """R1 on two H20 nodes under SGLang (the database has no H20) from the H200's measured kernels: slower than the
+    plain roofline at low load, where the measured kernels lose most to their roofline; a covered GPU refuses it."""
+    argv = ["estimate", "--model", "deepseek-v3", "--gpu", "H20", "--gpus", "16", "--engine", "sglang",
+            "--drafters", "mtp", "--max-batch-tokens", "64", "--max-kv-tokens", "65536"]
+    code, _, err = run([*argv, "--sibling", "H200", "--out", str(tmp_path / "s.csv")], capsys)
+    assert code == 0, err
+    assert "what H200's measured kernels take beyond" in err
+    code, _, err = run([*argv, "--out", str(tmp_path / "r.csv")], capsys)
+    assert code == 0, err
+    sib, roof = (StepTable.read(tmp_path / f"{n}.csv") for n in ("s", "r"))
+    assert set(sib.points["source"]) == {"roofline+sibling"}
+    assert sib.grid.step_ms(2, 8192) > 1.2 * roof.grid.step_ms(2, 8192)
+    assert set(StepTable.read(tmp_path / "s.drafter-mtp.csv").points["source"]) <= {"roofline+sibling", "roofline"}
+    code, _, err = run(["estimate", "--model", "qwen3-8b", "--gpu", "H200", "--sibling", "H100", "--out",
+                        str(tmp_path / "x.csv")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "covers H200" in err
 
 
 def test_estimate_cli_deepseek_dp_ep(tmp_path, capsys):

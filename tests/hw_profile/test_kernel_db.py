@@ -435,6 +435,33 @@ def test_data_parallel_attention_prices_the_experts_as_the_group(db_wide):
     assert not any("tp 1 x ep 1" in n for n in kt.notes)  # the one-GPU step's own MoE line is dropped
 
 
+def test_a_sibling_passes_its_measured_excess_to_a_gpu_the_database_lacks(db):
+    """--sibling: a GPU with the sibling's very datasheet gets the sibling's measured kernels exactly; one with half
+    its memory bandwidth gets them plus the difference of the two rooflines, family by family."""
+    from functools import partial
+    from types import SimpleNamespace
+
+    from hw_profile.engine_costs import engine_defaults
+    from hw_profile.estimate import Deployment, roofline_parts, sibling_parts
+    from hw_profile.gpus import get_gpu
+
+    src = SimpleNamespace(kernel_step_times=partial(kernel_db.kernel_step_times, data_dir=db))
+    h200 = get_gpu("H200")
+    b = np.array([1.0, 8.0, 16.0])
+    k = b * 1024
+    dep = Deployment(replace(h200, name="H200-twin"), gpus=1, ep=1, dtype="bf16", parallel="tp", engine="vllm",
+                     costs=engine_defaults("vllm"))
+    twin, kt = sibling_parts(TINY, dep, h200, src, b, k)
+    for family, key in (("dense", "gemm"), ("attention", "attention"), ("lm_head", "lm_head")):
+        np.testing.assert_allclose(twin[family], kt.parts[key], rtol=1e-12)
+    half = replace(dep, gpu=replace(h200, name="H200-half", hbm_tb_s=h200.hbm_tb_s / 2))
+    slow, _ = sibling_parts(TINY, half, h200, src, b, k)
+    theirs, ours = (roofline_parts(TINY, d, b, k, floors=False) for d in (replace(dep, gpu=h200), half))
+    np.testing.assert_allclose(slow["attention"] - kt.parts["attention"], ours["attention"] - theirs["attention"],
+                               rtol=1e-9)
+    assert (ours["attention"] > theirs["attention"]).all()  # the slower part pays more than the sibling measured
+
+
 HAS_AIC = importlib.util.find_spec("aiconfigurator_core") is not None
 
 
