@@ -476,11 +476,11 @@ def _measured_exchange(db, shape: ModelShape, dep: Deployment, b: np.ndarray):
 
 
 def _measured_parts(kt, shape: ModelShape, dep: Deployment, b: np.ndarray) -> dict[str, np.ndarray]:
-    """The kernel database's parts, the routed experts scaled by the busiest expert-parallel rank's load."""
+    """The kernel database's parts, the routed experts of a tensor-parallel layout scaled by the busiest
+    expert-parallel rank's load (``dp`` looks its group up at that load instead: ``kernel_times``)."""
     parts = dict(kt.parts)
-    if shape.is_moe and "moe" in parts and dep.ep > 1:
-        group = b * (dep.ep if dep.parallel == "dp" else 1) * shape.experts_per_token
-        parts["moe"] = parts["moe"] * imbalance_factor(group, dep.ep, dep.costs)
+    if shape.is_moe and "moe" in parts and dep.ep > 1 and dep.parallel != "dp":
+        parts["moe"] = parts["moe"] * imbalance_factor(b * shape.experts_per_token, dep.ep, dep.costs)
     return parts
 
 
@@ -488,17 +488,22 @@ def kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
     """Kernel times of one table-GPU. Under ``dp`` a rank runs attention and the dense part alone on its own
     requests (the database's one-GPU step) and its share of the expert-parallel group's MoE, whose tokens are every
     rank's: two lookups, the MoE part from the group's kernel (SGLang's DeepEP expert kernel where measured) at ep x
-    the tokens (``_measured_parts`` then scales it by the busiest rank's load)."""
+    the tokens x the busiest rank's load over the mean (``imbalance_factor``): the group as loaded as its busiest
+    rank, which the others wait for. Like the roofline's, that load costs time where the kernel computes and none
+    where it only reads the experts' weights (a time multiplied by it would charge a weight-bound kernel too)."""
     if dep.parallel != "dp" or not shape.is_moe or dep.ep <= 1:
         return db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep, b, requests,
                                     context)
     own = db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, 1, 1, b, requests, context)
-    group = db.kernel_moe_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.ep, np.asarray(b, dtype=float) * dep.ep,
+    group_tokens = np.asarray(b, dtype=float) * dep.ep
+    busiest = imbalance_factor(group_tokens * shape.experts_per_token, dep.ep, dep.costs)
+    group = db.kernel_moe_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.ep, group_tokens * busiest,
                                 wide_ep=dep.engine == "sglang")
     parts = {key: v for key, v in own.parts.items() if key != "moe"}
     parts["moe"] = group.parts["moe"]
     note = (f"data-parallel attention: attention, dense GEMMs and head from the one-GPU step at the rank's own "
-            f"tokens; routed experts from the {dep.ep}-GPU expert-parallel group at {dep.ep}x the tokens")
+            f"tokens; routed experts from the {dep.ep}-GPU expert-parallel group at {dep.ep}x the tokens, at its "
+            "busiest rank's load")
     # the one-GPU step's own MoE line (every expert on one GPU) is not what prices the experts here
     own_notes = [n for n in own.notes if not n.startswith("Routed experts:")]
     return replace(own, ms=sum(parts.values()), parts=parts, inside=np.asarray(own.inside) & np.asarray(group.inside),

@@ -411,14 +411,15 @@ def test_deepeps_measured_exchange_by_node_count(db_wide):
     assert kernel_db.kernel_exchange_times(s, "H200", "vllm", 16, np.array([8.0]), data_dir=db_wide) is None
 
 
-def test_data_parallel_attention_prices_the_experts_as_the_group(db_wide):
+def test_data_parallel_attention_takes_the_group_at_its_busiest_ranks_load(db_wide):
     """Under dp the rank's own step prices attention and the dense part on one GPU; the experts come from the
-    group's DeepEP kernel at ep x the tokens, with no all-reduce for the group (the database has none for 4 GPUs
-    here, and none is needed)."""
+    group's DeepEP kernel at ep x the tokens x the busiest rank's load (the kernel's time at that load, not its time
+    at the mean times the load), with no all-reduce for the group (the database has none for 4 GPUs here, and none
+    is needed)."""
     from functools import partial
     from types import SimpleNamespace
 
-    from hw_profile.engine_costs import engine_defaults
+    from hw_profile.engine_costs import engine_defaults, imbalance_factor
     from hw_profile.estimate import Deployment, kernel_times
     from hw_profile.gpus import get_gpu
 
@@ -428,7 +429,9 @@ def test_data_parallel_attention_prices_the_experts_as_the_group(db_wide):
                      costs=engine_defaults("sglang"))
     b = np.array([4.0, 64.0])
     kt = kernel_times(src, TINY_MLA, dep, b, b, np.full(b.shape, 1024.0))
-    np.testing.assert_allclose(kt.parts["moe"], wide_ms(b * 4), rtol=1e-12)
+    busiest = imbalance_factor(b * 4 * TINY_MLA.experts_per_token, 4, dep.costs)
+    assert (busiest > 1).all()
+    np.testing.assert_allclose(kt.parts["moe"], wide_ms(b * 4 * busiest), rtol=1e-12)
     own = kernel_db.kernel_step_times(TINY_MLA, "H200", "sglang", "bf16", 1, 1, b, b, np.full(b.shape, 1024.0),
                                       data_dir=db_wide)
     np.testing.assert_allclose(kt.parts["attention"], own.parts["attention"])
