@@ -377,9 +377,8 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
             notes.append(f"kernel database not used for {shape.name}: {exc}; roofline instead")
         if kt is not None:
             measured = _measured_exchange(db, shape, dep, b)
-            parts = with_exchange(shape, dep, b, k, _measured_parts(kt, shape, dep, b),
-                                  lambda bb, kk: _measured_parts(_kernel_lookup(db, shape, dep, bb, kk), shape, dep,
-                                                                 bb),
+            parts = with_exchange(shape, dep, b, k, dict(kt.parts),
+                                  lambda bb, kk: dict(_kernel_lookup(db, shape, dep, bb, kk).parts),
                                   None if measured is None else lambda bb: measured(bb).ms)
             if "a2a" in parts and measured is not None:
                 notes.append(f"{measured(b).notes[0]}; overlap={dep.costs.overlap}")
@@ -422,7 +421,7 @@ def sibling_parts(shape: ModelShape, dep: Deployment, sibling: GPU, db, b: np.nd
     GPUs' datasheets differ in stays the roofline's. Also the sibling's ``KernelTimes`` (its source, coverage)."""
     ref = replace(dep, gpu=sibling)
     kt = _kernel_lookup(db, shape, ref, b, k)
-    measured = _measured_parts(kt, shape, ref, b)
+    measured = kt.parts
     theirs = roofline_parts(shape, ref, b, k, floors=False)
     parts = roofline_parts(shape, dep, b, k, floors=False)
     for family, keys in SIBLING_FAMILIES.items():
@@ -475,36 +474,32 @@ def _measured_exchange(db, shape: ModelShape, dep: Deployment, b: np.ndarray):
     return lambda tokens: db.kernel_exchange_times(shape, dep.gpu.name, dep.engine, dep.ep, tokens)
 
 
-def _measured_parts(kt, shape: ModelShape, dep: Deployment, b: np.ndarray) -> dict[str, np.ndarray]:
-    """The kernel database's parts, the routed experts of a tensor-parallel layout scaled by the busiest
-    expert-parallel rank's load (``dp`` looks its group up at that load instead: ``kernel_times``)."""
-    parts = dict(kt.parts)
-    if shape.is_moe and "moe" in parts and dep.ep > 1 and dep.parallel != "dp":
-        parts["moe"] = parts["moe"] * imbalance_factor(b * shape.experts_per_token, dep.ep, dep.costs)
-    return parts
-
-
 def kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
     """Kernel times of one table-GPU. Under ``dp`` a rank runs attention and the dense part alone on its own
     requests (the database's one-GPU step) and its share of the expert-parallel group's MoE, whose tokens are every
-    rank's: two lookups, the MoE part from the group's kernel (SGLang's DeepEP expert kernel where measured) at ep x
-    the tokens x the busiest rank's load over the mean (``imbalance_factor``): the group as loaded as its busiest
-    rank, which the others wait for. Like the roofline's, that load costs time where the kernel computes and none
-    where it only reads the experts' weights (a time multiplied by it would charge a weight-bound kernel too)."""
-    if dep.parallel != "dp" or not shape.is_moe or dep.ep <= 1:
-        return db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep, b, requests,
-                                    context)
-    own = db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, 1, 1, b, requests, context)
-    group_tokens = np.asarray(b, dtype=float) * dep.ep
+    rank's: the MoE part from the group's kernel (SGLang's DeepEP expert kernel where measured) at ep x the tokens.
+    Under expert parallelism the routed experts are looked up at their tokens x the busiest rank's load over the
+    mean (``imbalance_factor``): the group as loaded as its busiest rank, which the others wait for. Like the
+    roofline's, that load costs time where the kernel computes and none where it only reads the experts' weights
+    (a time multiplied by it would charge a weight-bound kernel too)."""
+    b = np.asarray(b, dtype=float)
+    dp = dep.parallel == "dp" and shape.is_moe and dep.ep > 1
+    own = (db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, 1, 1, b, requests, context) if dp else
+           db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep, b, requests,
+                                context))
+    if not shape.is_moe or dep.ep <= 1:
+        return own
+    group_tokens = b * (dep.ep if dp else 1)
     busiest = imbalance_factor(group_tokens * shape.experts_per_token, dep.ep, dep.costs)
     group = db.kernel_moe_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.ep, group_tokens * busiest,
-                                wide_ep=dep.engine == "sglang")
+                                wide_ep=dp and dep.engine == "sglang", gpus=dep.ep if dp else dep.table_gpus)
     parts = {key: v for key, v in own.parts.items() if key != "moe"}
     parts["moe"] = group.parts["moe"]
     note = (f"data-parallel attention: attention, dense GEMMs and head from the one-GPU step at the rank's own "
             f"tokens; routed experts from the {dep.ep}-GPU expert-parallel group at {dep.ep}x the tokens, at its "
-            "busiest rank's load")
-    # the one-GPU step's own MoE line (every expert on one GPU) is not what prices the experts here
+            "busiest rank's load" if dp else
+            f"routed experts (ep {dep.ep}) looked up at the busiest expert-parallel rank's load")
+    # the step's own MoE line (under dp: every expert on one GPU) gives way to the group's
     own_notes = [n for n in own.notes if not n.startswith("Routed experts:")]
     return replace(own, ms=sum(parts.values()), parts=parts, inside=np.asarray(own.inside) & np.asarray(group.inside),
                    notes=[*own_notes, *(n for n in group.notes if n not in own_notes), note])

@@ -307,11 +307,11 @@ def kernel_step_times(shape, gpu, engine, dtype, gpus, ep, tokens, requests, con
     return step_times(shape, gpu, engine, dtype, gpus, ep, tokens, requests, context, data_dir=data_dir)
 
 
-def kernel_moe_times(shape, gpu, engine, dtype, ep, tokens, wide_ep=False, data_dir=None) -> KernelTimes:
+def kernel_moe_times(shape, gpu, engine, dtype, ep, tokens, wide_ep=False, gpus=None, data_dir=None) -> KernelTimes:
     """The routed experts alone of an expert-parallel group; see ``hw_profile.kernel_ops.moe_times``."""
     from hw_profile.kernel_ops import moe_times
 
-    return moe_times(shape, gpu, engine, dtype, ep, tokens, wide_ep=wide_ep, data_dir=data_dir)
+    return moe_times(shape, gpu, engine, dtype, ep, tokens, wide_ep=wide_ep, gpus=gpus, data_dir=data_dir)
 
 
 def kernel_exchange_times(shape, gpu, engine, ep, tokens, data_dir=None) -> KernelTimes | None:

@@ -392,13 +392,16 @@ def exchange_times(shape: ModelShape, gpu: str, engine: str, ep: int, tokens, da
 
 
 def moe_times(shape: ModelShape, gpu: str, engine: str, dtype: str, ep: int, tokens, wide_ep: bool = False,
-              data_dir=None) -> KernelTimes:
-    """The routed experts alone of an expert-parallel group of ``ep`` GPUs (one expert shard each, no tensor
-    parallelism) at ``tokens``, every rank's together: part ``moe``, ms per step. ``wide_ep``: the kernel SGLang
-    runs behind DeepEP where measured."""
+              gpus: int | None = None, data_dir=None) -> KernelTimes:
+    """The routed experts alone of ``gpus`` GPUs (default ``ep``) whose experts are split over ``ep``
+    expert-parallel groups (tensor parallel over gpus / ep inside each) at ``tokens``, every rank's together: part
+    ``moe``, ms per step. ``wide_ep``: the kernel SGLang runs behind DeepEP where measured."""
     base, system, version = system_of(gpu, engine, data_dir)
     B = np.asarray(tokens, dtype=float)
-    ctx = _Ctx(base, system, engine.lower(), version, dtype, ep, np.ones(B.shape, dtype=bool))
+    gpus = ep if gpus is None else gpus
+    if ep < 1 or gpus % ep:
+        raise HwProfileError(f"--ep: expected a divisor of --gpus {gpus}, got {ep}")
+    ctx = _Ctx(base, system, engine.lower(), version, dtype, gpus, np.ones(B.shape, dtype=bool))
     moe = _moe(ctx, shape, B, ep, wide_ep)
     return KernelTimes(ms=moe, inside=ctx.inside, parts={"moe": moe},
                        source=f"{_origin(base, data_dir)}: {system} / {engine.lower()} {version}", notes=list(ctx.notes))

@@ -438,6 +438,33 @@ def test_data_parallel_attention_takes_the_group_at_its_busiest_ranks_load(db_wi
     assert not any("tp 1 x ep 1" in n for n in kt.notes)  # the one-GPU step's own MoE line is dropped
 
 
+def test_tensor_parallel_experts_also_take_the_busiest_ranks_load_in_tokens(db_wide):
+    """TP4 with the experts over EP4: the fused MoE kernel at B x the busiest rank's load, not its time at B times
+    that load (the written kernel is affine in tokens, so the two differ by its fixed part)."""
+    from functools import partial
+    from types import SimpleNamespace
+
+    from hw_profile.engine_costs import engine_defaults, imbalance_factor
+    from hw_profile.estimate import Deployment, kernel_times
+    from hw_profile.gpus import get_gpu
+
+    ar = [dict(framework="SGLang", version="0.5.14", device="NVIDIA H200", op_name="all_reduce",
+               kernel_source="sglang_custom", allreduce_dtype="bfloat16", num_gpus=4, message_size=size,
+               latency=allreduce_ms(size)) for size in (64, 1024, 16384)]
+    _write(db_wide / "h200_sxm/comm/sglang/0.5.14/custom_allreduce_perf.parquet", ar)
+    src = SimpleNamespace(kernel_step_times=partial(kernel_db.kernel_step_times, data_dir=db_wide),
+                          kernel_moe_times=partial(kernel_db.kernel_moe_times, data_dir=db_wide))
+    dep = Deployment(get_gpu("H200"), gpus=4, ep=4, dtype="bf16", parallel="tp", engine="sglang",
+                     costs=engine_defaults("sglang"))
+    b = np.array([4.0, 64.0])
+    shape = replace(TINY_MLA, name="tiny-mla-16", heads=16)  # 4 heads a GPU: the written MLA rows' count
+    kt = kernel_times(src, shape, dep, b, b, np.full(b.shape, 1024.0))
+    busiest = imbalance_factor(b * shape.experts_per_token, 4, dep.costs)
+    np.testing.assert_allclose(kt.parts["moe"], moe_ms(b * busiest), rtol=1e-12)
+    assert not np.allclose(kt.parts["moe"], moe_ms(b) * busiest)
+    assert kt.parts["comm"][0] > 0  # the tensor-parallel step keeps its all-reduces
+
+
 def test_a_sibling_passes_its_measured_excess_to_a_gpu_the_database_lacks(db):
     """--sibling: a GPU with the sibling's very datasheet gets the sibling's measured kernels exactly; one with half
     its memory bandwidth gets them plus the difference of the two rooflines, family by family."""
