@@ -16,7 +16,14 @@ The kernels come from the best source available, recorded per point in the table
   experts the step touches; FLOPs scaled by the busiest expert-parallel rank's load), attention (KV reads once per
   request; compute for every verified token over its request's context), and communication (tensor-parallel
   all-reduces, or expert-parallel dispatch and combine). Each launch also pays the fixed latency measured kernels
-  show above their roofline at one token (``KERNEL_FLOOR_US``, from ``hw_profile.kernel_floors``).
+  show above their roofline at one token (``KERNEL_FLOOR_US``, from ``hw_profile.kernel_floors``);
+- ``roofline+sibling``: asked for with ``--sibling GPU``, for a GPU the database lacks: that roofline (without the
+  fixed latencies) plus, family by family, what a covered sibling's measured kernels take beyond the sibling's own
+  roofline at the same point (``sibling_parts``).
+
+Under SGLang with data-parallel attention the database also prices the routed experts with DeepEP's expert kernel
+and the expert-parallel exchange with DeepEP's measured low-latency dispatch and combine, where it has the group's
+node count (``hw_profile.kernel_ops.moe_times``, ``exchange_times``).
 
 Parallelism: ``tp`` splits attention and dense weights over the replica's GPUs (routed experts over ``ep`` groups
 inside it) and the table describes the replica; ``dp`` is DeepSeek-style decode, every GPU a data-parallel
