@@ -283,14 +283,14 @@ def single_batch_ms(exchange: np.ndarray, routed: np.ndarray, shared: np.ndarray
 
 
 def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, parts: dict[str, np.ndarray],
-                  parts_at, exchange_at=None) -> dict[str, np.ndarray]:
+                  parts_at, exchange_at=None, shared_at=None) -> dict[str, np.ndarray]:
     """``parts`` plus ``a2a``: what the expert-parallel exchange of a ``dp`` deployment adds to the step, by
     ``costs.overlap``. ``none``: the whole exchange. ``two-batch``: what two micro-batches (``two_batch_ms``, from
     ``parts_at(b / 2, k / 2)``) cost beyond the layers' kernels at the whole batch: the exposed exchange and the
     second read of the weights, from the engine's threshold up (``engine_costs.two_batch_min_tokens``); smaller
     steps run as one batch and pay the whole exchange. ``single-batch``: what the layers' own shared experts and
-    down projections leave of the exchange (``single_batch_ms``; the shared experts priced by their roofline,
-    whatever priced the rest). ``fused``:
+    down projections leave of the exchange (``single_batch_ms``; the shared experts at ``shared_at(tokens)``, as
+    measured, else by their roofline). ``fused``:
     what the fused layer (``fused_moe_ms``) costs beyond its routed experts, inside one NVLink domain only.
     ``exchange_at(tokens per rank)``: the exchange's ms per step as measured; the estimate's own
     (``exchange_ms``) by default."""
@@ -309,7 +309,8 @@ def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarr
         routed = routed_part(parts)
         whole = fused_moe_ms(routed, whole, dep.costs.fused_waves) - routed
     elif dep.costs.overlap == "single-batch":
-        whole = single_batch_ms(whole, routed_part(parts), shared_experts_ms(shape, dep, b))
+        shared = shared_experts_ms(shape, dep, b) if shared_at is None else shared_at(b)
+        whole = single_batch_ms(whole, routed_part(parts), shared)
     elif dep.costs.overlap == "two-batch":
         layers = sum(v for key, v in parts.items() if key not in LAYERLESS_PARTS)
         splits = b >= two_batch_min_tokens(dep.costs)
@@ -386,7 +387,8 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
             measured = _measured_exchange(db, shape, dep, b)
             parts = with_exchange(shape, dep, b, k, dict(kt.parts),
                                   lambda bb, kk: dict(_kernel_lookup(db, shape, dep, bb, kk).parts),
-                                  None if measured is None else lambda bb: measured(bb).ms)
+                                  None if measured is None else lambda bb: measured(bb).ms,
+                                  lambda bb: _measured_shared_experts(db, shape, dep, bb))
             if "a2a" in parts and measured is not None:
                 notes.append(f"{measured(b).notes[0]}; overlap={dep.costs.overlap}")
             elif "a2a" in parts:
@@ -467,6 +469,15 @@ def _sibling_estimate(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.n
 def _kernel_lookup(db, shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray):
     requests = np.maximum(1.0, np.round(b / dep.costs.verify_tokens_per_request))
     return kernel_times(db, shape, dep, b, requests, k / requests)
+
+
+def _measured_shared_experts(db, shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray:
+    """The rank's shared experts (every MoE layer's) from the kernel database's GEMMs, ms; what a single-batch
+    layer hides its dispatch under."""
+    from hw_profile.kernel_ops import SHARED_EXPERT_GEMMS
+
+    return db.kernel_gemm_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.head_split, b,
+                                SHARED_EXPERT_GEMMS).ms
 
 
 def _measured_exchange(db, shape: ModelShape, dep: Deployment, b: np.ndarray):

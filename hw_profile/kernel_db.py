@@ -319,3 +319,10 @@ def kernel_exchange_times(shape, gpu, engine, ep, tokens, data_dir=None) -> Kern
     from hw_profile.kernel_ops import exchange_times
 
     return exchange_times(shape, gpu, engine, ep, tokens, data_dir=data_dir)
+
+
+def kernel_gemm_times(shape, gpu, engine, dtype, gpus, tokens, names, data_dir=None) -> KernelTimes:
+    """Named dense GEMMs alone (the shared experts, say); see ``hw_profile.kernel_ops.gemm_times``."""
+    from hw_profile.kernel_ops import gemm_times
+
+    return gemm_times(shape, gpu, engine, dtype, gpus, tokens, names, data_dir=data_dir)

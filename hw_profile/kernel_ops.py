@@ -391,6 +391,26 @@ def exchange_times(shape: ModelShape, gpu: str, engine: str, ep: int, tokens, da
                        source=f"{_origin(base, data_dir)}: {system} / {engine.lower()}", notes=[note, *ctx.notes])
 
 
+SHARED_EXPERT_GEMMS = ("shared gate_up", "shared down")  # their names in ``dense_gemms``
+
+
+def gemm_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, tokens, names,
+               data_dir=None) -> KernelTimes:
+    """The dense GEMMs of one forward named ``names`` (``shapes.dense_gemms``; e.g. ``SHARED_EXPERT_GEMMS``) at M =
+    ``tokens`` on one of ``gpus`` tensor-parallel GPUs: part ``gemm``, ms per step (zero where the model has none of
+    them)."""
+    base, system, version = system_of(gpu, engine, data_dir)
+    B = np.asarray(tokens, dtype=float)
+    ctx = _Ctx(base, system, engine.lower(), version, dtype, gpus, np.ones(B.shape, dtype=bool))
+    gdtype = _gemm_dtype(shape, dtype)
+    total = np.zeros(B.shape)
+    for name, n, k, count in dense_gemms(shape, gpus):
+        if name in names:
+            total = total + _gemm(ctx, gdtype, B, n, k, name) * count
+    return KernelTimes(ms=total, inside=ctx.inside, parts={"gemm": total},
+                       source=f"{_origin(base, data_dir)}: {system} / {engine.lower()} {version}", notes=list(ctx.notes))
+
+
 def moe_times(shape: ModelShape, gpu: str, engine: str, dtype: str, ep: int, tokens, wide_ep: bool = False,
               gpus: int | None = None, data_dir=None) -> KernelTimes:
     """The routed experts alone of ``gpus`` GPUs (default ``ep``) whose experts are split over ``ep``

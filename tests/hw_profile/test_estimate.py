@@ -252,6 +252,22 @@ def test_a_measured_exchange_replaces_the_estimates_own():
     np.testing.assert_allclose(split["a2a"], expected)
 
 
+def test_a_single_batch_layer_hides_its_dispatch_under_the_shared_experts_as_measured():
+    """Given the shared experts' measured time, single-batch overlap hides the dispatch under it, not under their
+    roofline."""
+    def shared(tokens):
+        return 0.3 + 0.02 * np.asarray(tokens)
+
+    b = np.array([2.0, 64.0])
+    k = b * 4096
+    shape, d = v3_dp(16, gpu="H200", overlap="single-batch")
+    parts = roofline_parts(shape, d, b, k)
+    out = with_exchange(shape, d, b, k, parts, lambda bb, kk: roofline_parts(shape, d, bb, kk), None, shared)
+    np.testing.assert_allclose(out["a2a"], single_batch_ms(exchange_ms(shape, d, b), parts["routed"], shared(b)))
+    assert not np.allclose(out["a2a"], single_batch_ms(exchange_ms(shape, d, b), parts["routed"],
+                                                       shared_experts_ms(shape, d, b)))
+
+
 @pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
                     reason="the kernel database (dspark-sim[kernels]) is not installed")
 def test_sglang_dp_over_two_nodes_prices_the_exchange_from_measured_deepep():
@@ -276,6 +292,15 @@ def test_sglang_dp_over_two_nodes_prices_the_exchange_from_measured_deepep():
     own = estimate_points(shape, mine, b, b * 4096)  # a planner's own latency keeps the estimate's exchange
     np.testing.assert_allclose(own.parts["a2a"], exchange_ms(shape, mine, b))
     assert own.parts["a2a"][0] > shape.moe_layers * 0.1  # at least the 100 us a layer
+    # single-batch: the measured exchange hidden under the shared experts' measured GEMMs
+    from hw_profile import kernel_db
+    from hw_profile.kernel_ops import SHARED_EXPERT_GEMMS
+
+    sb = estimate_points(shape, replace(d, engine="sglang", costs=replace(d.costs, overlap="single-batch")), b,
+                         b * 4096)
+    shared = kernel_db.kernel_gemm_times(shape, "H200", "sglang", "fp8", 1, b, SHARED_EXPERT_GEMMS).ms
+    assert 0 < shared[0] < est.parts["gemm"][0]
+    np.testing.assert_allclose(sb.parts["a2a"], single_batch_ms(est.parts["a2a"], sb.parts["moe"], shared))
 
 
 def test_fused_overlap_needs_one_nvlink_domain():

@@ -465,6 +465,19 @@ def test_tensor_parallel_experts_also_take_the_busiest_ranks_load_in_tokens(db_w
     assert kt.parts["comm"][0] > 0  # the tensor-parallel step keeps its all-reduces
 
 
+def test_the_shared_experts_alone_from_the_gemm_table(db_wide):
+    """What a single-batch layer hides its dispatch under, measured: the shared expert's two GEMMs in every MoE
+    layer, and nothing for a dense model."""
+    from hw_profile.kernel_ops import SHARED_EXPERT_GEMMS
+
+    m = np.array([1.0, 8.0, 64.0])
+    r = kernel_db.kernel_gemm_times(TINY_MLA, "H200", "sglang", "bf16", 1, m, SHARED_EXPERT_GEMMS, data_dir=db_wide)
+    moe_layers = TINY_MLA.layers - TINY_MLA.dense_layers
+    np.testing.assert_allclose(r.ms, moe_layers * (gemm_ms(m, 2 * 32, 64) + gemm_ms(m, 64, 32)), rtol=1e-12)
+    dense = kernel_db.kernel_gemm_times(TINY, "H200", "sglang", "bf16", 1, m, SHARED_EXPERT_GEMMS, data_dir=db_wide)
+    np.testing.assert_array_equal(dense.ms, np.zeros(3))
+
+
 def test_a_sibling_passes_its_measured_excess_to_a_gpu_the_database_lacks(db):
     """--sibling: a GPU with the sibling's very datasheet gets the sibling's measured kernels exactly; one with half
     its memory bandwidth gets them plus the difference of the two rooflines, family by family."""
