@@ -417,24 +417,25 @@ def expert_type_sensitivity() -> list[list[str]]:
 SIBLING = "H200"  # the covered GPU of the Hopper generation the uncovered H800 and H20 rows borrow from
 
 
-def sibling_sensitivity() -> list[list[str]]:
-    """Every row on a GPU the kernel database lacks, with ``--sibling H200`` (its roofline plus what the H200's
-    measured kernels take beyond their own roofline), where the H200 has data for the model: not a prediction in the
-    headline (the option was built after these rows were seen)."""
+def sibling_sensitivity(table: list[dict]) -> list[list[str]]:
+    """Every row of ``table`` (``rows()``) on a GPU the kernel database lacks, with ``--sibling H200`` (its roofline
+    plus what the H200's measured kernels take beyond their own roofline), where the H200 has data for the model:
+    not a prediction in the headline (the option was built after these rows were seen)."""
     from hw_profile.gpus import get_gpu
     from hw_profile.kernel_db import covers
 
     sibling = get_gpu(SIBLING)
+    by_key = {m.key: m for m in measurements()}
     out = []
-    for m in measurements():
+    for row in table:
+        m = by_key[row["key"]]
         if covers(m.gpu, m.engine):
             continue
         est = estimate_points(model_shape(m), deployment(m), np.array([m.requests * m.budget]),
                               np.array([m.requests * m.context]), sibling=sibling)
-        transferred = (per_gpu(m, estimate_step(m, sibling=sibling)) if est.source[0] == "roofline+sibling"
-                       else "no H200 data")
-        out.append([m.source, tok_s(m.measured), fmt(per_gpu(m, estimate_step(m)), m.measured),
-                    fmt(transferred, m.measured)])
+        transferred = (per_gpu(m, float(est.ms[0]) + draft_ms(m, "auto", sibling))
+                       if est.source[0] == "roofline+sibling" else "no H200 data")
+        out.append([m.source, tok_s(m.measured), fmt(row["estimate"], m.measured), fmt(transferred, m.measured)])
     return out
 
 
@@ -443,7 +444,7 @@ def parts_by_source(m: Measurement) -> list[list[str]]:
     disagree. Not a prediction (the row is in the main table); it says which part a roofline misses."""
     dep, shape = deployment(m), model_shape(m)
     b, k = np.array([m.requests * m.budget]), np.array([m.requests * m.context])
-    roof, kern = (estimate_points(shape, dep, b, k, kernels=src).parts for src in ("roofline", "auto"))
+    roof, kern = (estimate_points(shape, dep, b, k, kernels=src) for src in ("roofline", "auto"))
     families = [("dense GEMMs", "dense", "gemm"), ("attention", "attention", "attention"),
                 ("routed experts", "routed", "moe"), ("expert-parallel exchange", "a2a", "a2a"),
                 ("LM head", "lm_head", "lm_head"), ("engine (fixed, sampling)", ("fixed", "sampling"),
@@ -452,9 +453,8 @@ def parts_by_source(m: Measurement) -> list[list[str]]:
     def total(parts, keys):
         return sum(float(np.ravel(parts.get(key, 0.0))[0]) for key in ((keys,) if isinstance(keys, str) else keys))
 
-    out = [[name, f"{total(roof, r):.1f}", f"{total(kern, c):.1f}"] for name, r, c in families]
-    out.append(["step", f"{sum(total(roof, r) for _, r, _ in families):.1f}",
-                f"{sum(total(kern, c) for _, _, c in families):.1f}"])
+    out = [[name, f"{total(roof.parts, r):.1f}", f"{total(kern.parts, c):.1f}"] for name, r, c in families]
+    out.append(["step", f"{roof.ms[0]:.1f}", f"{kern.ms[0]:.1f}"])
     return out
 
 
@@ -531,7 +531,7 @@ def main() -> int:
     print(f"The rows on GPUs the kernel database lacks, with --sibling {SIBLING} (built after these rows were seen):")
     print()
     print_table(["measurement", "measured tok/s/GPU", "kernels + engine", f"--sibling {SIBLING}"],
-                sibling_sensitivity(), args.markdown)
+                sibling_sensitivity(table), args.markdown)
     print()
     h200 = mtp_blog_point()
     print(f"Where the roofline and the measured kernels part for {h200.source} (ms a step; measured step "

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -71,6 +72,9 @@ from hw_profile.roofline import (
 )
 from hw_profile.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
 from hw_profile.table import StepTable, VerifyAttention, table_meta
+
+if TYPE_CHECKING:  # the kernel database's reader is imported only where it is used
+    from hw_profile.kernel_db import KernelTimes
 
 MARKOV_RANK = 256  # DSpark's Markov head (paper 5.1)
 DSPARK_LAYERS_MOE = 3  # DSpark's V4 drafter: three MoE layers with a 128-token window (paper 5.1)
@@ -384,13 +388,13 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
             kt = None
             notes.append(f"kernel database not used for {shape.name}: {exc}; roofline instead")
         if kt is not None:
-            measured = _measured_exchange(db, shape, dep, b)
+            exchange = _measured_exchange(db, shape, dep, b)
             parts = with_exchange(shape, dep, b, k, dict(kt.parts),
                                   lambda bb, kk: dict(_kernel_lookup(db, shape, dep, bb, kk).parts),
-                                  None if measured is None else lambda bb: measured(bb).ms,
+                                  None if exchange is None else exchange[1],
                                   lambda bb: _measured_shared_experts(db, shape, dep, bb))
-            if "a2a" in parts and measured is not None:
-                notes.append(f"{measured(b).notes[0]}; overlap={dep.costs.overlap}")
+            if "a2a" in parts and exchange is not None:
+                notes.append(f"{exchange[0].notes[0]}; overlap={dep.costs.overlap}")
             elif "a2a" in parts:
                 notes.append("expert-parallel dispatch/combine priced by the estimate (DeepEP's figures across "
                              f"nodes, NVLink inside one domain; overlap={dep.costs.overlap}), not the kernel database")
@@ -422,7 +426,7 @@ SIBLING_FAMILIES = {"dense": ("gemm", "mhc"), "attention": ("attention",), "rout
 
 
 def sibling_parts(shape: ModelShape, dep: Deployment, sibling: GPU, db, b: np.ndarray,
-                  k: np.ndarray) -> tuple[dict[str, np.ndarray], object]:
+                  k: np.ndarray) -> tuple[dict[str, np.ndarray], KernelTimes]:
     """Kernel parts of ``dep`` on a GPU the database lacks, transferred from a ``sibling`` it covers: per family,
     this GPU's roofline plus what the sibling's measured kernels take beyond the sibling's own roofline at the same
     point (neither roofline with ``kernel_floor_ms``, which the measured excess already holds), never below zero.
@@ -447,7 +451,7 @@ def _sibling_estimate(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.n
         raise HwProfileError(f"--sibling: {sibling.name} is the GPU being estimated; name another GPU")
     if kernels == "roofline":
         raise HwProfileError("--sibling transfers measured kernels; it cannot go with --kernels roofline")
-    if _kernel_package() and kernel_source("auto", dep.gpu, dep.engine) is not None:
+    if kernel_source("auto", dep.gpu, dep.engine) is not None:  # None without the extra, too
         raise HwProfileError(f"--sibling: the kernel database covers {dep.gpu.name} under {dep.engine}, so its own "
                              "measured kernels price it; --sibling is for GPUs the database lacks")
     db = kernel_source("db", sibling, dep.engine)  # one line naming the extra, or what the database covers
@@ -481,15 +485,19 @@ def _measured_shared_experts(db, shape: ModelShape, dep: Deployment, b: np.ndarr
 
 
 def _measured_exchange(db, shape: ModelShape, dep: Deployment, b: np.ndarray):
-    """``tokens -> KernelTimes`` of the exchange as the database measured it for this deployment, or None: SGLang's
-    data-parallel attention over DeepEP, where the database has the group's node count. A planner's own
-    ``a2a_us_per_layer`` keeps the estimate's exchange (their fabric, not the database's)."""
+    """The exchange as the database measured it for this deployment: its ``KernelTimes`` at ``b`` and a
+    ``tokens -> ms`` lookup for ``with_exchange`` (which asks for ``b`` itself first: answered from the former); or
+    None. Measured for SGLang's data-parallel attention over DeepEP, where the database has the group's node count.
+    A planner's own ``a2a_us_per_layer`` keeps the estimate's exchange (their fabric, not the database's)."""
     if (dep.parallel != "dp" or not shape.is_moe or dep.ep <= 1 or dep.engine != "sglang"
             or dep.costs.a2a_us_per_layer is not None):
         return None
-    if db.kernel_exchange_times(shape, dep.gpu.name, dep.engine, dep.ep, b) is None:
-        return None
-    return lambda tokens: db.kernel_exchange_times(shape, dep.gpu.name, dep.engine, dep.ep, tokens)
+
+    def at(tokens):
+        return db.kernel_exchange_times(shape, dep.gpu.name, dep.engine, dep.ep, tokens)
+
+    here = at(b)
+    return None if here is None else (here, lambda tokens: here.ms if tokens is b else at(tokens).ms)
 
 
 def kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):

@@ -75,6 +75,20 @@ class _Ctx:
     inside: np.ndarray
     notes: list[str] = field(default_factory=list)
     extrapolated: dict[str, int] = field(default_factory=dict)
+    origin: str = ""  # where the data came from (``_origin``)
+
+    @classmethod
+    def open(cls, gpu: str, engine: str, dtype: str, gpus: int, points: np.ndarray, data_dir=None) -> _Ctx:
+        """Lookups on the (gpu, engine) data for ``points`` (their shape sets ``inside``'s)."""
+        base, system, version = system_of(gpu, engine, data_dir)
+        return cls(base, system, engine.lower(), version, dtype, gpus, np.ones(np.shape(points), dtype=bool),
+                   origin=_origin(base, data_dir))
+
+    def times(self, parts: dict[str, np.ndarray], notes: list[str] | None = None) -> KernelTimes:
+        """The lookups' result: ``parts`` summed, what was inside measured data, where it came from."""
+        return KernelTimes(ms=sum(parts.values()), inside=self.inside, parts=parts,
+                           source=f"{self.origin}: {self.system} / {self.engine} {self.version}",
+                           notes=list(self.notes) if notes is None else notes)
 
     def table(self, family: str, name: str) -> pd.DataFrame | None:
         t = find_table(self.base, self.system, family, self.engine, self.version, name)
@@ -293,6 +307,11 @@ WIDE_EP_EXCHANGE = "wideep_deepep_ll_perf"
 GPUS_PER_NODE = 8  # the database's multi-node exchange rows were measured on 8-GPU nodes
 
 
+def _moe_weight_dtype(ctx) -> str:
+    """The measured experts' type for the deployment's (DeepSeek's fp8 experts are 128 x 128 block scaled)."""
+    return "fp8_block" if ctx.dtype == "fp8" else GEMM_DTYPES.get(ctx.dtype, ctx.dtype)
+
+
 def _wide_ep_moe_rows(ctx, shape, ep) -> pd.DataFrame | None:
     """The group's rows of SGLang's DeepEP decode expert kernel, where the database measured this shape; else None
     (the fused MoE table prices the experts, with a note)."""
@@ -301,7 +320,7 @@ def _wide_ep_moe_rows(ctx, shape, ep) -> pd.DataFrame | None:
         try:
             return _pick(tab, f"MoE ({shape.name})", hidden_size=shape.hidden, inter_size=shape.expert_intermediate,
                          topk=shape.experts_per_token, num_experts=shape.experts, moe_tp_size=1, moe_ep_size=ep,
-                         moe_dtype="fp8_block" if ctx.dtype == "fp8" else GEMM_DTYPES.get(ctx.dtype, ctx.dtype))
+                         moe_dtype=_moe_weight_dtype(ctx))
         except HwProfileError:
             pass
     ctx.note(f"Routed experts: no {WIDE_EP_MOE} rows for {shape.name} at ep {ep} on {ctx.system}/{ctx.engine}; "
@@ -329,7 +348,7 @@ def _moe(ctx, shape, B, ep, wide_ep: bool = False):
             raise HwProfileError(f"kernel database: no fp4 expert data for {shape.name} on {ctx.system}/{ctx.engine} "
                                  f"(its MoE shape is measured in {sorted(have)} only)")
     else:
-        moe_dtype = "fp8_block" if ctx.dtype == "fp8" else GEMM_DTYPES.get(ctx.dtype, ctx.dtype)
+        moe_dtype = _moe_weight_dtype(ctx)
     return _moe_lookup(ctx, shape, _pick(rows, f"MoE ({shape.name})", moe_dtype=moe_dtype), B, ep, moe_dtype)
 
 
@@ -371,24 +390,22 @@ def exchange_times(shape: ModelShape, gpu: str, engine: str, ep: int, tokens, da
     ``ep`` GPUs at ``tokens`` per rank: parts ``dispatch`` and ``combine`` (ms per step). None where the database
     has no such rows (an engine other than SGLang, a group that is not whole 8-GPU nodes, a hidden size or top-k
     it did not measure, rack-scale NVLink parts): the estimate's own exchange then."""
-    base, system, version = system_of(gpu, engine, data_dir)
-    if ep < GPUS_PER_NODE or ep % GPUS_PER_NODE or system.startswith("gb"):
+    b = np.asarray(tokens, dtype=float)
+    ctx = _Ctx.open(gpu, engine, "fp8", ep, b, data_dir)
+    if ep < GPUS_PER_NODE or ep % GPUS_PER_NODE or ctx.system.startswith("gb"):
         return None
-    ctx = _Ctx(base, system, engine.lower(), version, "fp8", ep, np.ones(np.shape(tokens), dtype=bool))
     rows = _exchange_rows(ctx, shape, ep // GPUS_PER_NODE)
     if rows is None:
         return None
-    b = np.asarray(tokens, dtype=float)
     parts = {}
     for half in ("dispatch", "combine"):
         v, ins = Grid.from_frame(rows, ["num_token"], value=f"{half}_avg_t_us").lookup(b)
         # never below the fewest tokens' time: a line continued down from the first two points would undercut it
         v = np.maximum(v, float(rows.loc[rows["num_token"].idxmin(), f"{half}_avg_t_us"]))
         parts[half] = ctx.take(f"DeepEP {half}", v, ins) * 1e-3 * shape.moe_layers
-    note = (f"expert-parallel dispatch/combine: DeepEP's low-latency kernels as measured on {system} over "
+    note = (f"expert-parallel dispatch/combine: DeepEP's low-latency kernels as measured on {ctx.system} over "
             f"{ep // GPUS_PER_NODE} node(s) of {GPUS_PER_NODE} GPUs at the rank's tokens ({WIDE_EP_EXCHANGE})")
-    return KernelTimes(ms=parts["dispatch"] + parts["combine"], inside=ctx.inside, parts=parts,
-                       source=f"{_origin(base, data_dir)}: {system} / {engine.lower()}", notes=[note, *ctx.notes])
+    return ctx.times(parts, [note, *ctx.notes])
 
 
 SHARED_EXPERT_GEMMS = ("shared gate_up", "shared down")  # their names in ``dense_gemms``
@@ -399,16 +416,14 @@ def gemm_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     """The dense GEMMs of one forward named ``names`` (``shapes.dense_gemms``; e.g. ``SHARED_EXPERT_GEMMS``) at M =
     ``tokens`` on one of ``gpus`` tensor-parallel GPUs: part ``gemm``, ms per step (zero where the model has none of
     them)."""
-    base, system, version = system_of(gpu, engine, data_dir)
     B = np.asarray(tokens, dtype=float)
-    ctx = _Ctx(base, system, engine.lower(), version, dtype, gpus, np.ones(B.shape, dtype=bool))
+    ctx = _Ctx.open(gpu, engine, dtype, gpus, B, data_dir)
     gdtype = _gemm_dtype(shape, dtype)
     total = np.zeros(B.shape)
     for name, n, k, count in dense_gemms(shape, gpus):
         if name in names:
             total = total + _gemm(ctx, gdtype, B, n, k, name) * count
-    return KernelTimes(ms=total, inside=ctx.inside, parts={"gemm": total},
-                       source=f"{_origin(base, data_dir)}: {system} / {engine.lower()} {version}", notes=list(ctx.notes))
+    return ctx.times({"gemm": total})
 
 
 def moe_times(shape: ModelShape, gpu: str, engine: str, dtype: str, ep: int, tokens, wide_ep: bool = False,
@@ -416,15 +431,12 @@ def moe_times(shape: ModelShape, gpu: str, engine: str, dtype: str, ep: int, tok
     """The routed experts alone of ``gpus`` GPUs (default ``ep``) whose experts are split over ``ep``
     expert-parallel groups (tensor parallel over gpus / ep inside each) at ``tokens``, every rank's together: part
     ``moe``, ms per step. ``wide_ep``: the kernel SGLang runs behind DeepEP where measured."""
-    base, system, version = system_of(gpu, engine, data_dir)
     B = np.asarray(tokens, dtype=float)
     gpus = ep if gpus is None else gpus
     if ep < 1 or gpus % ep:
         raise HwProfileError(f"--ep: expected a divisor of --gpus {gpus}, got {ep}")
-    ctx = _Ctx(base, system, engine.lower(), version, dtype, gpus, np.ones(B.shape, dtype=bool))
-    moe = _moe(ctx, shape, B, ep, wide_ep)
-    return KernelTimes(ms=moe, inside=ctx.inside, parts={"moe": moe},
-                       source=f"{_origin(base, data_dir)}: {system} / {engine.lower()} {version}", notes=list(ctx.notes))
+    ctx = _Ctx.open(gpu, engine, dtype, gpus, B, data_dir)
+    return ctx.times({"moe": _moe(ctx, shape, B, ep, wide_ep)})
 
 
 def _mhc(ctx, shape, B):
@@ -476,17 +488,16 @@ def _origin(base: Path, data_dir) -> str:
 
 def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, ep: int | None,
                tokens, requests, context, data_dir=None) -> KernelTimes:
-    base, system, version = system_of(gpu, engine, data_dir)
+    B, R, c = (np.asarray(x, dtype=float) for x in np.broadcast_arrays(tokens, requests, context))
+    ctx = _Ctx.open(gpu, engine, dtype, gpus, B, data_dir)
     if gpus < 1 or (shape.heads % gpus):
         raise HwProfileError(f"--gpus: {gpus} does not divide {shape.name}'s {shape.heads} heads")
     ep = gpus if ep is None else ep
     if ep < 1 or gpus % ep:
         raise HwProfileError(f"--ep: expected a divisor of --gpus {gpus}, got {ep}")
-    B, R, c = (np.asarray(x, dtype=float) for x in np.broadcast_arrays(tokens, requests, context))
     if (B < 1).any() or (R < 1).any() or (R > B).any() or (c < 0).any():
         raise HwProfileError("kernel step times: need tokens >= requests >= 1 and context >= 0 per point")
     q = B / R
-    ctx = _Ctx(base, system, engine.lower(), version, dtype, gpus, np.ones(B.shape, dtype=bool))
     gdtype = _gemm_dtype(shape, dtype)
 
     gemm = np.zeros(B.shape)
@@ -513,7 +524,6 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     parts["comm"] = _allreduce(ctx, shape, B)
     parts["lm_head"] = (_gemm(ctx, "bfloat16", B, shape.vocab // gpus, shape.hidden, "LM head")
                         if shape.lm_head else np.zeros(B.shape))
-    ms = sum(parts.values())
 
     notes = [
         ("(a) Attention is priced per request: what grows with the context is read once per request (see the "
@@ -532,5 +542,4 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     notes += ctx.notes
     notes.append("Not priced here: norms, rotary, activation, embedding, sampling, launch and scheduler costs "
                  "(engine overheads are added elsewhere).")
-    src = f"{_origin(base, data_dir)}: {system} / {engine.lower()} {version}"
-    return KernelTimes(ms=ms, inside=ctx.inside, parts=parts, source=src, notes=notes)
+    return ctx.times(parts, notes)
