@@ -75,6 +75,7 @@ class Measurement:
     kv_dtype: str = ""  # "fp8" where the deployment chose an fp8 KV cache; "" = the model's own, else bf16
     expert_dtype: str = ""  # the routed experts' type where the deployment sets it (--expert-dtype); "" = the model's
     nic_gb_s: float = NIC_GB_S  # line rate per GPU an exchange across nodes moves its volume at
+    overlap_schedule: bool = True  # False where the engine ran without its overlap scheduler (SGLang <= 0.5.x with MTP)
 
 
 def measurements() -> list[Measurement]:
@@ -98,7 +99,8 @@ def measurements() -> list[Measurement]:
     return out
 
 
-def mtp_blog_point(requests: float = 2.0, tau: float = 1.0, budget: float = 1.0) -> Measurement:
+def mtp_blog_point(requests: float = 2.0, tau: float = 1.0, budget: float = 1.0,
+                   overlap_schedule: bool = True) -> Measurement:
     """SGLang's MTP post (LMSYS blog 2025-07-17, case study 1; its decode command in sglang issue 7998): DeepSeek-V3
     decode on two nodes of 8 H200, data-parallel attention over 16 with EP16 (DeepEP low-latency, no two-batch
     overlap), bf16 cache, 2 requests per rank, 65,536-token inputs and 4,096-token outputs (mean context ASSUMED
@@ -106,7 +108,7 @@ def mtp_blog_point(requests: float = 2.0, tau: float = 1.0, budget: float = 1.0)
     rank."""
     return Measurement("mtp-blog-h200-ep16", "SGLang MTP post: V3 decode, H200, EP16, 2 req/GPU, 64k inputs",
                        "deepseek-v3", "H200", 16, 16, "sglang", "dp", requests, 65536.0 + 4096.0 / 2, tau, budget,
-                       60.4, "mtp-blog-h200-ep16", overlap="none")
+                       60.4, "mtp-blog-h200-ep16", overlap="none", overlap_schedule=overlap_schedule)
 
 
 def ant_h20_points() -> list[Measurement]:
@@ -117,6 +119,8 @@ def ant_h20_points() -> list[Measurement]:
     (mean context ASSUMED 4,864, mid-output).
     - They run SGLang's single-batch overlap (dispatch under the shared experts, combine under the down GEMM):
       ``overlap=single-batch``. (Predicted first without it, as ``none``, before the estimate had that mode.)
+    - SGLang 0.5.2 turns its overlap scheduler off whenever it speculates with EAGLE or MTP (its ``server_args``):
+      ``overlap_schedule=false``. (Predicted first with it on, the engine costs' default, before they had the term.)
     - Each node has four 400 Gb/s NICs for eight GPUs (25 GB/s a GPU), and the post puts about half the EP16
       exchange on NVLink (a quarter at EP32). So the NICs carry the rest: for the whole volume, an effective 50 GB/s
       per GPU at EP16 and 33 at EP32."""
@@ -126,7 +130,7 @@ def ant_h20_points() -> list[Measurement]:
                            f"SGLang on H20 (Ant Group): R1 decode, EP{ep}, {requests:g} req/GPU{what}", "deepseek-v3",
                            "H20", ep, ep, "sglang", "dp", requests, 4096.0 + 1536.0 / 2, tau, budget, measured,
                            f"ant-h20-ep{ep}", overlap="single-batch", kv_dtype="fp8",
-                           nic_gb_s=25.0 / (1.0 - 8.0 / ep))
+                           nic_gb_s=25.0 / (1.0 - 8.0 / ep), overlap_schedule=False)
 
     return [
         point(1, 43.0),
@@ -204,7 +208,8 @@ def fig8_points() -> list[Measurement]:
 def deployment(m: Measurement) -> Deployment:
     return Deployment(gpu=get_gpu(m.gpu), gpus=m.gpus, ep=m.ep, dtype=m.dtype, parallel=m.parallel, engine=m.engine,
                       costs=replace(engine_defaults(m.engine), overlap=m.overlap, moe_imbalance=m.moe_imbalance,
-                                    verify_tokens_per_request=max(1.0, m.budget), nic_gb_s=m.nic_gb_s))
+                                    verify_tokens_per_request=max(1.0, m.budget), nic_gb_s=m.nic_gb_s,
+                                    overlap_schedule=m.overlap_schedule))
 
 
 def model_shape(m: Measurement):
@@ -309,33 +314,36 @@ class SpecComparison:
 
     point: Measurement
     measured: float  # speed-up (with / without)
+    baseline_overlap_schedule: bool = False  # whether the run without speculation had the overlap scheduler
 
 
 def spec_comparisons() -> list[SpecComparison]:
     # SGLang's DeepSeek-V3 MTP (docs, early 2025): decoding 1.8x faster at batch 1 and 1.5x at batch 32 on H200
     # TP8. Its recommended setting drafts 3 steps and verifies 4 tokens; the accepted length is not in that line:
     # ASSUMED tau 2.5 (the MTP module's ~0.85 first-token acceptance decaying over reused steps). Context ASSUMED
-    # 1,000 tokens (short benchmark prompts).
+    # 1,000 tokens (short benchmark prompts). SGLang then ran EAGLE/MTP without its overlap scheduler (its
+    # server_args turned it off); the run without MTP ASSUMED with it, the default.
     def point(key: str, source: str, requests: float) -> Measurement:
         return Measurement(key, source, "deepseek-v3", "H200", 8, 1, "sglang", "tp", requests, 1000.0, tau=2.5,
-                           budget=4.0, measured=0.0, group=key, overlap="none")
+                           budget=4.0, measured=0.0, group=key, overlap="none", overlap_schedule=False)
 
     # SGLang's MTP post (case study 1, as ``mtp_blog_point``): with MTP and without the overlap scheduler (MTP did
     # not support it then), against neither: 81.5 tok/s per rank with 3 tokens verified (accepted length 2.18) and
-    # 82.0 with 4 (2.44), against 51.0.
+    # 82.0 with 4 (2.44), against 51.0 (also without it).
     # Case study 2: 12 decode nodes of 8 H200 (EP96, data-parallel attention), 128 requests per rank, 2,000-token
-    # inputs and 100-token outputs (context ASSUMED 2,050), MTP with one draft step against neither: +14.2%. Its
+    # inputs and 100-token outputs (context ASSUMED 2,050), MTP with one draft step against neither (both without
+    # the overlap scheduler, as the post says of its baseline): +14.2%. Its
     # accepted length is not published: ASSUMED 1.8, the low end of the 1.8-1.9 Ant Group report for the same
     # setting on R1; two-batch overlap ASSUMED on, as in SGLang's EP72 post.
     wide = Measurement("mtp-blog-h200-ep96", "SGLang MTP post: V3, H200, EP96, 128 req/GPU, MTP 2 tokens",
                        "deepseek-v3", "H200", 96, 96, "sglang", "dp", 128.0, 2050.0, tau=1.8, budget=2.0,
-                       measured=0.0, group="mtp-blog-h200-ep96")
+                       measured=0.0, group="mtp-blog-h200-ep96", overlap_schedule=False)
     return [
-        SpecComparison(point("sglang-mtp-bs1", "SGLang DeepSeek-V3 MTP, H200 TP8, batch 1", 1.0), 1.8),
-        SpecComparison(point("sglang-mtp-bs32", "SGLang DeepSeek-V3 MTP, H200 TP8, batch 32", 32.0), 1.5),
-        SpecComparison(replace(mtp_blog_point(tau=2.18, budget=3.0), measured=0.0,
+        SpecComparison(point("sglang-mtp-bs1", "SGLang DeepSeek-V3 MTP, H200 TP8, batch 1", 1.0), 1.8, True),
+        SpecComparison(point("sglang-mtp-bs32", "SGLang DeepSeek-V3 MTP, H200 TP8, batch 32", 32.0), 1.5, True),
+        SpecComparison(replace(mtp_blog_point(tau=2.18, budget=3.0, overlap_schedule=False), measured=0.0,
                                source="SGLang MTP post: V3, H200, EP16, 2 req/GPU, MTP 3 tokens"), 81.5 / 51.0),
-        SpecComparison(replace(mtp_blog_point(tau=2.44, budget=4.0), measured=0.0,
+        SpecComparison(replace(mtp_blog_point(tau=2.44, budget=4.0, overlap_schedule=False), measured=0.0,
                                source="SGLang MTP post: V3, H200, EP16, 2 req/GPU, MTP 4 tokens"), 82.0 / 51.0),
         SpecComparison(wide, 1.142),
     ]
@@ -344,7 +352,7 @@ def spec_comparisons() -> list[SpecComparison]:
 def predict_speedup(c: SpecComparison) -> float:
     """Decoding speed with speculation over without, from the estimate's tables."""
     spec = c.point
-    plain_ms = target_ms(replace(spec, tau=1.0, budget=1.0))
+    plain_ms = target_ms(replace(spec, tau=1.0, budget=1.0, overlap_schedule=c.baseline_overlap_schedule))
     spec_ms = target_ms(spec) + draft_ms(spec, "auto")
     return (spec.tau / spec_ms) / (1.0 / plain_ms)
 

@@ -425,6 +425,19 @@ def _parse_point(text: str) -> tuple[float, float, float]:
     return b, k, ms
 
 
+def _prior_host_ms(meta: dict) -> float:
+    """The per-step host cost an estimate's sidecar priced (0 for a table that records no engine costs)."""
+    from hw_profile.engine_costs import EngineCosts
+
+    recorded = meta.get("engine_costs")
+    if not isinstance(recorded, dict):
+        return 0.0
+    try:
+        return EngineCosts.from_dict(recorded).host_ms
+    except (TypeError, HwProfileError):
+        return 0.0
+
+
 def _calibrate_prior(obj, prior_path, telemetry, points, assume, system, filters, out, name) -> None:
     """An estimate calibrated on 1-3 points: the target's table and its drafters' tables written beside ``out``."""
     from hw_profile.observations import read_telemetry
@@ -463,7 +476,7 @@ def _calibrate_prior(obj, prior_path, telemetry, points, assume, system, filters
     main = apply_fit(prior, result, name=name or out.stem, meta={**extra, **({"drafter_tables": entries} if entries
                                                                             else {})})
     path = main.write(out)
-    fixed = float(prior.meta.get("engine_costs", {}).get("step_fixed_ms", 0.0))
+    fixed = _prior_host_ms(prior.meta)
     click.echo(f"{path}: calibrated {', '.join(result.fitted)} on {len(rows)} point(s); residuals "
                f"{', '.join(f'{r:+.2f}%' for r in result.residuals_pct)}")
     for line in result.moved(fixed):

@@ -12,6 +12,18 @@ per-step cost and per-token scale of a written table. All times are per step of 
   path (vLLM's V1 announcement names CPU overhead as what it cut; SGLang's overlap scheduler hides the next batch's
   scheduling; TensorRT-LLM's executor is C++), not measurements: the least certain term, which one single-stream
   point fixes (``calibrate --prior``).
+- ``overlap_schedule`` and ``scheduler_ms``: whether the engine runs a step's host work (scheduling the next batch,
+  preparing its inputs, processing the last step's results) under the GPU's current forward, and how long that
+  work takes. ``step_fixed_ms`` is what stays exposed with it; a step without it (``overlap_schedule=false``) also
+  pays ``scheduler_ms``. Default: on, as SGLang and TensorRT-LLM run (for vLLM, ``step_fixed_ms`` stands for what
+  its loop leaves exposed). Set it off for SGLang up to 0.5.x serving with EAGLE or MTP speculation: its ``server_args`` turns the overlap
+  scheduler off for those (from 0.5.2's source: "Overlap scheduler is disabled because of using eagle speculative
+  decoding"), until its second speculative worker. ``scheduler_ms`` 6.1 ms: SGLang's MTP post (LMSYS blog,
+  2025-07-17) measured DeepSeek-V3 decode on two nodes of 8 H200 (data-parallel attention over 16 ranks, 2
+  requests per rank) at 51.0 tok/s per rank without the overlap scheduler and 60.4 with it, 39.2 against 33.1 ms a
+  step. The one such pair we found. Under data-parallel attention each SGLang step also all-gathers every rank's
+  batch size and waits for it (a collective across the nodes when the overlap scheduler is off), so a single-node or
+  tensor-parallel deployment likely hides less: set it for yours.
 - ``graph_max_batch``: the largest token count the engine captures as a CUDA graph. Past it a step runs eagerly
   and pays ``launch_us`` per kernel, ``kernels_per_layer`` kernels per layer. Defaults: vLLM 512 (the largest of its
   default capture sizes); SGLang 256 and TensorRT-LLM 128, typical of their ``cuda_graph_max_bs`` and CUDA-graph
@@ -90,12 +102,17 @@ _OVERLAP_WORDS = {"true": "two-batch", "1": "two-batch", "false": "none", "0": "
 _DEEPEP_LL_US = {8: 191.0, 16: 313.0, 32: 428.0, 64: 487.0, 128: 561.0, 256: 554.0}
 _DEEPEP_BYTES = 128 * 7168 * 8 * 3.0  # the payload behind each figure, before the share that stays on the rank
 NIC_GB_S = 50.0  # a 400 Gb/s NIC's line rate, one per GPU
+# host work an overlap scheduler hides (ms a step): SGLang's MTP post, 2 / 51.0 - 2 / 60.4 s per step per rank
+SCHEDULER_MS = 6.1
+_BOOL_WORDS = {"true": True, "1": True, "on": True, "false": False, "0": False, "off": False}
 
 
 @dataclass(frozen=True)
 class EngineCosts:
     engine: str = "vllm"
     step_fixed_ms: float = 1.5
+    overlap_schedule: bool = True
+    scheduler_ms: float = SCHEDULER_MS
     graph_max_batch: int = 512
     launch_us: float = 5.0
     kernels_per_layer: float | None = None  # None: 14 for dense layers, 24 for MoE layers
@@ -118,6 +135,17 @@ class EngineCosts:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> EngineCosts:
+        """The costs a sidecar recorded; terms it predates take their defaults."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+    @property
+    def host_ms(self) -> float:
+        """Host time a step of the target pays beside its kernels."""
+        return self.step_fixed_ms + (0.0 if self.overlap_schedule else self.scheduler_ms)
 
 
 DEFAULTS: dict[str, EngineCosts] = {
@@ -146,12 +174,16 @@ def with_overrides(costs: EngineCosts, items: list[str] | tuple[str, ...]) -> En
         try:
             if key == "overlap":
                 value: object = _OVERLAP_WORDS.get(text.lower(), text.lower())
+            elif key == "overlap_schedule":
+                value = _BOOL_WORDS[text.lower()]
             elif key == "moe_imbalance" and text == "auto":
                 value = "auto"
             elif key == "graph_max_batch":
                 value = int(text)
             else:
                 value = float(text)
+        except KeyError:
+            raise HwProfileError(f"--cost {key}: expected true or false, got {text!r}") from None
         except ValueError:
             raise HwProfileError(f"--cost {key}: expected a number, got {text!r}") from None
         if key == "overlap" and value not in OVERLAP_MODES:

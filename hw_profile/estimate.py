@@ -334,7 +334,7 @@ def nvlink_domain(gpu: GPU) -> int:
 def engine_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, costs: EngineCosts) -> dict[str, np.ndarray]:
     b = np.asarray(b, dtype=float)
     return {
-        "fixed": np.full_like(b, costs.step_fixed_ms),
+        "fixed": np.full_like(b, costs.host_ms),
         "eager": eager_ms(b, shape.layers, shape.moe_layers, costs),
         "sampling": sampling_ms(b, shape.vocab if shape.lm_head else 0, dep.bandwidth, costs),
     }
@@ -571,7 +571,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         kind="estimate",
         caveat={"kind": "an estimate",
                 "text": (f"kernels from {', '.join(est.sources)} ({np.mean(est.inside):.0%} of points inside measured "
-                         "data) plus the engine costs in engine_costs; within 30% on 15 of 25 public decode "
+                         "data) plus the engine costs in engine_costs; within 30% on 17 of 25 public decode "
                          "measurements (docs/sim-to-real.md): calibrate it on one to three measured points "
                          "(hw-profile calibrate --prior) before planning")},
         device=dep.gpu.name,
@@ -638,9 +638,9 @@ def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[M
 
 
 def drafter_costs(costs: EngineCosts) -> EngineCosts:
-    """A drafter forward runs inside the engine's step: no scheduler cost of its own, and it takes the argmax or
+    """A drafter forward runs inside the engine's step: no host cost of its own, and it takes the argmax or
     draws from its own distribution in one pass over the vocabulary."""
-    return replace(costs, step_fixed_ms=0.0, sample_passes=1.0)
+    return replace(costs, step_fixed_ms=0.0, scheduler_ms=0.0, sample_passes=1.0)
 
 
 def layout_note(dep: Deployment) -> str:

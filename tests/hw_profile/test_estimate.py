@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hw_profile.cli import _prior_host_ms
 from hw_profile.engine_costs import (
     EngineCosts,
     a2a_latency_us,
@@ -26,6 +27,7 @@ from hw_profile.estimate import (
     KERNEL_FLOOR_US,
     Deployment,
     attention_work,
+    drafter_costs,
     estimate_points,
     exchange_ms,
     fused_moe_ms,
@@ -326,6 +328,33 @@ def test_overrides_and_their_errors():
             with_overrides(costs, bad)
     with pytest.raises(HwProfileError, match="known: vllm, sglang, trtllm"):
         engine_defaults("tgi")
+
+
+def test_a_step_without_the_overlap_scheduler_pays_its_host_work():
+    """SGLang's MTP post: 51.0 tok/s per rank without the overlap scheduler, 60.4 with it, 2 requests per rank."""
+    on = engine_defaults("sglang")
+    assert on.overlap_schedule and on.host_ms == on.step_fixed_ms == 0.8
+    assert on.scheduler_ms == pytest.approx(2 / 51.0 * 1e3 - 2 / 60.4 * 1e3, abs=0.05)
+    off = with_overrides(on, ["overlap_schedule=false"])
+    assert off.host_ms == pytest.approx(0.8 + on.scheduler_ms)
+    assert with_overrides(off, ["overlap_schedule=on", "scheduler_ms=2"]).host_ms == 0.8
+    assert with_overrides(on, ["overlap_schedule=0", "scheduler_ms=2"]).host_ms == pytest.approx(2.8)
+    with pytest.raises(HwProfileError, match="overlap_schedule: expected true or false, got 'maybe'"):
+        with_overrides(on, ["overlap_schedule=maybe"])
+    # a sidecar's record reads back; one written before the term takes the default (on)
+    assert EngineCosts.from_dict(off.to_dict()) == off
+    old = {k: v for k, v in off.to_dict().items() if k not in ("overlap_schedule", "scheduler_ms")}
+    assert EngineCosts.from_dict(old).host_ms == 0.8
+    # calibrate reports the per-step cost the prior priced from its sidecar; none recorded or unreadable: 0
+    assert _prior_host_ms({"engine_costs": off.to_dict()}) == off.host_ms
+    assert _prior_host_ms({}) == _prior_host_ms({"engine_costs": {"overlap": "sideways"}}) == 0.0
+    # the target's step pays it once, at every load; a drafter's forward inside that step does not
+    shape, d = dep("deepseek-v3", gpus=8, ep=8, parallel="dp", dtype="fp8", engine="sglang")
+    b, k = np.array([1.0, 64.0, 1024.0]), np.array([4096.0, 64 * 4096.0, 1024 * 4096.0])
+    with_it, without = (estimate_points(shape, replace(d, costs=c), b, k, "roofline") for c in (on, off))
+    np.testing.assert_allclose(without.ms - with_it.ms, on.scheduler_ms)
+    np.testing.assert_allclose(without.parts["fixed"], off.host_ms)
+    assert drafter_costs(off).host_ms == 0.0
 
 
 # --- the estimate --------------------------------------------------------------------------------------------------
