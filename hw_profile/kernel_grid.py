@@ -10,7 +10,9 @@ bound) and a product of two sizes (a memory-bound GEMM's time grows as N x K, wh
 reproduces). Log-space interpolation would bend both. Outside an axis's measured range the same formula with the
 last two measured points continues the line (linear extrapolation), and the point is reported not ``inside``;
 below the first measured point the first value is held (a kernel's time has a floor at small sizes), also not
-``inside``.
+``inside``. Every axis of these tables is a size (tokens, batch, KV length, heads, bytes), so past the edge a
+kernel is never faster than at the edge: where the last two points slope down (a kernel switching its tiling, or
+noise), the edge's value is held rather than the line continued toward zero.
 
 A grid cell that was not measured (the collector skipped a combination, or stopped where batch x KV ran out of
 memory) is filled from its neighbours along the last axis (then the others), by the same lines; a query that leans
@@ -83,6 +85,11 @@ class Grid:
             used = tuple(idx)
             out = out + w * self.values[used]
             inside &= (w == 0.0) | self.measured[used]
+        for a, (ax, x) in enumerate(zip(self.axes, pts, strict=True)):
+            beyond = x > ax[-1]
+            if beyond.any():  # never below the value at the edge of an axis the point lies past
+                edge, _ = self.lookup(*(np.minimum(p, ax[-1]) if i == a else p for i, p in enumerate(pts)))
+                out = np.where(beyond, np.maximum(out, edge), out)
         return np.maximum(out, 0.0), inside
 
 

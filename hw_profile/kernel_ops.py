@@ -34,8 +34,8 @@ The KV cache is bf16 whatever ``dtype`` (the engines' default, "auto"); ``dtype`
 Not priced (they belong to the per-step overhead added elsewhere, or are small): norms, rotary, activation,
 embedding lookup, sampling, kernel launch.
 
-Lookups interpolate inside the measured grid and extrapolate linearly past its edge (``hw_profile.kernel_grid``);
-a point that needed extrapolation anywhere is not ``inside``.
+Lookups interpolate inside the measured grid and extrapolate linearly past its edge, never below the edge's value
+(``hw_profile.kernel_grid``); a point that needed extrapolation anywhere is not ``inside``.
 """
 
 from __future__ import annotations
@@ -532,8 +532,8 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
          "the local query heads on the same KV heads (each request's KV read once, q x context of compute), not "
          "as q x R one-query sequences."),
         "(b) Lookups are multilinear in the measured axes (linear in batch, KV length, M, N, K, message size); past "
-        "the last measured point the line through the last two points is continued and the point is marked not "
-        "inside." + (" Extrapolated: " + ", ".join(f"{k} ({v} points)" for k, v in ctx.extrapolated.items()) + "."
+        "the last measured point the line through the last two points is continued (never below the value at the "
+        "edge) and the point is marked not inside." + (" Extrapolated: " + ", ".join(f"{k} ({v} points)" for k, v in ctx.extrapolated.items()) + "."
                      if ctx.extrapolated else " No point needed extrapolation."),
     ]
     if not any(n.startswith("(c)") for n in ctx.notes):

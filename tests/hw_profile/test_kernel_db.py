@@ -156,6 +156,22 @@ def test_grid_flags_extrapolation_and_unmeasured_cells():
     assert val[3] == pytest.approx(attn_ms(4, 16, 4096), rel=1e-9)
 
 
+def test_past_the_edge_a_kernel_is_never_faster_than_at_the_edge():
+    """A last segment that slopes down (a kernel switching its tiling) is not continued toward zero: the edge's
+    value is held, along any axis, while one that slopes up still continues its line."""
+    heads = (8, 32, 64, 96)
+    ms = {8: 1.0, 32: 2.0, 64: 3.0, 96: 2.5}  # the 96-head kernel is faster than the 64-head one, as measured
+    frame = pd.DataFrame([dict(h=h, b=b, latency=ms[h] * b) for h in heads for b in (1, 4)])
+    grid = Grid.from_frame(frame, ["h", "b"])
+    val, inside = grid.lookup([96, 128, 256, 128, 48], [1, 1, 1, 8, 1])
+    assert list(inside) == [True, False, False, False, True]
+    assert val[0] == val[1] == val[2] == pytest.approx(2.5)  # the line through 64 and 96 would give 1.83, then 0
+    assert val[3] == pytest.approx(2.5 * 8)  # past both edges: the batch axis still continues its rising line
+    assert val[4] == pytest.approx(2.5)  # inside, measured data as they are
+    rising = Grid.from_frame(frame.assign(latency=frame["h"] * frame["b"]), ["h", "b"])
+    assert rising.lookup(128, 1)[0] == pytest.approx(128.0)
+
+
 def test_step_is_the_sum_of_written_kernels(db):
     r = _step(db, [1, 4], [1, 4], [4096, 1024])
     assert r.inside.all()
