@@ -51,7 +51,11 @@ per-step cost and per-token scale of a written table. All times are per step of 
   7168, top-8, fp8 dispatch, bf16 combine: EP8 191 us, EP16 313, EP32 428, EP64 487, EP128 561, EP256 554 for
   dispatch + combine): the part of each figure its payload at line rate does not explain (EP64 54 us, EP128 124,
   EP256 115; none at EP32 and below), interpolated in log(EP). So the exchange reproduces DeepEP's figures at
-  their 128 tokens and scales with the tokens rather than keeping a 128-token floor for a handful. Inside one
+  their 128 tokens and scales with the tokens rather than keeping a 128-token floor for a handful. Under that line
+  lies a floor, what DeepEP's low-latency kernels take at two tokens per rank as NVIDIA measured them over 2, 4 and
+  8 nodes of H100/H200 (aiconfigurator-core's database): 48.5, 55.6 and 59.5 us (``a2a_floor_us``). At EP16 and
+  EP32 the figures above leave no latency (part of their traffic stays on NVLink), yet an exchange across nodes is
+  never cheaper than that floor. Inside one
   NVLink domain (EP up to 8 on a board, up to 72 on an NVL72 rack) the latency is a 60 us floor and the bandwidth
   NVLink's (``hw_profile.estimate``).
 - ``nic_gb_s``: the line rate, GB/s per GPU, at which an exchange across nodes moves its volume (50: one 400 Gb/s
@@ -101,6 +105,11 @@ _OVERLAP_WORDS = {"true": "two-batch", "1": "two-batch", "false": "none", "0": "
 # measured at 128 tokens per rank, hidden 7168, top-8 experts, fp8 dispatch and bf16 combine
 _DEEPEP_LL_US = {8: 191.0, 16: 313.0, 32: 428.0, 64: 487.0, 128: 561.0, 256: 554.0}
 _DEEPEP_BYTES = 128 * 7168 * 8 * 3.0  # the payload behind each figure, before the share that stays on the rank
+# DeepEP's low-latency dispatch + combine per MoE layer (us) at the fewest tokens measured, two per rank, by nodes of 8
+# GPUs: NVIDIA's runs on H100 and H200 nodes in aiconfigurator-core 0.12's database (comm/wideep_deepep_ll_perf,
+# SGLang 0.5.6.post2, hidden 7168, top-8; both GPUs' rows agree). Two tokens are a few kilobytes, so these are what
+# an exchange across nodes costs however little it moves
+_DEEPEP_LL_FLOOR_US = {2: 48.5, 4: 55.6, 8: 59.5}
 NIC_GB_S = 50.0  # a 400 Gb/s NIC's line rate, one per GPU
 # host work an overlap scheduler hides (ms a step): SGLang's MTP post, 2 / 51.0 - 2 / 60.4 s per step per rank
 SCHEDULER_MS = 6.1
@@ -221,6 +230,16 @@ def a2a_latency_us(ep: int, costs: EngineCosts) -> float:
     wire_us = _DEEPEP_BYTES * (sizes - 1) / sizes / (NIC_GB_S * 1e9) * 1e6
     us = np.maximum(np.array([_DEEPEP_LL_US[int(s)] for s in sizes]) - wire_us, 0.0)
     return float(np.interp(math.log2(ep), np.log2(sizes), us))
+
+
+def a2a_floor_us(ep: int, costs: EngineCosts) -> float:
+    """The least one MoE layer's dispatch + combine over RDMA costs (``_DEEPEP_LL_FLOOR_US`` by nodes of 8,
+    interpolated in log(nodes) and held past its ends); 0 inside one node or where ``a2a_us_per_layer`` is set (the
+    planner's own latency stands)."""
+    if ep <= 8 or costs.a2a_us_per_layer is not None:
+        return 0.0
+    nodes = sorted(_DEEPEP_LL_FLOOR_US)
+    return float(np.interp(math.log2(ep / 8), np.log2(nodes), [_DEEPEP_LL_FLOOR_US[n] for n in nodes]))
 
 
 def imbalance_factor(routed_tokens: np.ndarray, ep: int, costs: EngineCosts) -> np.ndarray:

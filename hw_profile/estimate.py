@@ -49,6 +49,7 @@ import numpy as np
 from hw_profile.dp_ep import stored_bytes_per_gpu, weight_parts_per_gpu
 from hw_profile.engine_costs import (
     EngineCosts,
+    a2a_floor_us,
     a2a_latency_us,
     eager_ms,
     imbalance_factor,
@@ -229,8 +230,10 @@ def exchange_ms(shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray
         # the latency is a floor; past it the exchange is bound by its volume over NVLink
         per_layer = np.maximum(lat_us * 1e-3, volume / (link_gb_s(dep.gpu, dep.roofline) * 1e9) * 1e3)
     else:
-        # over RDMA: a fixed latency plus the volume at the NIC's line rate (``engine_costs.a2a_latency_us``)
-        per_layer = a2a_latency_us(dep.ep, dep.costs) * 1e-3 + volume / (dep.costs.nic_gb_s * 1e9) * 1e3
+        # over RDMA: a fixed latency plus the volume at the NIC's line rate (``engine_costs.a2a_latency_us``), never
+        # below what DeepEP measures for a handful of tokens across that many nodes (``engine_costs.a2a_floor_us``)
+        per_layer = np.maximum(a2a_floor_us(dep.ep, dep.costs) * 1e-3,
+                               a2a_latency_us(dep.ep, dep.costs) * 1e-3 + volume / (dep.costs.nic_gb_s * 1e9) * 1e3)
     return shape.moe_layers * per_layer
 
 

@@ -14,6 +14,7 @@ import pytest
 from hw_profile.cli import _prior_host_ms
 from hw_profile.engine_costs import (
     EngineCosts,
+    a2a_floor_us,
     a2a_latency_us,
     eager_ms,
     engine_defaults,
@@ -123,6 +124,44 @@ def test_exchange_latency_defaults_and_override():
     assert a2a_latency_us(16, costs) == 0.0 and a2a_latency_us(32, costs) < 2.0
     assert a2a_latency_us(64, costs) < a2a_latency_us(96, costs) < a2a_latency_us(128, costs)
     assert a2a_latency_us(64, replace(costs, a2a_us_per_layer=40.0)) == 40.0
+
+
+def test_an_exchange_across_nodes_costs_at_least_deepeps_measured_floor():
+    """At two tokens per rank DeepEP's low-latency kernels take 48.5, 55.6 and 59.5 us a layer over 2, 4 and 8
+    nodes: the estimate's own exchange never charges less, at EP16 and EP32 too, where DeepEP's 128-token figures
+    leave no latency. At 128 tokens the line is above the floor and stays DeepEP's."""
+    wire_us = lambda tokens, ep: tokens * 7168 * 8 * 3.0 * (ep - 1) / ep / 50e9 * 1e6  # noqa: E731
+    for ep, floor in ((16, 48.5), (32, 55.6), (64, 59.5)):
+        shape, d = v3_dp(ep)
+        per_layer = exchange_ms(shape, d, np.array([2.0, 128.0])) / shape.moe_layers * 1e3
+        line = a2a_latency_us(ep, d.costs) + wire_us(np.array([2.0, 128.0]), ep)
+        # EP16 and EP32: the floor, not the line's 3-8 us; EP64: its line (60.3 us) is already above it
+        assert per_layer[0] == pytest.approx(max(floor, line[0]), rel=1e-12) and per_layer[0] >= floor
+        assert (line[0] < floor) == (ep < 64)
+        assert per_layer[1] == pytest.approx(line[1], rel=1e-12) and line[1] > floor
+    costs = EngineCosts()
+    assert a2a_floor_us(8, costs) == 0.0  # one board: NVLink, its own floor
+    assert 48.5 < a2a_floor_us(24, costs) < 55.6 and a2a_floor_us(144, costs) == 59.5  # between; held past 8 nodes
+    # a planner's own latency stands alone
+    shape, d = v3_dp(16, a2a_us_per_layer=10.0)
+    assert a2a_floor_us(16, d.costs) == 0.0
+    assert exchange_ms(shape, d, np.array([2.0]))[0] / shape.moe_layers * 1e3 == pytest.approx(10.0 + wire_us(2, 16))
+
+
+def test_the_exchanges_floor_is_what_the_kernel_database_measured():
+    import pandas as pd
+
+    from hw_profile.kernel_db import default_data_dir
+
+    for gpu in ("h100_sxm", "h200_sxm"):
+        ll = pd.read_parquet(default_data_dir() / f"{gpu}/comm/sglang/0.5.6.post2/wideep_deepep_ll_perf.parquet")
+        ll = ll[(ll.num_experts == 256) & (ll.hidden_size == 7168) & (ll.num_topk == 8)]
+        for nodes in (2, 4, 8):
+            rows = ll[ll.node_num == nodes]
+            first = rows[rows.num_token == rows.num_token.min()]
+            assert int(first.num_token.iloc[0]) == 2
+            us = float(first.dispatch_avg_t_us.iloc[0] + first.combine_avg_t_us.iloc[0])
+            assert a2a_floor_us(8 * nodes, EngineCosts()) == pytest.approx(us, abs=0.05)
 
 
 def _layers(parts: dict) -> np.ndarray:
