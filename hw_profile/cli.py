@@ -92,6 +92,20 @@ def device_and_shape(gpu: str, model: str, gpus: int):
     return device, shape
 
 
+EXPERT_DTYPE_HELP = ("the routed experts' type; auto: the model's own (fp4 for DeepSeek-V4, at the fp8 rate); fp8: an "
+                     "fp8 checkpoint; w4a16: fp4 weights in 16-bit arithmetic (Marlin, on parts without FP4 tensor "
+                     "cores)")
+
+
+def with_expert_dtype(shape, expert_dtype: str):
+    """``--expert-dtype`` applied to the target's shape (drafters built from it follow); one line for a dense model."""
+    if expert_dtype == "auto":
+        return shape
+    if not shape.is_moe:
+        raise HwProfileError(f"--expert-dtype: {shape.name} has no experts; leave --expert-dtype out")
+    return replace(shape, expert_dtype=expert_dtype)
+
+
 @click.group(help="Step-time tables T(B, K): measured (sps), analytic (analytic), smoothed (fit), viewed (show).")
 def cli() -> None:
     pass
@@ -184,6 +198,8 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
 @click.option("--markov-rank", type=int, default=256, show_default=True,
               help="with --drafter-layers: DSpark's sequential Markov head rank, recorded with its confidence head "
               "as the table's sequential_head (charged to the dspark drafter only; 0: none)")
+@click.option("--expert-dtype", type=click.Choice(["auto", "fp8", "w4a16"]), default="auto", show_default=True,
+              help=EXPERT_DTYPE_HELP)
 @click.option("--max-batch-tokens", type=int, default=16384, show_default=True)
 @click.option("--max-kv-tokens", type=int, default=4_194_304, show_default=True)
 @click.option("--comp-eff", type=float, default=None, help="achieved fraction of peak FLOPs (default 0.6)")
@@ -192,8 +208,8 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
 @click.option("--name", default=None)
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 @click.pass_obj
-def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_batch_tokens, max_kv_tokens, comp_eff,
-             mem_eff, launch_ms, name, out) -> None:
+def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expert_dtype, max_batch_tokens,
+             max_kv_tokens, comp_eff, mem_eff, launch_ms, name, out) -> None:
     from dataclasses import replace
 
     from hw_profile.roofline import (
@@ -207,6 +223,7 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_
     from hw_profile.shapes import drafter_attention_window, drafter_shape
 
     device, shape = device_and_shape(gpu, model, gpus)
+    shape = with_expert_dtype(shape, expert_dtype)
     if ep is not None and (ep < 1 or gpus % ep):
         raise HwProfileError(f"--ep: expected a divisor of --gpus ({gpus}), got {ep}")
     target = shape
@@ -266,9 +283,7 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, max_
               help="the KV cache's type; auto: the model's own (fp8 for DeepSeek-V4), else bf16 as the engines' "
                    "default (--kv-cache-dtype auto)")
 @click.option("--expert-dtype", type=click.Choice(["auto", "fp8", "w4a16"]), default="auto", show_default=True,
-              help="the routed experts' type; auto: the model's own (fp4 for DeepSeek-V4, at the fp8 rate); fp8: "
-                   "an fp8 checkpoint; w4a16: fp4 weights in 16-bit arithmetic (Marlin, on parts without FP4 "
-                   "tensor cores)")
+              help=EXPERT_DTYPE_HELP)
 @click.option("--parallel", type=click.Choice(["auto", "tp", "dp"]), default="auto", show_default=True,
               help="dp: data-parallel attention with EP, one table row per GPU (DeepSeek-style decode); "
                    "auto picks dp for MLA/V4 MoE models when --ep equals --gpus")
@@ -298,10 +313,7 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
     # the drafters' shapes are built from the target's, so their caches and experts follow it
     if kv_dtype != "auto":
         shape = replace(shape, kv_dtype=kv_dtype)
-    if expert_dtype != "auto":
-        if not shape.is_moe:
-            raise HwProfileError(f"--expert-dtype: {shape.name} has no experts; leave --expert-dtype out")
-        shape = replace(shape, expert_dtype=expert_dtype)
+    shape = with_expert_dtype(shape, expert_dtype)
     if ep is None:
         ep = gpus if shape.is_moe else 1
     if ep < 1 or gpus % ep:

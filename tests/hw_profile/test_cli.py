@@ -74,6 +74,21 @@ def test_analytic_warns_when_weights_do_not_fit(tmp_path, capsys):
     assert json.loads((tmp_path / "d.json").read_text())["fits_in_memory"] is False
 
 
+def test_analytic_takes_the_experts_type_a_deployment_serves(tmp_path, capsys):
+    """--expert-dtype, as on estimate: V4-Pro's fp4 experts served from an fp8 checkpoint read twice the bytes."""
+    base = ["analytic", "--gpu", "H200", "--model", "deepseek-v4-pro", "--gpus", "8", "--dtype", "fp8"]
+    tables = {}
+    for kind in ("auto", "fp8"):
+        code, _, err = run([*base, "--expert-dtype", kind, "--out", str(tmp_path / f"{kind}.csv")], capsys)
+        assert code == 0, err
+        tables[kind] = StepTable.read(tmp_path / f"{kind}.csv")
+    assert [t.meta["model_shape"]["expert_dtype"] for t in tables.values()] == ["fp4", "fp8"]
+    assert tables["fp8"].grid.step_ms(1, 0) > 1.1 * tables["auto"].grid.step_ms(1, 0)
+    code, _, err = run(["analytic", "--gpu", "H200", "--model", "qwen3-8b", "--expert-dtype", "fp8",
+                        "--out", str(tmp_path / "q.csv")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "qwen3-8b has no experts" in err
+
+
 def test_sps_on_cpu(tiny_config, tmp_path, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "t.csv"
