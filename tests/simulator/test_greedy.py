@@ -101,23 +101,6 @@ def test_appendix_a_early_stop_takes_first_non_rise():
     assert greedy_prefix_lengths(np.array([[0.8, 0.0]]), appendix_a_sps, early_stop=False).tolist() == [0]
 
 
-def test_on_a_step_curve_the_global_search_crosses_the_step_algorithm_1_stops_at():
-    """SPS(B) flat to B = 24, one step down (a kernel's next tile) and flat again to 128, as measured MoE kernels
-    give it: Algorithm 1 admits 8 first tokens and stops at the step; ``dspark-global`` takes every draft token,
-    which the step costs less than it brings."""
-    from simulator.core.policies import make_policy
-    from simulator.core.policies.base import PolicyView
-
-    conf = np.full((16, 7), 0.8)
-    step = lambda b: 1e3 / np.where(np.asarray(b) <= 24, 30.0, 38.0)  # noqa: E731  steps per second
-    view = PolicyView(conf, np.full(16, 100), np.full(16, 4096), step, gamma=7, step=0)
-    early, best = make_policy("dspark").choose(view), make_policy("dspark-global").choose(view)
-    assert early.sum() == 8 and best.tolist() == [7] * 16
-    assert best.tolist() == greedy_prefix_lengths(conf, step, early_stop=False).tolist()
-    assert theta(conf, tuple(best), step) == pytest.approx(16 * (1 + (0.8 - 0.8 ** 8) / 0.2) / 0.038)
-    assert theta(conf, tuple(best), step) > 2 * theta(conf, tuple(early), step)
-
-
 def test_tie_break_is_row_then_position():
     conf = np.array([[1.0, 1.0], [1.0, 1.0]])  # every a = 1: order (0,1), (0,2), (1,1), (1,2)
     flat = lambda b: np.ones_like(np.asarray(b), dtype=float)  # noqa: E731

@@ -24,20 +24,6 @@ class DSpark(Policy):
 
 
 @register
-class DSparkGlobal(Policy):
-    """``dspark-global``: the same greedy without the early stop: of every prefix of the ranked candidates, the first
-    that maximises Theta (the retrospective search ``dspark-async`` sizes its capacity with). Where SPS(B) falls in a
-    step (a kernel's next tile) and is flat past it, Algorithm 1 stops before the fall, while this search weighs the
-    flat part beyond. Same stall as ``dspark``."""
-
-    name = "dspark-global"
-    sync_stall = True
-
-    def choose(self, view: PolicyView) -> np.ndarray:
-        return greedy_prefix_lengths(view.confidence, view.sps, early_stop=False)
-
-
-@register
 class DSparkAsync(Policy):
     """``dspark-async`` (paper 5.2): admit the N_cap draft tokens with the highest fresh prefix survival, where
     N_cap comes from a global search (no early stop) on the confidences of ``lag`` steps earlier. The capacity is
