@@ -13,17 +13,17 @@ per-step cost and per-token scale of a written table. All times are per step of 
   scheduling; TensorRT-LLM's executor is C++), not measurements: the least certain term, which one single-stream
   point fixes (``calibrate --prior``).
 - ``overlap_schedule`` and ``scheduler_ms``: whether the engine runs a step's host work (scheduling the next batch,
-  preparing its inputs, processing the last step's results) under the GPU's current forward, and how long that
-  work takes. ``step_fixed_ms`` is what stays exposed with it; a step without it (``overlap_schedule=false``) also
-  pays ``scheduler_ms``. Default: on, as SGLang and TensorRT-LLM run (for vLLM, ``step_fixed_ms`` stands for what
-  its loop leaves exposed). Set it off for SGLang up to 0.5.x serving with EAGLE or MTP speculation: its ``server_args`` turns the overlap
-  scheduler off for those (from 0.5.2's source: "Overlap scheduler is disabled because of using eagle speculative
-  decoding"), until its second speculative worker. ``scheduler_ms`` 6.1 ms: SGLang's MTP post (LMSYS blog,
-  2025-07-17) measured DeepSeek-V3 decode on two nodes of 8 H200 (data-parallel attention over 16 ranks, 2
-  requests per rank) at 51.0 tok/s per rank without the overlap scheduler and 60.4 with it, 39.2 against 33.1 ms a
-  step. The one such pair we found. Under data-parallel attention each SGLang step also all-gathers every rank's
-  batch size and waits for it (a collective across the nodes when the overlap scheduler is off), so a single-node or
-  tensor-parallel deployment likely hides less: set it for yours.
+  preparing its inputs, processing the last step's results) under the GPU's current forward, and how long that work
+  takes. ``step_fixed_ms`` is what stays exposed with it; a step without it (``overlap_schedule=false``) also pays
+  ``scheduler_ms``. Default: on, as SGLang and TensorRT-LLM run (for vLLM, ``step_fixed_ms`` stands for what its
+  loop leaves exposed). Set it off for SGLang up to 0.5.x serving with EAGLE or MTP speculation: its ``server_args``
+  turns the overlap scheduler off for those (from 0.5.2's source: "Overlap scheduler is disabled because of using
+  eagle speculative decoding"), until its second speculative worker. ``scheduler_ms`` 6.1 ms: SGLang's MTP post
+  (LMSYS blog, 2025-07-17) measured DeepSeek-V3 decode on two nodes of 8 H200 (data-parallel attention over 16
+  ranks, 2 requests per rank) at 51.0 tok/s per rank without the overlap scheduler and 60.4 with it, 39.2 against
+  33.1 ms a step. The one such pair we found. Under data-parallel attention each SGLang step also all-gathers every
+  rank's batch size and waits for it (a collective across the nodes when the overlap scheduler is off), so a
+  single-node or tensor-parallel deployment likely hides less: set it for yours.
 - ``graph_max_batch``: the largest token count the engine captures as a CUDA graph. Past it a step runs eagerly
   and pays ``launch_us`` per kernel, ``kernels_per_layer`` kernels per layer. Defaults: vLLM 512 (the largest of its
   default capture sizes); SGLang 256 and TensorRT-LLM 128, typical of their ``cuda_graph_max_bs`` and CUDA-graph
@@ -46,18 +46,17 @@ per-step cost and per-token scale of a written table. All times are per step of 
   it actually verifies (``hw_profile.table.VerifyAttention``), so plain decoding is not charged q x its attention
   compute nor a long proposal one budget's.
 - ``a2a_us_per_layer``: the fixed latency of one expert-parallel dispatch + combine per MoE layer. Across nodes an
-  exchange costs this latency plus its volume at the NIC's line rate (400 Gb/s: 50 GB/s per GPU). The default
-  comes by EP size from DeepEP's published low-latency kernel figures over RDMA (H800, 128 tokens per rank, hidden
-  7168, top-8, fp8 dispatch, bf16 combine: EP8 191 us, EP16 313, EP32 428, EP64 487, EP128 561, EP256 554 for
-  dispatch + combine): the part of each figure its payload at line rate does not explain (EP64 54 us, EP128 124,
-  EP256 115; none at EP32 and below), interpolated in log(EP). So the exchange reproduces DeepEP's figures at
-  their 128 tokens and scales with the tokens rather than keeping a 128-token floor for a handful. Under that line
-  lies a floor, what DeepEP's low-latency kernels take at two tokens per rank as NVIDIA measured them over 2, 4 and
-  8 nodes of H100/H200 (aiconfigurator-core's database): 48.5, 55.6 and 59.5 us (``a2a_floor_us``). At EP16 and
-  EP32 the figures above leave no latency (part of their traffic stays on NVLink), yet an exchange across nodes is
-  never cheaper than that floor. Inside one
-  NVLink domain (EP up to 8 on a board, up to 72 on an NVL72 rack) the latency is a 60 us floor and the bandwidth
-  NVLink's (``hw_profile.estimate``).
+  exchange costs this latency plus its volume at the NIC's line rate (400 Gb/s: 50 GB/s per GPU). The default comes
+  by EP size from DeepEP's published low-latency kernel figures over RDMA (H800, 128 tokens per rank, hidden 7168,
+  top-8, fp8 dispatch, bf16 combine: EP8 191 us, EP16 313, EP32 428, EP64 487, EP128 561, EP256 554 for dispatch +
+  combine): the part of each figure its payload at line rate does not explain (EP64 54 us, EP128 124, EP256 115;
+  none at EP32 and below), interpolated in log(EP). So the exchange reproduces DeepEP's figures at their 128 tokens
+  and scales with the tokens rather than keeping a 128-token floor for a handful. Under that line lies a floor, what
+  DeepEP's low-latency kernels take at two tokens per rank as NVIDIA measured them over 2, 4 and 8 nodes of
+  H100/H200 (aiconfigurator-core's database): 48.5, 55.6 and 59.5 us (``a2a_floor_us``). At EP16 and EP32 the
+  figures above leave no latency (part of their traffic stays on NVLink), yet an exchange across nodes is never
+  cheaper than that floor. Inside one NVLink domain (EP up to 8 on a board, up to 72 on an NVL72 rack) the latency
+  is a 60 us floor and the bandwidth NVLink's (``hw_profile.estimate``).
 - ``nic_gb_s``: the line rate, GB/s per GPU, at which an exchange across nodes moves its volume (50: one 400 Gb/s
   NIC per GPU, as DeepEP's H800 figures were measured with). A node with fewer NICs than GPUs has less: four
   400 Gb/s NICs for eight H20s are 25. The fixed latency above stays DeepEP's, whatever this is.
