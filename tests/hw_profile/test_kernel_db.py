@@ -165,7 +165,7 @@ def test_past_the_edge_a_kernel_is_never_faster_than_at_the_edge():
     grid = Grid.from_frame(frame, ["h", "b"])
     val, inside = grid.lookup([96, 128, 256, 128, 48], [1, 1, 1, 8, 1])
     assert list(inside) == [True, False, False, False, True]
-    assert val[0] == val[1] == val[2] == pytest.approx(2.5)  # the line through 64 and 96 would give 1.83, then 0
+    assert val[0] == val[1] == val[2] == pytest.approx(2.5)  # the line through 64 and 96: 2.0 at 128 heads, 0 at 256
     assert val[3] == pytest.approx(2.5 * 8)  # past both edges: the batch axis still continues its rising line
     assert val[4] == pytest.approx(2.5)  # inside, measured data as they are
     rising = Grid.from_frame(frame.assign(latency=frame["h"] * frame["b"]), ["h", "b"])
