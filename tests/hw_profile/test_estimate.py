@@ -525,6 +525,22 @@ def test_estimate_cli_kv_dtype_reaches_the_target_and_its_drafters(tmp_path, cap
         assert fp8.grid.step_ms(1, 0) == pytest.approx(plain.grid.step_ms(1, 0))
 
 
+def test_estimate_cli_says_when_sglang_speculates_without_its_overlap_scheduler(tmp_path, capsys):
+    base = ["estimate", "--model", "qwen3-8b", "--gpu", "H20", "--kernels", "roofline", "--max-batch-tokens", "64",
+            "--max-kv-tokens", "100000"]
+    said = {}
+    for key, extra in (("sglang", ["--engine", "sglang"]), ("off", ["--engine", "sglang", "--cost",
+                                                                     "overlap_schedule=false"]),
+                       ("plain", ["--engine", "sglang", "--drafters", ""]), ("vllm", ["--engine", "vllm"])):
+        code, _, err = run([*base, *extra, "--out", str(tmp_path / f"{key}.csv")], capsys)
+        assert code == 0, err
+        said[key] = "overlap_schedule=false" in err
+    assert said == {"sglang": True, "off": False, "plain": False, "vllm": False}
+    on, off = (StepTable.read(tmp_path / f"{key}.csv") for key in ("sglang", "off"))
+    assert off.grid.step_ms(1, 0) - on.grid.step_ms(1, 0) == pytest.approx(6.1)
+    assert off.meta["engine_costs"]["overlap_schedule"] is False
+
+
 def test_each_kernel_family_pays_its_launches_fixed_latency():
     """The kernel-level roofline adds per launch what measured kernels cost above their roofline at one token:
     Qwen3-8B launches 36 x 4 dense GEMMs and an LM head, 36 attentions; DeepSeek-V3 also 58 fused MoE layers."""
