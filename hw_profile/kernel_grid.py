@@ -85,11 +85,13 @@ class Grid:
             used = tuple(idx)
             out = out + w * self.values[used]
             inside &= (w == 0.0) | self.measured[used]
+        out = np.asarray(out, dtype=float)  # an array even for one point, so the points past an edge can be set
         for a, (ax, x) in enumerate(zip(self.axes, pts, strict=True)):
             beyond = x > ax[-1]
-            if beyond.any():  # never below the value at the edge of an axis the point lies past
-                edge, _ = self.lookup(*(np.minimum(p, ax[-1]) if i == a else p for i, p in enumerate(pts)))
-                out = np.where(beyond, np.maximum(out, edge), out)
+            if beyond.any():  # never below the value at the edge of an axis the point lies past (only those points)
+                edge, _ = self.lookup(*(np.full(int(beyond.sum()), ax[-1]) if i == a else p[beyond]
+                                        for i, p in enumerate(pts)))
+                out[beyond] = np.maximum(out[beyond], edge)
         return np.maximum(out, 0.0), inside
 
 

@@ -533,8 +533,9 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
          "as q x R one-query sequences."),
         "(b) Lookups are multilinear in the measured axes (linear in batch, KV length, M, N, K, message size); past "
         "the last measured point the line through the last two points is continued (never below the value at the "
-        "edge) and the point is marked not inside." + (" Extrapolated: " + ", ".join(f"{k} ({v} points)" for k, v in ctx.extrapolated.items()) + "."
-                     if ctx.extrapolated else " No point needed extrapolation."),
+        "edge) and the point is marked not inside."
+        + (" Extrapolated: " + ", ".join(f"{k} ({v} points)" for k, v in ctx.extrapolated.items()) + "."
+           if ctx.extrapolated else " No point needed extrapolation."),
     ]
     if not any(n.startswith("(c)") for n in ctx.notes):
         notes.append(f"(c) No implausible GEMM floor found in the {gdtype} data used (checked against the other "
