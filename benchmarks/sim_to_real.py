@@ -41,6 +41,7 @@ from hw_profile.estimate import (
     exchange_ms,
     kernel_source,
     kernel_times,
+    kernel_twin,
     routed_part,
 )
 from hw_profile.gpus import get_gpu
@@ -250,8 +251,11 @@ def predict_roofline(m: Measurement) -> float:
 
 
 def predict_kernels(m: Measurement) -> float | None:
-    """The kernel database alone (no engine costs), where it covers the GPU and engine."""
+    """The kernel database alone (no engine costs), where it covers the GPU and engine or its twin
+    (``kernel_twin``)."""
     dep = deployment(m)
+    twin = kernel_twin(dep.gpu, dep.engine)
+    dep = dep if twin is None else replace(dep, gpu=twin)
     db = kernel_source("auto", dep.gpu, dep.engine)
     if db is None:
         return None
@@ -414,11 +418,13 @@ def exchange_against_experts() -> list[list[str]]:
 
 def expert_type_sensitivity() -> list[list[str]]:
     """The Fig. 8 rows with V4's routed experts in fp8 (``--expert-dtype fp8``: DeepGEMM's Hopper Mega MoE runs FP8 x
-    FP8) against the assumption made before (fp4 weights at the fp8 rate): not a prediction."""
+    FP8) against the assumption made before (fp4 weights at the fp8 rate), both on the roofline, as the headline
+    rows are (the database has no fp4 experts on Hopper): not a prediction."""
     out = []
     for m in fig8_points():
-        out.append([m.source, tok_s(m.measured), fmt(per_gpu(m, estimate_step(m)), m.measured),
-                    fmt(per_gpu(m, estimate_step(replace(m, expert_dtype="fp8"))), m.measured)])
+        fp8 = replace(m, expert_dtype="fp8")
+        out.append([m.source, tok_s(m.measured), fmt(per_gpu(m, estimate_step(m, "roofline")), m.measured),
+                    fmt(per_gpu(m, estimate_step(fp8, "roofline")), m.measured)])
     return out
 
 

@@ -17,6 +17,8 @@ The kernels come from the best source available, recorded per point in the table
   request; compute for every verified token over its request's context), and communication (tensor-parallel
   all-reduces, or expert-parallel dispatch and combine). Each launch also pays the fixed latency measured kernels
   show above their roofline at one token (``KERNEL_FLOOR_US``, from ``hw_profile.kernel_floors``);
+- ``kernels:<twin>``: for a GPU the database lacks whose datasheet a covered GPU shares (``kernel_twin``: the
+  H800 is an H100 with a slower NVLink), that GPU's measured kernels, communication priced on this GPU's links;
 - ``roofline+sibling``: asked for with ``--sibling GPU``, for a GPU the database lacks: that roofline (without the
   fixed latencies) plus, family by family, what a covered sibling's measured kernels take beyond the sibling's own
   roofline at the same point (``sibling_parts``).
@@ -57,7 +59,7 @@ from hw_profile.engine_costs import (
     two_batch_min_tokens,
 )
 from hw_profile.errors import HwProfileError
-from hw_profile.gpus import GPU
+from hw_profile.gpus import GPU, GPUS
 from hw_profile.moe import routed_weight_params
 from hw_profile.roofline import (
     DTYPE_BYTES,
@@ -347,7 +349,7 @@ def engine_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, costs: Engin
 class Estimate:
     ms: np.ndarray
     parts: dict[str, np.ndarray]
-    source: np.ndarray  # per point: "kernels" or "roofline"
+    source: np.ndarray  # per point: "kernels", "kernels:<twin>", "roofline" or "roofline+sibling"
     inside: np.ndarray  # per point: every kernel lookup inside measured data (always False for the roofline)
     sources: list[str]
     notes: list[str]
@@ -366,19 +368,40 @@ def kernel_source(kernels: str, gpu: GPU, engine: str):
     return kernel_db if kernel_db.covers(gpu.name, engine) else None
 
 
+def kernel_twin(gpu: GPU, engine: str) -> GPU | None:
+    """A GPU the kernel database covers under ``engine`` with this one's datasheet (the same tensor rates in every
+    type and the same memory bandwidth), for one it lacks; else None. The H800 is the H100's die with its NVLink cut
+    to 400 GB/s: the H100's measured kernels are its kernels, its links are its own."""
+    if kernel_source("auto", gpu, engine) is not None:
+        return None
+    from hw_profile import kernel_db
+
+    def rates(g: GPU) -> tuple:
+        return g.bf16_tflops, g.fp8_tflops, g.fp4_tflops, g.hbm_tb_s
+
+    for other in GPUS.values():
+        if other.name != gpu.name and rates(other) == rates(gpu) and kernel_db.covers(other.name, engine):
+            return other
+    return None
+
+
 def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, kernels: str = "auto",
                     costs: EngineCosts | None = None, sibling: GPU | None = None) -> Estimate:
     """Step times (ms) at points (B, K) on one table-GPU of ``dep``, with each part and its source. ``sibling``: a
     GPU the kernel database covers, whose measured kernels' excess over their roofline this GPU's roofline takes
-    (``sibling_parts``), for a GPU the database lacks."""
+    (``sibling_parts``), for a GPU the database lacks. Without one, a GPU the database lacks takes its twin's
+    measured kernels (``kernel_twin``) the same way, which for a twin is the twin's measured kernels exactly."""
     b = np.asarray(b, dtype=float)
     k = np.asarray(k, dtype=float)
     costs = dep.costs if costs is None else costs
     notes: list[str] = []
-    if sibling is not None:
-        found = _sibling_estimate(shape, dep, b, k, costs, sibling, kernels, notes)
+    twin = kernel_twin(dep.gpu, dep.engine) if sibling is None and kernels != "roofline" else None
+    if sibling is not None or twin is not None:
+        found = _sibling_estimate(shape, dep, b, k, costs, sibling or twin, kernels, notes, twin=twin is not None)
         if found is not None:
             return found
+        if twin is not None and kernels == "db":  # measured kernels insisted on: why the twin's did not serve
+            raise HwProfileError(notes[-1].replace("; roofline instead", ""))
     db = kernel_source(kernels, dep.gpu, dep.engine)
     if db is None and kernels == "auto" and not _kernel_package():
         notes.append("measured kernels need the optional extra: pip install 'dspark-sim[kernels]'")
@@ -448,8 +471,9 @@ def sibling_parts(shape: ModelShape, dep: Deployment, sibling: GPU, db, b: np.nd
 
 
 def _sibling_estimate(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, costs: EngineCosts,
-                      sibling: GPU, kernels: str, notes: list[str]) -> Estimate | None:
-    """``estimate_points`` by ``sibling_parts``; None (and a note) where the sibling has no data for this model."""
+                      sibling: GPU, kernels: str, notes: list[str], twin: bool = False) -> Estimate | None:
+    """``estimate_points`` by ``sibling_parts``; None (and a note) where the sibling has no data for this model.
+    ``twin``: the sibling is this GPU's twin (``kernel_twin``), found, not asked for."""
     if sibling.name.upper() == dep.gpu.name.upper():
         raise HwProfileError(f"--sibling: {sibling.name} is the GPU being estimated; name another GPU")
     if kernels == "roofline":
@@ -461,10 +485,19 @@ def _sibling_estimate(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.n
     try:
         parts, kt = sibling_parts(shape, dep, sibling, db, b, k)
     except HwProfileError as exc:
-        notes.append(f"--sibling {sibling.name} not used for {shape.name}: {exc}; roofline instead")
+        how = f"{sibling.name}'s measured kernels (its twin)" if twin else f"--sibling {sibling.name}"
+        notes.append(f"{how} not used for {shape.name}: {exc}; roofline instead")
         return None
     parts = with_exchange(shape, dep, b, k, parts, lambda bb, kk: sibling_parts(shape, dep, sibling, db, bb, kk)[0])
     parts.update(engine_parts(shape, dep, b, costs))
+    if twin:
+        notes.append(f"kernels: {sibling.name}'s measured kernels; {dep.gpu.name} has its datasheet (tensor rates, "
+                     f"memory bandwidth) and the database lacks it. Communication is priced on {dep.gpu.name}'s own "
+                     "links (the estimate's exchange; all-reduces by its NVLink roofline plus what "
+                     f"{sibling.name}'s measured ones take beyond their own)")
+        return Estimate(sum(parts.values()), parts, np.full(b.shape, f"kernels:{sibling.name}", dtype=object),
+                        np.asarray(kt.inside, bool), [f"{kt.source} ({dep.gpu.name} as its twin {sibling.name})"],
+                        [*notes, *kt.notes])
     notes.append(f"kernels: {dep.gpu.name}'s roofline plus, family by family, what {sibling.name}'s measured kernels "
                  f"take beyond {sibling.name}'s own roofline at each point (--sibling {sibling.name}): a transfer "
                  "from a covered GPU, not a measurement of this one")
@@ -474,7 +507,8 @@ def _sibling_estimate(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.n
 
 
 def _kernel_lookup(db, shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray):
-    requests = np.maximum(1.0, np.round(b / dep.costs.verify_tokens_per_request))
+    # never more requests than tokens: a fractional batch (278.75 tokens) must not round up past itself
+    requests = np.minimum(np.maximum(1.0, np.round(b / dep.costs.verify_tokens_per_request)), np.maximum(b, 1.0))
     return kernel_times(db, shape, dep, b, requests, k / requests)
 
 

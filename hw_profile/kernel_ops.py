@@ -312,34 +312,61 @@ def _moe_weight_dtype(ctx) -> str:
     return "fp8_block" if ctx.dtype == "fp8" else GEMM_DTYPES.get(ctx.dtype, ctx.dtype)
 
 
-def _wide_ep_moe_rows(ctx, shape, ep) -> pd.DataFrame | None:
-    """The group's rows of SGLang's DeepEP decode expert kernel, where the database measured this shape; else None
-    (the fused MoE table prices the experts, with a note)."""
+def _pick_ep(ctx, frame: pd.DataFrame, what: str, ep: int, B: np.ndarray, nearest: bool,
+             **eq) -> tuple[pd.DataFrame, np.ndarray]:
+    """Rows of an expert kernel at expert-parallel size ``ep`` (and ``eq``), with the group's tokens to look them up
+    at. ``nearest``: at a size the database lacks (EP144), the measured size nearest to it in ratio at the same
+    tokens per rank: a rank's kernel sees only its own experts' tokens, so it does the same work but for its expert
+    count, E/ep against E/ep' (a note says so)."""
+    rows = _pick(frame, what, **eq)
+    if not nearest or "moe_ep_size" not in rows.columns or (rows["moe_ep_size"] == ep).any():
+        return _pick(rows, what, moe_ep_size=ep), B
+    near = int(min(set(rows["moe_ep_size"]), key=lambda e: (abs(np.log(e / ep)), e)))
+    ctx.note(f"Routed experts: no rows at ep {ep}; those at ep {near} at the same tokens per rank (each rank "
+             f"holding {eq.get('num_experts', 0) / near:g} experts, not {eq.get('num_experts', 0) / ep:g}).")
+    return _pick(rows, what, moe_ep_size=near), B * near / ep
+
+
+def _wide_ep_moe_rows(ctx, shape, ep, B, nearest: bool) -> tuple[pd.DataFrame, np.ndarray] | None:
+    """The group's rows of SGLang's DeepEP decode expert kernel where the database measured this shape, with the
+    tokens to look them up at (``_pick_ep``); else None (the fused MoE table prices the experts, with a note)."""
     tab = ctx.table("moe", WIDE_EP_MOE)
     if tab is not None and shape.expert_dtype not in ("fp4", "w4a16"):
         try:
-            return _pick(tab, f"MoE ({shape.name})", hidden_size=shape.hidden, inter_size=shape.expert_intermediate,
-                         topk=shape.experts_per_token, num_experts=shape.experts, moe_tp_size=1, moe_ep_size=ep,
-                         moe_dtype=_moe_weight_dtype(ctx))
+            return _pick_ep(ctx, tab, f"MoE ({shape.name})", ep, B, nearest, hidden_size=shape.hidden,
+                            inter_size=shape.expert_intermediate, topk=shape.experts_per_token,
+                            num_experts=shape.experts, moe_tp_size=1, moe_dtype=_moe_weight_dtype(ctx))
         except HwProfileError:
             pass
-    ctx.note(f"Routed experts: no {WIDE_EP_MOE} rows for {shape.name} at ep {ep} on {ctx.system}/{ctx.engine}; "
-             "the fused MoE kernel's rows price them instead.")
+    if not nearest:
+        ctx.note(f"Routed experts: no {WIDE_EP_MOE} rows for {shape.name} at ep {ep} on {ctx.system}/{ctx.engine}; "
+                 "the fused MoE kernel's rows price them instead.")
     return None
 
 
 def _moe(ctx, shape, B, ep, wide_ep: bool = False):
     """The routed experts at B tokens (all of the expert-parallel group's). ``wide_ep``: the kernel SGLang runs
-    behind DeepEP's low-latency exchange where measured, else the fused MoE kernel."""
-    rows = _wide_ep_moe_rows(ctx, shape, ep) if wide_ep else None
-    if rows is not None:
-        return _moe_lookup(ctx, shape, rows, B, ep, str(rows["moe_dtype"].iloc[0]))
+    behind DeepEP's low-latency exchange where measured, else the fused MoE kernel. Under pure expert parallelism
+    at a size neither kernel was measured at, the same two at the nearest size measured (``_pick_ep``)."""
+    if ctx.gpus != ep:
+        return _moe_at(ctx, shape, B, ep, wide_ep, nearest=False)
+    try:
+        return _moe_at(ctx, shape, B, ep, wide_ep, nearest=False)
+    except HwProfileError:
+        return _moe_at(ctx, shape, B, ep, wide_ep, nearest=True)
+
+
+def _moe_at(ctx, shape, B, ep, wide_ep: bool, nearest: bool):
+    found = _wide_ep_moe_rows(ctx, shape, ep, B, nearest) if wide_ep else None
+    if found is not None:
+        rows, at = found
+        return _moe_lookup(ctx, shape, rows, at, ep, str(rows["moe_dtype"].iloc[0]))
     tab = ctx.table("moe", "moe_perf")
     if tab is None:
         raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no MoE table")
-    rows = _pick(tab, f"MoE ({shape.name})", hidden_size=shape.hidden, inter_size=shape.expert_intermediate,
-                 topk=shape.experts_per_token, num_experts=shape.experts, moe_tp_size=ctx.gpus // ep,
-                 moe_ep_size=ep)
+    rows, B = _pick_ep(ctx, tab, f"MoE ({shape.name})", ep, B, nearest, hidden_size=shape.hidden,
+                       inter_size=shape.expert_intermediate, topk=shape.experts_per_token,
+                       num_experts=shape.experts, moe_tp_size=ctx.gpus // ep)
     if shape.expert_dtype in ("fp4", "w4a16"):
         have = set(rows["moe_dtype"])
         kinds = ("w4a16_mxfp4",) if shape.expert_dtype == "w4a16" else FP4_MOE_DTYPES

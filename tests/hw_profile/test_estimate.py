@@ -32,6 +32,7 @@ from hw_profile.estimate import (
     estimate_points,
     exchange_ms,
     fused_moe_ms,
+    kernel_twin,
     padded_envelope,
     prefill_cost,
     roofline_parts,
@@ -584,6 +585,49 @@ def test_the_kernel_floors_are_what_the_kernel_database_measures():
     # floors from the other GPUs bring each GPU's roofline within about 10% of its measured kernels at every load
     check = leave_one_gpu_out(rows)
     assert (check["with"] < 0.11).all() and check["without"][0] > 0.5
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
+                    reason="the kernel database (dspark-sim[kernels]) is not installed")
+def test_a_gpu_with_a_covered_gpus_datasheet_takes_its_measured_kernels_on_its_own_links():
+    """The H800 (the H100's die, NVLink 400 GB/s against 900): on one GPU its estimate is the H100's (to rounding);
+    over eight its all-reduces are slower than the H100's and the rest is the same. A GPU with no twin keeps the
+    roofline; --kernels db insisted on where the twin has no data says so in one line."""
+    h800, h100 = get_gpu("H800"), get_gpu("H100")
+    assert kernel_twin(h800, "sglang") == h100 and kernel_twin(h100, "sglang") is None
+    assert kernel_twin(get_gpu("H20"), "sglang") is None
+    b, k = np.array([1.0, 64.0, 512.0]), np.array([4096.0, 64 * 4096.0, 512 * 4096.0])
+    for gpus in (1, 8):
+        shape, ours = dep("qwen3-8b", "H800", gpus=gpus, engine="sglang", costs=engine_defaults("sglang"))
+        mine, theirs = estimate_points(shape, ours, b, k), estimate_points(shape, replace(ours, gpu=h100), b, k)
+        assert set(mine.source) == {"kernels:H100"} and set(theirs.source) == {"kernels"}
+        for ours_key, their_key in (("dense", "gemm"), ("attention", "attention"), ("lm_head", "lm_head"),
+                                    ("fixed", "fixed"), ("sampling", "sampling")):
+            np.testing.assert_allclose(mine.parts[ours_key], theirs.parts[their_key], rtol=1e-12, err_msg=ours_key)
+        if gpus == 1:
+            np.testing.assert_allclose(mine.ms, theirs.ms, rtol=1e-12)
+        else:
+            assert (mine.parts["comm"] > theirs.parts["comm"]).all()
+    shape, ours = dep("deepseek-v4-flash", "H800", gpus=8, ep=8, dtype="fp8", parallel="dp", engine="sglang",
+                      costs=engine_defaults("sglang"))
+    assert set(estimate_points(shape, ours, b, k).source) == {"roofline"}  # no fp4 experts measured on Hopper
+    with pytest.raises(HwProfileError, match="H100's measured kernels .its twin. not used.*fp4") as err:
+        estimate_points(shape, ours, b, k, kernels="db")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
+                    reason="the kernel database (dspark-sim[kernels]) is not installed")
+def test_a_fractional_batch_is_priced_by_the_measured_kernels():
+    """278.75 tokens a rank (a published throughput times a latency) is 278.75 requests of one token, not 279: the
+    measured kernels price it, between their prices at 278 and 279 tokens, instead of a silent fall to the
+    roofline."""
+    shape, d = dep("qwen3-8b", "H200", engine="sglang",
+                   costs=replace(engine_defaults("sglang"), verify_tokens_per_request=1.0))
+    b = np.array([278.0, 278.75, 279.0])
+    est = estimate_points(shape, d, b, b * 2048.0)
+    assert set(est.source) == {"kernels"}
+    assert est.ms[0] <= est.ms[1] <= est.ms[2]
 
 
 def test_prefill_is_priced_per_token_and_per_token_pair():

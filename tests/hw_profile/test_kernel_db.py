@@ -407,6 +407,20 @@ def test_sglangs_deepep_expert_kernel_prices_the_group_where_measured(db_wide):
     assert any("no wideep_generation_moe_perf rows" in n for n in fallback.notes)
 
 
+def test_an_expert_parallel_size_the_database_lacks_takes_the_nearest_at_the_same_tokens_per_rank(db_wide):
+    """EP8 (and EP3), measured by neither expert kernel: the DeepEP kernel's EP4 rows at the same tokens per rank
+    (tokens x 4 / ep), with a note; an exact size is preferred even from the fused kernel (EP2)."""
+    s, tokens = TINY_MLA, np.array([16.0, 100.0])
+    layers = s.layers - s.dense_layers
+    for ep in (8, 3):
+        r = kernel_db.kernel_moe_times(s, "H200", "sglang", "bf16", ep, tokens, wide_ep=True, data_dir=db_wide)
+        np.testing.assert_allclose(r.parts["moe"], layers * wide_ms(tokens * 4 / ep), rtol=1e-12)
+        assert any(f"no rows at ep {ep}; those at ep 4" in n for n in r.notes)
+    exact = kernel_db.kernel_moe_times(s, "H200", "sglang", "bf16", 2, tokens, wide_ep=True, data_dir=db_wide)
+    np.testing.assert_allclose(exact.parts["moe"], moe_ms(tokens), rtol=1e-12)
+    assert not any("no rows at ep" in n for n in exact.notes)
+
+
 def test_deepeps_measured_exchange_by_node_count(db_wide):
     """EP16 is two 8-GPU nodes: only 0.5.6.post2 measured two, for 8 experts (the nearest to the shape's 4). Each
     layer's dispatch and combine interpolate in the rank's tokens, and below the fewest measured tokens hold the
