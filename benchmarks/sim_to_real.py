@@ -293,7 +293,12 @@ def predict_calibrated(m: Measurement, group: list[Measurement]) -> float | str 
     others = sorted((g for g in group if g.key != m.key), key=lambda g: abs(math.log(g.requests / m.requests)))
     if len(others) < 2:
         return None
-    fit_on = others[:2]
+    return calibrated_on(m, others[:2])
+
+
+def calibrated_on(m: Measurement, fit_on: list[Measurement]) -> float | str:
+    """``m`` predicted by the estimate calibrated (``calibrate --prior``) on the points ``fit_on``; "no fit" where
+    calibration refuses them."""
     prior = prior_table(m)
     b = [g.requests * g.budget for g in fit_on]
     k = [g.requests * g.context for g in fit_on]
@@ -309,6 +314,19 @@ def predict_calibrated(m: Measurement, group: list[Measurement]) -> float | str 
     at_b = grid.step_ms(bm, 0)
     step = base + fit.f_ms + fit.s * (at_b - base) + fit.c * (grid.step_ms(bm, km) - at_b)
     return per_gpu(m, step + draft_ms(m, "auto"))
+
+
+def one_point_calibration() -> list[list[str]]:
+    """The points whose deployment has exactly one other point, each predicted by the estimate calibrated on that
+    one: not in the headline's calibrated column (leave-one-out there fits two points)."""
+    ms = measurements()
+    out = []
+    for m in ms:
+        others = [g for g in ms if g.group == m.group and g.key != m.key]
+        if len(others) == 1:
+            out.append([m.source, tok_s(m.measured), others[0].source.split(", ")[-1],
+                        fmt(calibrated_on(m, others), m.measured)])
+    return out
 
 
 @dataclass(frozen=True)
@@ -541,6 +559,11 @@ def main() -> int:
     print()
     print_table(["measurement", "measured tok/s/GPU", "fp4 at the fp8 rate (as assumed)", "fp8 experts"],
                 expert_type_sensitivity(), args.markdown)
+    print()
+    print("Calibrated on one point, the other of the same deployment:")
+    print()
+    print_table(["measurement", "measured tok/s/GPU", "calibrated on", "calibrated"], one_point_calibration(),
+                args.markdown)
     print()
     print(f"The rows on GPUs the kernel database lacks, with --sibling {SIBLING} (built after these rows were seen):")
     print()
