@@ -338,9 +338,8 @@ def _wide_ep_moe_rows(ctx, shape, ep, B, nearest: bool) -> tuple[pd.DataFrame, n
                             num_experts=shape.experts, moe_tp_size=1, moe_dtype=_moe_weight_dtype(ctx))
         except HwProfileError:
             pass
-    if not nearest:
-        ctx.note(f"Routed experts: no {WIDE_EP_MOE} rows for {shape.name} at ep {ep} on {ctx.system}/{ctx.engine}; "
-                 "the fused MoE kernel's rows price them instead.")
+    ctx.note(f"Routed experts: no {WIDE_EP_MOE} rows for {shape.name} at ep {ep} on {ctx.system}/{ctx.engine}; "
+             "the fused MoE kernel's rows price them instead.")
     return None
 
 
@@ -348,15 +347,18 @@ def _moe(ctx, shape, B, ep, wide_ep: bool = False):
     """The routed experts at B tokens (all of the expert-parallel group's). ``wide_ep``: the kernel SGLang runs
     behind DeepEP's low-latency exchange where measured, else the fused MoE kernel. Under pure expert parallelism
     at a size neither kernel was measured at, the same two at the nearest size measured (``_pick_ep``)."""
-    if ctx.gpus != ep:
-        return _moe_at(ctx, shape, B, ep, wide_ep, nearest=False)
+    noted = len(ctx.notes)
     try:
         return _moe_at(ctx, shape, B, ep, wide_ep, nearest=False)
     except HwProfileError:
+        if ctx.gpus != ep:  # experts split by tensor parallelism too: another size is another kernel
+            raise
+        del ctx.notes[noted:]  # what the failed attempt said does not describe the lookup that follows
         return _moe_at(ctx, shape, B, ep, wide_ep, nearest=True)
 
 
 def _moe_at(ctx, shape, B, ep, wide_ep: bool, nearest: bool):
+    """``_moe`` at this size only, or (``nearest``) at the nearest measured one."""
     found = _wide_ep_moe_rows(ctx, shape, ep, B, nearest) if wide_ep else None
     if found is not None:
         rows, at = found
@@ -385,8 +387,9 @@ def _moe_lookup(ctx, shape, rows, B, ep, moe_dtype):
     have = set(rows["distribution"])
     dist = next((d for d in ("balanced", "uniform") if d in have), rows["distribution"].iloc[0])
     rows = densest(rows[rows["distribution"] == dist])
+    measured_ep = int(rows["moe_ep_size"].iloc[0]) if "moe_ep_size" in rows.columns else ep
     ctx.note(f"Routed experts: the measured MoE kernel ({rows['kernel_source'].iloc[0]}, {moe_dtype}, "
-             f"tp {ctx.gpus // ep} x ep {ep}) under {dist} routing, at B tokens.")
+             f"tp {ctx.gpus // ep} x ep {measured_ep}) under {dist} routing, at B tokens.")
     v, ins = Grid.from_frame(rows, ["num_tokens"]).lookup(B)
     return ctx.take("MoE", v, ins) * shape.moe_layers
 

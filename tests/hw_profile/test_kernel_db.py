@@ -416,6 +416,7 @@ def test_an_expert_parallel_size_the_database_lacks_takes_the_nearest_at_the_sam
         r = kernel_db.kernel_moe_times(s, "H200", "sglang", "bf16", ep, tokens, wide_ep=True, data_dir=db_wide)
         np.testing.assert_allclose(r.parts["moe"], layers * wide_ms(tokens * 4 / ep), rtol=1e-12)
         assert any(f"no rows at ep {ep}; those at ep 4" in n for n in r.notes)
+        assert not any("price them instead" in n for n in r.notes)  # the exact attempt's note is dropped
     exact = kernel_db.kernel_moe_times(s, "H200", "sglang", "bf16", 2, tokens, wide_ep=True, data_dir=db_wide)
     np.testing.assert_allclose(exact.parts["moe"], moe_ms(tokens), rtol=1e-12)
     assert not any("no rows at ep" in n for n in exact.notes)
