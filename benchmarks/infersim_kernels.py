@@ -29,6 +29,9 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sim_to_real import print_table  # the same tables as docs/sim-to-real.md's
 
 from hw_profile.engine_costs import engine_defaults
 from hw_profile.estimate import KERNEL_FLOOR_US, Deployment, kernel_source, roofline_parts
@@ -170,18 +173,6 @@ def rows() -> tuple[list[list[str]], list[list[str]]]:
                 by_m.append([gpu, str(m), summary(None if ratios["twin"] is None else ratios["twin"][at]),
                              summary(ratios["roofline"][at])])
     return table, by_m
-
-
-def print_table(head: list[str], lines: list[list[str]], markdown: bool) -> None:
-    if markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for line in lines:
-            print("| " + " | ".join(line) + " |")
-        return
-    widths = [max(len(x) for x in col) for col in zip(head, *lines, strict=True)]
-    for line in (head, *lines):
-        print("  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(line, widths, strict=True))))
 
 
 def main() -> int:
