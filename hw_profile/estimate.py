@@ -9,7 +9,7 @@ The kernels come from the best source available, recorded per point in the table
 - ``kernels``: the measured kernel database of NVIDIA's aiconfigurator-core (``hw_profile.kernel_db``, the
   optional extra ``dspark-sim[kernels]``), for the GPUs and engines it covers; ``inside`` says whether every
   kernel lookup of the point lay inside measured data;
-- ``roofline``: a kernel-level roofline otherwise (H20, H800, AMD parts, a model the database lacks). Unlike the
+- ``roofline``: a kernel-level roofline otherwise (H20, AMD parts, a model the database lacks). Unlike the
   step-level roofline of ``hw-profile analytic`` (one max over the whole step's bytes and FLOPs, a speed bound), each
   kernel family here is bound by its own resource and the families add, as kernels run one after another: the
   dense GEMMs (attention projections, dense and shared MLPs, router, LM head), the routed experts (weights of the
