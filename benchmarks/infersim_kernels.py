@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_to_real import print_table  # the same tables as docs/sim-to-real.md's
 
 from hw_profile.engine_costs import engine_defaults
-from hw_profile.estimate import KERNEL_FLOOR_US, Deployment, kernel_source, roofline_parts
+from hw_profile.estimate import KERNEL_FLOOR_US, Deployment, _bound, kernel_source, roofline_parts
 from hw_profile.gpus import get_gpu
 from hw_profile.shapes import get_shape
 
@@ -62,10 +62,9 @@ def has_twin_data() -> bool:
 def gemm_roofline_us(frame: pd.DataFrame, gpu: str) -> np.ndarray:
     """One fp8 GEMM as the kernel-level roofline prices the dense family: the slower of its weight reads and its
     arithmetic, plus one launch's fixed latency."""
-    dep = deployment(gpu, "fp8")
-    weights = frame["k"] * frame["n"] * 1.0  # fp8: a byte a weight
-    flops = 2.0 * frame["m"] * frame["k"] * frame["n"]
-    return (np.maximum(weights / dep.bandwidth, flops / dep.peak("fp8")) * 1e6 + KERNEL_FLOOR_US["gemm"]).to_numpy()
+    m, n, k = (frame[c].to_numpy(float) for c in ("m", "n", "k"))
+    # fp8: a byte a weight
+    return _bound(k * n, 2.0 * m * k * n, deployment(gpu, "fp8"), "fp8") * 1e3 + KERNEL_FLOOR_US["gemm"]
 
 
 def gemm_twin_us(frame: pd.DataFrame) -> np.ndarray:
@@ -125,30 +124,30 @@ def mla_twin_us(frame: pd.DataFrame) -> np.ndarray:
 
 # --- the comparison -----------------------------------------------------------------------------------------------
 
-def cases() -> list[tuple[str, str, pd.DataFrame, str]]:
-    """(kernel, GPU, rows, measured column) for every file."""
+def cases() -> list[tuple[str, str, pd.DataFrame, str, str]]:
+    """(kernel, GPU, rows, measured column, model of the expert rows or "") for every file."""
     out = []
     for gpu in ("H800", "H20"):
         g = read(f"gemm-{gpu.lower()}.csv")
-        out.append(("dense fp8 GEMM", gpu, g[g["m"].isin(GEMM_M)].reset_index(drop=True), "latency_us"))
+        out.append(("dense fp8 GEMM", gpu, g[g["m"].isin(GEMM_M)].reset_index(drop=True), "latency_us", ""))
         e = read(f"grouped_gemm-decode-{gpu.lower()}.csv")
         model = "deepseek-v3" if gpu == "H800" else "qwen3-30b-a3b"
         shape = get_shape(model)
         e = e[(e["hidden_size"] == shape.hidden) & (e["intermediate_size"] == shape.expert_intermediate)
               & (e["num_experts"] == shape.experts) & (e["topk"] == shape.experts_per_token)].copy()
         e["measured_us"] = e["up_proj_us"] + e["down_proj_us"]
-        out.append((f"routed experts ({model})", gpu, e.reset_index(drop=True), "measured_us"))
-        out.append(("MLA decode (V3, bf16)", gpu, read(f"mla-decode-{gpu.lower()}-128-512-64.csv"), "latency_us"))
+        out.append((f"routed experts ({model})", gpu, e.reset_index(drop=True), "measured_us", model))
+        out.append(("MLA decode (V3, bf16)", gpu, read(f"mla-decode-{gpu.lower()}-128-512-64.csv"), "latency_us",
+                    ""))
     return out
 
 
-def priced(kernel: str, gpu: str, frame: pd.DataFrame) -> dict[str, np.ndarray | None]:
-    """Each source's price of the rows (us), or None where a source does not apply."""
-    model = kernel[kernel.find("(") + 1:kernel.find(")")] if kernel.startswith("routed") else ""
-    twin = has_twin_data() and gpu == "H800"
+def priced(kernel: str, gpu: str, frame: pd.DataFrame, model: str, twin: bool) -> dict[str, np.ndarray | None]:
+    """Each source's price of the rows (us), or None where a source does not apply (``twin``: the twin's data is
+    installed and ``gpu`` is the H800)."""
     if kernel.startswith("dense"):
         return {"twin": gemm_twin_us(frame) if twin else None, "roofline": gemm_roofline_us(frame, gpu)}
-    if kernel.startswith("routed"):
+    if model:
         return {"twin": experts_twin_us(frame, model) if twin else None,
                 "roofline": experts_roofline_us(frame, gpu, model)}
     return {"twin": mla_twin_us(frame) if twin else None, "roofline": mla_roofline_us(frame, gpu)}
@@ -163,8 +162,9 @@ def summary(ratio: np.ndarray | None) -> str:
 def rows() -> tuple[list[list[str]], list[list[str]]]:
     """The summary per (kernel, GPU), and the dense GEMMs by M."""
     table, by_m = [], []
-    for kernel, gpu, frame, measured in cases():
-        prices = priced(kernel, gpu, frame)
+    installed = has_twin_data()
+    for kernel, gpu, frame, measured, model in cases():
+        prices = priced(kernel, gpu, frame, model, installed and gpu == "H800")
         ratios = {src: None if p is None else p / frame[measured].to_numpy() for src, p in prices.items()}
         table.append([kernel, gpu, str(len(frame)), summary(ratios["twin"]), summary(ratios["roofline"])])
         if kernel.startswith("dense"):

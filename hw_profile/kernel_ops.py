@@ -312,6 +312,10 @@ def _moe_weight_dtype(ctx) -> str:
     return "fp8_block" if ctx.dtype == "fp8" else GEMM_DTYPES.get(ctx.dtype, ctx.dtype)
 
 
+class _SizeNotMeasured(HwProfileError):
+    """An expert kernel's rows match the shape but not the expert-parallel size asked for."""
+
+
 def _pick_ep(ctx, frame: pd.DataFrame, what: str, ep: int, B: np.ndarray, nearest: bool,
              **eq) -> tuple[pd.DataFrame, np.ndarray]:
     """Rows of an expert kernel at expert-parallel size ``ep`` (and ``eq``), with the group's tokens to look them up
@@ -319,8 +323,11 @@ def _pick_ep(ctx, frame: pd.DataFrame, what: str, ep: int, B: np.ndarray, neares
     tokens per rank: a rank's kernel sees only its own experts' tokens, so it does the same work but for its expert
     count, E/ep against E/ep' (a note says so)."""
     rows = _pick(frame, what, **eq)
-    if not nearest or "moe_ep_size" not in rows.columns or (rows["moe_ep_size"] == ep).any():
+    if "moe_ep_size" not in rows.columns or (rows["moe_ep_size"] == ep).any():
         return _pick(rows, what, moe_ep_size=ep), B
+    if not nearest:
+        have = sorted(rows["moe_ep_size"].unique().tolist(), key=str)  # as ``_pick`` lists them
+        raise _SizeNotMeasured(f"kernel database: no {what} rows with moe_ep_size={ep} (measured: {have})")
     near = int(min(set(rows["moe_ep_size"]), key=lambda e: (abs(np.log(e / ep)), e)))
     ctx.note(f"Routed experts: no rows at ep {ep}; those at ep {near} at the same tokens per rank (each rank "
              f"holding {eq.get('num_experts', 0) / near:g} experts, not {eq.get('num_experts', 0) / ep:g}).")
@@ -350,7 +357,7 @@ def _moe(ctx, shape, B, ep, wide_ep: bool = False):
     noted = len(ctx.notes)
     try:
         return _moe_at(ctx, shape, B, ep, wide_ep, nearest=False)
-    except HwProfileError:
+    except _SizeNotMeasured:  # any other failure would fail the same way at another size
         if ctx.gpus != ep:  # experts split by tensor parallelism too: another size is another kernel
             raise
         del ctx.notes[noted:]  # what the failed attempt said does not describe the lookup that follows
