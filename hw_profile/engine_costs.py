@@ -7,11 +7,21 @@ per-step cost and per-token scale of a written table. All times are per step of 
 - ``step_fixed_ms``: per-step host cost the engine does not hide: scheduling, input preparation, the sync that
   reads sampled tokens back, detokenisation handed to other processes. vLLM's V1 engine runs its scheduler and
   the model in one loop with asynchronous output processing; SGLang overlaps the next batch's scheduling with the
-  current forward ("overlap scheduler"); TensorRT-LLM's executor is C++. Defaults: vLLM 1.5 ms, SGLang 0.8 ms,
+  current forward ("overlap scheduler"); TensorRT-LLM's executor is C++. Defaults: vLLM 0.3 ms, SGLang 0.8 ms,
   TensorRT-LLM 0.5 ms. These are our judgement, ordered by how much host work each design leaves on the critical
-  path (vLLM's V1 announcement names CPU overhead as what it cut; SGLang's overlap scheduler hides the next batch's
-  scheduling; TensorRT-LLM's executor is C++), not measurements: the least certain term, which one single-stream
-  point fixes (``calibrate --prior``).
+  path, not measurements: the least certain term, which one single-stream point fixes (``calibrate --prior``).
+  vLLM's was 1.5 ms, for a loop that scheduled between forwards; vLLM turned its asynchronous scheduler on by
+  default in its late-2025 releases (its async-scheduling plan, vllm-project/vllm issue #27679, PR #27614; the
+  scheduler runs one step ahead, preparing step N+1 while the GPU runs step N, NanoFlow-style), so what stays
+  exposed is the hand-over between two forwards. For a vLLM without it (before about 0.12, or
+  ``--no-async-scheduling``) set ``step_fixed_ms=1.5``. The real vLLM v0.15.1 runs in docs/sim-to-real.md
+  ("Plain serving") agree: every model's decode step there is 1-2 ms shorter than the estimate with 1.5 ms.
+- ``request_ms``: what a request spends outside the forwards, once: the API server's request handling and
+  tokenisation before the engine sees it, and detokenising and streaming its first token back. It adds to TTFT and
+  E2E, not to the time per output token. Default 3 ms for every engine (each serves OpenAI-style HTTP from a Python
+  front end): our judgement (a fast tokenizer takes well under a millisecond for a 1,000-token prompt; request
+  parsing, the hop to the engine process and the first streamed chunk a few more), not a measurement; a
+  single-stream TTFT fixes it (TTFT at one request = this + one prefill forward).
 - ``overlap_schedule`` and ``scheduler_ms``: whether the engine runs a step's host work (scheduling the next batch,
   preparing its inputs, processing the last step's results) under the GPU's current forward, and how long that work
   takes. ``step_fixed_ms`` is what stays exposed with it; a step without it (``overlap_schedule=false``) also pays
@@ -118,7 +128,7 @@ _BOOL_WORDS = {"true": True, "1": True, "on": True, "false": False, "0": False, 
 @dataclass(frozen=True)
 class EngineCosts:
     engine: str = "vllm"
-    step_fixed_ms: float = 1.5
+    step_fixed_ms: float = 0.3
     overlap_schedule: bool = True
     scheduler_ms: float = SCHEDULER_MS
     graph_max_batch: int = 512
@@ -132,6 +142,7 @@ class EngineCosts:
     fused_waves: float = 4.0
     nic_gb_s: float = NIC_GB_S
     two_batch_min_tokens: float | None = None  # None: two requests' worth (see the module docstring)
+    request_ms: float = 3.0  # per request, outside the forwards (see the module docstring)
 
     def __post_init__(self):
         # sidecars and callers written before the fused mode stored a bool
@@ -157,7 +168,7 @@ class EngineCosts:
 
 
 DEFAULTS: dict[str, EngineCosts] = {
-    "vllm": EngineCosts("vllm", step_fixed_ms=1.5, graph_max_batch=512, two_batch_min_tokens=32.0),
+    "vllm": EngineCosts("vllm", step_fixed_ms=0.3, graph_max_batch=512, two_batch_min_tokens=32.0),
     "sglang": EngineCosts("sglang", step_fixed_ms=0.8, graph_max_batch=256),
     "trtllm": EngineCosts("trtllm", step_fixed_ms=0.5, graph_max_batch=128),
 }

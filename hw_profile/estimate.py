@@ -35,8 +35,8 @@ caches are replicated over tensor-parallel ranks (one latent per token), so unde
 this is why DeepSeek-style deployments use ``dp``, the default for those models when ep > 1.
 
 Each table's sidecar records the engine costs used, the sources, the notes of the kernel reader, a
-``prefill_cost`` block (prefill tokens priced apart from decode tokens: compute-bound GEMMs per prompt token and
-attention per prompt-token pair), ``kind: estimate`` and, on the target's table, ``drafter_tables`` naming the
+``prefill_cost`` block (the attention of prompt chunks per (token, token attended) pair; their GEMMs are T's at
+the step's total tokens), ``kind: estimate`` and, on the target's table, ``drafter_tables`` naming the
 drafters' tables written beside it, so a scenario needs only ``hardware.table``.
 """
 
@@ -336,11 +336,17 @@ def nvlink_domain(gpu: GPU) -> int:
     return 72 if gpu.name.upper().startswith("GB") else 8
 
 
-def engine_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, costs: EngineCosts) -> dict[str, np.ndarray]:
+def engine_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, costs: EngineCosts,
+                 kernels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What the engine adds to the step's ``kernels`` (ms per family): its host cost, the launches of a step past
+    the captured CUDA graphs, and sampling. An eager step's launches are issued by the host while the GPU runs the
+    kernels already launched, so they cost only what they take beyond the kernels' own time: a 600-token prompt
+    chunk's compute-bound kernels hide them, a one-request decode outside the captured sizes is all launches."""
     b = np.asarray(b, dtype=float)
+    launches = eager_ms(b, shape.layers, shape.moe_layers, costs)
     return {
         "fixed": np.full_like(b, costs.host_ms),
-        "eager": eager_ms(b, shape.layers, shape.moe_layers, costs),
+        "eager": np.maximum(launches - sum(kernels.values()), 0.0),
         "sampling": sampling_ms(b, shape.vocab if shape.lm_head else 0, dep.bandwidth, costs),
     }
 
@@ -424,13 +430,13 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
             elif "a2a" in parts:
                 notes.append("expert-parallel dispatch/combine priced by the estimate (DeepEP's figures across "
                              f"nodes, NVLink inside one domain; overlap={dep.costs.overlap}), not the kernel database")
-            parts.update(engine_parts(shape, dep, b, costs))
+            parts.update(engine_parts(shape, dep, b, costs, parts))
             ms = sum(parts.values())
             return Estimate(ms, parts, np.full(b.shape, "kernels", dtype=object), np.asarray(kt.inside, bool),
                             [kt.source], [*kt.notes, *notes])
     parts = with_exchange(shape, dep, b, k, roofline_parts(shape, dep, b, k),
                           lambda bb, kk: roofline_parts(shape, dep, bb, kk))
-    parts.update(engine_parts(shape, dep, b, costs))
+    parts.update(engine_parts(shape, dep, b, costs, parts))
     ms = sum(parts.values())
     if shape.expert_dtype == "fp4" and not dep.gpu.fp4_tflops:
         notes.append(f"{dep.gpu.name} has no FP4 tensor cores: the fp4 routed experts are priced as fp4 weights "
@@ -489,7 +495,7 @@ def _sibling_estimate(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.n
         notes.append(f"{how} not used for {shape.name}: {exc}; roofline instead")
         return None
     parts = with_exchange(shape, dep, b, k, parts, lambda bb, kk: sibling_parts(shape, dep, sibling, db, bb, kk)[0])
-    parts.update(engine_parts(shape, dep, b, costs))
+    parts.update(engine_parts(shape, dep, b, costs, parts))
     if twin:
         notes.append(f"kernels: {sibling.name}'s measured kernels; {dep.gpu.name} has its datasheet (tensor rates, "
                      f"memory bandwidth) and the database lacks it. Communication is priced on {dep.gpu.name}'s own "
@@ -576,15 +582,14 @@ def _kernel_package() -> bool:
     return importlib.util.find_spec(PACKAGE) is not None
 
 
-def prefill_cost(shape: ModelShape, dep: Deployment) -> dict:
-    """Prefill tokens priced apart from decode tokens (a mixed step is not T(total tokens)): a prompt token goes
-    through every GEMM compute-bound (chunks are hundreds of tokens) and attends to the prompt before it."""
-    g = dep.head_split
-    peak = dep.peak(dep.dtype)
+def chunk_attention(shape: ModelShape, dep: Deployment) -> dict:
+    """The sidecar's ``prefill_cost`` block (``hw_profile.table.ChunkAttention``): a prompt chunk's causal attention,
+    ns per (chunk token, token it attends to), compute-bound (hundreds of queries per request). Its GEMMs are T's at
+    the step's total tokens: one forward (``simulator.core.forward``)."""
+    _, per_query_kv, _, dtype = attention_work(shape, dep)
     return {
-        "us_per_token": 2.0 * shape.matmul_params / g / peak * 1e6,
-        "ns_per_token_kv": shape.attn_flops_per_kv_token / g / peak * 1e9,
-        "source": f"compute-bound roofline on {dep.gpu.name} ({dep.dtype}, comp_eff {dep.roofline.comp_eff})",
+        "ns_per_token_kv": per_query_kv / dep.peak(dtype) * 1e9,
+        "source": f"compute-bound roofline of the attention on {dep.gpu.name} ({dtype}, comp_eff {dep.roofline.comp_eff})",
     }
 
 
@@ -608,7 +613,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         kind="estimate",
         caveat={"kind": "an estimate",
                 "text": (f"kernels from {', '.join(est.sources)} ({np.mean(est.inside):.0%} of points inside measured "
-                         "data) plus the engine costs in engine_costs; within 30% on 17 of 25 public decode "
+                         "data) plus the engine costs in engine_costs; within 30% on 19 of 25 public decode "
                          "measurements (docs/sim-to-real.md): calibrate it on one to three measured points "
                          "(hw-profile calibrate --prior) before planning")},
         device=dep.gpu.name,
@@ -622,9 +627,11 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         sources=est.sources,
         notes=notes,
         inside_share=float(np.mean(est.inside)) if len(est.inside) else 0.0,
-        prefill_cost=prefill_cost(shape, dep),
+        prefill_cost=chunk_attention(shape, dep),
         verify_attention=verify_attention(shape, dep, used).to_meta(),
         weight_bytes_per_gpu=weights_per_gpu,
+        # the cache this table priced (kv_cache_bytes), which the simulator sizes the KV pool with
+        **shape.kv_cache_facts(kv_cache_bytes(shape), dep.head_split, dep.table_gpus),
         **(meta or {}),
     )
     return StepTable.from_points(rows, table_meta(**full))

@@ -535,6 +535,7 @@ def _metadata(cfg: ProfileConfig, timed: ModelShape, target: ModelShape, model, 
         model=str(cfg.model),
         model_shape=timed.to_dict(),
         target_shape=target.to_dict() if target != timed else None,
+        **target.kv_cache_facts(DTYPE_BYTES[cfg.dtype], 1, 1),  # the cache the target holds in the measured dtype
         layers_override=cfg.layers if cfg.drafter_layers is None else None,
         drafter_layers=cfg.drafter_layers,
         implementation={**implementation_info(model, moe=timed.is_moe),

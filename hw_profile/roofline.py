@@ -241,6 +241,7 @@ def analytic_table(
         model_shape=shape.to_dict(),
         roofline=params.__dict__,
         caveat=roofline_caveat(),
+        **shape.kv_cache_facts(DTYPE_BYTES[dtype], gpus, gpus),  # the cache in the table's dtype, as priced
         **moe,
     )
     return StepTable.from_points(rows, meta)

@@ -193,6 +193,19 @@ class ModelShape:
             return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * 2.0
         return 2.0 * self.layers * self.kv_heads * self.head_dim * 2.0
 
+    def kv_cache_facts(self, value_bytes: float, tp: int, gpus: int) -> dict[str, float]:
+        """The sidecar's KV facts for a cache of ``value_bytes`` per value on a table of ``gpus`` GPUs whose
+        attention heads are split ``tp`` ways: ``kv_bytes_per_token_per_gpu``, what one context token holds on one
+        GPU (tensor parallelism splits KV heads, but never below one head a GPU, as vLLM replicates them; a latent
+        or compressed cache is one copy for all heads, so every GPU holds all of it), and ``kv_bytes_per_token``,
+        the same over all the table's GPUs. One owner of this fact: the simulator sizes the KV pool from it."""
+        total = self.kv_bytes_per_token * value_bytes / 2.0
+        if self.is_mla or self.is_compressed or tp <= 1:
+            per_gpu = total
+        else:
+            per_gpu = total * max(self.kv_heads // tp, 1) / self.kv_heads
+        return {"kv_bytes_per_token_per_gpu": per_gpu, "kv_bytes_per_token": per_gpu * gpus}
+
     @property
     def kv_read_bytes_per_token(self) -> float:
         """Bytes of KV cache a step reads per context token (2-byte precision), once per request. Every layer reads

@@ -16,9 +16,9 @@ B); the grid is made rectangular once at load:
 Beyond the table, B and K extrapolate linearly from the last segment (slope clamped at zero, so time never falls
 as work grows) and clamp below the first point.
 
-A sidecar may also price prefill apart from T (``PrefillCost``, the optional block ``prefill_cost``): a table
-measured or estimated over decode/verify shapes misprices prompt chunks riding in the same step, whose work grows
-with the chunk and with the prompt already cached before it rather than with B alone.
+A sidecar may also price the attention of prompt chunks (``ChunkAttention``, the optional block ``prefill_cost``):
+a chunk's GEMMs are T's at the step's total tokens (one forward, ``simulator.core.forward``), but its causal
+attention grows with the chunk and with the prompt cached before it, which T's (B, K) axes do not see.
 
 And it may say how the table priced verification's attention (``VerifyAttention``, the optional block
 ``verify_attention``): T's axes are tokens and KV tokens, not requests, yet each verified token attends to its
@@ -62,7 +62,7 @@ COLUMNS = [
     "energy_j",
 ]
 REQUIRED = ["batch_tokens", "kv_tokens", "status", "step_ms"]
-PREFILL_COST = "prefill_cost"  # the sidecar's optional block (PrefillCost)
+PREFILL_COST = "prefill_cost"  # the sidecar's optional block (ChunkAttention)
 VERIFY_ATTENTION = "verify_attention"  # the sidecar's optional block (VerifyAttention)
 # Written only when a table has them: where an estimated point's kernel time came from, and whether it lay inside
 # measured kernel data (hw_profile.estimate).
@@ -108,38 +108,42 @@ def _number_block(meta: dict, name: str, least: dict[str, float], where: str) ->
 
 
 @dataclass(frozen=True)
-class PrefillCost:
-    """What prompt tokens prefilled in a step cost beyond that step's decode/verify forward, from a sidecar block
-    ``"prefill_cost": {"us_per_token": A, "ns_per_token_kv": C, "source": "..."}``.
+class ChunkAttention:
+    """The attention of prompt chunks riding in a forward, from the sidecar block ``prefill_cost``
+    (``{"ns_per_token_kv": C, "source": "..."}``; older sidecars also carry ``us_per_token``, the per-token GEMM
+    price of the rule this one replaced, which is read and ignored).
 
-    A chunk of c prompt tokens whose request already holds p tokens in the KV cache costs c * A microseconds
-    (projections, MLP: linear in c) plus C nanoseconds per (new token, token it attends to) pair: token i of the
-    chunk attends to p + i earlier tokens, c * (p + c / 2) pairs in all (causal attention over the chunk).
+    A forward's GEMMs are shared by all of its tokens, so a chunk's projections and MLP are priced by T(B, K) at the
+    step's total tokens (``simulator.core.forward``); what T cannot see is the chunk's causal attention: token i of
+    a chunk of c tokens whose request already holds p tokens attends to p + i earlier tokens, c * (p + c / 2)
+    pairs in all, C nanoseconds each (compute-bound: hundreds of queries per request).
     """
 
-    us_per_token: float
     ns_per_token_kv: float
     source: str = ""
 
     @classmethod
-    def from_meta(cls, meta: dict, where: str) -> PrefillCost | None:
+    def from_meta(cls, meta: dict, where: str) -> ChunkAttention | None:
         """The block of a sidecar's metadata, or None without one; ``where`` names the sidecar in errors."""
-        read = _number_block(meta, PREFILL_COST, {"us_per_token": 0.0, "ns_per_token_kv": 0.0}, where)
+        block = meta.get(PREFILL_COST) if isinstance(meta, dict) else None
+        if isinstance(block, dict):  # the retired per-token GEMM price is no longer part of the block
+            meta = {PREFILL_COST: {k: v for k, v in block.items() if k != "us_per_token"}}
+        read = _number_block(meta, PREFILL_COST, {"ns_per_token_kv": 0.0}, where)
         return None if read is None else cls(*read)
 
     def ms(self, chunks: np.ndarray, cached: np.ndarray) -> float:
-        """Milliseconds for prompt chunks of ``chunks`` tokens whose requests hold ``cached`` tokens before them
-        (arrays of one length; rows with a zero chunk cost nothing)."""
+        """Milliseconds of attention for prompt chunks of ``chunks`` tokens whose requests hold ``cached`` tokens
+        before them (arrays of one length; rows with a zero chunk cost nothing)."""
         c = np.asarray(chunks, dtype=np.int64)
         p = np.asarray(cached, dtype=np.int64)
         pairs2 = int((c * (2 * p + c)).sum())  # twice the attention pairs, exact in integers
-        return int(c.sum()) * self.us_per_token / 1e3 + pairs2 * self.ns_per_token_kv / 2e6
+        return pairs2 * self.ns_per_token_kv / 2e6
 
     def each_ms(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
         """``ms`` of each chunk on its own (an array)."""
         c = np.asarray(chunks, dtype=np.int64)
         p = np.asarray(cached, dtype=np.int64)
-        return c * self.us_per_token / 1e3 + c * (2 * p + c) * self.ns_per_token_kv / 2e6
+        return c * (2 * p + c) * self.ns_per_token_kv / 2e6
 
 
 @dataclass(frozen=True)
@@ -220,7 +224,7 @@ class StepTable:
                 meta = json.loads(side.read_text())
             except json.JSONDecodeError as exc:
                 raise TableError(f"{side}: sidecar is not valid JSON ({exc})") from None
-            PrefillCost.from_meta(meta, str(side))  # a malformed block fails here, with the table
+            ChunkAttention.from_meta(meta, str(side))  # a malformed block fails here, with the table
             VerifyAttention.from_meta(meta, str(side))
         if "source" in df.columns:
             df["source"] = df["source"].astype(object).where(df["source"].notna(), "").astype(str)
@@ -235,9 +239,9 @@ class StepTable:
         return path
 
     @property
-    def prefill_cost(self) -> PrefillCost | None:
-        """The sidecar's prefill price, if it has one."""
-        return PrefillCost.from_meta(self.meta, str(sidecar_path(self.path)) if self.path else "table metadata")
+    def chunk_attention(self) -> ChunkAttention | None:
+        """The sidecar's price of prompt chunks' attention, if it has one."""
+        return ChunkAttention.from_meta(self.meta, str(sidecar_path(self.path)) if self.path else "table metadata")
 
     @property
     def ok(self) -> pd.DataFrame:

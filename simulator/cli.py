@@ -432,10 +432,11 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
         click.echo(f"  prefill: disaggregated, pool {pool}")
     else:
         click.echo(f"  prefill: colocated, schedule {m.engine.schedule}")
-    if hw.prefill_cost is not None:
-        cost = hw.prefill_cost
-        click.echo(f"  prefill priced apart (table sidecar): {cost.us_per_token:g} us per prompt token + "
-                   f"{cost.ns_per_token_kv:g} ns per cached token it attends to" + (f" ({cost.source})" if cost.source else ""))
+    if hw.chunk_attention is not None:
+        cost = hw.chunk_attention
+        click.echo("  a step is one forward over all its tokens; prompt chunks' attention priced apart (table sidecar): "
+                   f"{cost.ns_per_token_kv:g} ns per (chunk token, token it attends to)"
+                   + (f" ({cost.source})" if cost.source else ""))
     click.echo(f"  acceptance: {m.acceptance.source} {m.acceptance.profile if m.acceptance.source == 'profile' else m.acceptance.trace or ''}"
                f" ({m.acceptance.confidence} confidences); SLA targets {', '.join(f'{t:g}' for t in m.sla.tps_targets)} tok/s/user")
 

@@ -16,9 +16,9 @@ the clock):
 2. ``speculate``: draft -> policy -> verify for the decoding requests: the acceptance source proposes
    confidences, the policy picks prefix lengths l (R,), the source says how many are accepted;
 3. ``step_time``, then the clock advances (one SimPy timeout) by draft + scheduling stall (policies that need
-   this step's confidences) + T(B, K), with B = sum(1 + l) + prefill tokens and K = KV tokens read; when the
-   table prices prefill apart (its sidecar's ``prefill_cost``), T covers only the decode/verify tokens and the
-   prompt chunks add their own price (``PrefillCost.ms``);
+   this step's confidences) + one forward over all the step's tokens (``simulator.core.forward``): T(B, K) with
+   B = sum(1 + l) + prompt-chunk tokens and K the decoding rows' KV, plus the chunks' attention where the table
+   prices it apart (its sidecar's ``prefill_cost``), else with the chunks' cached prompt on K;
 4. ``apply_outcomes``: each decoding request emits its accepted prefix plus one target token; a request whose
    prefill completes emits its first token; the step is logged;
 5. ``retire``: finished requests leave; while the KV cache overflows, the preemption rule's victim (by default
@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import simpy
 
-from hw_profile.table import PrefillCost, StepTimeGrid
+from hw_profile.table import ChunkAttention, StepTimeGrid
 from simulator.core.acceptance.base import AcceptanceSource, NoDrafts, checked_accepted, checked_confidence
 from simulator.core.acceptance.runtime import RuntimeSource
 from simulator.core.batch_kernels import (
@@ -51,9 +51,9 @@ from simulator.core.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.core.engine_config import EngineConfig
 from simulator.core.engine_rules import Router
+from simulator.core.forward import ForwardPrice
 from simulator.core.policies import make_policy
 from simulator.core.policies.base import Policy, PolicyView, StepRate, checked_lengths
-from simulator.core.prefill import PrefillPrice
 from simulator.errors import UserError
 
 # Every per-request field, declared once. The request log holds them all; those with ``batch`` set are also
@@ -110,15 +110,16 @@ class StepPlan:
     prefills this step, None when nothing prefills; lengths, accepted: (rows,) the policy's verification lengths
     and the accepted draft tokens, None without speculation; ended: (rows,) bool, requests a token-generating
     source ended at EOS this step (``Proposal.ended``), or None; prefill_ended: batch rows whose completing
-    prefill sampled an end-of-sequence token (``RuntimeSource.prefilled``), or None; prefill_ms: the price of
-    this step's prompt chunks when the table prices prefill apart, else None (T(B, K) covers them); kv_decode:
-    the KV tokens the decoding rows read, summed when something prices them (the K of their T when prefill is
-    priced apart; what their verified tokens attend over when a table corrects for tokens per request), else 0.
+    prefill sampled an end-of-sequence token (``RuntimeSource.prefilled``), or None; cached: (running,) the
+    tokens each row holds before its chunk, None when nothing prefills; chunk_ms: what the chunks add to the
+    forward beyond T (their attention, ``ForwardPrice.extra_ms``); kv: T's K, the decoding rows' KV plus, on a
+    table that does not price chunks' attention, the chunks' cached prompt; kv_decode: the KV tokens the decoding
+    rows read (what their verified tokens attend over).
     """
 
-    __slots__ = ("accepted", "batch_tokens", "context", "decode_rows", "draft_ms", "ended", "ids", "kv", "kv_decode",
-                 "kv_used", "lengths", "prefill_chunks", "prefill_ended", "prefill_ms", "prefill_tokens", "remaining",
-                 "rows", "running", "stall_ms", "start", "step_ms", "verified")
+    __slots__ = ("accepted", "batch_tokens", "cached", "chunk_ms", "context", "decode_rows", "draft_ms", "ended", "ids",
+                 "kv", "kv_decode", "kv_used", "lengths", "prefill_chunks", "prefill_ended", "prefill_tokens",
+                 "remaining", "rows", "running", "stall_ms", "start", "step_ms", "verified")
 
     def __init__(self, start: float, running: int, kv_used: int):
         self.start = start
@@ -133,7 +134,8 @@ class StepPlan:
         self.stall_ms = 0.0
         self.ended: np.ndarray | None = None
         self.prefill_ended: np.ndarray | None = None
-        self.prefill_ms: float | None = None
+        self.cached: np.ndarray | None = None
+        self.chunk_ms = 0.0
         self.kv_decode = 0
 
 
@@ -275,10 +277,9 @@ class Replica:
         if self.prefilling and cfg.schedule == "prefill-first":
             dec = remaining = plan.context = plan.ids = self.plan_prefill_only(plan)
         elif self.prefilling:
-            dec, remaining, plan.context, plan.ids, plan.prefill_chunks, plan.prefill_tokens, left = plan_prefill(
+            dec, remaining, plan.context, plan.ids, plan.prefill_chunks, plan.prefill_tokens, _ = plan_prefill(
                 b.to_prefill, b.output, b.generated, b.prompt, b.rid, n, cfg.gamma, cfg.max_batch_tokens,
                 cfg.prefill_chunk)
-            plan.kv = self.tokens - left  # prefilling requests read what is prefilled
         else:
             dec = slice(0, n)
             remaining = b.output[:n] - b.generated[:n]
@@ -288,24 +289,25 @@ class Replica:
         plan.decode_rows = dec
         plan.rows = len(remaining)
         plan.remaining = remaining
-        if prices.prefill_cost is not None and plan.prefill_tokens:
-            cached = b.prompt[:n] + b.generated[:n] - b.to_prefill[:n]  # what each row holds before its chunk
-            plan.prefill_ms = prices.prefill_cost.ms(plan.prefill_chunks, cached)
-        if plan.prefill_ms is not None or prices.per_request:
+        if plan.prefill_chunks is not None:  # one forward: the chunks' prefix on K or their attention apart
+            plan.kv_decode = int(plan.context.sum())
+            plan.cached = b.prompt[:n] + b.generated[:n] - b.to_prefill[:n]  # what each row holds before its chunk
+            plan.chunk_ms = prices.forward.extra_ms(plan.prefill_chunks, plan.cached)
+            plan.kv = plan.kv_decode + prices.forward.kv_of_chunks(plan.prefill_chunks, plan.cached)
+        elif prices.per_request:
             plan.kv_decode = int(plan.context.sum())
         return plan
 
     def plan_prefill_only(self, plan: StepPlan) -> np.ndarray:
         """A prefill-only step (SGLang's scheduler): the prefilling rows' prompts, in admission order, up to the
-        batch-token cap, the last one cut to what is left (it continues first in the next step); K is what the
-        chunked rows already hold. Returns the (empty) decoding rows."""
+        batch-token cap, the last one cut to what is left (it continues first in the next step). Returns the
+        (empty) decoding rows."""
         b, n = self.batch, plan.running
         left = b.to_prefill[:n]
         before = np.cumsum(left) - left  # prompt tokens the earlier rows want
         chunks = np.minimum(np.maximum(self.config.max_batch_tokens - before, 0), left)
         plan.prefill_chunks = chunks
         plan.prefill_tokens = int(chunks.sum())
-        plan.kv = int((b.prompt[:n] + b.generated[:n] - left)[chunks > 0].sum())
         return np.empty(0, dtype=np.int64)
 
     def speculate(self, plan: StepPlan) -> None:
@@ -319,12 +321,9 @@ class Replica:
             proposal = sim.source.propose(plan.ids)
             conf = checked_confidence(sim.source, proposal.confidence, rows, gamma)
             maxl, conf = verifiable(conf, remaining, gamma)  # positions past a request's end: confidence 0
-            if plan.prefill_ms is None:
-                sps = StepRate(prices.policy_grid, plan.kv, plan.prefill_tokens, plan.draft_ms + plan.stall_ms,
-                               rows, plan.kv_decode)
-            else:  # the prompt chunks' price is fixed for this step; T prices the verify tokens alone
-                sps = StepRate(prices.policy_grid, plan.kv_decode, 0, plan.draft_ms + plan.stall_ms + plan.prefill_ms,
-                               rows, plan.kv_decode)
+            # the step's one forward as the policy's B varies: the chunks' tokens ride on B, their attention is fixed
+            sps = StepRate(prices.policy_grid, plan.kv, plan.prefill_tokens,
+                           plan.draft_ms + plan.stall_ms + plan.chunk_ms, rows, plan.kv_decode)
             view = PolicyView(conf, remaining, plan.context, sps, gamma, self.step_no,
                               proposal.outcome if self.policy.needs_outcome else None, maxl)
             plan.lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
@@ -340,21 +339,16 @@ class Replica:
                 plan.prefill_ended = done[np.asarray(ended, dtype=bool)]
 
     def step_time(self, plan: StepPlan) -> float:
-        """Milliseconds: draft + scheduling stall + the target's forward T(B, K) from the clock's table, corrected
-        for the tokens per request the step verifies where the table says how it priced them (``verify_ms``); with a
-        prefill price, T(decode/verify tokens, their K) + the prompt chunks' price, where a step with nothing to
-        decode pays the table's smallest forward (``StepPrices.empty_forward_ms``) once."""
+        """Milliseconds: draft + scheduling stall + one forward over the step's tokens (``ForwardPrice``): T(B, K)
+        from the clock's table at all the step's tokens, corrected for the tokens per request the step verifies
+        where the table says how it priced them (``verify_ms``), plus the prompt chunks' attention where the table
+        prices it apart."""
         sim, prices = self.sim, self.sim.prices
         if sim.live_clock is not None:  # the measured time of the step's real forwards (clock: live)
             return sim.live_clock() + plan.stall_ms
-        decode = plan.batch_tokens - plan.prefill_tokens
-        # verifying more (or fewer) tokens per request than the table priced: its attention correction, 0 without
-        verify = (prices.clock.verify_ms(decode, plan.rows, plan.kv_decode)
-                  if plan.rows and prices.clock.verify is not None else 0.0)
-        if plan.prefill_ms is None:
-            return plan.draft_ms + plan.stall_ms + prices.clock.lookup(plan.batch_tokens, plan.kv) + verify
-        forward = prices.clock.lookup(decode, plan.kv_decode) + verify if decode else prices.empty_forward_ms
-        return plan.draft_ms + plan.stall_ms + forward + plan.prefill_ms
+        forward = prices.forward.ms(plan.batch_tokens, plan.kv, plan.batch_tokens - plan.prefill_tokens, plan.rows,
+                                    plan.kv_decode)
+        return plan.draft_ms + plan.stall_ms + forward + plan.chunk_ms
 
     def apply_outcomes(self, plan: StepPlan) -> None:
         """After the forward: each decoding row emits its accepted prefix plus one target token, a row whose
@@ -423,15 +417,15 @@ NO_DRAFT = DraftCost(DRAFTER_KINDS["none"], None)
 class StepPrices:
     """What a step costs, from the tables: ``clock`` gives the target's forward T(B, K) that advances the clock,
     ``policy_grid`` the copy a hardware-aware policy prices SPS(B) on (default: the clock's), ``draft`` the
-    drafter's cost, and ``prefill_cost`` prices prompt chunks apart from T when the table's sidecar has one."""
+    drafter's cost, and ``chunk_attention`` the prompt chunks' attention when the table's sidecar prices it apart
+    (``forward``: the one forward rule on the clock's table)."""
 
     def __init__(self, clock: StepTimeGrid, *, draft: DraftCost | None = None, policy_grid: StepTimeGrid | None = None,
-                 prefill_cost: PrefillCost | None = None):
+                 chunk_attention: ChunkAttention | None = None):
         self.clock = clock
         self.policy_grid = clock if policy_grid is None else policy_grid
         self.draft = NO_DRAFT if draft is None else draft
-        self.prefill_cost = prefill_cost
-        self.empty_forward_ms = PrefillPrice(clock, prefill_cost).empty_ms  # what a step with nothing to decode pays
+        self.forward = ForwardPrice(clock, chunk_attention)
         # a table that corrects for tokens per request (``StepTimeGrid.verify``) needs the decoding rows' KV each step
         self.per_request = clock.verify is not None or self.policy_grid.verify is not None
 
@@ -500,6 +494,16 @@ class Simulation:
             req["rejected"][ids[~fits]] = True  # could never fit, even alone
             self.rejected += int((~fits).sum())
             ids = ids[fits]
+        if self.config.request_ms:  # the API server holds them first (EngineConfig.request_ms)
+            later = self.env.timeout(self.config.request_ms * 1e-3)
+            later.callbacks.append(lambda _, ids=ids: self.dispatch(ids))
+        else:
+            self.dispatch(ids)
+
+    def dispatch(self, ids: np.ndarray) -> None:
+        """Requests the engine now sees go to their prefill: a finite prefill pool, a replica's queue (colocated), or
+        an unbounded pool that prefills each alone."""
+        req = self.requests.data
         if self.prefill_pool is not None:
             for rid in ids.tolist():
                 self.prefill_pool.submit(rid, int(req["prompt"][rid]))

@@ -25,6 +25,8 @@ class EngineConfig:
     replicas, router, admission, preemption: how many replicas and the rules (simulator/core/engine_rules.py, by name,
     import string or class; held as the class once built, so a run finds each rule once). prefill: None (prompts
     prefill on the decode replica, colocated) or a ``Disaggregated`` pool.
+    request_ms: what a request spends outside the forwards before it joins a queue (API server, tokenisation; the
+    first token's trip back is counted here too, since it adds the same to TTFT and E2E).
     """
 
     max_running: int
@@ -39,11 +41,14 @@ class EngineConfig:
     admission: str | type = "fcfs"
     preemption: str | type = "newest"
     prefill: Disaggregated | None = None
+    request_ms: float = 0.0
 
     def __post_init__(self):
         for name in ("max_running", "max_batch_tokens", "kv_capacity", "prefill_chunk", "replicas"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be at least 1, got {getattr(self, name)}")
+        if self.request_ms < 0:
+            raise ValueError(f"EngineConfig.request_ms must be >= 0, got {self.request_ms}")
         if self.gamma < 0:
             raise ValueError(f"EngineConfig.gamma must be >= 0, got {self.gamma}")
         if self.schedule not in SCHEDULES:

@@ -4,11 +4,11 @@ With ``engine.prefill: disaggregated`` a separate pool computes each prompt's KV
 the request to a decode replica. Without ``hardware.prefill_replicas`` that pool is unbounded (every prompt is
 prefilled at once, as on an idle pool). With it, the pool has that many replicas, each running one forward at a
 time over a batch of waiting prompts packed first-come first-served up to ``max_batch_tokens`` (a prompt longer
-than what is left is chunked and continues in the next forward, reading its earlier chunks' KV). A forward over B
-prompt tokens reading K cached tokens takes T(B, K) from the prefill step-time table, or, when that table prices
-prefill apart (``PrefillCost``), the table's smallest forward plus its chunks' price (``PrefillPrice``). New prompts go to the
-replica with the fewest tokens outstanding, so TTFT grows with the queue when the pool is too small: the capacity
-``simulate plan`` sizes against a TTFT limit.
+than what is left is chunked and continues in the next forward, reading its earlier chunks' KV). A forward is
+priced by the engine's one forward rule (``simulator.core.forward``) on the prefill step-time table: T at its
+prompt tokens plus their attention, or T(B, K) with the cached prompt as K on a table that does not price chunks'
+attention apart. New prompts go to the replica with the fewest tokens outstanding, so TTFT grows with the queue
+when the pool is too small: the capacity ``simulate plan`` sizes against a TTFT limit.
 """
 
 from __future__ import annotations
@@ -19,41 +19,17 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from hw_profile.table import PrefillCost, StepTimeGrid
-
-
-class PrefillPrice:
-    """What a prefill forward costs: T(tokens, cached) from the table, or, with a ``PrefillCost``, the table's
-    smallest forward (its fixed costs, paid once) plus each chunk's price."""
-
-    def __init__(self, grid: StepTimeGrid, cost: PrefillCost | None):
-        self.grid = grid
-        self.cost = cost
-        # a forward still pays its fixed costs (launches, scheduling, one read of the weights): the table's smallest
-        # point, T at its least B and K, is the closest it has measured to an empty one
-        self.empty_ms = grid.lookup(0.0, 0.0)
-        self._alone = grid.curve(0.0) if cost is None else None
-
-    def batch_ms(self, takes: list[int], cached: list[int]) -> float:
-        """One forward over chunks of ``takes`` tokens whose prompts hold ``cached`` tokens before them."""
-        if self.cost is None:
-            return self.grid.lookup(sum(takes), sum(cached))
-        return self.empty_ms + self.cost.ms(np.array(takes), np.array(cached))
-
-    def alone_ms(self, prompts: np.ndarray) -> np.ndarray:
-        """Each prompt in a forward of its own with nothing cached (an unbounded pool), as an array."""
-        if self._alone is not None:
-            return self._alone(prompts)
-        return self.empty_ms + self.cost.each_ms(prompts, np.zeros_like(prompts))
+from hw_profile.table import ChunkAttention, StepTimeGrid
+from simulator.core.forward import ForwardPrice
 
 
 class PrefillPool:
     """``replicas`` prefill replicas; ``on_done(rid)`` is called when a request's prompt is fully prefilled."""
 
     def __init__(self, env: simpy.Environment, replicas: int, clock: StepTimeGrid, max_batch_tokens: int,
-                 on_done: Callable[[int], None], cost: PrefillCost | None = None):
+                 on_done: Callable[[int], None], cost: ChunkAttention | None = None):
         self.env = env
-        self.price = PrefillPrice(clock, cost)
+        self.price = ForwardPrice(clock, cost)
         self.max_batch_tokens = max_batch_tokens
         self.on_done = on_done
         # per replica: FIFO of [rid, tokens left, tokens done]
@@ -104,7 +80,8 @@ class PrefillPool:
             batch = self._batch(queue)
             takes = [take for _, take in batch]
             tokens = sum(takes)
-            ms = self.price.batch_ms(takes, [item[2] for item, _ in batch])  # a continued prompt reads its chunks
+            # one forward over the chunks; a continued prompt reads its earlier chunks
+            ms = self.price.prefill_ms(np.array(takes), np.array([item[2] for item, _ in batch]))
             yield env.timeout(ms * 1e-3)
             self.forwards += 1
             self.busy_s += ms * 1e-3
@@ -137,10 +114,10 @@ class PrefillPool:
 class Disaggregated:
     """``EngineConfig.prefill`` for a separate prefill pool (not counted in the deployment's GPUs) that sends each
     request's KV and first token to a decode replica: ``replicas`` prefill replicas (``PrefillPool``), or, with
-    None, an unbounded pool that prefills every prompt at once, alone in its forward. Prices: T(B, K) of ``grid``,
-    or ``cost`` when the table prices prefill apart (``PrefillPrice``)."""
+    None, an unbounded pool that prefills every prompt at once, alone in its forward. Priced by the one forward
+    rule (``ForwardPrice``) on ``grid``, with ``cost`` the chunks' attention when the table prices it apart."""
 
-    def __init__(self, grid: StepTimeGrid, cost: PrefillCost | None = None, replicas: int | None = None,
+    def __init__(self, grid: StepTimeGrid, cost: ChunkAttention | None = None, replicas: int | None = None,
                  max_batch_tokens: int = 8192):
         if replicas is not None and replicas < 1:
             raise ValueError(f"prefill replicas must be at least 1 (or None: unbounded), got {replicas}")
@@ -157,4 +134,4 @@ class Disaggregated:
 
     def alone_ms(self) -> Callable[[np.ndarray], np.ndarray]:
         """An unbounded pool's forward time for each of an array of prompts."""
-        return PrefillPrice(self.grid, self.cost).alone_ms
+        return ForwardPrice(self.grid, self.cost).alone_ms

@@ -117,7 +117,16 @@ class Hardware(Strict):
 class Engine(Strict):
     max_running: PositiveInt = Field(256, description="max requests in the running batch of one replica")
     max_batch_tokens: PositiveInt = Field(8192, description="max tokens in one forward (decode + prefill)")
-    kv_capacity_tokens: PositiveInt | None = Field(None, description="KV cache per replica, tokens; default: from the table's GPU memory and model")
+    kv_capacity_tokens: PositiveInt | None = Field(
+        None, description="KV cache per replica, tokens; default: as the engine sizes it from gpu_memory_utilization "
+        "and the table's memory facts (simulator/inputs/hardware.py)")
+    request_ms: NonNegativeFloat | None = Field(
+        None, description="ms a request spends outside the forwards (API server, tokenisation, first streamed "
+        "token), added to TTFT and E2E; default: the table's engine cost (an estimate's request_ms), else 0")
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0.0, le=1.0, description="share of each GPU's memory the engine may take (vLLM's "
+        "--gpu-memory-utilization, default 0.9): KV tokens = (this x GPU memory - weights - activation peak - "
+        "CUDA graphs and runtime) / KV bytes per token")
     prefill_chunk: PositiveInt = Field(
         2048, description="schedule mixed: max prompt tokens of one request per step (chunked prefill)")
     schedule: Literal["mixed", "prefill-first"] = Field(

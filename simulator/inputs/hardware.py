@@ -8,12 +8,15 @@ from pathlib import Path
 
 from hw_profile.roofline import DTYPE_BYTES
 from hw_profile.shapes import ModelShape
-from hw_profile.table import PrefillCost, StepTable, StepTimeGrid, TableError
+from hw_profile.table import ChunkAttention, StepTable, StepTimeGrid, TableError
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 
-GPU_MEMORY_UTILISATION = 0.90  # share of GPU memory the serving engine may take (vLLM's default)
+# What a GPU of a serving replica holds besides weights and the KV cache, outside the activation peak: the CUDA
+# context, NCCL buffers, captured CUDA graphs and the allocator's slack. A judgement (vLLM's start-up log reports
+# graph capture at a few hundred MiB and a non-torch share near 1 GiB on an H100), not a measurement.
+RUNTIME_BYTES_PER_GPU = 1.5e9
 
 
 @dataclass
@@ -25,7 +28,8 @@ class Hardware:
     gpus_per_replica: int
     replicas: int
     energy: StepTimeGrid | None
-    prefill_cost: PrefillCost | None = None  # the target table's prefill price (its sidecar), if any
+    chunk_attention: ChunkAttention | None = None  # the target table's price of prompt chunks' attention, if any
+    request_ms: float = 0.0  # per request, outside the forwards (engine.request_ms, else the table's engine cost)
 
 
 def _read(path: Path, field: str) -> StepTable:
@@ -35,22 +39,46 @@ def _read(path: Path, field: str) -> StepTable:
         raise UserError(f"{field}: {exc}") from None
 
 
-def default_kv_capacity(table: StepTable, gpus: int) -> int | None:
-    """KV tokens that fit beside the weights, from the table's metadata (GPU memory and model shape)."""
+def default_kv_capacity(table: StepTable, gpus: int, utilization: float = 0.9, max_batch_tokens: int = 8192,
+                        max_running: int = 256) -> int | None:
+    """KV tokens one replica holds, as vLLM sizes its pool: on each GPU, ``utilization`` x its memory less the
+    weights it stores, the activation peak of a forward at the batch-token cap (``activation_peak_bytes``) and the
+    runtime (``RUNTIME_BYTES_PER_GPU``), divided by the KV bytes one token holds there. The memory facts come
+    from the table's sidecar, which records the cache it priced (``kv_bytes_per_token_per_gpu``, or the
+    replica's ``kv_bytes_per_token``; ``ModelShape.kv_cache_facts``); a table written before sidecars carried them
+    is read as its writers priced it (an estimate: a bf16 cache unless the model fixes one; other tables: the
+    table's dtype). None without GPU memory and model shape."""
     meta = table.meta
     try:
-        mem = float(meta["gpu"]["memory_gb"]) * 1e9 * gpus
+        mem = float(meta["gpu"]["memory_gb"]) * 1e9
         shape = ModelShape(**meta["model_shape"])
     except (KeyError, TypeError, ValueError):
         return None
     dtype_bytes = DTYPE_BYTES.get(str(meta.get("dtype", "bf16")), 2.0)
+    table_gpus = int(meta.get("gpus", gpus) or gpus)
     if "weight_bytes_per_gpu" in meta:  # tables that know what one GPU stores (expert-parallel ranks)
-        weight_bytes = float(meta["weight_bytes_per_gpu"]) * gpus
+        weights = float(meta["weight_bytes_per_gpu"])
     else:
-        weight_bytes = shape.total_params * dtype_bytes
-    free = mem * GPU_MEMORY_UTILISATION - weight_bytes
-    kv_per_token = shape.kv_bytes_per_token * dtype_bytes / 2.0  # the cache in the table's dtype
-    return int(free / kv_per_token) if free > 0 else None
+        weights = shape.total_params * dtype_bytes / gpus
+    if "kv_bytes_per_token_per_gpu" in meta:
+        kv_per_gpu = float(meta["kv_bytes_per_token_per_gpu"])
+    elif "kv_bytes_per_token" in meta:
+        kv_per_gpu = float(meta["kv_bytes_per_token"]) / max(table_gpus, 1)
+    else:  # the cache as the table's writer priced it
+        value = (DTYPE_BYTES[shape.kv_dtype] if shape.kv_dtype else 2.0) if meta.get("kind") == "estimate" else dtype_bytes
+        kv_per_gpu = shape.kv_cache_facts(value, gpus, gpus)["kv_bytes_per_token_per_gpu"]
+    free = (mem * utilization - weights - activation_peak_bytes(shape, gpus, max_batch_tokens, max_running)
+            - RUNTIME_BYTES_PER_GPU)
+    return int(free / kv_per_gpu) if free > 0 and kv_per_gpu > 0 else None
+
+
+def activation_peak_bytes(shape: ModelShape, gpus: int, max_batch_tokens: int, max_running: int) -> float:
+    """The activation peak of one GPU's forward at the batch-token cap, which the engine reserves before sizing its
+    KV pool (vLLM profiles a forward of max_num_batched_tokens): one layer's residual, attention and MLP activations
+    at 16 bits (hidden x 4 and intermediate x 3 per token, split over the GPUs) plus the sampler's fp32 logits and
+    probabilities for every running request."""
+    width = shape.hidden * 4.0 + max(shape.intermediate, shape.expert_intermediate) * 3.0 / gpus
+    return max_batch_tokens * width * 2.0 + max_running * shape.vocab * 4.0 * 2.0
 
 
 def load_target_table(scn: LoadedScenario) -> StepTable:
@@ -89,15 +117,29 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
         window = entry.get("attention_window") or dt.meta.get("attention_window", 0)
         draft[name] = DraftCost(kind, dt.grid, float(head.get("per_position_ms", 0.0)),
                                 float(head.get("per_row_position_ms", 0.0)), int(window))
-    kv = scn.model.engine.kv_capacity_tokens or default_kv_capacity(table, hw.gpus_per_replica)
+    eng = scn.model.engine
+    kv = eng.kv_capacity_tokens or default_kv_capacity(table, hw.gpus_per_replica, eng.gpu_memory_utilization,
+                                                       eng.max_batch_tokens, eng.max_running)
     if kv is None:
         raise UserError(
             f"{scn.path}: engine.kv_capacity_tokens: required, since table {hw.table} does not record its GPU "
-            "memory and model shape"
+            "memory and model shape, or its weights leave no room for a KV cache at "
+            f"engine.gpu_memory_utilization {eng.gpu_memory_utilization:g}"
         )
     return Hardware(clock=table.grid, policy=policy, draft=draft, kv_capacity=int(kv),
                     gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=table.energy_grid,
-                    prefill_cost=table.prefill_cost)
+                    chunk_attention=table.chunk_attention, request_ms=request_ms(table, eng.request_ms))
+
+
+def request_ms(table: StepTable, override: float | None) -> float:
+    """What a request spends outside the forwards: the scenario's ``engine.request_ms``, else the engine cost the
+    table was estimated with (``hw-profile estimate`` records ``engine_costs.request_ms``), else 0 (a measured
+    table times forwards only)."""
+    if override is not None:
+        return float(override)
+    costs = table.meta.get("engine_costs")
+    value = costs.get("request_ms") if isinstance(costs, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else 0.0
 
 
 def grid_warnings(scn: LoadedScenario, hw: Hardware, max_gamma: int) -> list[str]:

@@ -169,11 +169,11 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
     config = EngineConfig(
         max_running=m.engine.max_running, max_batch_tokens=m.engine.max_batch_tokens, kv_capacity=hw.kv_capacity,
         gamma=0 if spec.system.drafter == "none" else spec.system.gamma, prefill_chunk=m.engine.prefill_chunk,
-        schedule=m.engine.schedule, stall_ms=m.engine.sched_stall_ms, replicas=hw.replicas,
+        schedule=m.engine.schedule, stall_ms=m.engine.sched_stall_ms, replicas=hw.replicas, request_ms=hw.request_ms,
         **rules,
         prefill=prefill_mode(scn, hw))
     prices = StepPrices(hw.clock, draft=hw.draft[spec.system.drafter], policy_grid=hw.policy,
-                        prefill_cost=hw.prefill_cost)
+                        chunk_attention=hw.chunk_attention)
     sim = Simulation(config, prices, source=source, label=spec.system.name,
                      policy=lambda: make_policy(spec.system.policy, spec.system.params, spec.system.name),
                      live_clock=check_live_clock(scn, source))
@@ -199,9 +199,9 @@ def prefill_mode(scn: LoadedScenario, hw: Hardware) -> Disaggregated | None:
         return None
     if m.hardware.prefill_replicas is not None and m.hardware.prefill_table:  # its sidecar says how it prices prefill
         table = _prefill_table(scn)
-        grid, cost = table.grid, table.prefill_cost
+        grid, cost = table.grid, table.chunk_attention
     else:
-        grid, cost = hw.clock, hw.prefill_cost
+        grid, cost = hw.clock, hw.chunk_attention
     return Disaggregated(grid, cost, m.hardware.prefill_replicas, m.engine.max_batch_tokens)
 
 

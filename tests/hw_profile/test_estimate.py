@@ -28,13 +28,14 @@ from hw_profile.estimate import (
     KERNEL_FLOOR_US,
     Deployment,
     attention_work,
+    chunk_attention,
     drafter_costs,
     estimate_points,
+    estimate_table,
     exchange_ms,
     fused_moe_ms,
     kernel_twin,
     padded_envelope,
-    prefill_cost,
     roofline_parts,
     shared_experts_ms,
     single_batch_ms,
@@ -630,12 +631,40 @@ def test_a_fractional_batch_is_priced_by_the_measured_kernels():
     assert est.ms[0] <= est.ms[1] <= est.ms[2]
 
 
-def test_prefill_is_priced_per_token_and_per_token_pair():
+def test_a_chunks_attention_is_priced_per_token_pair_and_its_gemms_by_the_table():
     shape, d = dep()
-    cost = prefill_cost(shape, d)
+    cost = chunk_attention(shape, d)
     peak = 989.4e12 * 0.6
-    assert cost["us_per_token"] == pytest.approx(2 * shape.matmul_params / peak * 1e6)
+    assert "us_per_token" not in cost  # a chunk's GEMMs are T's at the step's total tokens (one forward)
     assert cost["ns_per_token_kv"] == pytest.approx(shape.attn_flops_per_kv_token / peak * 1e9)
+
+
+def test_an_eager_steps_launches_hide_under_its_kernels():
+    """Past the captured sizes the host issues every kernel while the GPU runs the ones before: a compute-bound
+    prompt chunk hides its launches, a step of small kernels pays what its launches take beyond them."""
+    shape, d = dep()
+    b = np.array([512.0, 513.0, 4096.0])
+    est = estimate_points(shape, d, b, np.zeros(3), kernels="roofline")
+    launches = 36 * 14 * 5e-3  # layers x kernels per layer x 5 us
+    kernels = sum(v for k, v in est.parts.items() if k not in ("fixed", "eager", "sampling"))
+    assert est.parts["eager"][0] == 0.0  # captured
+    assert est.parts["eager"][1:] == pytest.approx(np.maximum(launches - kernels[1:], 0.0))
+    assert est.parts["eager"][2] == 0.0 and kernels[2] > launches
+
+
+def test_kv_facts_are_the_cache_the_table_priced():
+    """The sidecar's KV bytes per token are the cache the estimate priced: bf16 for an fp8-weight model whose
+    cache type is the engine's default, so the simulator no longer sizes its pool at fp8 (twice the room)."""
+    from simulator.inputs.hardware import default_kv_capacity
+
+    shape, d = dep("qwen3-8b", "H200", dtype="fp8")
+    table = estimate_table(shape, d, "t", kernels="roofline", b_axis=np.array([1, 64]), k_axis=np.array([0, 4096]))
+    per_token = 36 * 2 * 8 * 128 * 2  # layers x (K, V) x kv heads x head dim x 2 bytes
+    assert table.meta["kv_bytes_per_token"] == table.meta["kv_bytes_per_token_per_gpu"] == per_token
+    kv = default_kv_capacity(table, 1, 0.9, 2048, 128)
+    room = 141e9 * 0.9 - table.meta["weight_bytes_per_gpu"]
+    assert 0.97 * room / per_token < kv < room / per_token
+    assert kv * per_token + table.meta["weight_bytes_per_gpu"] <= 141e9 * 0.9  # it fits the memory it was given
 
 
 def test_table_set_loads_from_hardware_table_alone(tmp_path):

@@ -1,18 +1,19 @@
-"""Engine scheduling modes (``engine.schedule``: mixed, prefill-first) and prefill priced apart from T(B, K) (a
-table sidecar's ``prefill_cost``), on a tiny linear table whose step times are worked out by hand."""
+"""Engine scheduling modes (``engine.schedule``: mixed, prefill-first) and the one forward rule (a step is one
+forward over all its tokens; a table sidecar's ``prefill_cost`` prices prompt chunks' attention apart), on a tiny
+linear table whose step times are worked out by hand."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hw_profile.table import PrefillCost, StepTable
+from hw_profile.table import ChunkAttention, StepTable
 from simulator.core.engine import Simulation, StepPrices
 from simulator.core.engine_config import EngineConfig
 from simulator.core.invariants import check_invariants
 from tests.simulator.engine_helpers import simulate
 
-A_US, C_NS = 5.0, 10.0  # prefill price: 5 us per prompt token, 10 ns per (new token, attended token) pair
+A_US, C_NS = 5.0, 10.0  # 10 ns per (chunk token, attended token) pair; 5 us per token: the retired GEMM price, ignored
 
 
 def t_ms(b: float, k: float) -> float:
@@ -35,7 +36,7 @@ def ar_sim(table: StepTable, schedule: str, *, max_batch_tokens: int = 1000, pre
     """One replica serving the drafter-less system (one token per request-step) on ``table``."""
     config = EngineConfig(max_running=max_running, max_batch_tokens=max_batch_tokens, kv_capacity=kv_capacity,
                           prefill_chunk=prefill_chunk, schedule=schedule)
-    return Simulation(config, StepPrices(table.grid, prefill_cost=table.prefill_cost))
+    return Simulation(config, StepPrices(table.grid, chunk_attention=table.chunk_attention))
 
 
 def two_requests(sim: Simulation) -> None:
@@ -45,17 +46,20 @@ def two_requests(sim: Simulation) -> None:
     check_invariants(sim)
 
 
-def test_mixed_step_prices_prefill_apart(tmp_path):
+def test_a_mixed_step_is_one_forward_with_its_chunks_attention(tmp_path):
     sim = ar_sim(tiny_table(tmp_path, priced=True), "mixed")
     two_requests(sim)
     st = sim.steps.frame()
-    # step 1: a's whole prompt and nothing to decode: the table's smallest forward T(1, 0) + 100 tokens' price
-    # step 2: a decodes (1 token, 101 cached) with b's first chunk of 200 (nothing cached before it)
+    # step 1: a's whole prompt and nothing to decode: T(100, 0) + its causal attention (100 x 50 pairs)
+    # step 2: a decodes (1 token, 101 cached) with b's first chunk of 200 (nothing cached before it): T at all
+    # 201 tokens and a's KV, + the chunk's 200 x 100 pairs
     # step 3: a decodes (102 cached) with b's second chunk of 100, which attends to the 200 before it
-    expect = [t_ms(1, 0) + 100 * 0.005 + 100 * 50 * 1e-5,
-              t_ms(1, 101) + 200 * 0.005 + 200 * 100 * 1e-5,
-              t_ms(1, 102) + 100 * 0.005 + 100 * 250 * 1e-5]
-    assert expect == pytest.approx([4.552, 5.20301, 4.75302], abs=1e-12)
+    expect = [t_ms(100, 0) + 100 * 50 * 1e-5,
+              t_ms(201, 101) + 200 * 100 * 1e-5,
+              t_ms(101, 102) + 100 * 250 * 1e-5]
+    assert expect == pytest.approx([4.25, 4.60301, 4.45302], abs=1e-12)
+    # the GEMMs are paid once: the decode token adds T(201) - T(200) = 2 us, not a second forward
+    assert expect[1] - (t_ms(200, 0) + 200 * 100 * 1e-5) == pytest.approx(0.002 + 101e-5, abs=1e-12)
     assert list(st["prefill_tokens"][:3]) == [100, 200, 100]
     assert list(st["decoding"][:3]) == [0, 1, 1]
     assert st["step_ms"][:3] == pytest.approx(expect, abs=1e-9)
@@ -82,9 +86,8 @@ def test_prefill_first_runs_prompts_alone_and_decode_waits(tmp_path, priced):
     # batch-token cap bounds it, as SGLang's chunked_prefill_size does) while a, holding its first token, waits;
     # step 3: both decode (a holds 101 tokens, b 301)
     if priced:
-        expect = [t_ms(1, 0) + 100 * 0.005 + 100 * 50 * 1e-5, t_ms(1, 0) + 300 * 0.005 + 300 * 150 * 1e-5,
-                  t_ms(2, 402)]
-        assert expect == pytest.approx([4.552, 5.952, 4.00802], abs=1e-12)
+        expect = [t_ms(100, 0) + 100 * 50 * 1e-5, t_ms(300, 0) + 300 * 150 * 1e-5, t_ms(2, 402)]
+        assert expect == pytest.approx([4.25, 5.05, 4.00802], abs=1e-12)
     else:
         expect = [t_ms(100, 0), t_ms(300, 0), t_ms(2, 402)]
     assert list(st["prefill_tokens"][:3]) == [100, 300, 0]
@@ -100,8 +103,9 @@ def test_prefill_first_chunks_a_prompt_longer_than_the_cap(tmp_path):
     check_invariants(sim)
     st = sim.steps.frame()
     assert list(st["prefill_tokens"]) == [250, 250, 100, 0]
-    assert list(st["kv_tokens"][:3]) == [0, 250, 500]  # each chunk reads the ones before it
-    chunk = [t_ms(1, 0) + c * 0.005 + c * (p + c / 2) * 1e-5 for c, p in ((250, 0), (250, 250), (100, 500))]
+    # each chunk attends to the ones before it: in its attention price, not on T's K axis
+    assert list(st["kv_tokens"][:3]) == [0, 0, 0]
+    chunk = [t_ms(c, 0) + c * (p + c / 2) * 1e-5 for c, p in ((250, 0), (250, 250), (100, 500))]
     assert st["step_ms"][:3] == pytest.approx(chunk, abs=1e-9)
 
 
@@ -134,13 +138,13 @@ def test_prefill_first_lowers_ttft_and_delays_decode(tmp_path):
     assert sim_m.steps.frame()["prefill_tokens"].sum() == sim_f.steps.frame()["prefill_tokens"].sum() == n * PROMPT
     st_f = sim_f.steps.frame()
     assert not np.any((st_f["prefill_tokens"] > 0) & (st_f["decoding"] > 0))  # prefill-first never mixes
-    # a prompt is one prefill-only step (14.36 ms) instead of four mixed chunks each paying a decode forward:
-    # measured here, mean TTFT 16.4 ms against 28.8 ms
+    # a prompt is one prefill-only step (11.3 ms) instead of four mixed chunks, each a step of its own:
+    # measured here, mean TTFT 13.7 ms against 26.1 ms
     assert first["ttft"] < 0.7 * mixed["ttft"]
     # decode waits for every prefill-only step: the longest decode gap is at least one whole prompt's step
-    # (18.5 ms here), while a mixed step never holds more than a 256-token chunk (7.7 ms); time per output
-    # token 6.16 against 5.42 ms
-    whole_prompt = t_ms(1, 0) + PROMPT * 0.005 + PROMPT * (PROMPT / 2) * 1e-5
+    # (11.3 ms, 15.4 measured), while a mixed step never holds more than a 256-token chunk (6.9 ms); time per
+    # output token 5.54 against 4.91 ms
+    whole_prompt = t_ms(PROMPT, 0) + PROMPT * (PROMPT / 2) * 1e-5
     assert first["gap"] >= whole_prompt > mixed["gap"]
     assert first["tpot"] > 1.1 * mixed["tpot"]
 
@@ -155,7 +159,7 @@ def test_scenario_schedule_and_sidecar_reach_the_engine(tmp_path, scenario_file,
               "engine": {"kv_capacity_tokens": 100_000, "schedule": schedule}}
     row, sim = simulate(scenario_file(**fields))  # the invariants hold (simulate checks them)
     assert sim.config.schedule == schedule
-    assert sim.prices.prefill_cost == PrefillCost(A_US, C_NS, "test")
+    assert sim.prices.forward.chunk == ChunkAttention(C_NS, "test")
     st = sim.steps.frame()
     mixes = (st["prefill_tokens"] > 0) & (st["decoding"] > 0)
     assert st["prefill_tokens"].sum() > 0 and mixes.any() == (schedule == "mixed")
@@ -175,36 +179,38 @@ def test_check_names_the_schedule_and_price_and_a_wrong_schedule_is_one_line(tmp
     res = run_cli("check", str(path))
     assert res.returncode == 0, res.stderr
     assert "prefill: colocated, schedule prefill-first" in res.stdout
-    assert "prefill priced apart (table sidecar): 5 us per prompt token + 10 ns per cached token" in res.stdout
+    assert ("a step is one forward over all its tokens; prompt chunks' attention priced apart (table sidecar): "
+            "10 ns per (chunk token, token it attends to)") in res.stdout
     res = run_cli("check", str(path), "--set", "engine.schedule=sglang")
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
     assert "engine.schedule: Input should be 'mixed' or 'prefill-first' (got 'sglang')" in res.stderr
 
 
-def test_a_prefill_pool_prices_its_forwards_apart_too(tmp_path):
+def test_a_prefill_pool_prices_its_forwards_by_the_same_rule(tmp_path):
     import simpy
 
-    from simulator.core.prefill import PrefillPool, PrefillPrice
+    from simulator.core.forward import ForwardPrice
+    from simulator.core.prefill import PrefillPool
 
     table = tiny_table(tmp_path, priced=True)
     env = simpy.Environment()
     done = {}
-    pool = PrefillPool(env, 1, table.grid, 4000, lambda rid: done.setdefault(rid, env.now), table.prefill_cost)
+    pool = PrefillPool(env, 1, table.grid, 4000, lambda rid: done.setdefault(rid, env.now), table.chunk_attention)
     for rid, n in enumerate([1000, 1000, 1000, 1000, 5000]):
         pool.submit(rid, n)
     env.run()
     # forward 1: four prompts of 1000 (nothing cached); forward 2: 4000 of the long prompt; forward 3: its last
-    # 1000 after 4000 cached; each pays the table's smallest forward T(1, 0) once
-    first = t_ms(1, 0) + 4 * (1000 * 0.005 + 1000 * 500 * 1e-5)
-    second = first + t_ms(1, 0) + 4000 * 0.005 + 4000 * 2000 * 1e-5
-    third = second + t_ms(1, 0) + 1000 * 0.005 + 1000 * 4500 * 1e-5
-    assert first == pytest.approx(4.002 + 40.0, abs=1e-12)
+    # 1000 after 4000 cached; each is T at its tokens plus its chunks' attention
+    first = t_ms(4000, 0) + 4 * (1000 * 500 * 1e-5)
+    second = first + t_ms(4000, 0) + 4000 * 2000 * 1e-5
+    third = second + t_ms(1000, 0) + 1000 * 4500 * 1e-5
+    assert first == pytest.approx(12.0 + 20.0, abs=1e-12)
     assert [done[r] * 1e3 for r in range(5)] == pytest.approx([first] * 4 + [third], abs=1e-9)
     # an unbounded pool: each prompt alone, nothing cached
-    alone = PrefillPrice(table.grid, table.prefill_cost).alone_ms(np.array([1000, 5000]))
-    assert alone == pytest.approx([t_ms(1, 0) + 5.0 + 5.0, t_ms(1, 0) + 25.0 + 125.0], abs=1e-9)
+    alone = ForwardPrice(table.grid, table.chunk_attention).alone_ms(np.array([1000, 5000]))
+    assert alone == pytest.approx([t_ms(1000, 0) + 5.0, t_ms(5000, 0) + 125.0], abs=1e-9)
     plain = tiny_table(tmp_path, priced=False)
-    assert PrefillPrice(plain.grid, None).alone_ms(np.array([1000])) == pytest.approx([t_ms(1000, 0)], abs=1e-9)
+    assert ForwardPrice(plain.grid, None).alone_ms(np.array([1000])) == pytest.approx([t_ms(1000, 0)], abs=1e-9)
 
 
 def test_a_disaggregated_scenario_prices_the_pool_from_the_table(tmp_path, scenario_file):
@@ -214,8 +220,8 @@ def test_a_disaggregated_scenario_prices_the_pool_from_the_table(tmp_path, scena
     _, unbounded = simulate(scenario_file(name="unbounded", **base))
     rq = unbounded.requests.frame()
     ttft = (rq["first_token"] - rq["arrival"]) * 1e3
-    # prompts of 128 tokens, each prefilled alone: T(1, 0) + 128 x 5 us + 128 x 64 pairs x 10 ns
-    assert ttft[~np.isnan(ttft)] == pytest.approx(t_ms(1, 0) + 0.64 + 0.08192, abs=1e-9)
+    # prompts of 128 tokens, each prefilled alone: T(128, 0) + 128 x 64 pairs x 10 ns
+    assert ttft[~np.isnan(ttft)] == pytest.approx(t_ms(128, 0) + 0.08192, abs=1e-9)
     sized = {**base, "hardware": {**base["hardware"], "prefill_replicas": 1}}
     _, pool = simulate(scenario_file(name="sized", **sized))
-    assert pool.prefill_pool.price.cost == PrefillCost(A_US, C_NS, "test")
+    assert pool.prefill_pool.price.chunk == ChunkAttention(C_NS, "test")
