@@ -182,3 +182,13 @@ def test_bench_shared_prefix_end_to_end(tmp_path):
     table, _ = bench(tmp_path, SHARED)
     assert table["stage"].astype(str).tolist() == ["0", "1", "all"]
     assert table.iloc[1]["e2e_mean_s"] >= table.iloc[0]["e2e_mean_s"]
+
+
+@pytest.mark.skipif("shared_prefix_tokens" in {f.name for f in fields(EngineConfig)},
+                    reason="the engine serves shared prefixes")
+def test_bench_shared_prefix_without_an_engine_prefix_cache_is_one_line(tmp_path):
+    path = write(tmp_path, SHARED)
+    res = CliRunner().invoke(cli, ["bench", str(path), "--table", str(H200_TABLE), "--out", str(tmp_path / "o")])
+    assert isinstance(res.exception, UserError)
+    assert "\n" not in str(res.exception) and "workload.shared_prefix: this build's engine has no prefix cache" in \
+        str(res.exception)
