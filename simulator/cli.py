@@ -6,6 +6,8 @@
              [--hardware NAME=TABLE.csv:USD_PER_GPU_HOUR]... [--out DIR] [--check-invariants] [--backend ...]
              [--set path=value]... [--per-segment [--segment-s S] [--segment-run-s S]] [--probe-replicas R]
     simulate check SCENARIO.yaml [--set path=value]...
+    simulate bench PROFILE --table TABLE.csv [--gpus N] [--replicas R] [--max-running N] [--max-batch-tokens N]
+             [--kv-capacity-tokens N] [--seed S] [--drain-s S] [--out DIR] [--write-scenario FILE]
     simulate fit-profile TRACE --out PROFILE.yaml
     simulate list
 
@@ -439,6 +441,71 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
                    + (f" ({cost.source})" if cost.source else ""))
     click.echo(f"  acceptance: {m.acceptance.source} {m.acceptance.profile if m.acceptance.source == 'profile' else m.acceptance.trace or ''}"
                f" ({m.acceptance.confidence} confidences); SLA targets {', '.join(f'{t:g}' for t in m.sla.tps_targets)} tok/s/user")
+
+
+@cli.command("bench")
+@click.argument("profile", type=click.Path(path_type=Path))
+@click.option("--table", required=True, metavar="TABLE.csv",
+              help="step-time table of one replica (hw-profile; a bundled one by its library name, e.g. "
+                   "hardware/h200-qwen3-8b-bf16.csv)")
+@click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs per replica")
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--max-running", type=click.IntRange(min=1), default=128, show_default=True,
+              help="max requests in a replica's batch (vLLM --max-num-seqs)")
+@click.option("--max-batch-tokens", type=click.IntRange(min=1), default=2048, show_default=True,
+              help="max tokens in one step (vLLM --max-num-batched-tokens)")
+@click.option("--kv-capacity-tokens", type=click.IntRange(min=1),
+              help="KV cache per replica in tokens [default: from the table's GPU memory and model]")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--drain-s", type=click.FloatRange(min=0), default=120.0, show_default=True, metavar="SECONDS",
+              help="after the last stage, follow its requests this long; those still unfinished count as such")
+@click.option("--out", type=click.Path(path_type=Path), help="output directory [default: results/<profile stem>]")
+@click.option("--write-scenario", type=click.Path(path_type=Path), metavar="FILE",
+              help="also write the scenario built from the profile here (edit it, rerun it with `simulate FILE`)")
+def bench_cmd(profile: Path, table: str, gpus: int, replicas: int, max_running: int, max_batch_tokens: int,
+              kv_capacity_tokens: int | None, seed: int, drain_s: float, out: Path | None,
+              write_scenario: Path | None) -> None:
+    """Replay a benchmark (an inference-perf profile) and report it per stage as the benchmark does: E2E, TTFT,
+    TPOT and ITL (mean, p90, p99), throughput, and an overload verdict (docs/benchmarks.md)."""
+    from simulator.inputs.inference_perf import bench_scenario, read_profile
+    from simulator.runs.bench import run_bench, scenario_from_doc, terminal_table, write_bench_csv
+    from simulator.runs.bench import write_scenario as write_scenario_file
+
+    bench = read_profile(profile)
+    for line in bench.notes:
+        click.echo(f"note: {line}", err=True)
+    local = Path(table)
+    doc = bench_scenario(bench, str(local.resolve()) if local.is_file() else table, gpus_per_replica=gpus,
+                         replicas=replicas, max_running=max_running, max_batch_tokens=max_batch_tokens,
+                         kv_capacity_tokens=kv_capacity_tokens, seed=seed, drain_s=drain_s)
+    out = out if out is not None else Path("results") / profile.stem
+    scn = scenario_from_doc(doc, bench, out / "scenario.yaml")  # validated before anything is written
+    write_scenario_file(out / "scenario.yaml", doc, bench)
+    if write_scenario is not None:
+        write_scenario_file(write_scenario, doc, bench)
+    total = bench.send_seconds
+    bar = progress_bar(f"{scn.name}: simulated seconds", round(total), unit="s", units="simulated s")
+    seen = [0]
+
+    def tick(t: float) -> None:
+        step = round(t) - seen[0]
+        if step > 0:
+            bar.update(step)
+            seen[0] += step
+
+    try:
+        result = run_bench(scn, bench.stages, seed, tick)
+    except KeyboardInterrupt:
+        bar.close()
+        click.echo("\ninterrupted: nothing written but the scenario", err=True)
+        sys.exit(130)
+    bar.close()
+    path = write_bench_csv(out, result.table)
+    click.echo(terminal_table(result.table))
+    if result.table["overloaded"].any():
+        click.echo("overloaded: requests left unfinished or a queue growing through a stage (docs/benchmarks.md)")
+    click.echo(f"\nbench: {path}\nscenario: {out / 'scenario.yaml'}"
+               + (f"\nscenario (--write-scenario): {write_scenario}" if write_scenario is not None else ""))
 
 
 @cli.command("fit-profile")

@@ -40,6 +40,16 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+class FieldError(ValueError):
+    """A model validator's complaint about one of its model's fields (a dotted path below the model): the one-line
+    error names ``<model's path>.<field>`` (format_validation_error)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
 # --- lengths -----------------------------------------------------------------------------------------------------
 
 class FixedLength(Strict):
@@ -177,11 +187,39 @@ class System(Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class SharedPrefix(Strict):
+    tokens: PositiveInt = Field(description="tokens of each shared prefix (a system prompt)")
+    groups: PositiveInt = Field(description="distinct prefixes; each request's is drawn uniformly")
+
+
+def shortest_prompt(spec: Any) -> int | None:
+    """The fewest tokens a prompt spec can draw, where the spec alone says it (fixed, uniform); None for the
+    others (lognormal: no positive minimum; empirical: known once its trace is read)."""
+    if isinstance(spec, FixedLength):
+        return spec.value
+    if isinstance(spec, UniformLength):
+        return spec.low
+    return None
+
+
 class Workload(Strict):
     mix: dict[str, PositiveFloat] = Field(default_factory=lambda: {"math": 1.0, "code": 1.0, "chat": 1.0},
                                           description="domain or benchmark -> weight")
     prompt: Length = Field(default_factory=lambda: FixedLength(value=512))
     output: Length = Field(default_factory=lambda: FixedLength(value=256))
+    shared_prefix: SharedPrefix | None = Field(
+        None, description="every prompt starts with one of `groups` shared prefixes of `tokens` tokens (a system "
+        "prompt), then its own tokens; a drawn prompt no longer than the prefix is lengthened to tokens + 1")
+
+    @model_validator(mode="after")
+    def _prefix_fits(self) -> Workload:
+        sp = self.shared_prefix
+        low = shortest_prompt(self.prompt)
+        if sp is not None and low is not None and sp.tokens >= low:
+            raise FieldError("shared_prefix.tokens", f"{sp.tokens} tokens do not fit in the shortest prompt "
+                             f"({low} tokens, workload.prompt); expected fewer than {low}, so that every prompt has "
+                             "tokens of its own after the shared prefix")
+        return self
 
     @field_validator("prompt", "output", mode="before")
     @classmethod
@@ -217,6 +255,10 @@ class Traffic(Strict):
     # positive: at 0 nothing arrives, the open-loop run measures nothing and a plan has nothing to size
     rate: PositiveFloat | None = Field(None, description="poisson: constant arrivals per second")
     segments: list[Segment] | None = Field(None, description="poisson: piecewise-constant rate (a tide), repeated to fill the run")
+    repeat: bool = Field(True, description="poisson: segments repeat to fill the run; false: arrivals stop at the end "
+                                           "of the last segment (a benchmark's stages)")
+    exact_counts: bool = Field(False, description="poisson: each segment sends exactly round(rate x duration) "
+                                                  "requests, exponential gaps scaled to span it (inference-perf)")
     time_scale: PositiveFloat = Field(1.0, description="segments run this many times faster (a 24 h tide in minutes)")
     trace: str | None = Field(None, description="trace: Azure-format CSV to replay")
     rate_scale: PositiveFloat = Field(1.0, description="trace: replay at this multiple of the recorded arrival rate")
@@ -229,6 +271,9 @@ class Traffic(Strict):
             raise ValueError("poisson traffic needs exactly one of 'rate' or 'segments'")
         if self.kind == "trace" and not self.trace:
             raise ValueError("trace traffic needs a 'trace' path")
+        if self.kind == "trace" and (not self.repeat or self.exact_counts):
+            raise FieldError("repeat" if not self.repeat else "exact_counts",
+                             "applies to poisson traffic; a replayed trace has its own arrivals")
         return self
 
 
@@ -428,6 +473,10 @@ def format_validation_error(path: Path, exc: ValidationError) -> str:
     err = errors[0]
     msg = err["msg"]
     got = err.get("input")
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldError):  # a model validator naming one of its fields: name it in the path
+        err = {**err, "loc": (*err["loc"], *cause.field.split("."))}
+        msg = cause.message
     if err["type"] == "extra_forbidden":
         msg = "unknown field" + did_you_mean(str(err["loc"][-1]), _fields_at(err["loc"][:-1]))
     elif err["type"] == "missing":

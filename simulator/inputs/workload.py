@@ -4,6 +4,15 @@ Open loop: all arrivals are drawn up front (Poisson at a constant or piecewise-c
 Azure-format trace). Closed loop: N users each keep one request in flight; ``RequestMaker`` draws the next request
 whenever one finishes. Everything is vectorised and driven by the run's seeded generator.
 
+A workload with a shared prefix (``workload.shared_prefix``) also draws each request's prefix group (0..G-1, uniform);
+then ``RequestMaker.draw`` and the open-loop arrivals carry a fourth array, ``prefix`` (int64), and prompts no
+longer than the prefix are lengthened to the prefix plus one token. Without one, nothing is drawn for it and the
+draws are the three arrays they always were (the same numbers, seed for seed).
+
+Benchmark stages: ``traffic.repeat: false`` stops arrivals at the end of the last segment, and
+``traffic.exact_counts`` sends exactly round(rate x duration) requests per segment, their exponential gaps scaled
+to span it (inference-perf's constant-rate stages).
+
 A trace replay covers only a window of the recording (``trace_window``). When the open loop takes its lengths from
 that trace, lengths drawn from the same trace (the closed-loop frontier's) come from the same window, so the
 frontier and the operating point describe one workload; a length spec's ``max`` caps replayed lengths too.
@@ -131,6 +140,7 @@ class Arrivals:
     prompt: np.ndarray
     output: np.ndarray
     mix: np.ndarray
+    prefix: np.ndarray | None = None  # shared-prefix group per request (workload.shared_prefix), else None
 
 
 class RequestMaker:
@@ -149,27 +159,44 @@ class RequestMaker:
         self.prompt = LengthSampler(workload.prompt, resolve, window)
         self.output = LengthSampler(workload.output, resolve, window)
         self.rng = rng
-        self._block: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.shared_prefix = workload.shared_prefix
+        self._block: tuple[np.ndarray, ...] | None = None
         self._next = 0
 
-    def _fresh(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _fresh(self, n: int) -> tuple[np.ndarray, ...]:
         mix = self.rng.choice(len(self.keys), size=n, p=self.weights)
-        return self.prompt.sample(n, self.rng), self.output.sample(n, self.rng), mix
+        prompt, output = self.prompt.sample(n, self.rng), self.output.sample(n, self.rng)
+        if self.shared_prefix is None:
+            return prompt, output, mix
+        # drawn after the rest, so that the lengths and mix are those of the same workload without a prefix
+        prefix = self.rng.integers(0, self.shared_prefix.groups, n, dtype=np.int64)
+        return self.fit_prompt(prompt), output, mix, prefix
 
-    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def fit_prompt(self, prompt: np.ndarray) -> np.ndarray:
+        """Prompts with a shared prefix hold it and at least one token of their own."""
+        if self.shared_prefix is None:
+            return prompt
+        return np.maximum(prompt, self.shared_prefix.tokens + 1)
+
+    def draw(self, n: int) -> tuple[np.ndarray, ...]:
+        """(prompt, output, mix) of ``n`` new requests, plus ``prefix`` (their shared-prefix groups) when the
+        workload has a shared prefix."""
         if n > self.BLOCK:
             return self._fresh(n)
         if self._block is None or self._next + n > self.BLOCK:
             self._block, self._next = self._fresh(self.BLOCK), 0
         i = self._next
         self._next = i + n
-        prompt, output, mix = self._block
-        return prompt[i : i + n], output[i : i + n], mix[i : i + n]
+        return tuple(a[i : i + n] for a in self._block)
 
 
-def poisson_times(rate_segments: list[tuple[float, float]], duration: float, rng: np.random.Generator) -> np.ndarray:
+def poisson_times(rate_segments: list[tuple[float, float]], duration: float, rng: np.random.Generator,
+                  repeat: bool = True, exact_counts: bool = False) -> np.ndarray:
     """Arrival times of a Poisson process whose rate is piecewise constant: [(segment seconds, rate)], cycled until
-    ``duration``."""
+    ``duration`` (``repeat``; else one pass, arrivals stopping at the end of the last segment). ``exact_counts``:
+    see ``stage_times``."""
+    if not repeat or exact_counts:
+        return stage_times(rate_segments, duration, rng, repeat, exact_counts)
     times = []
     t0 = 0.0
     period = sum(d for d, _ in rate_segments)
@@ -187,21 +214,62 @@ def poisson_times(rate_segments: list[tuple[float, float]], duration: float, rng
     return np.concatenate(times) if times else np.zeros(0)
 
 
+def stage_times(rate_segments: list[tuple[float, float]], duration: float, rng: np.random.Generator,
+                repeat: bool, exact_counts: bool) -> np.ndarray:
+    """Arrival times of benchmark-style stages: segments in order (cycled when ``repeat``), cut at ``duration``.
+    A segment [t0, t1) sends a Poisson number of requests at its rate, uniform over it; with ``exact_counts`` it
+    sends exactly n = round(rate x (t1 - t0)), with n + 1 exponential gaps scaled to sum to t1 - t0, so that its n
+    arrivals are a Poisson stream's conditioned on the count and fall inside the segment."""
+    period = sum(d for d, _ in rate_segments)
+    if period <= 0:
+        return np.zeros(0)
+    times = []
+    t0 = 0.0
+    while t0 < duration:
+        for seg, rate in rate_segments:
+            end = min(t0 + seg, duration)
+            if end > t0 and rate > 0:
+                if exact_counts:
+                    n = round(rate * (end - t0))
+                    gaps = rng.exponential(1.0, n + 1)
+                    times.append(t0 + np.cumsum(gaps[:n]) / gaps.sum() * (end - t0))
+                else:
+                    n = rng.poisson(rate * (end - t0))
+                    times.append(np.sort(rng.uniform(t0, end, n)))
+            t0 += seg
+            if t0 >= duration:
+                break
+        if not repeat:
+            break
+    return np.concatenate(times) if times else np.zeros(0)
+
+
+def segment_bounds(traffic: Traffic) -> np.ndarray:
+    """Start times of the traffic's segments on the run's clock (one pass, ``time_scale`` applied) and the end of
+    the last: len(segments) + 1 edges."""
+    durations = [s.duration_s / traffic.time_scale for s in traffic.segments or []]
+    return np.concatenate([[0.0], np.cumsum(durations)])
+
+
+def _split(drawn: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    prompt, output, mix, *rest = drawn
+    return prompt, output, mix, (rest[0] if rest else None)
+
+
 def open_loop_arrivals(traffic: Traffic, maker: RequestMaker, duration: float, resolve,
                        rng: np.random.Generator) -> Arrivals:
     if traffic.kind == "poisson":
         segments = [(duration, traffic.rate)] if traffic.rate is not None else [
             (s.duration_s / traffic.time_scale, s.rate) for s in traffic.segments
         ]
-        t = poisson_times(segments, duration, rng)
-        prompt, output, mix = maker.draw(len(t))
-        return Arrivals(t, prompt, output, mix)
+        t = poisson_times(segments, duration, rng, traffic.repeat, traffic.exact_counts)
+        return Arrivals(t, *_split(maker.draw(len(t))))
     trace = read_azure_trace(resolve(traffic.trace))
     t = (trace["t"].to_numpy() - traffic.start_s) / traffic.rate_scale
     keep = (t >= 0) & (t < duration)
     t = t[keep]
-    prompt, output, mix = maker.draw(len(t))
+    prompt, output, mix, prefix = _split(maker.draw(len(t)))
     if traffic.lengths_from_trace:
-        prompt = maker.prompt.capped(trace["prompt"].to_numpy()[keep])
+        prompt = maker.fit_prompt(maker.prompt.capped(trace["prompt"].to_numpy()[keep]))
         output = maker.output.capped(trace["output"].to_numpy()[keep])
-    return Arrivals(t, prompt, output, mix)
+    return Arrivals(t, prompt, output, mix, prefix)

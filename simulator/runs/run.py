@@ -171,6 +171,7 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         gamma=0 if spec.system.drafter == "none" else spec.system.gamma, prefill_chunk=m.engine.prefill_chunk,
         schedule=m.engine.schedule, stall_ms=m.engine.sched_stall_ms, replicas=hw.replicas, request_ms=hw.request_ms,
         **rules,
+        **shared_prefix_config(scn),
         prefill=prefill_mode(scn, hw))
     prices = StepPrices(hw.clock, draft=hw.draft[spec.system.drafter], policy_grid=hw.policy,
                         chunk_attention=hw.chunk_attention)
@@ -187,8 +188,25 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         # arrivals go on through the drain, so that the followed requests finish under the same load
         arr = open_loop_arrivals(m.traffic, maker, duration + drain_cap(scn, spec), scn.resolve,
                                  _stream(spec.seed, "arrivals"))
-        sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix)
+        if arr.prefix is None:
+            sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix)
+        else:
+            sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix, prefix=arr.prefix)
     return sim, hw, duration, warmup
+
+
+def shared_prefix_config(scn: LoadedScenario) -> dict:
+    """The engine's share of ``workload.shared_prefix``: its length, passed only when the workload has one (the
+    draws then carry each request's prefix group, which the engine's prefix cache reads)."""
+    sp = scn.model.workload.shared_prefix
+    if sp is None:
+        return {}
+    from dataclasses import fields
+
+    if "shared_prefix_tokens" not in {f.name for f in fields(EngineConfig)}:  # an engine without a prefix cache
+        raise UserError(f"{scn.path}: workload.shared_prefix: this build's engine has no prefix cache to serve "
+                        "shared prefixes (EngineConfig.shared_prefix_tokens); expected a workload without one")
+    return {"shared_prefix_tokens": sp.tokens}
 
 
 def prefill_mode(scn: LoadedScenario, hw: Hardware) -> Disaggregated | None:
