@@ -25,6 +25,10 @@ class EngineConfig:
     replicas, router, admission, preemption: how many replicas and the rules (simulator/core/engine_rules.py, by name,
     import string or class; held as the class once built, so a run finds each rule once). prefill: None (prompts
     prefill on the decode replica, colocated) or a ``Disaggregated`` pool.
+    shared_prefix_tokens: T, the tokens every request of a prefix group (``Simulation.submit``'s ``prefix``) shares
+    with the others of its group; prefix_cache: keep computed prefixes (their full blocks of ``block_tokens``) in
+    the KV cache for later requests of the group, as vLLM V1 and SGLang do by default (simulator/core/kv_cache.py;
+    only where prompts are prefilled: with a disaggregated pool the decode replicas cache nothing).
     """
 
     max_running: int
@@ -39,11 +43,18 @@ class EngineConfig:
     admission: str | type = "fcfs"
     preemption: str | type = "newest"
     prefill: Disaggregated | None = None
+    shared_prefix_tokens: int = 0
+    prefix_cache: bool = True
+    block_tokens: int = 16
 
     def __post_init__(self):
         for name in ("max_running", "max_batch_tokens", "kv_capacity", "prefill_chunk", "replicas"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be at least 1, got {getattr(self, name)}")
+        if self.block_tokens < 1:
+            raise ValueError(f"EngineConfig.block_tokens must be at least 1, got {self.block_tokens}")
+        if self.shared_prefix_tokens < 0:
+            raise ValueError(f"EngineConfig.shared_prefix_tokens must be >= 0, got {self.shared_prefix_tokens}")
         if self.gamma < 0:
             raise ValueError(f"EngineConfig.gamma must be >= 0, got {self.gamma}")
         if self.schedule not in SCHEDULES:
