@@ -3,8 +3,8 @@
 A ``Simulation`` is an ``EngineConfig`` (simulator/core/engine_config.py: limits, rules, replicas, where prompts are
 prefilled) priced by ``StepPrices`` (the step-time tables), with an acceptance source and a policy factory. A
 replica's loop admits waiting requests (the admission rule: by default oldest first, while the batch is under
-``max_running`` and the KV cache can reserve the request's context plus gamma + 1 lookahead slots), then runs one
-step, in phases (``Replica.step``; a ``StepPlan`` carries what one phase hands the next, and nothing else crosses
+``max_running`` and the KV cache can reserve the request's context plus gamma + 1 lookahead slots, less a cached
+prefix it shares: the replica's ``KVCache``, simulator/core/kv_cache.py), then runs one step, in phases (``Replica.step``; a ``StepPlan`` carries what one phase hands the next, and nothing else crosses
 the clock):
 
 1. ``plan_batch``: which rows decode and which prompt tokens are prefilled, by ``engine.schedule``:
@@ -20,9 +20,10 @@ the clock):
    B = sum(1 + l) + prompt-chunk tokens and K the decoding rows' KV, plus the chunks' attention where the table
    prices it apart (its sidecar's ``prefill_cost``), else with the chunks' cached prompt on K;
 4. ``apply_outcomes``: each decoding request emits its accepted prefix plus one target token; a request whose
-   prefill completes emits its first token; the step is logged;
-5. ``retire``: finished requests leave; while the KV cache overflows, the preemption rule's victim (by default
-   the most recently admitted request) is evicted and later recomputed (vLLM's default).
+   prefill completes emits its first token; a prefix a chunk passes becomes resident; the step is logged;
+5. ``retire``: finished requests leave; while the KV cache overflows, unreferenced cached prefixes are evicted
+   (least recently released first), then the preemption rule's victim (by default the most recently admitted
+   request) is evicted and later recomputed (vLLM's default).
 
 The router, admission and preemption rules are replaceable (simulator/core/engine_rules.py, docs/extending.md).
 Per-request state is declared once in ``REQUEST_FIELDS`` (see ``simulator/core/columns.py`` and docs/engine.md).
@@ -31,6 +32,7 @@ Everything across the batch is numpy; there is no per-token Python loop.
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -52,6 +54,7 @@ from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.core.engine_config import EngineConfig
 from simulator.core.engine_rules import Router
 from simulator.core.forward import ForwardPrice
+from simulator.core.kv_cache import KVCache
 from simulator.core.policies import make_policy
 from simulator.core.policies.base import Policy, PolicyView, StepRate, checked_lengths
 from simulator.errors import UserError
@@ -76,10 +79,12 @@ REQUEST_FIELDS = {
     "accepted": Field(np.int64, batch=LIVE),
     "kv_ready": Field(np.bool_, False),
     "routed": Field(np.float64, np.nan),  # joined a decode replica's queue: the admission wait starts
+    "prefix": Field(np.int64, -1, batch=COPY),  # shared-prefix group (simulator/core/kv_cache.py), -1 for none
 }
 # Columns a request has only while it runs on a replica (``rid``, its row in the request log, is implied).
 BATCH_LOCAL = {
     "to_prefill": np.int64,  # prompt tokens still to prefill here (0 once decoding)
+    "kv_shared": np.int64,  # context tokens held in a shared prefix (KVCache.join; -1: a miss computing it)
 }
 REQUEST_COLUMNS = {k: f.dtype for k, f in REQUEST_FIELDS.items()}
 # One row per replica step, written by name (``RowLog.append``).
@@ -97,8 +102,11 @@ class RequestLog(ColumnLog):
     def __init__(self):
         super().__init__(REQUEST_FIELDS)
 
-    def add(self, now: float, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> np.ndarray:
-        return self.extend(len(prompt), arrival=now, prompt=prompt, output=output, mix=mix)
+    def add(self, now: float, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray,
+            prefix: np.ndarray | None = None) -> np.ndarray:
+        if prefix is None:
+            return self.extend(len(prompt), arrival=now, prompt=prompt, output=output, mix=mix)
+        return self.extend(len(prompt), arrival=now, prompt=prompt, output=output, mix=mix, prefix=prefix)
 
 
 class StepPlan:
@@ -142,11 +150,12 @@ class StepPlan:
 class Replica:
     """One serving replica: its running batch (``Batch``, rows in admission order, at most max_running) and queue.
 
-    Two counts over the running batch are kept as requests join (``admit``), advance (``apply_outcomes``) and
+    Counts over the running batch are kept as requests join (``admit``), advance (``apply_outcomes``) and
     leave (``leave``), and nowhere else, so that a plain decode step does no reduction over the batch:
-    ``tokens``, the KV context it holds (sum of prompt + generated), and ``prefilling``, the rows with prompt
-    tokens still to prefill here (tests/simulator/test_engine_in_code.py recomputes both after runs with
-    preemptions and chunked prefill).
+    ``tokens``, the KV context it holds (sum of prompt + generated, shared prefixes included: the K a step
+    reads), and the rest of the KV cache's totals in ``kv`` (``KVCache``, simulator/core/kv_cache.py: the use,
+    shared and resident prefixes), and ``prefilling``, the rows with prompt tokens still to prefill here
+    (tests/simulator/test_engine_in_code.py recomputes them after runs with preemptions and chunked prefill).
     """
 
     def __init__(self, index: int, sim: Simulation, policy: Policy, policy_label: str):
@@ -156,15 +165,22 @@ class Replica:
         self.config = sim.config
         self.policy = policy
         self.label = policy_label
-        self.batch = Batch(REQUEST_FIELDS, BATCH_LOCAL, sim.config.max_running)
-        self.tokens = 0
+        cfg = sim.config
+        self.batch = Batch(REQUEST_FIELDS, BATCH_LOCAL, cfg.max_running)
+        # prefixes are cached where prompts are prefilled: with a disaggregated pool, a decode replica receives
+        # each request's whole KV (and recomputes only preempted requests), so it caches nothing
+        self.kv = KVCache(cfg.kv_capacity, cfg.lookahead, block_tokens=cfg.block_tokens,
+                          prefix_tokens=cfg.shared_prefix_tokens, prefix_cache=cfg.prefix_cache and cfg.prefill is None)
         self.prefilling = 0
         self.queue: deque[int] = deque()
         self.wake: simpy.Event | None = None
         self.step_no = 0
         self.idle_checks: list[tuple[float, int]] = []  # (time, queued) whenever the replica goes idle
-        self.admission = sim.config.admission()  # classes: EngineConfig found them
-        self.preemption = sim.config.preemption()
+        self.admission = cfg.admission()  # classes: EngineConfig found them
+        # a rule that takes ``kv`` is told what requests sharing a cached prefix need; one that does not counts
+        # every request's whole context, which never takes more than fits
+        self.admission_kv = "kv" in inspect.signature(self.admission.take).parameters
+        self.preemption = cfg.preemption()
         self.process = self.env.process(self.loop())
 
     # --- queue, admission, eviction -------------------------------------------------------------------------
@@ -178,32 +194,51 @@ class Replica:
     def load(self) -> int:
         return self.batch.n + len(self.queue)
 
+    @property
+    def tokens(self) -> int:
+        """The KV context the running requests hold: sum of prompt + generated (``KVCache.tokens``)."""
+        return self.kv.tokens
+
     def kv_used(self) -> int:
-        """KV slots held: every running request's context plus gamma + 1 lookahead slots."""
-        return self.tokens + self.batch.n * self.config.lookahead
+        """KV slots held: every running request's context plus gamma + 1 lookahead slots, a shared prefix counted
+        once, and resident prefixes nobody uses until they are evicted (``KVCache.used``)."""
+        return self.kv.used()
 
     def admit(self) -> None:
         """Waiting requests join the batch, as the admission rule picks them (by default oldest first, while the
-        batch has room and the cache can reserve their context plus the lookahead slots)."""
-        cfg, batch = self.config, self.batch
+        batch has room and the cache can reserve their context plus the lookahead slots, less a resident prefix
+        they share). Unreferenced prefixes count as room and are evicted, least recently released first, as far as
+        the requests taken need it."""
+        cfg, batch, kv = self.config, self.batch, self.kv
         room = cfg.max_running - batch.n
         if not self.queue or room <= 0:
             return
         req = self.sim.requests.data
-        free = cfg.kv_capacity - self.kv_used()
-        rids = self.admission.take(self.queue, room, free, req, cfg.lookahead)
+        free = kv.room()
+        if self.admission_kv:
+            rids = self.admission.take(self.queue, room, free, req, cfg.lookahead, kv=kv.claims(req))
+        else:
+            rids = self.admission.take(self.queue, room, free, req, cfg.lookahead)
         if not rids:
             return
         ids = np.asarray(rids, dtype=np.int64)
         context = req["prompt"][ids] + req["generated"][ids]
         held = int(context.sum())
-        if len(ids) > room or held + len(ids) * cfg.lookahead > free:
+        need = held + len(ids) * cfg.lookahead
+        claims = kv.claims(req)
+        if claims is not None:  # what they need with the prefixes they share (an admission round's Python loop)
+            need = 0
+            for rid in rids:
+                need += claims.need(rid)
+                claims.take(rid)
+        if len(ids) > room or need > free:
             raise UserError(f"admission rule {type(self.admission).__name__} took {len(ids)} requests needing "
-                               f"{held + len(ids) * cfg.lookahead} KV slots; room for {room} and {free} slots")
+                               f"{need} KV slots; room for {room} and {free} slots")
         # the prompt, plus generated tokens when recomputing; nothing when a prefill pool sent the KV
         to_prefill = np.where(req["kv_ready"][ids], 0, context)
-        batch.admit(self.sim.requests, ids, to_prefill=to_prefill)
-        self.tokens += held
+        kv_shared = kv.join(context, to_prefill, req["prefix"][ids])  # hits: to_prefill less the cached prefix
+        kv.make_room()  # fits: ``need`` was within the room
+        batch.admit(self.sim.requests, ids, to_prefill=to_prefill, kv_shared=kv_shared)
         self.prefilling += int(np.count_nonzero(to_prefill))
         first_time = ids[np.isnan(req["admitted"][ids])]
         req["admitted"][first_time] = self.env.now
@@ -214,20 +249,24 @@ class Replica:
         b = self.batch
         gone = b.rid[rows].copy()
         b.save(self.sim.requests, rows)
-        self.tokens -= freed
+        if self.kv.active:
+            self.kv.leave(freed, len(rows), b.kv_shared[rows], b.prefix[rows])
+        else:
+            self.kv.leave(freed, len(rows))
         if self.prefilling:
             self.prefilling -= int(np.count_nonzero(b.to_prefill[rows]))
         b.drop(rows)
         return gone
 
     def preempt_overflow(self) -> None:
-        """Recompute preemption: while the cache overflows, evict the request the preemption rule picks (by
-        default the most recently admitted); it is first in line again."""
-        sim, cfg, batch = self.sim, self.config, self.batch
-        if self.kv_used() <= cfg.kv_capacity:
+        """While the cache overflows: first evict unreferenced prefixes (least recently released first), then
+        recompute preemption: evict the request the preemption rule picks (by default the most recently
+        admitted); it is first in line again."""
+        sim, batch, kv = self.sim, self.batch, self.kv
+        if kv.make_room():
             return
         req = sim.requests.data
-        while self.kv_used() > cfg.kv_capacity and batch.n > 1:
+        while batch.n > 1 and not kv.make_room():
             i = self.preemption.victim(batch)
             if not 0 <= i < batch.n:
                 raise UserError(f"preemption rule {type(self.preemption).__name__} chose row {i} of {batch.n}")
@@ -283,7 +322,7 @@ class Replica:
         else:
             dec = slice(0, n)
             remaining = b.output[:n] - b.generated[:n]
-            plan.kv = self.tokens
+            plan.kv = self.kv.tokens
             plan.context = b.prompt[:n] + b.generated[:n]
             plan.ids = b.rid[:n]
         plan.decode_rows = dec
@@ -370,6 +409,10 @@ class Replica:
                 b.decode_steps[dec] += 1
         done_prefill = 0
         if plan.prefill_chunks is not None:
+            kv = self.kv
+            if kv.computing:  # a miss whose chunk passes its group's prefix makes it resident (kv_cache.py)
+                kv.prefill_progress(b.kv_shared[:n], b.prefix[:n], b.prompt[:n] + b.generated[:n] - b.to_prefill[:n],
+                                    plan.prefill_chunks)
             # rows whose prefill completes emit the token of the prefill's last position
             completed = advance_prefill(b.to_prefill, plan.prefill_chunks, b.generated, n)
             done_prefill = len(completed)
@@ -381,7 +424,7 @@ class Replica:
                 if plan.prefill_ended is not None:  # that token ended the real sequence: it finishes now
                     self.end_early(plan.prefill_ended)
         emitted = acc_sum + rows + done_prefill
-        self.tokens += emitted
+        self.kv.tokens += emitted
         sim.steps.append(
             replica=self.index, start=plan.start, end=now, running=n, decoding=rows,
             prefill_tokens=plan.prefill_tokens, prefill_done=done_prefill, batch_tokens=plan.batch_tokens,
@@ -480,9 +523,24 @@ class Simulation:
         self.router: Router = config.router(config.replicas)
         self.on_finish: Callable[[int], None] = lambda count: None
 
-    def submit(self, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> None:
-        """New requests arrive now: log them, tell the source, route them (after a remote prefill, if any)."""
-        ids = self.requests.add(self.env.now, prompt, output, mix)
+    @property
+    def kv_stats(self) -> dict[str, int]:
+        """The prefix cache's counters summed over replicas: ``prefix_hits``, ``prefix_misses`` (admissions of a
+        request with a prefix group whose prefix was resident, or was not and is computed), ``prefix_hit_tokens``
+        (prompt tokens the hits did not prefill) and ``prefix_evictions`` (simulator/core/kv_cache.py)."""
+        total: dict[str, int] = {}
+        for rep in self.replicas:
+            for k, v in rep.kv.stats().items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    def submit(self, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray, prefix: np.ndarray | None = None) -> None:
+        """New requests arrive now: log them, tell the source, route them (after a remote prefill, if any).
+        ``prefix``: each request's shared-prefix group (-1: none), whose first ``shared_prefix_tokens`` prompt
+        tokens are those of every request of the group."""
+        if prefix is not None:
+            prefix = self.checked_prefix(prompt, prefix)
+        ids = self.requests.add(self.env.now, prompt, output, mix, prefix)
         self.source.attach(ids, mix)
         ends = self.source.end_positions(ids)
         req = self.requests.data
@@ -513,6 +571,21 @@ class Simulation:
             ms = self.remote_prefill_ms(req["prompt"][ids])  # all at once: one vectorised lookup
             for rid, t in zip(ids.tolist(), ms.tolist(), strict=True):
                 self.prefill_elsewhere(rid, t)
+
+    def checked_prefix(self, prompt: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+        prefix = np.asarray(prefix)
+        if prefix.shape != np.shape(prompt) or not np.issubdtype(prefix.dtype, np.integer):
+            raise UserError(f"prefix: expected one integer group per request ({np.shape(prompt)}), got "
+                            f"{prefix.dtype} of shape {prefix.shape}")
+        if np.any(prefix < -1):
+            raise UserError(f"prefix: a group is -1 (none) or >= 0, got {int(prefix.min())}")
+        short = (prefix >= 0) & (np.asarray(prompt) < self.config.shared_prefix_tokens)
+        if np.any(short):
+            i = int(np.flatnonzero(short)[0])
+            raise UserError(f"prefix: a request of prefix group {int(prefix[i])} has a {int(prompt[i])}-token prompt, "
+                            f"shorter than the shared prefix it begins with (shared_prefix_tokens "
+                            f"{self.config.shared_prefix_tokens})")
+        return prefix.astype(np.int64, copy=False)
 
     def route_one(self, rid: int) -> None:
         """``route`` of one request, without the array machinery."""
@@ -561,10 +634,15 @@ class Simulation:
             self.route_one(rid)
 
     def closed_loop(self, users: int, draw: Callable[[int], tuple]) -> None:
+        """``users`` requests, each followed by a new one when it finishes; ``draw(n)`` returns n requests'
+        (prompt, output, mix) or (prompt, output, mix, prefix)."""
         self.on_finish = lambda count: self.submit(*draw(count))
         self.submit(*draw(users))
 
-    def open_loop(self, times: np.ndarray, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray) -> None:
+    def open_loop(self, times: np.ndarray, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray,
+                  prefix: np.ndarray | None = None) -> None:
+        """Requests arrive at ``times`` (ascending), with these lengths, mix indices and prefix groups (None: no
+        prefix)."""
         def arrivals():
             i, n = 0, len(times)
             while i < n:
@@ -572,7 +650,7 @@ class Simulation:
                 if t > self.env.now:
                     yield self.env.timeout(t - self.env.now)
                 j = int(np.searchsorted(times, self.env.now, side="right"))  # everything due by now, at once
-                self.submit(prompt[i:j], output[i:j], mix[i:j])
+                self.submit(prompt[i:j], output[i:j], mix[i:j], None if prefix is None else prefix[i:j])
                 i = j
 
         self.env.process(arrivals())

@@ -27,6 +27,10 @@ class EngineConfig:
     prefill on the decode replica, colocated) or a ``Disaggregated`` pool.
     request_ms: what a request spends outside the forwards before it joins a queue (API server, tokenisation; the
     first token's trip back is counted here too, since it adds the same to TTFT and E2E).
+    shared_prefix_tokens: T, the tokens every request of a prefix group (``Simulation.submit``'s ``prefix``) shares
+    with the others of its group; prefix_cache: keep computed prefixes (their full blocks of ``block_tokens``) in
+    the KV cache for later requests of the group, as vLLM V1 and SGLang do by default (simulator/core/kv_cache.py;
+    only where prompts are prefilled: with a disaggregated pool the decode replicas cache nothing).
     """
 
     max_running: int
@@ -42,6 +46,9 @@ class EngineConfig:
     preemption: str | type = "newest"
     prefill: Disaggregated | None = None
     request_ms: float = 0.0
+    shared_prefix_tokens: int = 0
+    prefix_cache: bool = True
+    block_tokens: int = 16
 
     def __post_init__(self):
         for name in ("max_running", "max_batch_tokens", "kv_capacity", "prefill_chunk", "replicas"):
@@ -49,6 +56,10 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name} must be at least 1, got {getattr(self, name)}")
         if self.request_ms < 0:
             raise ValueError(f"EngineConfig.request_ms must be >= 0, got {self.request_ms}")
+        if self.block_tokens < 1:
+            raise ValueError(f"EngineConfig.block_tokens must be at least 1, got {self.block_tokens}")
+        if self.shared_prefix_tokens < 0:
+            raise ValueError(f"EngineConfig.shared_prefix_tokens must be >= 0, got {self.shared_prefix_tokens}")
         if self.gamma < 0:
             raise ValueError(f"EngineConfig.gamma must be >= 0, got {self.gamma}")
         if self.schedule not in SCHEDULES:

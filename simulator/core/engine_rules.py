@@ -16,6 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from simulator.core.columns import Batch
+from simulator.core.kv_cache import AdmissionClaims
 from simulator.core.plugins import load_plugin
 from simulator.errors import UserError
 
@@ -84,7 +85,13 @@ class Admission:
         """Remove from ``queue`` (request ids, oldest first) the requests that join now and return them in the
         order they join: at most ``room`` of them, whose contexts plus ``lookahead`` slots each fit in ``free_kv``
         KV slots. A request's context is ``requests["prompt"][rid] + requests["generated"][rid]`` (what it generated
-        before a preemption is recomputed with its prompt); ``requests`` is the request log, read only."""
+        before a preemption is recomputed with its prompt); ``requests`` is the request log, read only.
+
+        A rule may also take a keyword ``kv``: the engine then passes the cache's ``AdmissionClaims``
+        (simulator/core/kv_cache.py), or None when no prefix is cached, and ``kv.need(rid)`` is what a request
+        needs, which is less than its context plus lookahead when it shares a prefix already held; call
+        ``kv.take(rid)`` for each request taken, in order. A rule without it counts whole contexts, which never
+        takes more than fits (``free_kv`` counts unreferenced cached prefixes as room: the engine evicts them)."""
         raise NotImplementedError
 
 
@@ -94,16 +101,18 @@ class FirstComeFirstServed(Admission):
     name = "fcfs"
 
     def take(self, queue: deque[int], room: int, free_kv: int, requests: dict[str, np.ndarray],
-             lookahead: int) -> list[int]:
+             lookahead: int, kv: AdmissionClaims | None = None) -> list[int]:
         prompt, generated = requests["prompt"], requests["generated"]
         rids: list[int] = []
         while queue and len(rids) < room:
             rid = queue[0]
-            need = int(prompt[rid] + generated[rid]) + lookahead
+            need = int(prompt[rid] + generated[rid]) + lookahead if kv is None else kv.need(rid)
             if need > free_kv:
                 break
             rids.append(queue.popleft())
             free_kv -= need
+            if kv is not None:
+                kv.take(rid)
         return rids
 
 

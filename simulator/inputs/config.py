@@ -149,6 +149,10 @@ class Engine(Strict):
                            "overtaking), a plug-in's entry-point name, or package.module:Class")
     preemption: str = Field("newest", description="which request is evicted when the KV cache overflows: 'newest' "
                             "(recompute the most recently admitted), a plug-in's name, or package.module:Class")
+    prefix_cache: bool = Field(
+        True, description="keep computed shared prompt prefixes (full 16-token blocks) in the KV cache for later "
+        "requests of the same prefix group, evicted least recently used when room is needed (vLLM V1 and SGLang "
+        "cache prefixes by default); false: every request prefills and holds its whole prompt")
 
 
 class Acceptance(Strict):

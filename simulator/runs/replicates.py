@@ -26,7 +26,8 @@ import numpy as np
 from simulator.outputs.frontier import mean_ci
 
 UNRESOLVED = "unresolved"
-SUMMED = ("requests", "unfinished", "steps", "rejected", "preemptions")
+SUMMED = ("requests", "unfinished", "steps", "rejected", "preemptions", "prefix_hits", "prefix_misses",
+          "prefix_hit_tokens", "prefix_evictions")
 ANY = ("saturated", "prefill_saturated")
 
 

@@ -170,6 +170,7 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         max_running=m.engine.max_running, max_batch_tokens=m.engine.max_batch_tokens, kv_capacity=hw.kv_capacity,
         gamma=0 if spec.system.drafter == "none" else spec.system.gamma, prefill_chunk=m.engine.prefill_chunk,
         schedule=m.engine.schedule, stall_ms=m.engine.sched_stall_ms, replicas=hw.replicas, request_ms=hw.request_ms,
+        prefix_cache=m.engine.prefix_cache,
         **rules,
         **shared_prefix_config(scn),
         prefill=prefill_mode(scn, hw))
@@ -306,6 +307,8 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
         "beyond_table": float(np.mean((steps["batch_tokens"] > hw.clock.b_axis[-1])
                                       | (steps["kv_tokens"] > hw.clock.k_axis[-1]))) if len(steps["end"]) else 0.0,
         "prefill_saturated": sim.prefill_pool is not None and sim.prefill_pool.saturated(duration),
+        # the prefix cache's counters over the whole run, warm-up and drain included (Simulation.kv_stats)
+        **sim.kv_stats,
         "overloaded": overloaded(row["requests"], row["unfinished"]),
         "warmup_s": warmup,
         "steady_state": steady,

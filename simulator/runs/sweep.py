@@ -37,6 +37,7 @@ RUN_COLUMNS = [
     "gpus", "quick", "acceptance_source", "clock", "throughput_per_gpu", "tps_per_user", "tps_per_user_p50", "tps_per_user_p10", "ttft_p50",
     "ttft_p99", "admission_wait_p50", "admission_wait_p99", "tpot_p50", "sla_attainment", "mean_verify_budget", "tau",
     "mean_running", "mean_kv_tokens", "joules_per_token", "requests", "unfinished", "preemptions", "rejected",
+    "prefix_hits", "prefix_misses", "prefix_hit_tokens", "prefix_evictions",
     "saturated", "overloaded", "warmup_s", "steady_state", "steps", "sim_seconds", "drain_seconds", "wall_seconds",
     # the latency figures of `vllm bench serve` (seconds)
     "ttft_mean", "ttft_p90", "tpot_mean", "tpot_p90", "tpot_p99", "itl_mean", "itl_p50", "itl_p90", "itl_p99",

@@ -52,6 +52,8 @@ def assert_counts_kept(sim: Simulation) -> None:
         b = rep.batch
         assert rep.tokens == int((b.col("prompt") + b.col("generated")).sum())
         assert rep.prefilling == int(np.count_nonzero(b.col("to_prefill")))
+        if not rep.kv.active:  # no prefix cached: KV use is the contexts plus the lookahead slots, as it always was
+            assert rep.kv_used() == rep.tokens + b.n * sim.config.lookahead
 
 
 def two_requests(sim: Simulation, prompt=(4, 4), output=(20, 20)) -> None:
