@@ -9,7 +9,8 @@ and ``simulate SCENARIO --check-invariants`` runs it on every run of a command.
 - INV-3 step-tokens: per step, emitted = accepted drafts + decoding requests + completed prefills;
 - INV-4 verify-bounds: accepted <= verified <= gamma x decoding requests;
 - INV-5 batch-cap: B never exceeds ``max_batch_tokens``;
-- INV-6 kv-capacity: KV use (contexts + lookahead slots) never exceeds the capacity;
+- INV-6 kv-capacity: KV use (contexts + lookahead slots, a shared prefix once, cached prefixes until evicted) never
+  exceeds the capacity;
 - INV-7 held-tokens: the tokens requests hold equal the tokens steps emitted (plus a prefill pool's first tokens);
 - INV-8 lengths: no request emits past its output length; a finished one holds exactly it;
 - INV-9 request-times: arrival <= routed <= admitted <= finish; first token <= finish; admitted <= first token when
