@@ -4,6 +4,8 @@ linear table whose step times are worked out by hand."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -225,3 +227,36 @@ def test_a_disaggregated_scenario_prices_the_pool_from_the_table(tmp_path, scena
     sized = {**base, "hardware": {**base["hardware"], "prefill_replicas": 1}}
     _, pool = simulate(scenario_file(name="sized", **sized))
     assert pool.prefill_pool.price.chunk == ChunkAttention(C_NS, "test")
+
+
+def test_request_ms_delays_every_request_before_the_engine_sees_it(tmp_path):
+    """A request's time outside the forwards (API server, tokenisation) adds to its TTFT and E2E, not its TPOT."""
+    table = tiny_table(tmp_path, priced=True)
+    runs = {}
+    for ms in (0.0, 3.0):
+        config = EngineConfig(max_running=64, max_batch_tokens=1000, kv_capacity=1_000_000, request_ms=ms)
+        sim = Simulation(config, StepPrices(table.grid, chunk_attention=table.chunk_attention))
+        sim.open_loop(np.array([0.0]), np.array([100]), np.array([4]), np.zeros(1, dtype=np.int64))
+        sim.run(1.0)
+        check_invariants(sim)
+        runs[ms] = sim.requests.frame()
+    for col in ("first_token", "finish"):
+        assert (runs[3.0][col][0] - runs[0.0][col][0]) * 1e3 == pytest.approx(3.0, abs=1e-9)
+    assert runs[3.0]["arrival"][0] == runs[0.0]["arrival"][0] == 0.0
+
+
+def test_gpu_memory_utilization_sizes_the_pool_and_a_bad_one_is_one_line(tmp_path):
+    from tests.simulator.test_config import run_cli
+
+    peak = Path(__file__).resolve().parents[2] / "scenarios" / "peak.yaml"
+    res = run_cli("check", str(peak), "--set", "engine.gpu_memory_utilization=1.5")
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
+    assert "engine.gpu_memory_utilization: Input should be less than or equal to 1" in res.stderr
+    pools = []
+    for u in ("0.5", "0.9"):
+        res = run_cli("check", str(peak), "--set", f"engine.gpu_memory_utilization={u}")
+        assert res.returncode == 0, res.stderr
+        pools.append(int(res.stdout.split("KV capacity ")[1].split(" tokens")[0].replace(",", "")))
+    # the pool is (U x memory - weights - activations - runtime) / KV bytes: 0.4 x 141 GB more at 0.9, over
+    # the bf16 cache of a Qwen3-8B-shaped model (147,456 bytes a token)
+    assert pools[1] - pools[0] == pytest.approx(0.4 * 141e9 / 147_456, abs=2)
