@@ -183,11 +183,35 @@ def _gqa_attention(ctx, shape, R, q, c):
     gen = ctx.table("attention", "generation_attention_perf")
     if gen is None:
         raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no generation attention table")
+    split = _kv_head_split(gen, kv, heads)
+    if split > 1:  # more KV heads than measured: the same work as more requests of fewer heads (see _kv_head_split)
+        ctx.note(f"decode attention of {kv} KV heads ({heads} query heads) a GPU looked up as {split}x the requests "
+                 f"of {kv // split} KV heads ({heads // split} query heads): each (request, KV head) pair is "
+                 "independent work, so the two read and compute the same")
+        kv, heads, R = kv // split, heads // split, np.asarray(R) * split
     rows = densest(_pick(gen, "generation attention", num_key_value_heads=kv, head_dim=hd,
                          kv_cache_dtype=_kv_dtype(ctx, gen, shape), window_size=0))
     _pick(rows, "generation attention", num_heads=heads)
     t, inside = _head_grid(rows).lookup(q * heads, R, c)
     return ctx.take("decode attention", t, inside)
+
+
+def _kv_head_split(gen: pd.DataFrame, kv: int, heads: int) -> int:
+    """1 when the database measured ``kv`` KV heads; else the least k for which it measured kv / k KV heads with
+    heads / k query heads (the same query heads per KV head). Decode attention over R requests of kv KV heads is
+    R x kv independent (request, KV head) pairs, each reading its own KV and computing its own query rows, so it is
+    the same work as k x R requests of kv / k heads: multi-head attention (Llama-2-7B's 32 KV heads) takes the
+    measured kernel of a GQA layout instead of the roofline. 1 when no such layout was measured (the caller's
+    lookup then names what is missing)."""
+    measured = gen[["num_key_value_heads", "num_heads"]].drop_duplicates()
+    if (measured["num_key_value_heads"] == kv).any():
+        return 1
+    for k in range(2, kv + 1):
+        if kv % k or heads % k:
+            continue
+        if ((measured["num_key_value_heads"] == kv // k) & (measured["num_heads"] == heads // k)).any():
+            return k
+    return 1
 
 
 def _mla_projections(ctx, shape, gdtype, m, heads):

@@ -410,7 +410,7 @@ def test_parts_add_up_and_the_fixed_cost_is_paid_once():
     b, k = np.array([1.0, 64.0, 1024.0]), np.array([0.0, 64 * 4096.0, 1024 * 2048.0])
     est = estimate_points(shape, d, b, k, kernels="roofline")
     assert np.allclose(est.ms, sum(est.parts.values()))
-    assert np.allclose(est.parts["fixed"], 1.5)
+    assert np.allclose(est.parts["fixed"], 0.3)  # vLLM with its asynchronous scheduler
     assert (est.source == "roofline").all() and not est.inside.any()
     # a single stream of a dense 8B model on one H200 reads its weights once: 16.4 GB at 0.8 x 4.8 TB/s, plus the
     # fixed latency of its 36 x 4 GEMMs and the LM head
@@ -791,7 +791,7 @@ def test_calibrate_cli_writes_the_set_and_says_what_moved(prior, tmp_path, capsy
     code, out, err = run(["calibrate", "--prior", str(tmp_path / src.name), "--point", "1,0,9.5",
                           "--out", str(tmp_path / "cal.csv")], capsys)
     assert code == 0, err
-    assert "per-step cost: 1.500 ->" in out and "per-token cost: x1 (prior" in out
+    assert "per-step cost: 0.300 ->" in out and "per-token cost: x1 (prior" in out
     cal = StepTable.read(tmp_path / "cal.csv")
     assert cal.grid.step_ms(1, 0) == pytest.approx(9.5)
     assert cal.meta["drafter_tables"]["mtp"]["table"] == "cal.drafter-mtp.csv"

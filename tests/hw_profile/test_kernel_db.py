@@ -550,3 +550,18 @@ def test_real_database_prices_a_sane_qwen3_8b_decode_step():
     assert (np.diff(r.ms) > 0).all()
     assert r.inside[:8].all() and not r.inside[8]  # batch 256 x 4096 KV lies past the measured triangle
     assert r.source.startswith("aiconfigurator-core 0.12")
+
+
+def test_more_kv_heads_than_measured_are_looked_up_as_more_requests_of_fewer_heads(db):
+    """A layout with more KV heads than the database measured (multi-head attention, Llama-2-7B's 32) is the same
+    work as more requests of fewer heads: 4 requests of 4 KV heads (8 query heads) over 4096 tokens are the measured
+    kernel for 8 requests of 2 KV heads (4 query heads), not the roofline."""
+    wide = ModelShape("tiny-wide-kv", layers=2, hidden=128, heads=8, kv_heads=4, head_dim=16, intermediate=128,
+                      vocab=256)
+    r = _step(db, [4], [4], [4096], shape=wide)
+    assert r.parts["attention"][0] == pytest.approx(wide.layers * attn_ms(4, 8, 4096), rel=1e-12)
+    assert any("looked up as 2x the requests of 2 KV heads (4 query heads)" in n for n in r.notes)
+    # with a layout the database lacks either way, the lookup still names what is missing
+    odd = replace(wide, heads=12, kv_heads=3, hidden=192)
+    with pytest.raises(HwProfileError, match="num_key_value_heads=3"):
+        _step(db, [4], [4], [4096], shape=odd)
