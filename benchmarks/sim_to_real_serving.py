@@ -11,8 +11,13 @@ against the measured ones with signed errors, BLIS's trained model beside ours w
 MAPE per metric over the runs vLLM served, and whether each run came out overloaded (vLLM's four reasoning runs
 timed most of their requests out).
 
-TPOT here is (E2E - TTFT) / (output_len - 1) per request with the profile's output_len, on both sides (the
-client's re-tokenised output count is not what vLLM generated).
+Each run goes through the path a planner takes, `simulate bench PROFILE --table TABLE`: the run's inference-perf
+profile (rebuilt from its recorded settings) is read by ``simulator.inputs.inference_perf``, replayed by
+``simulator.runs.bench`` and reported per stage by ``simulator.outputs.bench_table``. TPOT is (E2E - TTFT) /
+(output_len - 1) per request with the profile's output_len, on both sides (the client's re-tokenised output count
+is not what vLLM generated). Overloaded, vLLM: more than 5% of requests failed (timed out) or TTFT p90 over 10 s;
+the simulator: ``simulate bench``'s own verdict (more than 5% unfinished, or a queue growing through a stage), or
+TTFT p90 over 10 s.
 
     ./run python benchmarks/sim_to_real_serving.py [--runs SUBSTRING] [--csv OUT.csv]
 """
@@ -20,13 +25,12 @@ client's re-tokenised output count is not what vLLM generated).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-import yaml
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "serving-runs"
@@ -36,9 +40,8 @@ from hw_profile.engine_costs import engine_defaults  # noqa: E402
 from hw_profile.estimate import Deployment, write_estimate_set  # noqa: E402
 from hw_profile.gpus import get_gpu  # noqa: E402
 from hw_profile.shapes import get_shape  # noqa: E402
-from simulator.inputs.config import Traffic, Workload, load_scenario  # noqa: E402
-from simulator.inputs.systems import resolve_systems  # noqa: E402
-from simulator.runs.run import LoadPoint, RunSpec, run_one  # noqa: E402
+from simulator.inputs.inference_perf import bench_scenario, read_profile  # noqa: E402
+from simulator.runs.bench import run_bench, scenario_from_doc  # noqa: E402
 
 DRAIN_S = 300.0  # inference-perf's request timeout: a request unfinished this long after the last stage failed
 OVERLOAD_TTFT_MS = 10_000.0
@@ -54,85 +57,52 @@ def estimate(config: str, tp: int, out: Path) -> Path:
     return path
 
 
-def scenario(run: pd.DataFrame, table: Path, out: Path) -> Path:
-    """The run rebuilt as a scenario file."""
+def profile(run: pd.DataFrame, out: Path) -> Path:
+    """The run's inference-perf profile, rebuilt from its recorded settings (the fields ``simulate bench`` reads)."""
     r = run.iloc[0]
-    stages = [tuple(float(x) for x in s.split("x")) for s in r["stages"].split(";")]
-    total = sum(d for _, d in stages)
-    traffic = {"kind": "poisson", "segments": [{"rate": rate, "duration_s": d} for rate, d in stages]}
-    if "repeat" in Traffic.model_fields:  # stages stop at their end, exactly rate x duration each
-        traffic.update(repeat=False, exact_counts=True)
-    workload = {"prompt": {"dist": "fixed", "value": int(r["system_prompt_len"] + r["question_len"])},
-                "output": {"dist": "fixed", "value": int(r["output_len"])}}
-    if "shared_prefix" in Workload.model_fields:
-        workload["shared_prefix"] = {"tokens": int(r["system_prompt_len"]), "groups": int(r["prefix_groups"])}
-    scn = {
-        "name": r["run"], "seed": 0,
-        "hardware": {"table": str(table), "replicas": 1, "gpus_per_replica": int(r["tp"])},
-        "engine": {"max_running": int(r["max_num_seqs"]), "max_batch_tokens": int(r["max_num_batched_tokens"]),
-                   "prefill_chunk": int(r["max_num_batched_tokens"]), "schedule": "mixed", "prefill": "colocated"},
-        "systems": ["ar"], "workload": workload, "traffic": traffic,
-        "run": {"duration_s": total, "warmup_s": 0.0, "drain_cap_s": DRAIN_S},
-        "sla": {"tps_targets": [10]},
-    }
-    path = out / f"{r['run']}.yaml"
-    path.write_text(yaml.safe_dump(scn, sort_keys=False))
+    stages = [{"rate": float(rate), "duration": float(d)}
+              for rate, d in (s.split("x") for s in r["stages"].split(";"))]
+    doc = {"load": {"type": "constant", "stages": stages},
+           "data": {"type": "shared_prefix",
+                    "shared_prefix": {"num_unique_system_prompts": int(r["prefix_groups"]),
+                                      "num_users_per_system_prompt": int(r["users_per_prefix"]),
+                                      "system_prompt_len": int(r["system_prompt_len"]),
+                                      "question_len": int(r["question_len"]), "output_len": int(r["output_len"])}},
+           "server": {"type": "vllm", "ignore_eos": True}}
+    path = out / f"{r['run']}.json"
+    path.write_text(json.dumps(doc))
     return path
 
 
-def simulate(path: Path) -> tuple[pd.DataFrame, float]:
-    """Every request of the run's one open-loop simulation, and the time its last stage ended."""
-    scn = load_scenario(path)
-    system = resolve_systems(scn)[0]
-    _, sim = run_one(scn, RunSpec(system, LoadPoint(None), 0, False))
-    return pd.DataFrame(sim.requests.frame()), float(scn.model.run.duration_s)
-
-
-def stage_metrics(req: pd.DataFrame, edges: list[float], output_len: int, end: float) -> list[dict]:
-    """Per stage (by arrival) and for the whole run: E2E, TTFT, TPOT of the finished requests, in ms, and the
-    share of the stage's requests unfinished ``DRAIN_S`` after the last stage (inference-perf's failures)."""
-    arrived = req["arrival"].to_numpy()
-    sent = arrived < end
-    done = ~np.isnan(req["finish"].to_numpy()) & (req["finish"].to_numpy() <= end + DRAIN_S)
-    e2e = (req["finish"] - req["arrival"]).to_numpy() * 1e3
-    ttft = (req["first_token"] - req["arrival"]).to_numpy() * 1e3
-    tpot = (e2e - ttft) / (output_len - 1)
-    out = []
-    bounds = [*zip(edges[:-1], edges[1:], strict=True), (edges[0], edges[-1])]
-    for i, (lo, hi) in enumerate(bounds):
-        inside = sent & (arrived >= lo) & (arrived < hi)
-        ok = inside & done
-        stage = i if i < len(edges) - 1 else -1
-        out.append({"stage": stage, "sim_requests": int(inside.sum()),
-                    "sim_unfinished": float(1 - ok.sum() / max(inside.sum(), 1)),
-                    "sim_e2e_mean_ms": float(np.mean(e2e[ok])) if ok.any() else np.nan,
-                    "sim_e2e_p90_ms": float(np.percentile(e2e[ok], 90)) if ok.any() else np.nan,
-                    "sim_ttft_mean_ms": float(np.mean(ttft[ok])) if ok.any() else np.nan,
-                    "sim_ttft_p90_ms": float(np.percentile(ttft[ok], 90)) if ok.any() else np.nan,
-                    "sim_tpot_mean_ms": float(np.mean(tpot[ok])) if ok.any() else np.nan})
-    return out
+def simulate(run: pd.DataFrame, table: Path, work: Path) -> pd.DataFrame:
+    """``simulate bench`` on the run's profile and table with its engine limits: the per-stage table."""
+    r = run.iloc[0]
+    bench = read_profile(profile(run, work))
+    doc = bench_scenario(bench, str(table), gpus_per_replica=int(r["tp"]), max_running=int(r["max_num_seqs"]),
+                         max_batch_tokens=int(r["max_num_batched_tokens"]), drain_s=DRAIN_S)
+    scn = scenario_from_doc(doc, bench, work / f"{r['run']}.yaml")
+    return run_bench(scn, bench.stages, seed=0).table
 
 
 def predict(measured: pd.DataFrame, work: Path) -> pd.DataFrame:
     rows = []
     for run, grp in measured.groupby("run", sort=False):
         r = grp.iloc[0]
-        table = estimate(r["config"], int(r["tp"]), work)
-        req, end = simulate(scenario(grp, table, work))
-        durations = [float(s.split("x")[1]) for s in r["stages"].split(";")]
-        edges = list(np.concatenate([[0.0], np.cumsum(durations)]))
-        for m in stage_metrics(req, edges, int(r["output_len"]), end):
-            real = grp[grp["stage"] == m["stage"]]
+        table = simulate(grp, estimate(r["config"], int(r["tp"]), work), work)
+        for _, sim in table.iterrows():
+            stage = -1 if sim["stage"] == "all" else int(sim["stage"])
+            real = grp[grp["stage"] == stage]
             if len(real):
-                rows.append({**real.iloc[0].to_dict(), **m})
+                rows.append({**real.iloc[0].to_dict(), "sim_requests": int(sim["requests"]),
+                             "sim_unfinished": int(sim["unfinished"]), "sim_bench_overloaded": bool(sim["overloaded"]),
+                             **{f"sim_{k}_{q}_ms": sim[f"{k}_{q}_s"] * 1e3
+                                for k in ("e2e", "ttft", "tpot") for q in ("mean", "p90")}})
         print(f"  {run}: simulated", file=sys.stderr)
     out = pd.DataFrame(rows)
     out["tpot_mean_ms"] = (out["e2e_mean_ms"] - out["ttft_mean_ms"]) / (out["output_len"] - 1)
-    # overloaded: more than 5% of the requests failed (timed out), or the queue held them past any interactive
-    # bound (TTFT p90 over 10 s); the simulator's verdict by the same rule, its unfinished requests as failures
     out["overloaded"] = ((out["failures"] > 0.05 * (out["successes"] + out["failures"]))
                          | (out["ttft_p90_ms"] > OVERLOAD_TTFT_MS))
-    out["sim_overloaded"] = (out["sim_unfinished"] > 0.05) | (out["sim_ttft_p90_ms"] > OVERLOAD_TTFT_MS)
+    out["sim_overloaded"] = out["sim_bench_overloaded"] | (out["sim_ttft_p90_ms"] > OVERLOAD_TTFT_MS)
     for k in ("e2e_mean", "e2e_p90", "ttft_mean", "ttft_p90", "tpot_mean"):
         out[f"err_{k}"] = out[f"sim_{k}_ms"] / out[f"{k}_ms"] - 1.0
     blis_tpot = (out["blis_e2e_mean_ms"] - out["blis_ttft_mean_ms"]) / (out["output_len"] - 1)
