@@ -492,6 +492,18 @@ def format_validation_error(path: Path, exc: ValidationError) -> str:
     return f"{path}: {_loc(err['loc'])}: {msg}{extra}{more}"
 
 
+def read_yaml(path: Path, kind: str = "YAML") -> object:
+    """A YAML (or JSON) file's document; a one-line UserError naming the file (and the line) when it is not one."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        raise UserError(f"{path}: {where}not valid {kind} ({getattr(exc, 'problem', exc)})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file") from None
+
+
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedScenario:
     path = Path(path)
     if not path.is_file():
@@ -500,14 +512,7 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
         if builtin is None:
             raise UserError(f"{path}: scenario file not found (built-in scenarios: `simulate list`)")
         path = builtin
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        raise UserError(f"{path}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file") from None
+    doc = read_yaml(path)
     if not isinstance(doc, dict):
         raise UserError(f"{path}: expected a mapping of scenario fields at the top level")
     for text in overrides:

@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from simulator.errors import UserError
+from simulator.inputs.config import read_yaml
 
 #: sections of a profile that configure only the client; skipped as a whole
 CLIENT_SECTIONS = ("api", "report", "storage", "tokenizer", "metrics", "circuit_breakers")
@@ -123,14 +122,7 @@ def read_profile(path: str | Path) -> BenchProfile:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: benchmark profile not found")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        raise UserError(f"{path}: {where}not valid YAML or JSON ({getattr(exc, 'problem', exc)})") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file") from None
+    doc = read_yaml(path, "YAML or JSON")
     r = _Reader(path)
     if not isinstance(doc, dict) or "load" not in doc or "data" not in doc:
         raise UserError(f"{path}: expected an inference-perf profile (a mapping with 'load' and 'data' sections)")

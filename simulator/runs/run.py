@@ -200,14 +200,7 @@ def shared_prefix_config(scn: LoadedScenario) -> dict:
     """The engine's share of ``workload.shared_prefix``: its length, passed only when the workload has one (the
     draws then carry each request's prefix group, which the engine's prefix cache reads)."""
     sp = scn.model.workload.shared_prefix
-    if sp is None:
-        return {}
-    from dataclasses import fields
-
-    if "shared_prefix_tokens" not in {f.name for f in fields(EngineConfig)}:  # an engine without a prefix cache
-        raise UserError(f"{scn.path}: workload.shared_prefix: this build's engine has no prefix cache to serve "
-                        "shared prefixes (EngineConfig.shared_prefix_tokens); expected a workload without one")
-    return {"shared_prefix_tokens": sp.tokens}
+    return {} if sp is None else {"shared_prefix_tokens": sp.tokens}
 
 
 def prefill_mode(scn: LoadedScenario, hw: Hardware) -> Disaggregated | None:

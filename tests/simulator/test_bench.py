@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import fields
 
 import numpy as np
 import pandas as pd
@@ -13,7 +12,6 @@ import yaml
 from click.testing import CliRunner
 
 from simulator.cli import cli, main
-from simulator.core.engine_config import EngineConfig
 from simulator.errors import UserError
 from simulator.inputs.inference_perf import bench_scenario, read_profile
 from simulator.outputs.bench_table import emission_gaps
@@ -176,19 +174,8 @@ def test_emission_gaps_are_the_pooled_inter_token_gaps(scenario_file):
     assert np.allclose(per[done], req["finish"][done] - req["first_token"][done])
 
 
-@pytest.mark.skipif("shared_prefix_tokens" not in {f.name for f in fields(EngineConfig)},
-                    reason="the engine's prefix cache (EngineConfig.shared_prefix_tokens) is on another branch")
 def test_bench_shared_prefix_end_to_end(tmp_path):
+    """A shared-prefix profile replays end to end, its prefixes served by the engine's prefix cache."""
     table, _ = bench(tmp_path, SHARED)
     assert table["stage"].astype(str).tolist() == ["0", "1", "all"]
     assert table.iloc[1]["e2e_mean_s"] >= table.iloc[0]["e2e_mean_s"]
-
-
-@pytest.mark.skipif("shared_prefix_tokens" in {f.name for f in fields(EngineConfig)},
-                    reason="the engine serves shared prefixes")
-def test_bench_shared_prefix_without_an_engine_prefix_cache_is_one_line(tmp_path):
-    path = write(tmp_path, SHARED)
-    res = CliRunner().invoke(cli, ["bench", str(path), "--table", str(H200_TABLE), "--out", str(tmp_path / "o")])
-    assert isinstance(res.exception, UserError)
-    assert "\n" not in str(res.exception) and "workload.shared_prefix: this build's engine has no prefix cache" in \
-        str(res.exception)
