@@ -444,7 +444,12 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
 
 
 @cli.command("bench")
-@click.argument("profile", type=click.Path(path_type=Path))
+@click.argument("profile", type=click.Path(path_type=Path), required=False)
+@click.option("--from-inference-perf", "inference_perf", type=click.Path(path_type=Path), metavar="PROFILE",
+              help="the benchmark as an inference-perf profile (the same as giving PROFILE)")
+@click.option("--from-vllm-bench", "vllm_result", type=click.Path(path_type=Path), metavar="RESULT.json",
+              help="the benchmark behind a `vllm bench serve --save-result` JSON (its rate, prompt count and mean "
+                   "lengths)")
 @click.option("--table", required=True, metavar="TABLE.csv",
               help="step-time table of one replica (hw-profile; a bundled one by its library name, e.g. "
                    "hardware/h200-qwen3-8b-bf16.csv)")
@@ -462,16 +467,27 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
 @click.option("--out", type=click.Path(path_type=Path), help="output directory [default: results/<profile stem>]")
 @click.option("--write-scenario", type=click.Path(path_type=Path), metavar="FILE",
               help="also write the scenario built from the profile here (edit it, rerun it with `simulate FILE`)")
-def bench_cmd(profile: Path, table: str, gpus: int, replicas: int, max_running: int, max_batch_tokens: int,
-              kv_capacity_tokens: int | None, seed: int, drain_s: float, out: Path | None,
-              write_scenario: Path | None) -> None:
-    """Replay a benchmark (an inference-perf profile) and report it per stage as the benchmark does: E2E, TTFT,
-    TPOT and ITL (mean, p90, p99), throughput, and an overload verdict (docs/benchmarks.md)."""
+def bench_cmd(profile: Path | None, inference_perf: Path | None, vllm_result: Path | None, table: str, gpus: int,
+              replicas: int, max_running: int, max_batch_tokens: int, kv_capacity_tokens: int | None, seed: int,
+              drain_s: float, out: Path | None, write_scenario: Path | None) -> None:
+    """Replay a benchmark (an inference-perf profile, or the settings of a `vllm bench serve` result) and report it
+    per stage as the benchmark does: E2E, TTFT, TPOT and ITL (mean, p90, p99), throughput, and an overload verdict
+    (docs/benchmarks.md)."""
+    from simulator.inputs.config import read_yaml
     from simulator.inputs.inference_perf import bench_scenario, read_profile
+    from simulator.inputs.vllm_bench_result import is_vllm_bench_result, read_vllm_result
     from simulator.runs.bench import run_bench, scenario_from_doc, terminal_table, write_bench_csv
     from simulator.runs.bench import write_scenario as write_scenario_file
 
-    bench = read_profile(profile)
+    given = [p for p in (profile, inference_perf, vllm_result) if p is not None]
+    if len(given) != 1:
+        raise UserError("bench: expected one benchmark: PROFILE, --from-inference-perf PROFILE or --from-vllm-bench "
+                        f"RESULT.json (got {len(given)})")
+    profile = given[0]
+    # a PROFILE that is a vllm bench result is read as one
+    vllm = vllm_result is not None or (inference_perf is None and profile.suffix == ".json" and profile.is_file()
+                                       and is_vllm_bench_result(read_yaml(profile, "JSON")))
+    bench = read_vllm_result(profile) if vllm else read_profile(profile)
     for line in bench.notes:
         click.echo(f"note: {line}", err=True)
     local = Path(table)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -179,3 +180,41 @@ def test_bench_shared_prefix_end_to_end(tmp_path):
     table, _ = bench(tmp_path, SHARED)
     assert table["stage"].astype(str).tolist() == ["0", "1", "all"]
     assert table.iloc[1]["e2e_mean_s"] >= table.iloc[0]["e2e_mean_s"]
+
+
+def vllm_result(tmp_path, **fields) -> Path:
+    doc = {"backend": "vllm", "num_prompts": 200, "request_rate": 10.0, "burstiness": 1.0, "max_concurrency": None,
+           "completed": 200, "total_input_tokens": 200 * 300, "total_output_tokens": 200 * 40, **fields}
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("how", ["positional", "--from-vllm-bench"])
+def test_a_vllm_bench_result_replays_its_rate_count_and_mean_lengths(tmp_path, how):
+    path = vllm_result(tmp_path)
+    args = [str(path)] if how == "positional" else [how, str(path)]
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["bench", *args, "--table", str(H200_TABLE), "--drain-s", "20", "--out", str(out)])
+    assert res.exit_code == 0, (res.output, res.exception)
+    table = pd.read_csv(out / "bench.csv")
+    whole = table[table["stage"].astype(str) == "all"].iloc[0]
+    assert whole["requests"] == 200 and whole["rate"] == pytest.approx(10.0)  # 200 prompts over 20 s
+    scenario = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert scenario["workload"]["prompt"] == {"dist": "fixed", "value": 300}
+    assert scenario["workload"]["output"] == {"dist": "fixed", "value": 40}
+
+
+@pytest.mark.parametrize(("fields", "expect"), [
+    ({"max_concurrency": 8}, "max_concurrency: 8: a closed-loop benchmark is not supported"),
+    ({"request_rate": "inf"}, "request_rate: inf (every request at once) is not supported"),
+    ({"burstiness": 0.5}, "burstiness: 0.5: only Poisson arrivals (1.0) are supported"),
+    ({"completed": 0}, "completed: expected a positive number, got 0"),
+])
+def test_a_vllm_bench_result_it_cannot_replay_is_one_line(tmp_path, fields, expect):
+    path = vllm_result(tmp_path, **fields)
+    res = CliRunner().invoke(cli, ["bench", "--from-vllm-bench", str(path), "--table", str(H200_TABLE)])
+    assert isinstance(res.exception, UserError) and "\n" not in str(res.exception)
+    assert expect in str(res.exception)
+    both = CliRunner().invoke(cli, ["bench", str(path), "--from-vllm-bench", str(path), "--table", str(H200_TABLE)])
+    assert isinstance(both.exception, UserError) and "expected one benchmark" in str(both.exception)
