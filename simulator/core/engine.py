@@ -96,6 +96,22 @@ STEP_COLUMNS = {
 }
 
 
+def arrived_by(queue: deque[int], routed: np.ndarray, t: float) -> int:
+    """How many requests at the head of ``queue`` had joined it by time ``t``: the queue is in the order its
+    requests joined (a preempted request, first in line again, joined before any waiting one), so those are a
+    prefix of it, found by bisection."""
+    lo, hi = 0, len(queue)
+    if hi and routed[queue[hi - 1]] <= t:
+        return hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if routed[queue[mid]] <= t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 class RequestLog(ColumnLog):
     """Every request of a run, one row each (its id), columns ``REQUEST_FIELDS``."""
 
@@ -176,6 +192,7 @@ class Replica:
         self.wake: simpy.Event | None = None
         self.step_no = 0
         self.idle_checks: list[tuple[float, int]] = []  # (time, queued) whenever the replica goes idle
+        self.scheduled_at = 0.0  # when the step after the running one was scheduled (EngineConfig.schedule_ahead)
         self.admission = cfg.admission()  # classes: EngineConfig found them
         # a rule that takes ``kv`` is told what requests sharing a cached prefix need; one that does not counts
         # every request's whole context, which never takes more than fits
@@ -215,10 +232,19 @@ class Replica:
             return
         req = self.sim.requests.data
         free = kv.room()
+        queue = self.queue
+        if cfg.schedule_ahead and batch.n:  # the next step was scheduled when the last one started
+            k = arrived_by(self.queue, req["routed"], self.scheduled_at)
+            if k == 0:
+                return
+            if k < len(self.queue):
+                queue = deque(self.queue.popleft() for _ in range(k))
         if self.admission_kv:
-            rids = self.admission.take(self.queue, room, free, req, cfg.lookahead, kv=kv.claims(req))
+            rids = self.admission.take(queue, room, free, req, cfg.lookahead, kv=kv.claims(req))
         else:
-            rids = self.admission.take(self.queue, room, free, req, cfg.lookahead)
+            rids = self.admission.take(queue, room, free, req, cfg.lookahead)
+        if queue is not self.queue:  # those not taken keep their place
+            self.queue.extendleft(reversed(queue))
         if not rids:
             return
         ids = np.asarray(rids, dtype=np.int64)
@@ -300,6 +326,7 @@ class Replica:
     def step(self):
         """One step: plan the batch, speculate, advance the clock, apply the outcomes, retire."""
         plan = self.plan_batch()
+        self.scheduled_at = plan.start  # where a scheduler one step ahead decides the step after this one
         self.speculate(plan)
         plan.step_ms = self.step_time(plan)
         yield self.env.timeout(plan.step_ms * 1e-3)

@@ -27,6 +27,9 @@ class EngineConfig:
     prefill on the decode replica, colocated) or a ``Disaggregated`` pool.
     request_ms: what a request spends outside the forwards before it joins a queue (API server, tokenisation; the
     first token's trip back is counted here too, since it adds the same to TTFT and E2E).
+    schedule_ahead: the engine schedules each step while the one before it runs (vLLM's asynchronous scheduling,
+    SGLang's and TensorRT-LLM's overlap schedulers): a request that joins the queue during a step can join the
+    batch only in the step after the next, except when nothing runs.
     shared_prefix_tokens: T, the tokens every request of a prefix group (``Simulation.submit``'s ``prefix``) shares
     with the others of its group; prefix_cache: keep computed prefixes (their full blocks of ``block_tokens``) in
     the KV cache for later requests of the group, as vLLM V1 and SGLang do by default (simulator/core/kv_cache.py;
@@ -46,6 +49,7 @@ class EngineConfig:
     preemption: str | type = "newest"
     prefill: Disaggregated | None = None
     request_ms: float = 0.0
+    schedule_ahead: bool = False
     shared_prefix_tokens: int = 0
     prefix_cache: bool = True
     block_tokens: int = 16

@@ -133,6 +133,10 @@ class Engine(Strict):
     request_ms: NonNegativeFloat | None = Field(
         None, description="ms a request spends outside the forwards (API server, tokenisation, first streamed "
         "token), added to TTFT and E2E; default: the table's engine cost (an estimate's request_ms), else 0")
+    schedule_ahead: bool | None = Field(
+        None, description="the engine schedules each step while the previous one runs (vLLM's asynchronous "
+        "scheduling, SGLang's overlap scheduler), so a new request joins two steps later; default: the table's "
+        "engine costs (an estimate's overlap_schedule), else false")
     gpu_memory_utilization: float = Field(
         0.9, gt=0.0, le=1.0, description="share of each GPU's memory the engine may take (vLLM's "
         "--gpu-memory-utilization, default 0.9): KV tokens = (this x GPU memory - weights - activation peak - "
@@ -194,6 +198,11 @@ class System(Strict):
 class SharedPrefix(Strict):
     tokens: PositiveInt = Field(description="tokens of each shared prefix (a system prompt)")
     groups: PositiveInt = Field(description="distinct prefixes; each request's is drawn uniformly")
+    prompts_per_group: PositiveInt | None = Field(
+        None, description="a benchmark's finite prompt pool (inference-perf's num_prompts_per_group, alias "
+        "num_users_per_system_prompt): each group has this many whole prompts, and requests cycle through the "
+        "groups x prompts_per_group prompts in one shuffled order, so a repeated prompt is cached whole (the prompt "
+        "length must be fixed); unset: every prompt is its own after the shared prefix")
 
 
 def shortest_prompt(spec: Any) -> int | None:
@@ -223,6 +232,9 @@ class Workload(Strict):
             raise FieldError("shared_prefix.tokens", f"{sp.tokens} tokens do not fit in the shortest prompt "
                              f"({low} tokens, workload.prompt); expected fewer than {low}, so that every prompt has "
                              "tokens of its own after the shared prefix")
+        if sp is not None and sp.prompts_per_group is not None and not isinstance(self.prompt, FixedLength):
+            raise FieldError("shared_prefix.prompts_per_group", "a pool of repeated prompts needs a fixed prompt "
+                             f"length (workload.prompt dist fixed), got dist {self.prompt.dist!r}")
         return self
 
     @field_validator("prompt", "output", mode="before")

@@ -30,6 +30,7 @@ class Hardware:
     energy: StepTimeGrid | None
     chunk_attention: ChunkAttention | None = None  # the target table's price of prompt chunks' attention, if any
     request_ms: float = 0.0  # per request, outside the forwards (engine.request_ms, else the table's engine cost)
+    schedule_ahead: bool = False  # the engine schedules a step ahead (engine.schedule_ahead, else the table's)
 
 
 def _read(path: Path, field: str) -> StepTable:
@@ -128,7 +129,18 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
         )
     return Hardware(clock=table.grid, policy=policy, draft=draft, kv_capacity=int(kv),
                     gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=table.energy_grid,
-                    chunk_attention=table.chunk_attention, request_ms=request_ms(table, eng.request_ms))
+                    chunk_attention=table.chunk_attention, request_ms=request_ms(table, eng.request_ms),
+                    schedule_ahead=schedule_ahead(table, eng.schedule_ahead))
+
+
+def schedule_ahead(table: StepTable, override: bool | None) -> bool:
+    """Whether the engine schedules each step while the previous one runs: the scenario's ``engine.schedule_ahead``,
+    else what the table was estimated with (``engine_costs.overlap_schedule``: vLLM's asynchronous scheduling,
+    SGLang's and TensorRT-LLM's overlap schedulers), else false (a measured table times forwards only)."""
+    if override is not None:
+        return override
+    costs = table.meta.get("engine_costs")
+    return bool(costs.get("overlap_schedule", False)) if isinstance(costs, dict) else False
 
 
 def request_ms(table: StepTable, override: float | None) -> float:

@@ -8,10 +8,13 @@ What is read, and what it becomes:
   requests per stage, exponential gaps scaled to span it). Other load types (poisson, concurrent, trace replay) and
   ``load.sweep`` are refused, naming the field.
 - ``data.type: shared_prefix``: ``data.shared_prefix.{num_unique_system_prompts | num_groups, system_prompt_len,
-  question_len, output_len}`` (``num_users_per_system_prompt | num_prompts_per_group`` is accepted: it varies
-  the questions' text, not their lengths) becomes a fixed prompt of system + question tokens, a fixed output of
-  ``output_len`` tokens and ``workload.shared_prefix {tokens: system_prompt_len, groups: num_unique_system_prompts}``;
-  ``question_distribution`` / ``output_distribution`` replace the fixed lengths where they are given.
+  question_len, output_len, num_users_per_system_prompt | num_prompts_per_group}`` becomes a fixed prompt of
+  system + question tokens, a fixed output of ``output_len`` tokens and ``workload.shared_prefix {tokens:
+  system_prompt_len, groups: num_unique_system_prompts, prompts_per_group: num_prompts_per_group}``: inference-perf
+  generates that many whole prompts per group once and cycles its requests through them in one shuffled order, so
+  a serving engine's prefix cache serves a repeated prompt whole. ``question_distribution`` /
+  ``output_distribution`` replace the fixed lengths where they are given (each prompt is then drawn anew, and the
+  pool is not modelled: a note says so).
 - ``data.type: random`` or ``synthetic``: ``data.input_distribution`` and ``data.output_distribution``
   (``{min, max, mean, std_dev, type}``, inference-perf's own names) become length specs where the scenario has
   their equivalent: a fixed length (``type: fixed``, ``std_dev: 0`` or ``min == max``) or ``type: uniform``. Its
@@ -193,6 +196,15 @@ def _workload(r: _Reader, data: dict, notes: list[str]) -> dict:
                         if "output_distribution" in sp
                         else {"dist": "fixed", "value": int(r.number(sp, "output_len", where, integer=True))})
         wl["shared_prefix"] = {"tokens": system, "groups": groups}
+        pool_key = "num_prompts_per_group" if "num_prompts_per_group" in sp else "num_users_per_system_prompt"
+        if pool_key in sp:
+            per_group = int(r.number(sp, pool_key, where, integer=True))
+            if wl["prompt"]["dist"] == "fixed":
+                wl["shared_prefix"]["prompts_per_group"] = per_group
+            else:
+                notes.append(f"{where}.{pool_key}: the benchmark cycles through {groups * per_group} prompts, which a "
+                             "prefix cache serves whole once seen; with distributed question lengths the replay draws "
+                             "each prompt anew and shares only the system prompt")
         if sp.get("enable_multi_turn_chat") is True:
             notes.append("data.shared_prefix.enable_multi_turn_chat: each request is modelled as its system prompt "
                          "plus one question; a conversation's growing history is not")

@@ -4,7 +4,8 @@ Open loop: all arrivals are drawn up front (Poisson at a constant or piecewise-c
 Azure-format trace). Closed loop: N users each keep one request in flight; ``RequestMaker`` draws the next request
 whenever one finishes. Everything is vectorised and driven by the run's seeded generator.
 
-A workload with a shared prefix (``workload.shared_prefix``) also draws each request's prefix group (0..G-1, uniform);
+A workload with a shared prefix (``workload.shared_prefix``) also draws each request's prefix group (0..G-1, uniform,
+or, with ``prompts_per_group`` P, its prompt's id 0..G x P - 1 in one shuffled cycle of a benchmark's prompt pool);
 then ``RequestMaker.draw`` and the open-loop arrivals carry a fourth array, ``prefix`` (int64), and prompts no
 longer than the prefix are lengthened to the prefix plus one token. Without one, nothing is drawn for it and the
 draws are the three arrays they always were (the same numbers, seed for seed).
@@ -162,12 +163,20 @@ class RequestMaker:
         self.shared_prefix = workload.shared_prefix
         self._block: tuple[np.ndarray, ...] | None = None
         self._next = 0
+        pool = self.shared_prefix.prompts_per_group if self.shared_prefix is not None else None
+        # a benchmark's finite pool of whole prompts, in one shuffled order, cycled (inference-perf's shared_prefix)
+        self._pool = None if pool is None else rng.permutation(self.shared_prefix.groups * pool).astype(np.int64)
+        self._cycled = 0
 
     def _fresh(self, n: int) -> tuple[np.ndarray, ...]:
         mix = self.rng.choice(len(self.keys), size=n, p=self.weights)
         prompt, output = self.prompt.sample(n, self.rng), self.output.sample(n, self.rng)
         if self.shared_prefix is None:
             return prompt, output, mix
+        if self._pool is not None:  # the prompt itself: its id in the pool
+            prefix = self._pool[(self._cycled + np.arange(n)) % len(self._pool)]
+            self._cycled += n
+            return prompt, output, mix, prefix
         # drawn after the rest, so that the lengths and mix are those of the same workload without a prefix
         prefix = self.rng.integers(0, self.shared_prefix.groups, n, dtype=np.int64)
         return self.fit_prompt(prompt), output, mix, prefix

@@ -170,6 +170,7 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         max_running=m.engine.max_running, max_batch_tokens=m.engine.max_batch_tokens, kv_capacity=hw.kv_capacity,
         gamma=0 if spec.system.drafter == "none" else spec.system.gamma, prefill_chunk=m.engine.prefill_chunk,
         schedule=m.engine.schedule, stall_ms=m.engine.sched_stall_ms, replicas=hw.replicas, request_ms=hw.request_ms,
+        schedule_ahead=hw.schedule_ahead,
         prefix_cache=m.engine.prefix_cache,
         **rules,
         **shared_prefix_config(scn),
@@ -198,9 +199,16 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
 
 def shared_prefix_config(scn: LoadedScenario) -> dict:
     """The engine's share of ``workload.shared_prefix``: its length, passed only when the workload has one (the
-    draws then carry each request's prefix group, which the engine's prefix cache reads)."""
+    draws then carry each request's prefix group, which the engine's prefix cache reads). With a pool of repeated
+    prompts (``prompts_per_group``) each prompt is a group of its own and its whole length is what is shared: a
+    group's first request computes it, later ones hit every full block of it (the system prompt shared across a
+    group's different prompts is then not reused on their first use, a cost paid once per prompt of the pool)."""
     sp = scn.model.workload.shared_prefix
-    return {} if sp is None else {"shared_prefix_tokens": sp.tokens}
+    if sp is None:
+        return {}
+    if sp.prompts_per_group is not None:  # the prefix groups are the pool's prompts, each cached whole
+        return {"shared_prefix_tokens": scn.model.workload.prompt.value}
+    return {"shared_prefix_tokens": sp.tokens}
 
 
 def prefill_mode(scn: LoadedScenario, hw: Hardware) -> Disaggregated | None:

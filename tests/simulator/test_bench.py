@@ -48,7 +48,7 @@ def test_shared_prefix_profile_maps_to_stages_and_a_shared_prefix(tmp_path):
                             "segments": [{"duration_s": 8.0, "rate": 4.0}, {"duration_s": 8.0, "rate": 50.0}]}
     assert prof.workload["prompt"] == {"dist": "fixed", "value": 240}
     assert prof.workload["output"] == {"dist": "fixed", "value": 48}
-    assert prof.workload["shared_prefix"] == {"tokens": 40, "groups": 3}
+    assert prof.workload["shared_prefix"] == {"tokens": 40, "groups": 3, "prompts_per_group": 2}  # the prompt pool
     doc = bench_scenario(prof, "t.csv", max_running=64, max_batch_tokens=1024, drain_s=30)
     assert doc["systems"] == ["ar"] and doc["engine"]["schedule"] == "mixed" and doc["engine"]["prefill"] == "colocated"
     assert doc["run"] == {"duration_s": 16.0, "warmup_s": 0.0, "drain_cap_s": 30.0}
@@ -58,7 +58,7 @@ def test_shared_prefix_profile_maps_to_stages_and_a_shared_prefix(tmp_path):
     sp["enable_multi_turn_chat"] = True
     newer = {**SHARED, "data": {"type": "shared_prefix", "shared_prefix": sp}, "server": {"type": "vllm"}}
     prof = read_profile(write(tmp_path, newer, "p.yaml"))
-    assert prof.workload["shared_prefix"] == {"tokens": 40, "groups": 3}
+    assert prof.workload["shared_prefix"] == {"tokens": 40, "groups": 3, "prompts_per_group": 2}  # the prompt pool
     assert any("enable_multi_turn_chat" in n for n in prof.notes) and any("ignore_eos" in n for n in prof.notes)
 
 

@@ -132,3 +132,42 @@ def test_repeat_and_exact_counts_are_for_poisson_traffic():
         Scenario.model_validate({**base, "traffic": {"kind": "trace", "trace": "a.csv", "repeat": False}})
     assert format_validation_error(Path("s.yaml"), err.value) == \
         "s.yaml: traffic.repeat: applies to poisson traffic; a replayed trace has its own arrivals"
+
+
+def test_a_prompt_pool_is_cycled_in_one_shuffled_order():
+    """inference-perf's shared-prefix data: groups x prompts_per_group whole prompts, generated once, requests taking
+    them in one shuffled order, over and over: every run of G x P consecutive requests holds each prompt once."""
+    wl = Workload.model_validate({"prompt": 240, "output": 32,
+                                  "shared_prefix": {"tokens": 40, "groups": 3, "prompts_per_group": 4}})
+    maker = RequestMaker(wl, Path, np.random.default_rng(5))
+    ids = np.concatenate([maker.draw(5)[3] for _ in range(12)])  # 60 requests, drawn in pieces
+    assert ids.min() == 0 and ids.max() == 11
+    cycles = ids.reshape(5, 12)
+    assert all(sorted(c) == list(range(12)) for c in cycles) and (cycles == cycles[0]).all()
+    assert list(cycles[0]) != list(range(12))  # shuffled
+
+
+def test_a_prompt_pool_needs_a_fixed_prompt_length(scenario_file):
+    path = scenario_file(workload={"prompt": {"dist": "uniform", "low": 64, "high": 128},
+                                   "shared_prefix": {"tokens": 8, "groups": 2, "prompts_per_group": 3}})
+    with pytest.raises(UserError) as err:
+        load_scenario(path)
+    assert "\n" not in str(err.value)
+    assert "workload.shared_prefix.prompts_per_group: a pool of repeated prompts needs a fixed prompt length" in \
+        str(err.value)
+
+
+def test_a_repeated_prompt_is_served_whole_from_the_prefix_cache(scenario_file):
+    """Through a run: the pool's 6 prompts (of 200 tokens: 12 full blocks, 192 tokens) are computed once each;
+    every later request prefills only the 8 tokens past its last full block."""
+    from tests.simulator.engine_helpers import simulate
+
+    path = scenario_file(workload={"prompt": 200, "output": 8,
+                                   "shared_prefix": {"tokens": 50, "groups": 2, "prompts_per_group": 3}},
+                         systems=["ar"], frontier={"concurrency": [4]}, engine={"kv_capacity_tokens": 100_000})
+    row, sim = simulate(path)
+    assert row["prefix_misses"] == 6 and row["prefix_hits"] > 0
+    assert row["prefix_hit_tokens"] == 192 * row["prefix_hits"]
+    st = sim.steps.frame()
+    requests = row["prefix_hits"] + row["prefix_misses"]
+    assert st["prefill_tokens"].sum() == 6 * 200 + (requests - 6) * 8

@@ -260,3 +260,26 @@ def test_gpu_memory_utilization_sizes_the_pool_and_a_bad_one_is_one_line(tmp_pat
     # the pool is (U x memory - weights - activations - runtime) / KV bytes: 0.4 x 141 GB more at 0.9, over
     # the bf16 cache of a Qwen3-8B-shaped model (147,456 bytes a token)
     assert pools[1] - pools[0] == pytest.approx(0.4 * 141e9 / 147_456, abs=2)
+
+
+def test_a_scheduler_one_step_ahead_admits_a_new_request_a_step_later(tmp_path):
+    """With the step after the running one scheduled when it starts (vLLM's asynchronous scheduling), a request that
+    arrives during step 1 cannot join step 2, already decided, only step 3; with nothing running it joins at once."""
+    table = tiny_table(tmp_path, priced=True)
+    first = {}
+    for ahead in (False, True):
+        config = EngineConfig(max_running=64, max_batch_tokens=1000, kv_capacity=1_000_000, schedule_ahead=ahead)
+        sim = Simulation(config, StepPrices(table.grid, chunk_attention=table.chunk_attention))
+        # a at t = 0 (nothing runs: it starts at once); b at 1 ms, during a's prefill step
+        sim.open_loop(np.array([0.0, 0.001]), np.array([100, 100]), np.array([50, 4]), np.zeros(2, dtype=np.int64))
+        sim.run(1.0)
+        check_invariants(sim)
+        st, rq = sim.steps.frame(), sim.requests.frame()
+        ends = list(st["end"])
+        prefills = list(st["prefill_tokens"][:3])
+        first[ahead] = (rq["first_token"][0], rq["first_token"][1], ends, prefills)
+    a0, b0, ends0, pre0 = first[False]
+    a1, b1, ends1, pre1 = first[True]
+    assert a0 == a1 == ends0[0] == ends1[0]  # the first request: no step running, no lag
+    assert pre0 == [100, 100, 0] and b0 == ends0[1]  # b prefills in step 2
+    assert pre1 == [100, 0, 100] and b1 == ends1[2]  # ... or in step 3, a step later
