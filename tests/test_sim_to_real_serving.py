@@ -15,9 +15,9 @@ def test_one_run_is_predicted_as_the_page_says(monkeypatch, capsys):
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "sim_to_real_serving", module)
     spec.loader.exec_module(module)
-    module.main(["--runs", "llama-2-70b-hf-tp4-codegen"])
+    module.main(["--runs", "codellama-34b-tp2-codegen"])
     printed = capsys.readouterr().out
-    rows = [line for line in printed.splitlines() if line.startswith("| llama-2-70b-hf-tp4-codegen")]
+    rows = [line for line in printed.splitlines() if line.startswith("| codellama-34b-tp2-codegen")]
     assert len(rows) == 3  # two stages and the whole run
     page = (ROOT / "docs" / "sim-to-real.md").read_text().splitlines()
     assert [r for r in rows if r not in page] == []
