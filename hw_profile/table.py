@@ -556,6 +556,31 @@ def roofline_caveat() -> dict:
     return {"kind": "roofline-bound", "text": ROOFLINE_BOUND}
 
 
+#: what a table's step times are, by the kind its sidecar records (``table_kind``)
+TABLE_KINDS = {"measured": "measured on the hardware", "calibrated": "calibrated on measurements",
+               "estimate": "an estimate (measured kernels or a kernel roofline, plus the engine's costs)",
+               "roofline": "a roofline speed bound, not a forecast", "unknown": "of unrecorded origin"}
+
+
+def table_kind(meta: dict) -> str:
+    """What a table's step times are: ``measured`` (``hw-profile sps``), ``calibrated`` (``calibrate``, from
+    telemetry or on an estimate), ``estimate`` (``hw-profile estimate``), ``roofline`` (``hw-profile analytic``: a
+    speed bound), or ``unknown`` (a sidecar that does not say). A smoothed table is of the kind it was smoothed
+    from."""
+    smoothed = meta.get("smoothed") if isinstance(meta.get("smoothed"), dict) else {}
+    kind = str(smoothed.get("from_kind") or meta.get("kind") or "")
+    caveat = meta.get("caveat") if isinstance(meta.get("caveat"), dict) else {}
+    if kind.startswith("analytic") or caveat.get("kind") == "roofline-bound":
+        return "roofline"
+    if kind.startswith("calibrated"):
+        return "calibrated"
+    if kind in ("estimate", "measured"):
+        return kind
+    if kind == "drafter":
+        return "measured"
+    return "unknown"
+
+
 def table_caveat(meta: dict) -> dict | None:
     """The sidecar's ``caveat`` ({kind, text}); analytic tables written before sidecars carried one (kind
     ``analytic``/``analytic-dp-ep``, or smoothed from one) get the roofline caveat. None: no caveat."""

@@ -20,7 +20,8 @@ HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus"
            "throughput_per_gpu": "tok/s/decode GPU", "throughput_per_deployed_gpu": "tok/s/GPU (all)",
            "cost_per_mtok": "$/M output tok", "seeds": "seeds",
            "attainment_lo": "attainment 95% low", "attainment_hi": "attainment 95% high",
-           "headroom_lo": "headroom low", "headroom_hi": "headroom high", "gpus_lo": "GPUs, fewest possible"}
+           "headroom_lo": "headroom low", "headroom_hi": "headroom high", "gpus_lo": "GPUs, fewest possible",
+           "table_kind": "table"}
 
 
 def unmet_lines(doc: dict) -> list[str]:

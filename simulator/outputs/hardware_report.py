@@ -24,7 +24,7 @@ HEADERS = {"rank": "rank", "hardware": "hardware", "gpu": "GPU", "usd_per_gpu_ho
            "decode_usd_per_hour": "decode $/hour", "usd_per_hour": "$/hour",
            "output_tokens_per_s": "output tok/s", "cost_per_mtok": "$/M output tok", "headroom": "headroom",
            "headroom_hi": "headroom high",
-           "attainment": "SLA attainment", "ttft_p99": "TTFT p99 (s)"}
+           "attainment": "SLA attainment", "ttft_p99": "TTFT p99 (s)", "table_kind": "table"}
 
 
 def _missing(v) -> bool:
@@ -59,8 +59,9 @@ def terminal_hardware(doc: dict) -> str:
     output rate and TTFT left to hardware.csv and the report when they do not fit."""
     full = format_pairs(doc)
     rows = hardware_table(doc)
-    df = pd.DataFrame({"#": full["rank"], "hardware": full["hardware"], "system": full["system"],
-                       "status": full["status"], "$/GPU-h": full["$/GPU-hour"], "GPUs": full["GPUs"]})
+    df = pd.DataFrame({"#": full["rank"], "hardware": full["hardware"], "table": full["table"],
+                       "system": full["system"], "status": full["status"], "$/GPU-h": full["$/GPU-hour"],
+                       "GPUs": full["GPUs"]})
     if rows["prefill_gpus"].any():
         df["P+D"] = [f"{p}+{d}" for p, d in zip(full["prefill GPUs"], full["decode GPUs"], strict=True)]
         df["$/h P+D"] = [f"{p}+{d}" for p, d in zip(full["prefill $/hour"], full["decode $/hour"], strict=True)]

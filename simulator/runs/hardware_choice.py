@@ -44,7 +44,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under 
 HARDWARE_COLUMNS = ["rank", "hardware", "gpu", "usd_per_gpu_hour", "system", "status", "gpus", "prefill_gpus",
                     "decode_gpus", "prefill_usd_per_hour", "decode_usd_per_hour", "usd_per_hour",
                     "output_tokens_per_s", "cost_per_mtok", "headroom", "headroom_hi", "attainment", "ttft_p99",
-                    "why_unmet"]
+                    "why_unmet", "table_kind"]
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,9 @@ def compare(scn: LoadedScenario, options: list[HardwareOption], plans: dict[str,
     """hardware.json's document from every option's plan (plan.json's document): the options summarised, the
     ranked pairs and the verdict."""
     by_name = {o.name: o for o in options}
-    rows = rank([pair_row(by_name[name], e) for name, doc in plans.items() for e in doc["systems"].values()])
+    kinds = {name: (doc.get("table") or {}).get("kind", "unknown") for name, doc in plans.items()}
+    rows = rank([{**pair_row(by_name[name], e), "table_kind": kinds[name]} for name, doc in plans.items()
+                 for e in doc["systems"].values()])
     first = next(iter(plans.values()))
     t = first["target"]
     doc = {
@@ -220,7 +222,8 @@ def compare(scn: LoadedScenario, options: list[HardwareOption], plans: dict[str,
         "traffic": first.get("traffic"), "arrival_rate": first.get("arrival_rate"),
         "baseline": first.get("baseline"), "quick": first.get("quick"), "seeds": first.get("seeds"),
         "overrides": list(scn.overrides),
-        "options": [{"name": o.name, "gpu": o.gpu, "table": str(o.table), "usd_per_gpu_hour": o.usd_per_gpu_hour,
+        "options": [{"name": o.name, "gpu": o.gpu, "table": str(o.table), "table_kind": kinds[o.name],
+                     "usd_per_gpu_hour": o.usd_per_gpu_hour,
                      "plan": f"hardware/{o.name}/plan.json", "prefill": plans[o.name].get("prefill") and {
                          k: plans[o.name]["prefill"][k] for k in ("replicas", "gpus_per_replica", "met",
                                                                   "why_unmet")},
@@ -250,9 +253,27 @@ def _versus(best: dict, other: dict, what: str) -> str:
             f"than {what} ({other['system']}: {_pair(other)})")
 
 
+def kinds_caveat(doc: dict) -> str:
+    """The sentence a hardware verdict ends with when an option's table is a roofline bound: its GPU counts are
+    lower bounds, not comparable with estimates or measurements; "" when none is."""
+    options = doc.get("options") or []
+    bounds = [o["name"] for o in options if o.get("table_kind") == "roofline"]
+    if not bounds:
+        return ""
+    others = sorted({o.get("table_kind", "unknown") for o in options if o["name"] not in bounds})
+    versus = f"; not comparable with the {' and '.join(others)} table(s) of the others" if others else ""
+    return (f" {', '.join(bounds)} {'is a speed bound' if len(bounds) == 1 else 'are speed bounds'} (a roofline "
+            f"table: real steps are slower, so its GPU counts are lower bounds){versus}.")
+
+
 def hardware_verdict(doc: dict) -> str:
     """One sentence: the cheapest pair (pairs at the same spend and headroom named as a tie), what it saves over
-    the best pair on the next cheapest hardware and over the baseline system on its own hardware."""
+    the best pair on the next cheapest hardware and over the baseline system on its own hardware; then what a
+    roofline option's figures are (``kinds_caveat``)."""
+    return _cheapest(doc) + kinds_caveat(doc)
+
+
+def _cheapest(doc: dict) -> str:
     t = doc["target"]
     sla = sla_phrase(t)
     load = load_phrase(doc)

@@ -33,8 +33,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from hw_profile.table import TABLE_KINDS, table_kind
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
+from simulator.inputs.hardware import load_target_table
 from simulator.inputs.systems import SystemSpec, resolve_systems
 from simulator.outputs.frontier import default_baseline
 from simulator.outputs.metrics import overloaded
@@ -461,6 +463,7 @@ class Planner:
             "baseline": default_baseline(names, m.sla.baseline),
             "quick": self.quick, "seed": self.seed, "seeds": self.seeds, "overrides": list(self.scn.overrides),
             "runs_executed": self.runs,
+            "table": {"path": str(m.hardware.table), "kind": table_kind(load_target_table(self.scn).meta)},
             "systems": {r["system"]: {**r, "search": [t.log() for t in plans[r["system"]].trials]} for r in rows},
         }
         doc["verdict"] = verdict(doc)
@@ -468,8 +471,20 @@ class Planner:
 
 
 def plan_table(doc: dict) -> pd.DataFrame:
-    return pd.DataFrame([{k: v for k, v in e.items() if k != "search"} for e in doc["systems"].values()],
-                        columns=PLAN_COLUMNS)
+    df = pd.DataFrame([{k: v for k, v in e.items() if k != "search"} for e in doc["systems"].values()],
+                      columns=PLAN_COLUMNS)
+    df["table_kind"] = (doc.get("table") or {}).get("kind", "unknown")  # what the GPU counts rest on
+    return df
+
+
+def bound_caveat(doc: dict) -> str:
+    """The sentence a verdict ends with when its step times come from a roofline table (a speed bound), else ""."""
+    table = doc.get("table") or {}
+    if table.get("kind") != "roofline":
+        return ""
+    return (f" Its step times come from {table.get('path', 'the table')}, {TABLE_KINDS['roofline']}: real steps are "
+            "slower, so these GPU counts are a lower bound; plan on an estimate (hw-profile estimate) or a measured "
+            "table.")
 
 
 def load_phrase(doc: dict) -> str:
@@ -520,7 +535,8 @@ def verdict(doc: dict) -> str:
         open_ = [e["system"] for e in rows if e["status"] == UNRESOLVED_STATUS]
         tail = (f"; {', '.join(open_)} cannot be resolved at this precision (more --replicates)" if open_ else "")
         return (f"No system meets {sla} at {load} within {t['max_gpus']} GPUs; the closest is {best['system']} "
-                f"({best['attainment']:.1%} of requests at the target with {best['gpus']} GPUs){tail}.")
+                f"({best['attainment']:.1%} of requests at the target with {best['gpus']} GPUs){tail}."
+                + bound_caveat(doc))
     # equal GPUs serve the same traffic at the same cost: the headroom tells them apart, to the precision of
     # its search; within that they tie (the cost per token at equal GPUs and traffic is measurement noise)
     fewest_gpus = min(e["gpus"] for e in met)
@@ -571,7 +587,7 @@ def verdict(doc: dict) -> str:
                      f"{base['system']}'s {base['gpus']}")
         else:
             text += f"; the baseline {base['system']} needs as many, with {base['headroom']:+.0%} headroom"
-    return text + "."
+    return text + "." + bound_caveat(doc)
 
 
 def write_plan(out: Path, doc: dict) -> tuple[Path, Path]:

@@ -111,6 +111,12 @@ def test_a_real_comparison_ranks_by_price_shares_the_store_and_writes_its_report
     assert plans["h200"]["runs_executed"] > 0 and plans["h200-at-7"]["runs_executed"] == 0
     assert doc["runs_executed"] == plans["h200"]["runs_executed"]
     assert "the cheapest is mtp-1 on h200" in doc["verdict"] and "50% less ($" in doc["verdict"]
+    # the bundled table is a roofline bound: said in hardware.csv, plan.csv and both verdicts
+    assert set(table["table_kind"]) == {"roofline"}
+    assert set(pd.read_csv(out / "hardware" / "h200" / "plan.csv")["table_kind"]) == {"roofline"}
+    assert doc["verdict"].endswith("h200, h200-at-7 are speed bounds (a roofline table: real steps are slower, so its "
+                                   "GPU counts are lower bounds).")
+    assert "a roofline speed bound, not a forecast: real steps are slower" in plans["h200"]["verdict"]
     page = (out / "report.html").read_text()
     assert "Which hardware" in page and "Cost per million output tokens at the SLA" in page
     assert f"h200-at-7: {H200_TABLE}" in page  # the header names the tables compared
@@ -237,3 +243,18 @@ def test_plan_modes_that_do_not_combine_are_refused_in_one_line(scenario_file, t
     # the command's entry point prints a UserError as one line "error: ...", exit 2 (test_config)
     assert isinstance(res.exception, UserError) and str(res.exception) == message, res.output
     assert not (tmp_path / "o" / ".runs").exists()  # refused before any run
+
+
+def test_a_comparison_that_mixes_a_bound_with_estimates_says_so():
+    from hw_profile.table import table_kind
+    from simulator.runs.hardware_choice import kinds_caveat
+
+    assert [table_kind(m) for m in ({"kind": "analytic"}, {"kind": "estimate"}, {"kind": "calibrated-estimate"},
+                                    {"kind": "smoothed", "smoothed": {"from_kind": "measured"}}, {})] == [
+        "roofline", "estimate", "calibrated", "measured", "unknown"]
+    doc = {"options": [{"name": "h200-roofline", "table_kind": "roofline"}, {"name": "h200-est", "table_kind": "estimate"},
+                       {"name": "b300-est", "table_kind": "estimate"}]}
+    assert kinds_caveat(doc) == (" h200-roofline is a speed bound (a roofline table: real steps are slower, so its "
+                                 "GPU counts are lower bounds); not comparable with the estimate table(s) of the "
+                                 "others.")
+    assert kinds_caveat({"options": [{"name": "a", "table_kind": "estimate"}]}) == ""
