@@ -19,22 +19,13 @@ per-step cost and per-token scale of a written table. All times are per step of 
   for Llama-2-7B, CodeLlama-34B and Mixtral, and 11-16% short for Llama-2-70B over 4 GPUs.
 - ``request_ms``: what a request spends outside the forwards, once: the API server's request handling and
   tokenisation before the engine sees it, and detokenising and streaming its first token back. It adds to TTFT and
-  E2E, not to the time per output token. Default 3 ms for every engine (each serves OpenAI-style HTTP from a Python
-  front end): our judgement (a fast tokenizer takes well under a millisecond for a 1,000-token prompt; request
-  parsing, the hop to the engine process and the first streamed chunk a few more), not a measurement; a
-  single-stream TTFT fixes it (TTFT at one request = this + one prefill forward).
-- ``overlap_schedule`` and ``scheduler_ms``: whether the engine runs a step's host work (scheduling the next batch,
-  preparing its inputs, processing the last step's results) under the GPU's current forward, and how long that work
-  takes. ``step_fixed_ms`` is what stays exposed with it; a step without it (``overlap_schedule=false``) also pays
-  ``scheduler_ms``. Default: on, as SGLang and TensorRT-LLM run (for vLLM, ``step_fixed_ms`` stands for what its
-  loop leaves exposed). Set it off for SGLang up to 0.5.x serving with EAGLE or MTP speculation: its ``server_args``
-  turns the overlap scheduler off for those (from 0.5.2's source: "Overlap scheduler is disabled because of using
-  eagle speculative decoding"), until its second speculative worker. ``scheduler_ms`` 6.1 ms: SGLang's MTP post
-  (LMSYS blog, 2025-07-17) measured DeepSeek-V3 decode on two nodes of 8 H200 (data-parallel attention over 16
-  ranks, 2 requests per rank) at 51.0 tok/s per rank without the overlap scheduler and 60.4 with it, 39.2 against
-  33.1 ms a step. The one such pair we found. Under data-parallel attention each SGLang step also all-gathers every
-  rank's batch size and waits for it (a collective across the nodes when the overlap scheduler is off), so a
-  single-node or tensor-parallel deployment likely hides less: set it for yours.
+  E2E, not to the time per output token. Default 10 ms for every engine (each serves OpenAI-style HTTP from a Python
+  front end), from the one public measurement we found: a `vllm bench serve` run against a live vLLM (0.28, a
+  Qwen2.5-0.5B on a laptop GPU under WSL2; vllm-project/vllm PR #54628) saw the client's TTFT exceed vLLM's own
+  server-side TTFT metric by 8.4 and 12.0 ms on the completions endpoint (11-12 on chat); vLLM's metric starts when
+  the front end has the request, so this is HTTP, parsing and streaming, not the engine's queue. One measurement on
+  other hardware: a single-stream TTFT on a planner's own deployment fixes it (TTFT at one request = this + about
+  two steps under a scheduler one step ahead).
 - ``graph_max_batch``: the largest token count the engine captures as a CUDA graph. Past it a step runs eagerly
   and pays ``launch_us`` per kernel, ``kernels_per_layer`` kernels per layer. Defaults: vLLM 512 (the largest of its
   default capture sizes); SGLang 256 and TensorRT-LLM 128, typical of their ``cuda_graph_max_bs`` and CUDA-graph
@@ -143,7 +134,7 @@ class EngineCosts:
     fused_waves: float = 4.0
     nic_gb_s: float = NIC_GB_S
     two_batch_min_tokens: float | None = None  # None: two requests' worth (see the module docstring)
-    request_ms: float = 3.0  # per request, outside the forwards (see the module docstring)
+    request_ms: float = 10.0  # per request, outside the forwards (see the module docstring)
 
     def __post_init__(self):
         # sidecars and callers written before the fused mode stored a bool
