@@ -31,11 +31,14 @@ PLAN_REPLICATES = 3
 
 
 class ScenarioFirst(click.Group):
-    """`simulate FILE ...` means `simulate run FILE ...`."""
+    """`simulate FILE ...` means `simulate run FILE ...`; `simulate --from-inference-perf PROFILE ...` (or
+    `--from-vllm-bench RESULT.json`) means `simulate bench ...`: a benchmark replayed in one command."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             args = ["run", *args]
+        elif args and args[0].split("=")[0] in ("--from-inference-perf", "--from-vllm-bench"):
+            args = ["bench", *args]
         return super().parse_args(ctx, args)
 
 

@@ -190,12 +190,13 @@ def vllm_result(tmp_path, **fields) -> Path:
     return path
 
 
-@pytest.mark.parametrize("how", ["positional", "--from-vllm-bench"])
+@pytest.mark.parametrize("how", ["positional", "--from-vllm-bench", "simulate --from-vllm-bench"])
 def test_a_vllm_bench_result_replays_its_rate_count_and_mean_lengths(tmp_path, how):
     path = vllm_result(tmp_path)
-    args = [str(path)] if how == "positional" else [how, str(path)]
+    args = {"positional": ["bench", str(path)], "--from-vllm-bench": ["bench", how, str(path)],
+            "simulate --from-vllm-bench": ["--from-vllm-bench", str(path)]}[how]  # the last without `bench`
     out = tmp_path / "out"
-    res = CliRunner().invoke(cli, ["bench", *args, "--table", str(H200_TABLE), "--drain-s", "20", "--out", str(out)])
+    res = CliRunner().invoke(cli, [*args, "--table", str(H200_TABLE), "--drain-s", "20", "--out", str(out)])
     assert res.exit_code == 0, (res.output, res.exception)
     table = pd.read_csv(out / "bench.csv")
     whole = table[table["stage"].astype(str) == "all"].iloc[0]
