@@ -283,3 +283,34 @@ def test_a_scheduler_one_step_ahead_admits_a_new_request_a_step_later(tmp_path):
     assert a0 == a1 == ends0[0] == ends1[0]  # the first request: no step running, no lag
     assert pre0 == [100, 100, 0] and b0 == ends0[1]  # b prefills in step 2
     assert pre1 == [100, 0, 100] and b1 == ends1[2]  # ... or in step 3, a step later
+
+
+def test_the_engine_costs_outside_the_forward_come_from_the_table_unless_the_scenario_sets_them(tmp_path):
+    """An estimate's sidecar records request_ms and whether the engine schedules a step ahead; a measured table
+    (no engine costs) has neither; the scenario's engine.request_ms / engine.schedule_ahead win."""
+    from simulator.inputs.hardware import request_ms, schedule_ahead
+
+    rows = [{"batch_tokens": 1, "kv_tokens": 0, "status": "ok", "step_ms": 1.0}]
+    est = StepTable.from_points(rows, meta={"engine_costs": {"request_ms": 10.0, "overlap_schedule": True}})
+    measured = StepTable.from_points(rows, meta={"kind": "measured"})
+    assert request_ms(est, None) == 10.0 and schedule_ahead(est, None) is True
+    assert request_ms(measured, None) == 0.0 and schedule_ahead(measured, None) is False
+    assert request_ms(est, 2.5) == 2.5 and schedule_ahead(est, False) is False
+
+
+def test_every_table_writer_records_the_kv_cache_it_priced():
+    """The KV bytes a token holds, per GPU and per replica, as each writer priced them: an analytic table in its
+    dtype, split over tensor-parallel GPUs but never below one KV head a GPU; a latent (MLA) cache whole on every
+    GPU."""
+    from hw_profile.gpus import get_gpu
+    from hw_profile.roofline import analytic_table
+    from hw_profile.shapes import get_shape
+
+    qwen = get_shape("qwen3-8b")  # 36 layers, 8 KV heads of 128
+    t = analytic_table(qwen, get_gpu("H200"), gpus=2, dtype="fp8", b_axis=np.array([1, 8]), k_axis=np.array([0, 64]))
+    assert t.meta["kv_bytes_per_token_per_gpu"] == 36 * 2 * 4 * 128 * 1  # fp8, 4 KV heads a GPU
+    assert t.meta["kv_bytes_per_token"] == 2 * t.meta["kv_bytes_per_token_per_gpu"]
+    assert qwen.kv_cache_facts(2.0, 16, 16)["kv_bytes_per_token_per_gpu"] == 36 * 2 * 1 * 128 * 2  # one head each
+    v3 = get_shape("deepseek-v3")
+    facts = v3.kv_cache_facts(2.0, 8, 8)
+    assert facts["kv_bytes_per_token_per_gpu"] == v3.kv_bytes_per_token  # the latent, whole on every GPU
