@@ -417,6 +417,8 @@ def calibrate(obj, telemetry, out, prior, points, tau, verify_budget, context, g
         _calibrate_prior(obj, prior, telemetry, points, assume, system, filters, out, name)
         return
     obs, inputs = read_telemetry(telemetry, assume, system=system, where=filters)
+    for note in inputs.get("skipped", []):
+        click.echo(f"hw-profile: note: {note}", err=True)
     inputs.update({"where": filters or None, "assumed": {k: v for k, v in (("tau", tau), (
         "verify_budget", verify_budget), ("context", context), ("gpus_per_replica", gpus_per_replica)) if v}})
     cal = fit(obs, kv_ns_per_token=kv_ns_per_token, draft=DraftShare(draft_layers, layers, draft_window), form=form)
@@ -465,7 +467,9 @@ def _calibrate_prior(obj, prior_path, telemetry, points, assume, system, filters
     except TableError as exc:
         raise HwProfileError(f"--prior: {exc}") from None
     if telemetry is not None:
-        obs, _ = read_telemetry(telemetry, assume, system=system, where=filters)
+        obs, inputs = read_telemetry(telemetry, assume, system=system, where=filters)
+        for note in inputs.get("skipped", []):
+            click.echo(f"hw-profile: note: {note}", err=True)
         rows = [(float(r.batch_tokens), float(r.kv_tokens), float(r.step_ms)) for r in obs.itertuples()]
     else:
         rows = []

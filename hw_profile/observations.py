@@ -243,7 +243,7 @@ def read_vllm_dir(path: Path, assume: Assumptions) -> tuple[pd.DataFrame, dict]:
                     "--max-concurrency; found none")
     if assume.step_from not in ("tpot", "throughput"):
         raise HwProfileError(f"--step-from: expected tpot or throughput, got {assume.step_from!r}")
-    rows, points = [], []
+    rows, points, skipped = [], [], []
     for f in files:
         try:
             d = json.loads(f.read_text())
@@ -259,6 +259,9 @@ def read_vllm_dir(path: Path, assume: Assumptions) -> tuple[pd.DataFrame, dict]:
         budget = spec["verify_budget"] if spec else (assume.verify_budget or 1.0)
         field = "mean_tpot_ms" if assume.step_from == "tpot" else "output_throughput"
         value = d.get(field)
+        if value is None:  # a point nothing finished at (an overloaded run's export leaves it empty): no step time
+            skipped.append(f"{f.name}: {field} is empty (no request finished its run: an overloaded point), skipped")
+            continue
         if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
             raise _fail(f, field, "a positive number", value)
         step_ms = value * tau if field == "mean_tpot_ms" else conc * tau / value * 1e3
@@ -282,8 +285,11 @@ def read_vllm_dir(path: Path, assume: Assumptions) -> tuple[pd.DataFrame, dict]:
                                    d.get(f"{k}_ttft_ms") is not None},
                        "tpot_ms": {k: d.get(f"{k}_tpot_ms") for k in ("mean", "median", "p99") if
                                    d.get(f"{k}_tpot_ms") is not None}})
+    if not rows:
+        raise _fail(path, "files", "at least one result with a step time; every one was empty: "
+                    + "; ".join(skipped))
     obs = pd.DataFrame(rows).sort_values("requests").reset_index(drop=True)
     if any(math.isnan(x) for x in obs["step_ms"]):
         raise _fail(path, "step", "finite step times")
     return obs, {"file": str(path), "format": "vllm bench serve results", "step_from": assume.step_from,
-                 "points": points, "rows": len(obs)}
+                 "points": points, "rows": len(obs), "skipped": skipped}

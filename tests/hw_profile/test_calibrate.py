@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from hw_profile.calibrate import Calibration, DraftShare, calibrated_table, fit, pav
 from hw_profile.cli import main as hw_main
+from hw_profile.errors import HwProfileError
 from hw_profile.observations import Assumptions, read_telemetry
 from hw_profile.table import StepTable
 
@@ -214,6 +215,23 @@ def test_cli_writes_a_calibrated_table_from_vllm_results(tmp_path, capsys):
     assert cal["residuals_pct"]["max_abs"] < 1e-6 and "stderr" in cal and "observed_range" in cal
     assert table.grid.step_ms(50, 0) == pytest.approx(8.0 + 0.05 * 50 + 0, rel=0.05)
     assert "ms" in out and "us/token" in out
+
+
+def test_an_overloaded_point_of_the_projects_own_export_is_skipped_with_a_note(tmp_path, capsys):
+    """`simulate --format vllm-bench` writes null TPOT for a closed-loop point at which nothing finished: calibrate
+    skips that file with a note, rather than refusing the sweep; all empty is one line."""
+    write_vllm_sweep(tmp_path / "sweep", lambda b, k: 8.0 + 0.05 * b + 1e-6 * k)
+    doc = json.loads((tmp_path / "sweep" / "vllm-c64.json").read_text())
+    (tmp_path / "sweep" / "vllm-c64.json").write_text(json.dumps({**doc, "mean_tpot_ms": None}))
+    obs, info = read_telemetry(tmp_path / "sweep")
+    assert obs["requests"].tolist() == [1.0, 4.0, 16.0] and len(info["skipped"]) == 1
+    code, _, err = run(["calibrate", str(tmp_path / "sweep"), "--out", str(tmp_path / "t.csv")], capsys)
+    assert code == 0, err
+    assert "note: vllm-c64.json: mean_tpot_ms is empty (no request finished its run: an overloaded point), skipped" in err
+    for f in (tmp_path / "sweep").glob("*.json"):
+        f.write_text(json.dumps({**json.loads(f.read_text()), "mean_tpot_ms": None}))
+    with pytest.raises(HwProfileError, match="at least one result with a step time"):
+        read_telemetry(tmp_path / "sweep")
 
 
 @pytest.mark.parametrize("make, argv, words", [
