@@ -40,10 +40,15 @@ class Router:
         raise NotImplementedError
 
     def pick(self) -> int:
-        """The next request's replica (index), counted in."""
-        i = 0 if len(self.loads) == 1 else self.choose()
+        """The next request's replica (index), counted in; a ``choose`` that names no replica is one line naming
+        the rule."""
+        n = len(self.loads)
+        i = 0 if n == 1 else self.choose()
+        if isinstance(i, bool) or not isinstance(i, int | np.integer) or not 0 <= i < n:
+            raise UserError(f"router {type(self).__name__}: choose() returned {i!r}; expected a replica index "
+                            f"0..{n - 1} ({n} replicas)")
         self.loads[i] += 1
-        return i
+        return int(i)
 
     def sent(self, replica: int, count: int) -> None:
         """``count`` requests went to ``replica`` without a pick (it is the only one)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -158,6 +159,17 @@ def check_rules(scn: LoadedScenario) -> dict[str, type]:
                                       ("preemption", "engine.preemption", m.engine.preemption))}
 
 
+@contextmanager
+def in_run(scn: LoadedScenario, spec: RunSpec):
+    """A UserError raised while a run runs (a plug-in rule or policy that broke its contract) names the run."""
+    try:
+        yield
+    except UserError as exc:  # the same error (a PolicyError stays one), its message prefixed with the run
+        exc.args = (f"{scn.path}: system {spec.system.name!r} at {spec.point.label}, seed {spec.seed}: {exc}",
+                    *exc.args[1:])
+        raise
+
+
 def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, float, float]:
     m = scn.model
     check_engine_limits(scn, spec.system)
@@ -185,7 +197,8 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         window = (scn.resolve(m.traffic.trace), *trace_window(m.traffic, duration))
     maker = RequestMaker(m.workload, scn.resolve, _stream(spec.seed, spec.point.label, "workload"), window)
     if spec.point.concurrency is not None:
-        sim.closed_loop(spec.point.concurrency, maker.draw)
+        with in_run(scn, spec):  # the first requests are routed now
+            sim.closed_loop(spec.point.concurrency, maker.draw)
     else:
         # arrivals go on through the drain, so that the followed requests finish under the same load
         arr = open_loop_arrivals(m.traffic, maker, duration + drain_cap(scn, spec), scn.resolve,
@@ -269,7 +282,8 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
     sim, hw, duration, warmup = build(scn, spec)
     # a source that generates tokens records what it generated (live: every step also verifies the whole block)
     recording = records_dir is not None and isinstance(sim.source, RuntimeSource) and sim.source.start_recording()
-    warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup)
+    with in_run(scn, spec):
+        warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup)
     wall = time.perf_counter() - t0
     if spec.check_invariants:
         try:

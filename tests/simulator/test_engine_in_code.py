@@ -12,7 +12,7 @@ from simulator.core.columns import Batch
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.core.engine import Simulation, StepPrices
 from simulator.core.engine_config import EngineConfig
-from simulator.core.engine_rules import Admission, FirstComeFirstServed, Preemption
+from simulator.core.engine_rules import Admission, FirstComeFirstServed, Preemption, Router
 from simulator.core.invariants import check_invariants
 from simulator.errors import UserError
 from tests.simulator.engine_helpers import simulate
@@ -216,3 +216,26 @@ def test_a_scenario_names_its_rules(scenario_file, examples_on_path):
     assert type(sim.replicas[0].admission).__name__ == "ShortestPromptFirst"
     with pytest.raises(UserError, match=r"rules2\.yaml: hardware\.router: unknown router 'nearest'; known: least-loaded, round-robin"):
         simulate(scenario_file(name="rules2", hardware={"router": "nearest"}), quick=True)
+
+
+class SeventhReplica(Router):
+    """A broken plug-in: names a replica the deployment does not have."""
+
+    def choose(self) -> int:
+        return 7
+
+
+def test_a_router_that_names_no_replica_is_one_line_naming_it(scenario_file):
+    sim = Simulation(EngineConfig(max_running=8, max_batch_tokens=512, kv_capacity=10_000, replicas=2,
+                                  router=SeventhReplica), StepPrices(flat(5.0)))
+    two_requests(sim, prompt=(4,), output=(5,))
+    with pytest.raises(UserError) as err:
+        sim.run(until=0.1)
+    assert str(err.value) == "router SeventhReplica: choose() returned 7; expected a replica index 0..1 (2 replicas)"
+    # in a scenario run, the message also names the system and the load point it broke
+    path = scenario_file(hardware={"replicas": 2, "router": f"{__name__}:SeventhReplica"}, systems=["ar"])
+    with pytest.raises(UserError) as err:
+        simulate(path)
+    text = str(err.value)
+    assert "\n" not in text and text.startswith(f"{path}: system 'ar' at closed-")
+    assert text.endswith("router SeventhReplica: choose() returned 7; expected a replica index 0..1 (2 replicas)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -226,7 +227,9 @@ class Overclaims(AcceptanceSource):
 def test_engine_refuses_a_source_that_accepts_more_than_was_verified(scenario_file, options, match):
     path = scenario_file(systems=["static-2"],
                          acceptance={"source": f"{__name__}:Overclaims", "options": options})
-    with pytest.raises(SourceError, match=rf"^acceptance source Overclaims: {match}"):
+    # the run it broke in first (its scenario, system, load point and seed), then the source and the fault
+    with pytest.raises(SourceError, match=rf"^{re.escape(str(path))}: system 'static-2' at closed-\d+, seed 0: "
+                                          rf"acceptance source Overclaims: {match}"):
         simulate(path)
 
 
