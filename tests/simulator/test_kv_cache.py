@@ -272,7 +272,7 @@ def test_admission_counts_a_held_prefix_once_in_one_round():
     assert kv.cached == 32
     ctx = np.array([100])
     to_prefill = ctx.copy()
-    kv.join(ctx, to_prefill, np.array([5]))  # a miss
+    kv.join(ctx, to_prefill, np.array([5]), 100)  # a miss
     kv.prefill_progress(np.array([COMPUTING]), np.array([5]), np.array([0]), np.array([100]))
     kv.leave(100, 1, np.array([32]), np.array([5]))
     assert (kv.used(), kv.evictable, kv.room()) == (32, 32, 1000)
