@@ -4,8 +4,8 @@ A ``Simulation`` is an ``EngineConfig`` (simulator/core/engine_config.py: limits
 prefilled) priced by ``StepPrices`` (the step-time tables), with an acceptance source and a policy factory. A
 replica's loop admits waiting requests (the admission rule: by default oldest first, while the batch is under
 ``max_running`` and the KV cache can reserve the request's context plus gamma + 1 lookahead slots, less a cached
-prefix it shares: the replica's ``KVCache``, simulator/core/kv_cache.py), then runs one step, in phases (``Replica.step``; a ``StepPlan`` carries what one phase hands the next, and nothing else crosses
-the clock):
+prefix it shares: the replica's ``KVCache``, simulator/core/kv_cache.py), then runs one step, in phases
+(``Replica.step``; a ``StepPlan`` carries what one phase hands the next, and nothing else crosses the clock):
 
 1. ``plan_batch``: which rows decode and which prompt tokens are prefilled, by ``engine.schedule``:
    ``mixed`` (vLLM, TensorRT-LLM): requests still prefilling get up to ``prefill_chunk`` prompt tokens each,
