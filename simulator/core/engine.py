@@ -263,7 +263,7 @@ class Replica:
                                f"{need} KV slots; room for {room} and {free} slots")
         # the prompt, plus generated tokens when recomputing; nothing when a prefill pool sent the KV
         to_prefill = np.where(req["kv_ready"][ids], 0, context)
-        kv_shared = kv.join(context, to_prefill, req["prefix"][ids])  # hits: to_prefill less the cached prefix
+        kv_shared = kv.join(context, to_prefill, req["prefix"][ids], held)  # hits: to_prefill less the cached prefix
         kv.make_room()  # fits: ``need`` was within the room
         batch.admit(self.sim.requests, ids, to_prefill=to_prefill, kv_shared=kv_shared)
         self.prefilling += int(np.count_nonzero(to_prefill))
@@ -601,14 +601,18 @@ class Simulation:
                 self.prefill_elsewhere(rid, t)
 
     def checked_prefix(self, prompt: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+        """``prefix`` as int64, checked: one group per request, -1 or >= 0, prompts at least the shared prefix.
+        (A closed loop submits one request at a time: a few scalar numpy calls, no more.)"""
         prefix = np.asarray(prefix)
-        if prefix.shape != np.shape(prompt) or not np.issubdtype(prefix.dtype, np.integer):
+        if prefix.shape != np.shape(prompt) or prefix.dtype.kind not in "iu":
             raise UserError(f"prefix: expected one integer group per request ({np.shape(prompt)}), got "
                             f"{prefix.dtype} of shape {prefix.shape}")
-        if np.any(prefix < -1):
+        if not len(prefix):
+            return prefix.astype(np.int64, copy=False)
+        if prefix.min() < -1:
             raise UserError(f"prefix: a group is -1 (none) or >= 0, got {int(prefix.min())}")
-        short = (prefix >= 0) & (np.asarray(prompt) < self.config.shared_prefix_tokens)
-        if np.any(short):
+        short = (prefix >= 0) & (prompt < self.config.shared_prefix_tokens)
+        if short.any():
             i = int(np.flatnonzero(short)[0])
             raise UserError(f"prefix: a request of prefix group {int(prefix[i])} has a {int(prompt[i])}-token prompt, "
                             f"shorter than the shared prefix it begins with (shared_prefix_tokens "

@@ -10,7 +10,7 @@ and ``simulate SCENARIO --check-invariants`` runs it on every run of a command.
 - INV-4 verify-bounds: accepted <= verified <= gamma x decoding requests;
 - INV-5 batch-cap: B never exceeds ``max_batch_tokens``;
 - INV-6 kv-capacity: KV use (contexts + lookahead slots, a shared prefix once, cached prefixes until evicted) never
-  exceeds the capacity;
+  exceeds the capacity; (when the run stops) each replica's KV cache totals equal their recount from its batch;
 - INV-7 held-tokens: the tokens requests hold equal the tokens steps emitted (plus a prefill pool's first tokens);
 - INV-8 lengths: no request emits past its output length; a finished one holds exactly it;
 - INV-9 request-times: arrival <= routed <= admitted <= finish; first token <= finish; admitted <= first token when
@@ -72,6 +72,11 @@ def check_invariants(sim: Simulation) -> None:
         bad.append(f"INV-5 batch-cap: batch tokens above the cap {sim.config.max_batch_tokens}: max {st['batch_tokens'].max()}")
     if np.any(st["kv_used"] > sim.config.kv_capacity):
         bad.append(f"INV-6 kv-capacity: KV use above capacity {sim.config.kv_capacity}: max {st['kv_used'].max()}")
+    for rep in sim.replicas:
+        recount = kv_recount(rep)
+        if recount != rep.kv_used():
+            bad.append(f"INV-6 kv-capacity: replica {rep.index}: the KV cache counts {rep.kv_used()} slots in use, its "
+                       f"batch and cached prefixes hold {recount}")
 
     # every token a request holds came from a step
     held = rq["generated"].copy()
@@ -105,6 +110,16 @@ def check_invariants(sim: Simulation) -> None:
     bad += conservation_at_steps(sim, st, rq) + conservation_at_end(sim, rq)
     if bad:
         raise InvariantViolation("; ".join(bad))
+
+
+def kv_recount(rep) -> int:
+    """A replica's KV use recounted from its batch and its cache's table of prefixes (``KVCache.used`` keeps it as
+    running totals): contexts, less the shared prefixes the rows hold by reference, plus every cached prefix once,
+    plus the lookahead slots."""
+    b, kv = rep.batch, rep.kv
+    context = int((b.col("prompt") + b.col("generated")).sum())
+    by_reference = kv.cached * int(np.count_nonzero(b.col("kv_shared") == kv.cached)) if kv.active else 0
+    return context - by_reference + kv.cached * len(kv.refs) + b.n * kv.lookahead
 
 
 def conservation_at_steps(sim: Simulation, st: dict[str, np.ndarray], rq: dict[str, np.ndarray]) -> list[str]:

@@ -94,20 +94,22 @@ class KVCache:
         every request then needs its context plus the lookahead)."""
         return AdmissionClaims(self, requests) if self.active else None
 
-    def join(self, context: np.ndarray, to_prefill: np.ndarray, groups: np.ndarray) -> np.ndarray:
-        """Requests join the batch holding ``context`` tokens each (prompt + generated), ``to_prefill`` of them
-        still to compute here; ``groups`` their prefix groups. Hits have ``to_prefill`` reduced in place. Returns
-        each one's ``kv_shared``: P for a hit, ``COMPUTING`` for a miss, 0 otherwise. Evict with ``make_room``."""
+    def join(self, context: np.ndarray, to_prefill: np.ndarray, groups: np.ndarray, held: int) -> np.ndarray:
+        """Requests join the batch holding ``context`` tokens each (prompt + generated; ``held`` in all),
+        ``to_prefill`` of them still to compute here; ``groups`` their prefix groups. Hits have ``to_prefill``
+        reduced in place. Returns each one's ``kv_shared``: P for a hit, ``COMPUTING`` for a miss, 0 otherwise.
+        Evict with ``make_room``."""
         n = len(context)
-        self.tokens += int(context.sum())
+        self.tokens += held
         self.running += n
         shared = np.zeros(n, dtype=np.int64)
         if not self.active:
             return shared
         p, bt = self.cached, self.block_tokens
         # a request whose KV arrived whole (to_prefill 0) computes nothing here and looks nothing up
-        for i in np.flatnonzero((groups >= 0) & (to_prefill > 0)).tolist():
-            g = int(groups[i])
+        for i, g, left in zip(range(n), groups.tolist(), to_prefill.tolist(), strict=True):
+            if g < 0 or left == 0:
+                continue
             refs = self.refs.get(g)
             if refs is None:
                 shared[i] = COMPUTING
@@ -122,9 +124,9 @@ class KVCache:
             hit = min(p, (int(context[i]) - 1) // bt * bt)
             to_prefill[i] -= hit
             shared[i] = p
+            self.shared += p
             self.hits += 1
             self.hit_tokens += hit
-        self.shared += p * int(np.count_nonzero(shared == p))
         return shared
 
     # --- progress and leaving ----------------------------------------------------------------------------------

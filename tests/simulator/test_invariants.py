@@ -92,6 +92,17 @@ def test_each_invariant_catches_its_violation(scenario_file, name):
         check_invariants(sim)
 
 
+def test_kv_capacity_holds_the_caches_running_totals_to_a_recount(scenario_file):
+    """INV-6 also recounts each replica's KV use from its batch when the run stops: a running total that drifted
+    from what the batch holds breaks it, though every step's logged use is within the capacity."""
+    scn = load_scenario(scenario_file(systems=["static-3"], workload={"prompt": 64, "output": 32}))
+    _, sim = run_one(scn, RunSpec(resolve_systems(scn)[0], LoadPoint(8), 0, True))
+    check_invariants(sim)
+    sim.replicas[0].kv.tokens += 1
+    with pytest.raises(InvariantViolation, match="INV-6 kv-capacity: replica 0: the KV cache counts"):
+        check_invariants(sim)
+
+
 def test_request_conservation_holds_the_engines_queues_and_batches_to_the_request_log(scenario_file):
     """At the end of a run the checker reads who holds each request: a request lost from a batch, one queued twice,
     one held by a replica it was not routed to each break INV-10 (the step counts alone would miss the last two)."""

@@ -272,7 +272,7 @@ def test_admission_counts_a_held_prefix_once_in_one_round():
     assert kv.cached == 32
     ctx = np.array([100])
     to_prefill = ctx.copy()
-    kv.join(ctx, to_prefill, np.array([5]))  # a miss
+    kv.join(ctx, to_prefill, np.array([5]), 100)  # a miss
     kv.prefill_progress(np.array([COMPUTING]), np.array([5]), np.array([0]), np.array([100]))
     kv.leave(100, 1, np.array([32]), np.array([5]))
     assert (kv.used(), kv.evictable, kv.room()) == (32, 32, 1000)
@@ -297,7 +297,8 @@ def test_a_prefix_must_fit_its_prompt_and_be_a_group():
 def test_a_closed_loop_draw_may_carry_prefix_groups():
     sim = Simulation(EngineConfig(max_running=4, max_batch_tokens=4096, kv_capacity=10_000, shared_prefix_tokens=128),
                      StepPrices(flat(5.0)))
-    sim.closed_loop(4, lambda n: (np.full(n, 200), np.full(n, 10), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)))
+    zeros = lambda n: np.zeros(n, dtype=np.int64)  # noqa: E731
+    sim.closed_loop(4, lambda n: (np.full(n, 200), np.full(n, 10), zeros(n), zeros(n)))  # four items: with prefixes
     run_paused(sim, 0.5, 0.02)
     stats = sim.kv_stats
     assert stats["prefix_misses"] == 4 and stats["prefix_hits"] > 20  # the first four compute it together
