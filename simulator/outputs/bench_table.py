@@ -8,9 +8,8 @@ A request belongs to the stage it arrived in. Latencies are over the requests th
 - TPOT per request: (E2E - TTFT) / (output - 1), requests with more than one output token.
 - ITL: the gaps between a request's successive emissions, pooled over the stage's requests. A request emits its
   first token, then at the end of every step of its replica that started once it had been admitted and had its
-  first token, up to its last token: for plain decoding one token a step, so each gap is a step time. It is
-  ``metrics.inter_token_gaps``' rule, computed here for all requests at once (searchsorted per replica, then the
-  gaps gathered by index; no loop over requests or tokens).
+  first token, up to its last token: for plain decoding one token a step, so each gap is a step time
+  (``metrics.emission_gaps``, the rule runs.csv's ITL uses too).
 - Throughput (input tokens, output tokens, requests per second): the stage's completed requests over its span,
   from its first arrival to its last completion (as inference-perf divides).
 
@@ -26,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simulator.outputs.metrics import overloaded
+from simulator.outputs.metrics import emission_gaps, overloaded
 
 LATENCIES = ("e2e", "ttft", "tpot", "itl")
 STATS = ("mean", "p90", "p99")
@@ -39,34 +38,6 @@ def request_stages(arrival: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Stage index of each arrival time (stage i spans [edges[i], edges[i + 1])); -1 outside every stage."""
     s = np.searchsorted(edges, arrival, side="right") - 1
     return np.where((s >= 0) & (s < len(edges) - 1), s, -1)
-
-
-def emission_gaps(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], chosen: np.ndarray,
-                  stop: float) -> tuple[np.ndarray, np.ndarray]:
-    """(gaps, owner): every gap between successive emissions of the requests ``chosen`` (a mask) and the request
-    each belongs to (see the module docstring; equal, pooled, to ``metrics.inter_token_gaps``)."""
-    ids = np.flatnonzero(chosen & ~np.isnan(req["first_token"]) & ~np.isnan(req["admitted"]))
-    gaps, owners = [], []
-    for i in np.unique(req["replica"][ids]):
-        mine = np.flatnonzero(steps["replica"] == i)
-        starts, ends = steps["start"][mine], steps["end"][mine]
-        rs = ids[req["replica"][ids] == i]
-        first = req["first_token"][rs]
-        last = np.where(np.isnan(req["finish"][rs]), stop, req["finish"][rs])
-        lo = np.searchsorted(starts, np.maximum(first, req["admitted"][rs]) - 1e-12, side="left")
-        hi = np.searchsorted(ends, last + 1e-12, side="right")
-        k = np.maximum(hi - lo, 0)
-        total = int(k.sum())
-        if not total:
-            continue
-        pos = np.arange(total) - np.repeat(np.cumsum(k) - k, k)  # position of each emission in its request
-        at = np.repeat(lo, k) + pos  # index of the step that emitted it
-        prev = np.where(pos == 0, np.repeat(first, k), ends[np.maximum(at - 1, 0)])
-        gaps.append(ends[at] - prev)
-        owners.append(np.repeat(rs, k))
-    if not gaps:
-        return np.zeros(0), np.zeros(0, dtype=np.int64)
-    return np.concatenate(gaps), np.concatenate(owners)
 
 
 def queued_at(steps: dict[str, np.ndarray], times: np.ndarray, replicas: int) -> np.ndarray:

@@ -100,32 +100,41 @@ def inter_token_gaps(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], w
                      stop: float) -> np.ndarray:
     """Every gap between successive emissions of the followed requests (seconds), pooled, as ``vllm bench
     serve`` pools its inter-token latencies (a step that emits several tokens of a request at once is one
-    emission). A request emits at its first token, then at the end of every step of its replica that started
-    after it was admitted and had its first token, up to its last token (or the cap): the steps it runs in.
-    That count equals its ``decode_steps`` (tests/simulator/test_latency.py checks it); a request preempted
-    and recomputed sat some of those steps out, which the logs do not say, so its pause reads as several
-    shorter gaps."""
-    sel = np.flatnonzero(followed(req, warmup, end) & ~np.isnan(req["first_token"]))
-    if not len(sel) or not len(steps["end"]):
-        return np.zeros(0)
-    gaps = []
-    by_replica = {}
-    for i in np.unique(req["replica"][sel]):
+    emission); ``emission_gaps`` says which. A request's count of emissions after its first equals its
+    ``decode_steps`` (tests/simulator/test_latency.py checks it); a request preempted and recomputed sat some of
+    those steps out, which the logs do not say, so its pause reads as several shorter gaps."""
+    return emission_gaps(req, steps, followed(req, warmup, end), stop)[0]
+
+
+def emission_gaps(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], chosen: np.ndarray,
+                  stop: float) -> tuple[np.ndarray, np.ndarray]:
+    """(gaps, owner): every gap between successive emissions of the requests ``chosen`` (a mask) and the request
+    each belongs to, in no particular order. A request emits at its first token, then at the end of every step of
+    its replica that started once it had been admitted and had its first token, up to its last token (or ``stop``):
+    the steps it runs in. Per replica one searchsorted for every request's first and last step, the gaps gathered
+    by index: no loop over requests or tokens."""
+    ids = np.flatnonzero(chosen & ~np.isnan(req["first_token"]) & ~np.isnan(req["admitted"]))
+    gaps, owners = [], []
+    for i in np.unique(req["replica"][ids]):
         mine = np.flatnonzero(steps["replica"] == i)
-        by_replica[int(i)] = (steps["start"][mine], steps["end"][mine])
-    for r in sel.tolist():
-        i = int(req["replica"][r])
-        if i not in by_replica or np.isnan(req["admitted"][r]):  # never admitted: nothing after the first token
+        starts, ends = steps["start"][mine], steps["end"][mine]
+        rs = ids[req["replica"][ids] == i]
+        first = req["first_token"][rs]
+        last = np.where(np.isnan(req["finish"][rs]), stop, req["finish"][rs])
+        lo = np.searchsorted(starts, np.maximum(first, req["admitted"][rs]) - 1e-12, side="left")
+        hi = np.searchsorted(ends, last + 1e-12, side="right")
+        k = np.maximum(hi - lo, 0)
+        total = int(k.sum())
+        if not total:
             continue
-        starts, ends = by_replica[i]
-        first = req["first_token"][r]
-        from_ = max(first, req["admitted"][r])
-        last = req["finish"][r] if not np.isnan(req["finish"][r]) else stop
-        lo = int(np.searchsorted(starts, from_ - 1e-12, side="left"))
-        hi = int(np.searchsorted(ends, last + 1e-12, side="right"))
-        if hi > lo:
-            gaps.append(np.diff(np.concatenate([[first], ends[lo:hi]])))
-    return np.concatenate(gaps) if gaps else np.zeros(0)
+        pos = np.arange(total) - np.repeat(np.cumsum(k) - k, k)  # position of each emission in its request
+        at = np.repeat(lo, k) + pos  # index of the step that emitted it
+        prev = np.where(pos == 0, np.repeat(first, k), ends[np.maximum(at - 1, 0)])
+        gaps.append(ends[at] - prev)
+        owners.append(np.repeat(rs, k))
+    if not gaps:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    return np.concatenate(gaps), np.concatenate(owners)
 
 
 def itl_metrics(gaps: np.ndarray) -> dict[str, float]:

@@ -15,8 +15,7 @@ from click.testing import CliRunner
 from simulator.cli import cli, main
 from simulator.errors import UserError
 from simulator.inputs.inference_perf import bench_scenario, read_profile
-from simulator.outputs.bench_table import emission_gaps
-from simulator.outputs.metrics import inter_token_gaps
+from simulator.outputs.metrics import emission_gaps, inter_token_gaps
 from tests.conftest import H200_TABLE
 
 # a small profile in inference-perf's format (the JSON it writes beside a run): a light stage, then a heavy one
@@ -156,6 +155,19 @@ def test_an_overload_is_flagged(tmp_path):
     assert table.iloc[1]["unfinished"] > 0
 
 
+def gaps_one_request_at_a_time(req, steps, chosen, stop):
+    """The emission rule by brute force: per request, the steps of its replica that started once it was admitted
+    and had its first token, up to its last token; its gaps are the differences of its first token and their ends."""
+    gaps = []
+    for r in np.flatnonzero(chosen & ~np.isnan(req["first_token"]) & ~np.isnan(req["admitted"])).tolist():
+        mine = steps["replica"] == req["replica"][r]
+        start_from = max(req["first_token"][r], req["admitted"][r])
+        last = stop if np.isnan(req["finish"][r]) else req["finish"][r]
+        ends = steps["end"][mine & (steps["start"] >= start_from - 1e-12) & (steps["end"] <= last + 1e-12)]
+        gaps.append(np.diff(np.concatenate([[req["first_token"][r]], ends])))
+    return np.concatenate(gaps)
+
+
 def test_emission_gaps_are_the_pooled_inter_token_gaps(scenario_file):
     from tests.simulator.engine_helpers import simulate
 
@@ -165,7 +177,8 @@ def test_emission_gaps_are_the_pooled_inter_token_gaps(scenario_file):
     end, warmup, stop = row["sim_seconds"], row["warmup_s"], row["sim_seconds"] + row["drain_seconds"]
     chosen = (req["arrival"] >= warmup) & (req["arrival"] < end) & ~req["rejected"]
     gaps, owner = emission_gaps(req, steps, chosen, stop)
-    expected = inter_token_gaps(req, steps, warmup, end, stop)
+    expected = gaps_one_request_at_a_time(req, steps, chosen, stop)
+    assert np.allclose(np.sort(inter_token_gaps(req, steps, warmup, end, stop)), np.sort(expected))
     assert len(gaps) == len(expected) > 100
     # the same multiset of gaps (pooled in another order)
     assert np.allclose(np.sort(gaps), np.sort(expected))
