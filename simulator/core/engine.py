@@ -439,8 +439,7 @@ class Replica:
         if plan.prefill_chunks is not None:
             kv = self.kv
             if kv.computing:  # a miss whose chunk passes its group's prefix makes it resident (kv_cache.py)
-                kv.prefill_progress(b.kv_shared[:n], b.prefix[:n], b.prompt[:n] + b.generated[:n] - b.to_prefill[:n],
-                                    plan.prefill_chunks)
+                kv.prefill_progress(b.kv_shared[:n], b.prefix[:n], plan.cached, plan.prefill_chunks)
             # rows whose prefill completes emit the token of the prefill's last position
             completed = advance_prefill(b.to_prefill, plan.prefill_chunks, b.generated, n)
             done_prefill = len(completed)

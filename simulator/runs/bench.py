@@ -19,11 +19,7 @@ from simulator.inputs.config import LoadedScenario, Scenario, format_validation_
 from simulator.inputs.inference_perf import BenchProfile
 from simulator.inputs.systems import resolve_systems
 from simulator.outputs.bench_table import bench_table
-from simulator.outputs.metrics import followed
-from simulator.runs.run import DRAIN_CHUNK_S, LoadPoint, RunSpec, build
-
-#: pieces the send window is run in, so that a long replay reports progress
-PROGRESS_CHUNKS = 50
+from simulator.runs.run import LoadPoint, RunSpec, build, in_run, run_window
 
 
 @dataclass
@@ -57,20 +53,8 @@ def run_bench(scn: LoadedScenario, stages: list[tuple[float, float]], seed: int,
     m = scn.model
     spec = RunSpec(system=resolve_systems(scn)[0], point=LoadPoint(None), seed=seed, quick=False)
     sim, hw, duration, _ = build(scn, spec)
-    t = 0.0
-    while t < duration:
-        t = min(duration, t + duration / PROGRESS_CHUNKS)
-        sim.run(until=t)
-        if on_progress is not None:
-            on_progress(t)
-    stop = duration + m.run.drain_cap_s
-    req = sim.requests.data
-    while sim.env.now < stop:
-        n = sim.requests.n
-        mine = followed({k: req[k][:n] for k in ("arrival", "rejected")}, 0.0, duration)
-        if not np.isnan(req["finish"][:n][mine]).any():
-            break
-        sim.run(until=min(sim.env.now + DRAIN_CHUNK_S, stop))
+    with in_run(scn, spec):  # no warm-up: a benchmark reports every request
+        run_window(sim, scn, spec, hw, duration, 0.0, on_progress)
     requests, steps = sim.requests.frame(), sim.steps.frame()
     table = bench_table(requests, steps, stages, sim.env.now, hw.replicas, m.engine.max_running)
     return BenchRun(table, requests, steps, sim.env.now)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -203,10 +204,7 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
         # arrivals go on through the drain, so that the followed requests finish under the same load
         arr = open_loop_arrivals(m.traffic, maker, duration + drain_cap(scn, spec), scn.resolve,
                                  _stream(spec.seed, "arrivals"))
-        if arr.prefix is None:
-            sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix)
-        else:
-            sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix, prefix=arr.prefix)
+        sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix, prefix=arr.prefix)
     return sim, hw, duration, warmup
 
 
@@ -252,11 +250,20 @@ def drain_cap(scn: LoadedScenario, spec: RunSpec) -> float:
 DRAIN_CHUNK_S = 1.0  # simulated seconds between checks of whether every followed request has finished
 
 
+PROGRESS_CHUNKS = 50  # pieces a window is run in when someone follows its progress
+
+
 def run_window(sim: Simulation, scn: LoadedScenario, spec: RunSpec, hw: Hardware, duration: float,
-               warmup: float) -> tuple[float, bool, float]:
+               warmup: float, on_progress: Callable[[float], None] | None = None) -> tuple[float, bool, float]:
     """Run the window, pick the warm-up (steady.py), then keep the load on until every request that arrived in
-    the measurement window has finished, or the drain cap. Returns (warm-up used, steady, time stopped)."""
-    sim.run(until=duration)
+    the measurement window has finished, or the drain cap. Returns (warm-up used, steady, time stopped).
+    ``on_progress`` hears the window's simulated seconds as they pass (a long benchmark replay)."""
+    if on_progress is None:
+        sim.run(until=duration)
+    else:
+        for t in np.linspace(0.0, duration, PROGRESS_CHUNKS + 1)[1:]:
+            sim.run(until=t)
+            on_progress(float(t))
     # Only a closed loop's warm-up moves. At an open-loop point every system of one seed serves the same arrivals
     # (common random numbers): scored over the same window they are compared on the same requests, where a
     # warm-up moved per run scored 228 to 341 of them. An open-loop window that is not steady is flagged, not
