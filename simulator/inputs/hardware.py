@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from hw_profile.estimate import kv_cache_bytes
 from hw_profile.roofline import DTYPE_BYTES
 from hw_profile.shapes import ModelShape
 from hw_profile.table import ChunkAttention, StepTable, StepTimeGrid, TableError
@@ -65,8 +66,8 @@ def default_kv_capacity(table: StepTable, gpus: int, utilization: float = 0.9, m
         kv_per_gpu = float(meta["kv_bytes_per_token_per_gpu"])
     elif "kv_bytes_per_token" in meta:
         kv_per_gpu = float(meta["kv_bytes_per_token"]) / max(table_gpus, 1)
-    else:  # the cache as the table's writer priced it
-        value = (DTYPE_BYTES[shape.kv_dtype] if shape.kv_dtype else 2.0) if meta.get("kind") == "estimate" else dtype_bytes
+    else:  # a sidecar written before tables recorded it: the cache as its writer priced it
+        value = kv_cache_bytes(shape) if meta.get("kind") == "estimate" else dtype_bytes
         kv_per_gpu = shape.kv_cache_facts(value, gpus, gpus)["kv_bytes_per_token_per_gpu"]
     free = (mem * utilization - weights - activation_peak_bytes(shape, gpus, max_batch_tokens, max_running)
             - RUNTIME_BYTES_PER_GPU)
