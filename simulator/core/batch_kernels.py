@@ -20,7 +20,8 @@ def plan_prefill(to_prefill, output, generated, prompt, rid, n, gamma, max_batch
     Rows 0..n-1; a row decodes when ``to_prefill`` is 0. Every decoding row reserves its worst case, 1 +
     min(gamma, remaining - 1) tokens, out of ``max_batch_tokens``; what is left goes to the prefilling rows in
     admission order, at most ``prefill_chunk`` each. Returns (decode rows, their remaining tokens, their context,
-    their request ids, prefill chunk per row (n,), prefill tokens in all, prompt tokens not yet prefilled)."""
+    their request ids, prefill chunk per row (n,), prefill tokens in all, prompt tokens not yet prefilled, the
+    decoding rows' context in all, the tokens the rows with a chunk this step already hold)."""
     rows = 0
     for i in range(n):
         if to_prefill[i] == 0:
@@ -31,6 +32,7 @@ def plan_prefill(to_prefill, output, generated, prompt, rid, n, gamma, max_batch
     ids = np.empty(rows, dtype=np.int64)
     worst = 0
     left = 0
+    kv_decode = 0
     k = 0
     for i in range(n):
         if to_prefill[i] == 0:
@@ -38,6 +40,7 @@ def plan_prefill(to_prefill, output, generated, prompt, rid, n, gamma, max_batch
             dec[k] = i
             remaining[k] = rem
             context[k] = prompt[i] + generated[i]
+            kv_decode += context[k]
             ids[k] = rid[i]
             worst += min(gamma, rem - 1)
             k += 1
@@ -47,6 +50,7 @@ def plan_prefill(to_prefill, output, generated, prompt, rid, n, gamma, max_batch
     chunks = np.empty(n, dtype=np.int64)
     before = 0  # prompt tokens the earlier rows want
     total = 0
+    held = 0
     for i in range(n):
         want = min(to_prefill[i], prefill_chunk)
         c = budget - before
@@ -54,7 +58,9 @@ def plan_prefill(to_prefill, output, generated, prompt, rid, n, gamma, max_batch
         chunks[i] = c
         total += c
         before += want
-    return dec, remaining, context, ids, chunks, total, left
+        if c > 0:
+            held += prompt[i] + generated[i] - to_prefill[i]
+    return dec, remaining, context, ids, chunks, total, left, kv_decode, held
 
 
 @njit(cache=True)

@@ -136,10 +136,11 @@ class StepPlan:
     and the accepted draft tokens, None without speculation; ended: (rows,) bool, requests a token-generating
     source ended at EOS this step (``Proposal.ended``), or None; prefill_ended: batch rows whose completing
     prefill sampled an end-of-sequence token (``RuntimeSource.prefilled``), or None; cached: (running,) the
-    tokens each row holds before its chunk, None when nothing prefills; chunk_ms: what the chunks add to the
-    forward beyond T (their attention, ``ForwardPrice.extra_ms``); kv: T's K, the decoding rows' KV plus, on a
-    table that does not price chunks' attention, the chunks' cached prompt; kv_decode: the KV tokens the decoding
-    rows read (what their verified tokens attend over).
+    tokens each row holds before its chunk, computed only where something reads it (chunks' attention, a prefix
+    being computed), else None; chunk_ms: what the chunks add to the forward beyond T (their attention,
+    ``ForwardPrice.chunk_terms``); kv: T's K, the decoding rows' KV plus, on a table that does not price chunks'
+    attention, the chunks' cached prompt; kv_decode: the KV tokens the decoding rows read (what their verified
+    tokens attend over).
     """
 
     __slots__ = ("accepted", "batch_tokens", "cached", "chunk_ms", "context", "decode_rows", "draft_ms", "ended", "ids",
@@ -341,12 +342,15 @@ class Replica:
         cfg, prices, b = self.config, self.sim.prices, self.batch
         n = b.n
         plan = StepPlan(self.env.now, n, self.kv_used())
+        held = 0  # the KV tokens the rows with a prompt chunk this step already hold
         if self.prefilling and cfg.schedule == "prefill-first":
             dec = remaining = plan.context = plan.ids = self.plan_prefill_only(plan)
+            plan.cached = b.prompt[:n] + b.generated[:n] - b.to_prefill[:n]
+            held = int(plan.cached[plan.prefill_chunks > 0].sum())
         elif self.prefilling:
-            dec, remaining, plan.context, plan.ids, plan.prefill_chunks, plan.prefill_tokens, _ = plan_prefill(
-                b.to_prefill, b.output, b.generated, b.prompt, b.rid, n, cfg.gamma, cfg.max_batch_tokens,
-                cfg.prefill_chunk)
+            (dec, remaining, plan.context, plan.ids, plan.prefill_chunks, plan.prefill_tokens, _, plan.kv_decode,
+             held) = plan_prefill(b.to_prefill, b.output, b.generated, b.prompt, b.rid, n, cfg.gamma,
+                                  cfg.max_batch_tokens, cfg.prefill_chunk)
         else:
             dec = slice(0, n)
             remaining = b.output[:n] - b.generated[:n]
@@ -356,11 +360,11 @@ class Replica:
         plan.decode_rows = dec
         plan.rows = len(remaining)
         plan.remaining = remaining
-        if plan.prefill_chunks is not None:  # one forward: the chunks' prefix on K or their attention apart
-            plan.kv_decode = int(plan.context.sum())
-            plan.cached = b.prompt[:n] + b.generated[:n] - b.to_prefill[:n]  # what each row holds before its chunk
-            plan.chunk_ms = prices.forward.extra_ms(plan.prefill_chunks, plan.cached)
-            plan.kv = plan.kv_decode + prices.forward.kv_of_chunks(plan.prefill_chunks, plan.cached)
+        if plan.prefill_chunks is not None:  # one forward: the chunks' prefix on K, or their attention apart
+            if plan.cached is None and (prices.forward.chunk is not None or self.kv.computing):  # where it is read
+                plan.cached = b.prompt[:n] + b.generated[:n] - b.to_prefill[:n]  # what each row holds before its chunk
+            kv_chunks, plan.chunk_ms = prices.forward.chunk_terms(plan.prefill_chunks, plan.cached, held)
+            plan.kv = plan.kv_decode + kv_chunks
         elif prices.per_request:
             plan.kv_decode = int(plan.context.sum())
         return plan

@@ -30,30 +30,29 @@ class ForwardPrice:
         self.chunk = chunk
 
     def ms(self, tokens: int, kv: float, decode_tokens: int = 0, rows: int = 0, kv_decode: float = 0.0) -> float:
-        """T at the forward's ``tokens`` (all of them) and ``kv`` (``kv_of_chunks`` included), plus the verify
-        correction for ``decode_tokens`` decode/verify tokens of ``rows`` requests reading ``kv_decode``; the chunks'
-        attention (``extra_ms``) is the caller's to add, since it does not change with the tokens a policy picks."""
+        """T at the forward's ``tokens`` (all of them) and ``kv`` (the chunks' share from ``chunk_terms``
+        included), plus the verify correction for ``decode_tokens`` decode/verify tokens of ``rows`` requests
+        reading ``kv_decode``; the chunks' attention (``chunk_terms``) is the caller's to add, since it does not
+        change with the tokens a policy picks."""
         grid = self.grid
         verify = grid.verify_ms(decode_tokens, rows, kv_decode) if rows and grid.verify is not None else 0.0
         return grid.lookup(tokens, kv) + verify
 
+    def chunk_terms(self, chunks: np.ndarray, cached: np.ndarray | None, held: int) -> tuple[int, float]:
+        """What a forward's prompt chunks (``chunks`` tokens each, ``cached`` tokens held before them, ``held`` in
+        all by the rows with a chunk) add: (KV tokens on T's K axis, ms beyond T). A table that prices chunks'
+        attention (``ChunkAttention``) takes it apart, (0, their attention); on any other the prefix they hold is KV
+        they read, (held, 0), and ``cached`` is not needed."""
+        if self.chunk is None:
+            return held, 0.0
+        return 0, self.chunk.ms(chunks, cached)
+
     def prefill_ms(self, chunks: np.ndarray, cached: np.ndarray) -> float:
         """A forward of prompt chunks alone (a prefill pool's): ``chunks`` tokens whose prompts hold ``cached``."""
         c = np.asarray(chunks, dtype=np.int64)
-        return self.ms(int(c.sum()), self.kv_of_chunks(c, cached)) + self.extra_ms(c, cached)
-
-    def extra_ms(self, chunks: np.ndarray, cached: np.ndarray) -> float:
-        """What the chunks add to a forward beyond T at the step's total tokens and the decoding rows' K: their
-        attention where the table prices it apart (``ChunkAttention``), else 0 (their prefix is then on K:
-        ``kv_of_chunks``)."""
-        return 0.0 if self.chunk is None else self.chunk.ms(chunks, cached)
-
-    def kv_of_chunks(self, chunks: np.ndarray, cached: np.ndarray) -> int:
-        """KV tokens the chunks put on T's K axis: their cached prefix on a table without chunk attention, else 0."""
-        if self.chunk is not None:
-            return 0
-        c = np.asarray(chunks, dtype=np.int64)
-        return int(np.asarray(cached, dtype=np.int64)[c > 0].sum())
+        p = np.asarray(cached, dtype=np.int64)
+        kv, extra = self.chunk_terms(c, p, int(p[c > 0].sum()))
+        return self.ms(int(c.sum()), kv) + extra
 
     def alone_ms(self, prompts: np.ndarray) -> np.ndarray:
         """Each prompt prefilled in a forward of its own with nothing cached, as an array (an unbounded pool)."""

@@ -30,7 +30,7 @@ def random_batch(rng: np.random.Generator, n: int, capacity: int):
 def test_plan_prefill_equals_the_array_expressions(n, gamma, max_batch_tokens, prefill_chunk, seed):
     rng = np.random.default_rng(seed)
     to_prefill, output, generated, prompt, rid = random_batch(rng, n, n + 5)
-    dec, remaining, context, ids, chunks, total, left = plan_prefill(
+    dec, remaining, context, ids, chunks, total, left, kv_decode, held = plan_prefill(
         to_prefill, output, generated, prompt, rid, n, gamma, max_batch_tokens, prefill_chunk)
 
     tp = to_prefill[:n]
@@ -42,6 +42,8 @@ def test_plan_prefill_equals_the_array_expressions(n, gamma, max_batch_tokens, p
     assert np.array_equal(dec, want_dec) and np.array_equal(remaining, want_rem)
     assert np.array_equal(context, prompt[want_dec] + generated[want_dec]) and np.array_equal(ids, rid[want_dec])
     assert np.array_equal(chunks, want_chunks) and total == want_chunks.sum() and left == tp.sum()
+    assert kv_decode == context.sum()
+    assert held == (prompt[:n] + generated[:n] - tp)[want_chunks > 0].sum()
     # what the cap allows: the decoding rows' worst case plus the chunks never exceed it, unless the worst case
     # alone does (then nothing prefills)
     worst = len(want_dec) + int(np.minimum(gamma, want_rem - 1).sum())
