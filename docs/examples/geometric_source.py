@@ -8,8 +8,7 @@ differ per workload mix entry (``alpha: {math: 0.9, chat: 0.6}``).
 
 import numpy as np
 
-from simulator.core.acceptance import AcceptanceSource, Proposal
-from simulator.core.acceptance.base import GrowingArrays
+from simulator import AcceptanceSource, GrowingArrays, Proposal
 
 
 class GeometricSource(AcceptanceSource):

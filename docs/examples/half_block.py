@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from simulator.core.policies import Policy, PolicyView
+from simulator import Policy, PolicyView
 
 
 class HalfBlock(Policy):

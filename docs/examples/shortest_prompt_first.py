@@ -4,7 +4,7 @@ from collections import deque
 
 import numpy as np
 
-from simulator.core.engine_rules import Admission
+from simulator import Admission
 
 
 class ShortestPromptFirst(Admission):
