@@ -4,8 +4,8 @@ about 1,000 GPUs.
     python benchmarks/bench_plan_fleet.py [--rate-scale 200] [--probe-replicas 4] [--systems mtp-1,dspark]
         [--replicates 3] [--jobs 2] [--full] [--backend local|ray [--address ...]] [--out DIR] [--json]
 
-The traffic: scenarios/peak.yaml (Poisson, 55 requests/s, H200 roofline table, Qwen3-8B shape, prefill
-disaggregated) with the rate multiplied by ``--rate-scale`` (200: 11,000 requests/s). The plan is
+The traffic: scenarios/peak.yaml (Poisson, 38 requests/s, H200 vLLM estimate table, Qwen3-8B shape, prefill
+disaggregated) with the rate multiplied by ``--rate-scale`` (200: 7,600 requests/s). The plan is
 ``simulate plan --probe-replicas R`` (simulator/runs/fleet.py) at ``--replicates`` seeds over the named systems:
 per system a probe of R decode replicas finds its capacity per replica, a probe of R prefill replicas the prefill
 pool's, the counts for the whole traffic are derived from them, and one full-size run per system (the real

@@ -682,7 +682,7 @@ def test_table_set_loads_from_hardware_table_alone(tmp_path):
     assert main_table.meta["kind"] == "estimate" and main_table.meta["caveat"]["kind"] == "an estimate"
     assert set(main_table.points["source"]) == {"roofline"}
     scn_text = (ROOT / "scenarios" / "peak.yaml").read_text().replace(
-        "hardware/h200-qwen3-8b-bf16.csv", str(paths[-1]))
+        "hardware/h200-qwen3-8b-bf16-vllm.csv", str(paths[-1]))
     (tmp_path / "s.yaml").write_text(scn_text)
     scn = load_scenario(tmp_path / "s.yaml")
     hw = load_hardware(scn, {"mtp", "dspark", "none"})
