@@ -410,7 +410,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     scn = load_scenario(scenario, sets)
     systems = resolve_systems(scn)
     hw = load_hardware(scn, {s.drafter for s in systems})
-    check_rules(scn)
+    rules = check_rules(scn)
     for s in systems:
         check_engine_limits(scn, s)
         make_policy(s.policy, s.params, s.name)  # its parameters, as a run builds it
@@ -423,6 +423,8 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     click.echo(f"{scenario}: ok")
     click.echo(f"  systems ({len(systems)}): " + ", ".join(f"{s.name} [{s.drafter}, gamma {s.gamma}, {s.policy}]" for s in systems))
     click.echo(f"  load points ({len(points)}): " + ", ".join(p.label for p in points))
+    for line in rule_lines(scn, systems, rules):
+        click.echo(f"  {line}")
     click.echo(f"  runs: {len(systems) * len(points) * m.run.replicates} (x{m.run.replicates} seeds), "
                f"{m.run.duration_s:g} s simulated each ({m.run.quick_duration_s:g} s with --quick)")
     click.echo(f"  hardware: {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s), table "
@@ -444,6 +446,18 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
                    + (f" ({cost.source})" if cost.source else ""))
     click.echo(f"  acceptance: {m.acceptance.source} {m.acceptance.profile if m.acceptance.source == 'profile' else m.acceptance.trace or ''}"
                f" ({m.acceptance.confidence} confidences); SLA targets {', '.join(f'{t:g}' for t in m.sla.tps_targets)} tok/s/user")
+
+
+def rule_lines(scn, systems: list, rules: dict[str, type]) -> list[str]:
+    """The rules each system runs by (its policy; the scenario's router, admission and preemption), each with
+    where it comes from: built-in, or the plug-in's file."""
+    from simulator.core.plugins import origin
+    from simulator.core.policies import resolve
+
+    m = scn.model
+    shared = ", ".join(f"{kind} {spec} ({origin(rules[kind])})" for kind, spec in (
+        ("router", m.hardware.router), ("admission", m.engine.admission), ("preemption", m.engine.preemption)))
+    return [f"rules of {s.name}: policy {s.policy} ({origin(resolve(s.policy)[0])}), {shared}" for s in systems]
 
 
 @cli.command("bench")
