@@ -85,6 +85,15 @@ def output_dir(scenario: Path, sets: tuple[str, ...], out: Path | None, plan_opt
     return out
 
 
+def table_warnings(scn) -> list[str]:
+    """What the scenario's step-time tables say against themselves (simulator/inputs/table_checks.py): warned once
+    before a run or a plan, as `simulate check` does."""
+    from simulator.inputs.systems import resolve_systems
+    from simulator.inputs.table_checks import scenario_table_warnings
+
+    return scenario_table_warnings(scn, {s.drafter for s in resolve_systems(scn)})
+
+
 def make_backend(backend: str, address: str | None, jobs: int | None):
     from simulator.runs.backends import Backend
     from simulator.runs.sweep import default_jobs
@@ -125,7 +134,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     runner = make_backend(backend, address, jobs)
     out = output_dir(scenario, sets, out)
     sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh or check_invariants, check_invariants)
-    for line in [*unused_settings(scn.model), *scenario_grid_warnings(scn)]:
+    for line in [*unused_settings(scn.model), *scenario_grid_warnings(scn), *table_warnings(scn)]:
         click.echo(f"warning: {line}", err=True)
     done_before = len(sweep.specs) - len(sweep.pending())
     if done_before:
@@ -246,6 +255,8 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         out = output_dir(scenario, sets, out, (*options, *(f"plan.hardware={h}" for h in hardware)))
         return plan_hardware_cmd(scn, out, target, runner, choices, quick, seed, replicates, check_invariants)
     out = output_dir(scenario, sets, out, options)
+    for line in table_warnings(scn):
+        click.echo(f"warning: {line}", err=True)
     if per_segment:
         return day_plan(scn, out, target, runner, quick, seed, replicates, check_invariants, segment_s, segment_run_s)
     bar = progress_bar(f"{scn.name}: plan runs")
@@ -398,6 +409,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     from simulator.inputs.config import load_scenario, unused_settings
     from simulator.inputs.hardware import load_hardware, load_target_table, scenario_grid_warnings
     from simulator.inputs.systems import resolve_systems
+    from simulator.inputs.table_checks import scenario_table_warnings
     from simulator.runs.run import (
         check_engine_limits,
         check_live_clock,
@@ -418,7 +430,8 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     prefill_mode(scn, hw)  # reads hardware.prefill_table when one is named
     points = load_points(scn)
     m = scn.model
-    for line in [*unused_settings(m), *scenario_grid_warnings(scn)]:
+    for line in [*unused_settings(m), *scenario_grid_warnings(scn),
+                 *scenario_table_warnings(scn, {s.drafter for s in systems})]:
         click.echo(f"warning: {line}", err=True)
     click.echo(f"{scenario}: ok")
     click.echo(f"  systems ({len(systems)}): " + ", ".join(f"{s.name} [{s.drafter}, gamma {s.gamma}, {s.policy}]" for s in systems))
