@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from simulator.errors import UserError
-from simulator.runs.progress import progress_bar
+from simulator.runs.progress import PlanProgress, progress_bar
 
 # plan seeds per candidate: three, the fewest with a usable interval (t = 4.3); a plan of peak.yaml stays a few
 # minutes on 2 cores
@@ -259,17 +259,16 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         click.echo(f"warning: {line}", err=True)
     if per_segment:
         return day_plan(scn, out, target, runner, quick, seed, replicates, check_invariants, segment_s, segment_run_s)
-    bar = progress_bar(f"{scn.name}: plan runs")
+    bar = PlanProgress(f"{scn.name}: plan runs")
     if probe_replicas is not None:
         from simulator.runs.fleet import FleetPlanner, fleet_lines, write_fleet_plan
 
-        planner = FleetPlanner(scn, out, target, runner, probe_replicas, quick, seed,
-                               on_stored=lambda task: bar.update(1), replicates=replicates,
-                               check_invariants=check_invariants)
+        planner = FleetPlanner(scn, out, target, runner, probe_replicas, quick, seed, on_stored=bar.stored,
+                               replicates=replicates, check_invariants=check_invariants, on_queued=bar.queued)
         writer = write_fleet_plan  # plan.csv gains the fleet columns
     else:
-        planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
-                          replicates=replicates, check_invariants=check_invariants)
+        planner = Planner(scn, out, target, runner, quick, seed, on_stored=bar.stored, replicates=replicates,
+                          check_invariants=check_invariants, on_queued=bar.queued)
         writer = write_plan
     doc = run_plan(bar, out, planner.run)
     csv, js = writer(out, doc)
@@ -319,14 +318,14 @@ def day_plan(scn, out: Path, target, runner, quick: bool, seed: int | None, repl
     from simulator.outputs.report import write_report
     from simulator.runs.day_plan import DayPlanner, write_day_plan
 
-    bar = progress_bar(f"{scn.name}: day plan runs")
+    bar = PlanProgress(f"{scn.name}: day plan runs")
 
     def say(line: str) -> None:
         click.echo(f"{scn.name}: {line}", err=True)
 
-    planner = DayPlanner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
+    planner = DayPlanner(scn, out, target, runner, quick, seed, on_stored=bar.stored,
                          replicates=replicates, segment_s=segment_s, segment_run_s=segment_run_s, say=say,
-                         check_invariants=check_invariants)
+                         check_invariants=check_invariants, on_queued=bar.queued)
     doc = run_plan(bar, out, planner.run)
     csv, js = write_day_plan(out, doc)
     report = write_report(out / "report.html", scn, None, None, None, load_target_table(scn), None, doc)
@@ -344,7 +343,7 @@ def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool
     from simulator.runs.hardware_choice import plan_hardware, shown_scenario, write_hardware
     from simulator.runs.plan import write_plan
 
-    bar = progress_bar(f"{scn.name}: plan runs")
+    bar = PlanProgress(f"{scn.name}: plan runs")
 
     def option_done(option, variant, folder: Path, doc: dict) -> None:
         write_plan(folder, doc)
@@ -353,7 +352,8 @@ def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool
 
     doc = run_plan(bar, out, lambda: plan_hardware(
         scn, out, target, runner, choices, quick, seed, replicates, check_invariants,
-        on_stored=lambda task: bar.update(1), on_plan=option_done, log=lambda line: click.echo(line, err=True)))
+        on_stored=bar.stored, on_queued=bar.queued, on_plan=option_done,
+        log=lambda line: click.echo(line, err=True)))
     csv, js = write_hardware(out, doc)
     report = write_report(out / "report.html", shown_scenario(scn, choices), None, None, None,
                           load_target_table(scn), hardware=doc)

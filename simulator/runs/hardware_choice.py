@@ -147,6 +147,7 @@ def check_options(scn: LoadedScenario, options: list[HardwareOption]) -> tuple[l
 def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backend, options: list[HardwareOption],
                   quick: bool = False, seed: int | None = None, replicates: int = 1, check_invariants: bool = False,
                   on_stored: Callable[[Task], None] | None = None,
+                  on_queued: Callable[[list[Task]], None] | None = None,
                   on_plan: Callable[[HardwareOption, LoadedScenario, Path, dict], None] | None = None,
                   log: Callable[[str], None] = lambda line: None) -> dict:
     """The Planner once per option (``OUT/hardware/NAME``), then the ranking. ``on_plan`` is called with each
@@ -162,7 +163,8 @@ def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backe
         # one run store for every option (OUT/.runs): its keys hash the table's name and content, so the same
         # table at two prices shares its runs and different tables never mix
         planner = Planner(variant, out, replace(target, gpu_hour_cost=o.usd_per_gpu_hour), backend, quick, seed,
-                          on_stored=on_stored, replicates=replicates, check_invariants=check_invariants)
+                          on_stored=on_stored, replicates=replicates, check_invariants=check_invariants,
+                          on_queued=on_queued)
         t0 = time.perf_counter()
         doc = planner.run()
         doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
