@@ -222,3 +222,27 @@ def test_check_and_a_run_warn_once(scenario_file, tmp_path):
         assert res.returncode == 0, res.stderr
         warned = [line for line in res.stderr.splitlines() if "step time falls as the batch grows" in line]
         assert len(warned) == 1 and warned[0].startswith(f"warning: {table} (hardware.table): ")
+
+
+def test_each_hardware_options_tables_are_checked(scenario_file, tmp_path):
+    from simulator.inputs.config import load_scenario
+    from simulator.runs.hardware_choice import check_options, parse_options
+
+    base = pd.read_csv(H200_TABLE)
+    k = int(np.sort(base["kv_tokens"].unique())[5])
+
+    def spoil(rows):
+        rows.loc[at(rows, 98, k), ["step_ms", "step_ms_p10", "step_ms_p90"]] *= 10
+
+    def keep_drafters(meta):
+        for entry in meta["drafter_tables"].values():
+            for suffix in (".csv", ".json"):
+                src = (H200_TABLE.parent / entry["table"]).with_suffix(suffix)
+                shutil.copy(src, tmp_path / src.name)
+
+    spiked = copy_table(H200_TABLE, tmp_path / "spiked.csv", spoil, keep_drafters)
+    scn = load_scenario(scenario_file(systems=["ar"], traffic={"kind": "poisson", "rate": 10.0}, frontier=None))
+    _, warnings = check_options(scn, parse_options([f"good={H200_TABLE}:3.5", f"bad={spiked}:3.5"]))
+    assert warnings and all(w.startswith(f"--hardware bad: {spiked} (hardware.table): step time falls as the ")
+                            for w in warnings)  # along B, and along K at that B
+    assert sum("falls as the batch grows" in w for w in warnings) == 1
