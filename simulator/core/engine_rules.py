@@ -106,10 +106,13 @@ class Admission:
         ``logged`` of them), as many as it removed from the queue (``removed``), at most ``room``. Anything else
         is one line naming the rule; whether the ids fit the KV cache the engine checks with the cache's claims."""
         who = f"admission rule {type(self).__name__}: take()"
-        if isinstance(rids, str | bytes | dict) or not hasattr(rids, "__iter__"):
+        try:
+            if isinstance(rids, str | bytes | dict):
+                raise TypeError
+            out = list(rids)
+        except TypeError:  # not a sequence at all (None from a missing return), or a 0-d array
             raise UserError(f"{who} returned {_shown(rids)}; expected a list of the request ids it took from the "
-                            "queue")
-        out = list(rids)
+                            "queue") from None
         for rid in out:
             if isinstance(rid, bool) or not isinstance(rid, int | np.integer) or not 0 <= rid < logged:
                 raise UserError(f"{who} returned {_shown(rid)} among its ids; expected request ids from the queue "

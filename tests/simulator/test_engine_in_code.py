@@ -257,6 +257,7 @@ class Forgetful(Admission):
 @pytest.mark.parametrize("rids, removed, room, message", [
     (None, 1, 4, "returned None; expected a list of the request ids it took from the queue"),
     ("0", 1, 4, "returned '0'; expected a list of the request ids it took from the queue"),
+    (np.array(2), 1, 4, "returned array(2); expected a list of the request ids it took from the queue"),
     ([0, 9], 2, 4, "returned 9 among its ids; expected request ids from the queue (integers 0..4)"),
     ([True], 1, 4, "returned True among its ids; expected request ids from the queue (integers 0..4)"),
     ([1.0], 1, 4, "returned 1.0 among its ids; expected request ids from the queue (integers 0..4)"),
