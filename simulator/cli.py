@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from simulator.errors import UserError
-from simulator.runs.progress import progress_bar
+from simulator.runs.progress import PlanProgress, progress_bar
 
 # plan seeds per candidate: three, the fewest with a usable interval (t = 4.3); a plan of peak.yaml stays a few
 # minutes on 2 cores
@@ -85,6 +85,15 @@ def output_dir(scenario: Path, sets: tuple[str, ...], out: Path | None, plan_opt
     return out
 
 
+def table_warnings(scn) -> list[str]:
+    """What the scenario's step-time tables say against themselves (simulator/inputs/table_checks.py): warned once
+    before a run or a plan, as `simulate check` does."""
+    from simulator.inputs.systems import resolve_systems
+    from simulator.inputs.table_checks import scenario_table_warnings
+
+    return scenario_table_warnings(scn, {s.drafter for s in resolve_systems(scn)})
+
+
 def make_backend(backend: str, address: str | None, jobs: int | None):
     from simulator.runs.backends import Backend
     from simulator.runs.sweep import default_jobs
@@ -125,7 +134,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     runner = make_backend(backend, address, jobs)
     out = output_dir(scenario, sets, out)
     sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh or check_invariants, check_invariants)
-    for line in [*unused_settings(scn.model), *scenario_grid_warnings(scn)]:
+    for line in [*unused_settings(scn.model), *scenario_grid_warnings(scn), *table_warnings(scn)]:
         click.echo(f"warning: {line}", err=True)
     done_before = len(sweep.specs) - len(sweep.pending())
     if done_before:
@@ -246,19 +255,20 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         out = output_dir(scenario, sets, out, (*options, *(f"plan.hardware={h}" for h in hardware)))
         return plan_hardware_cmd(scn, out, target, runner, choices, quick, seed, replicates, check_invariants)
     out = output_dir(scenario, sets, out, options)
+    for line in table_warnings(scn):
+        click.echo(f"warning: {line}", err=True)
     if per_segment:
         return day_plan(scn, out, target, runner, quick, seed, replicates, check_invariants, segment_s, segment_run_s)
-    bar = progress_bar(f"{scn.name}: plan runs")
+    bar = PlanProgress(f"{scn.name}: plan runs")
     if probe_replicas is not None:
         from simulator.runs.fleet import FleetPlanner, fleet_lines, write_fleet_plan
 
-        planner = FleetPlanner(scn, out, target, runner, probe_replicas, quick, seed,
-                               on_stored=lambda task: bar.update(1), replicates=replicates,
-                               check_invariants=check_invariants)
+        planner = FleetPlanner(scn, out, target, runner, probe_replicas, quick, seed, on_stored=bar.stored,
+                               replicates=replicates, check_invariants=check_invariants, on_queued=bar.queued)
         writer = write_fleet_plan  # plan.csv gains the fleet columns
     else:
-        planner = Planner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
-                          replicates=replicates, check_invariants=check_invariants)
+        planner = Planner(scn, out, target, runner, quick, seed, on_stored=bar.stored, replicates=replicates,
+                          check_invariants=check_invariants, on_queued=bar.queued)
         writer = write_plan
     doc = run_plan(bar, out, planner.run)
     csv, js = writer(out, doc)
@@ -308,14 +318,14 @@ def day_plan(scn, out: Path, target, runner, quick: bool, seed: int | None, repl
     from simulator.outputs.report import write_report
     from simulator.runs.day_plan import DayPlanner, write_day_plan
 
-    bar = progress_bar(f"{scn.name}: day plan runs")
+    bar = PlanProgress(f"{scn.name}: day plan runs")
 
     def say(line: str) -> None:
         click.echo(f"{scn.name}: {line}", err=True)
 
-    planner = DayPlanner(scn, out, target, runner, quick, seed, on_stored=lambda task: bar.update(1),
+    planner = DayPlanner(scn, out, target, runner, quick, seed, on_stored=bar.stored,
                          replicates=replicates, segment_s=segment_s, segment_run_s=segment_run_s, say=say,
-                         check_invariants=check_invariants)
+                         check_invariants=check_invariants, on_queued=bar.queued)
     doc = run_plan(bar, out, planner.run)
     csv, js = write_day_plan(out, doc)
     report = write_report(out / "report.html", scn, None, None, None, load_target_table(scn), None, doc)
@@ -333,7 +343,7 @@ def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool
     from simulator.runs.hardware_choice import plan_hardware, shown_scenario, write_hardware
     from simulator.runs.plan import write_plan
 
-    bar = progress_bar(f"{scn.name}: plan runs")
+    bar = PlanProgress(f"{scn.name}: plan runs")
 
     def option_done(option, variant, folder: Path, doc: dict) -> None:
         write_plan(folder, doc)
@@ -342,7 +352,8 @@ def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool
 
     doc = run_plan(bar, out, lambda: plan_hardware(
         scn, out, target, runner, choices, quick, seed, replicates, check_invariants,
-        on_stored=lambda task: bar.update(1), on_plan=option_done, log=lambda line: click.echo(line, err=True)))
+        on_stored=bar.stored, on_queued=bar.queued, on_plan=option_done,
+        log=lambda line: click.echo(line, err=True)))
     csv, js = write_hardware(out, doc)
     report = write_report(out / "report.html", shown_scenario(scn, choices), None, None, None,
                           load_target_table(scn), hardware=doc)
@@ -398,6 +409,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     from simulator.inputs.config import load_scenario, unused_settings
     from simulator.inputs.hardware import load_hardware, load_target_table, scenario_grid_warnings
     from simulator.inputs.systems import resolve_systems
+    from simulator.inputs.table_checks import scenario_table_warnings
     from simulator.runs.run import (
         check_engine_limits,
         check_live_clock,
@@ -410,7 +422,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     scn = load_scenario(scenario, sets)
     systems = resolve_systems(scn)
     hw = load_hardware(scn, {s.drafter for s in systems})
-    check_rules(scn)
+    rules = check_rules(scn)
     for s in systems:
         check_engine_limits(scn, s)
         make_policy(s.policy, s.params, s.name)  # its parameters, as a run builds it
@@ -418,11 +430,14 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     prefill_mode(scn, hw)  # reads hardware.prefill_table when one is named
     points = load_points(scn)
     m = scn.model
-    for line in [*unused_settings(m), *scenario_grid_warnings(scn)]:
+    for line in [*unused_settings(m), *scenario_grid_warnings(scn),
+                 *scenario_table_warnings(scn, {s.drafter for s in systems})]:
         click.echo(f"warning: {line}", err=True)
     click.echo(f"{scenario}: ok")
     click.echo(f"  systems ({len(systems)}): " + ", ".join(f"{s.name} [{s.drafter}, gamma {s.gamma}, {s.policy}]" for s in systems))
     click.echo(f"  load points ({len(points)}): " + ", ".join(p.label for p in points))
+    for line in rule_lines(scn, systems, rules):
+        click.echo(f"  {line}")
     click.echo(f"  runs: {len(systems) * len(points) * m.run.replicates} (x{m.run.replicates} seeds), "
                f"{m.run.duration_s:g} s simulated each ({m.run.quick_duration_s:g} s with --quick)")
     click.echo(f"  hardware: {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s), table "
@@ -444,6 +459,18 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
                    + (f" ({cost.source})" if cost.source else ""))
     click.echo(f"  acceptance: {m.acceptance.source} {m.acceptance.profile if m.acceptance.source == 'profile' else m.acceptance.trace or ''}"
                f" ({m.acceptance.confidence} confidences); SLA targets {', '.join(f'{t:g}' for t in m.sla.tps_targets)} tok/s/user")
+
+
+def rule_lines(scn, systems: list, rules: dict[str, type]) -> list[str]:
+    """The rules each system runs by (its policy; the scenario's router, admission and preemption), each with
+    where it comes from: built-in, or the plug-in's file."""
+    from simulator.core.plugins import origin
+    from simulator.core.policies import resolve
+
+    m = scn.model
+    shared = ", ".join(f"{kind} {spec} ({origin(rules[kind])})" for kind, spec in (
+        ("router", m.hardware.router), ("admission", m.engine.admission), ("preemption", m.engine.preemption)))
+    return [f"rules of {s.name}: policy {s.policy} ({origin(resolve(s.policy)[0])}), {shared}" for s in systems]
 
 
 @cli.command("bench")

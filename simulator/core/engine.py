@@ -241,10 +241,12 @@ class Replica:
                 return
             if k < len(self.queue):
                 queue = deque(self.queue.popleft() for _ in range(k))
+        waiting = len(queue)
         if self.admission_kv:
             rids = self.admission.take(queue, room, free, req, cfg.lookahead, kv=kv.claims(req))
         else:
             rids = self.admission.take(queue, room, free, req, cfg.lookahead)
+        rids = self.admission.checked(rids, waiting - len(queue), room, self.sim.requests.n)
         if queue is not self.queue:  # those not taken keep their place
             self.queue.extendleft(reversed(queue))
         if not rids:
@@ -259,9 +261,9 @@ class Replica:
             for rid in rids:
                 need += claims.need(rid)
                 claims.take(rid)
-        if len(ids) > room or need > free:
-            raise UserError(f"admission rule {type(self.admission).__name__} took {len(ids)} requests needing "
-                               f"{need} KV slots; room for {room} and {free} slots")
+        if need > free:  # the count and the ids were checked (Admission.checked)
+            raise UserError(f"admission rule {type(self.admission).__name__}: take() took {len(ids)} requests "
+                            f"needing {need} KV slots; expected at most the {free} free slots")
         # the prompt, plus generated tokens when recomputing; nothing when a prefill pool sent the KV
         to_prefill = np.where(req["kv_ready"][ids], 0, context)
         kv_shared = kv.join(context, to_prefill, req["prefix"][ids], held)  # hits: to_prefill less the cached prefix
@@ -295,9 +297,7 @@ class Replica:
             return
         req = sim.requests.data
         while batch.n > 1 and not kv.make_room():
-            i = self.preemption.victim(batch)
-            if not 0 <= i < batch.n:
-                raise UserError(f"preemption rule {type(self.preemption).__name__} chose row {i} of {batch.n}")
+            i = self.preemption.pick(batch)
             held = int(batch.prompt[i] + batch.generated[i])
             rid = int(self.leave(np.array([i]), held)[0])
             req["kv_ready"][rid] = False  # its cache is dropped: recomputed here on readmission

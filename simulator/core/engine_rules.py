@@ -5,7 +5,9 @@ Each is a small class with a ``name``, registered here like the verification pol
 (``hardware.router``, ``engine.admission``, ``engine.preemption``) by its name, by an entry point of the groups
 below, or by import string ``package.module:Class`` (simulator/core/plugins.py). The built-ins are vLLM's defaults:
 least-loaded routing, first-come first-served admission without skipping, recompute preemption of the newest
-request. docs/extending.md says what a rule may read and what it must return; the engine checks the answer.
+request. docs/extending.md says what a rule may read and what it must return; the engine checks the answer
+(``Router.pick``, ``Admission.checked``, ``Preemption.pick``), and a broken answer is one line naming the rule and
+what was expected (a run adds the system, the load point and the seed: ``simulator.runs.run.in_run``).
 """
 
 from __future__ import annotations
@@ -99,6 +101,32 @@ class Admission:
         takes more than fits (``free_kv`` counts unreferenced cached prefixes as room: the engine evicts them)."""
         raise NotImplementedError
 
+    def checked(self, rids, removed: int, room: int, logged: int) -> list[int]:
+        """``take``'s answer, held to its contract: request ids (integers, each once, of requests the log holds:
+        ``logged`` of them), as many as it removed from the queue (``removed``), at most ``room``. Anything else
+        is one line naming the rule; whether the ids fit the KV cache the engine checks with the cache's claims."""
+        who = f"admission rule {type(self).__name__}: take()"
+        try:
+            if isinstance(rids, str | bytes | dict):
+                raise TypeError
+            out = list(rids)
+        except TypeError:  # not a sequence at all (None from a missing return), or a 0-d array
+            raise UserError(f"{who} returned {_shown(rids)}; expected a list of the request ids it took from the "
+                            "queue") from None
+        for rid in out:
+            if isinstance(rid, bool) or not isinstance(rid, int | np.integer) or not 0 <= rid < logged:
+                raise UserError(f"{who} returned {_shown(rid)} among its ids; expected request ids from the queue "
+                                f"(integers 0..{logged - 1})")
+        if len(set(out)) != len(out):
+            raise UserError(f"{who} returned a request id twice ({_shown(out)}); expected each id once")
+        if len(out) != removed:
+            raise UserError(f"{who} returned {len(out)} request id(s) but removed {removed} from the queue; "
+                            "expected it to return exactly the ids it removed")
+        if len(out) > room:
+            raise UserError(f"{who} took {len(out)} requests into a batch with room for {room}; expected at most "
+                            f"{room}")
+        return [int(r) for r in out]
+
 
 class FirstComeFirstServed(Admission):
     """Oldest first, stopping at the first that does not fit: a long prompt at the head is not overtaken (vLLM)."""
@@ -131,6 +159,21 @@ class Preemption:
         """The row (0..batch.n - 1) to evict. Rows are in admission order, the last the most recently admitted;
         ``batch``'s columns (``rid``, ``prompt``, ``generated``, ``to_prefill``, ...) are read only."""
         raise NotImplementedError
+
+    def pick(self, batch: Batch) -> int:
+        """``victim``'s row, held to its contract (a row index of the batch); anything else is one line naming the
+        rule."""
+        i = self.victim(batch)
+        if isinstance(i, bool) or not isinstance(i, int | np.integer) or not 0 <= i < batch.n:
+            raise UserError(f"preemption rule {type(self).__name__}: victim() returned {_shown(i)}; expected a row "
+                            f"index 0..{batch.n - 1} of the running batch ({batch.n} rows)")
+        return int(i)
+
+
+def _shown(value, limit: int = 60) -> str:
+    """A rule's answer as an error shows it: its repr, cut short (a rule may return a whole array)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Newest(Preemption):

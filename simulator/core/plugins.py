@@ -144,3 +144,23 @@ def source_files(cls: type) -> list[Path]:
         elif getattr(module, "__file__", None):
             files.add(Path(module.__file__).resolve())
     return sorted(files)
+
+
+def origin(cls: type) -> str:
+    """Where a loaded class comes from, for a listing: ``built-in`` for the project's own, else ``plug-in`` and the
+    file it was loaded from (relative to the working directory when under it), or its import string when the
+    file is unknown."""
+    if cls.__module__.partition(".")[0] == "simulator":
+        return "built-in"
+    try:
+        file = inspect.getsourcefile(cls)
+    except TypeError:  # a class without a file (built in C, or made in an interactive session)
+        file = None
+    if not file:
+        return f"plug-in {cls.__module__}:{cls.__qualname__}"
+    path = Path(file).resolve()
+    try:
+        path = path.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return f"plug-in {path}"

@@ -57,21 +57,28 @@ def default_kv_capacity(table: StepTable, gpus: int, utilization: float = 0.9, m
     except (KeyError, TypeError, ValueError):
         return None
     dtype_bytes = DTYPE_BYTES.get(str(meta.get("dtype", "bf16")), 2.0)
-    table_gpus = int(meta.get("gpus", gpus) or gpus)
     if "weight_bytes_per_gpu" in meta:  # tables that know what one GPU stores (expert-parallel ranks)
         weights = float(meta["weight_bytes_per_gpu"])
     else:
         weights = shape.total_params * dtype_bytes / gpus
-    if "kv_bytes_per_token_per_gpu" in meta:
-        kv_per_gpu = float(meta["kv_bytes_per_token_per_gpu"])
-    elif "kv_bytes_per_token" in meta:
-        kv_per_gpu = float(meta["kv_bytes_per_token"]) / max(table_gpus, 1)
-    else:  # a sidecar written before tables recorded it: the cache as its writer priced it
-        value = kv_cache_bytes(shape) if meta.get("kind") == "estimate" else dtype_bytes
-        kv_per_gpu = shape.kv_cache_facts(value, gpus, gpus)["kv_bytes_per_token_per_gpu"]
+    kv_per_gpu = kv_bytes_per_token_per_gpu(meta, shape, gpus)
     free = (mem * utilization - weights - activation_peak_bytes(shape, gpus, max_batch_tokens, max_running)
             - RUNTIME_BYTES_PER_GPU)
     return int(free / kv_per_gpu) if free > 0 and kv_per_gpu > 0 else None
+
+
+def kv_bytes_per_token_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:
+    """KV bytes one context token holds on one GPU, as the table priced its cache: the sidecar's
+    ``kv_bytes_per_token_per_gpu``, or its replica's ``kv_bytes_per_token`` over the table's GPUs; a sidecar written
+    before tables recorded it is read as its writer priced it (an estimate: a bf16 cache unless the model fixes
+    one; other tables: the table's dtype) on ``gpus`` GPUs."""
+    if "kv_bytes_per_token_per_gpu" in meta:
+        return float(meta["kv_bytes_per_token_per_gpu"])
+    if "kv_bytes_per_token" in meta:
+        return float(meta["kv_bytes_per_token"]) / max(int(meta.get("gpus", gpus) or gpus), 1)
+    dtype_bytes = DTYPE_BYTES.get(str(meta.get("dtype", "bf16")), 2.0)
+    value = kv_cache_bytes(shape) if meta.get("kind") == "estimate" else dtype_bytes
+    return shape.kv_cache_facts(value, gpus, gpus)["kv_bytes_per_token_per_gpu"]
 
 
 def activation_peak_bytes(shape: ModelShape, gpus: int, max_batch_tokens: int, max_running: int) -> float:
@@ -98,18 +105,7 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
         if name == "none":
             draft[name] = DraftCost(kind, None)
             continue
-        entry: dict = {}
-        if name in hw.drafter_tables:
-            path, field = scn.resolve(hw.drafter_tables[name]), f"hardware.drafter_tables.{name}"
-        elif name in sidecar:
-            entry = sidecar[name]
-            path = scn.resolve(hw.table).parent / entry["table"]
-            field = f"hardware.table (sidecar drafter_tables.{name})"
-        else:
-            raise UserError(
-                f"{scn.path}: hardware.drafter_tables.{name}: no cost table for drafter {name!r} "
-                f"(give one, or use a table whose sidecar lists drafter_tables)"
-            )
+        path, field, entry = drafter_table_source(scn, sidecar, name)
         dt = _read(path, field)
         # DSpark is the one drafter with a sequential (Markov) and a confidence head: a table's own sidecar may
         # record their cost (`hw-profile analytic --drafter-layers`), which a DFlash or Eagle3 drafter timed with
@@ -132,6 +128,22 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
                     gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=table.energy_grid,
                     chunk_attention=table.chunk_attention, request_ms=request_ms(table, eng.request_ms),
                     schedule_ahead=schedule_ahead(table, eng.schedule_ahead))
+
+
+def drafter_table_source(scn: LoadedScenario, sidecar: dict, name: str) -> tuple[Path, str, dict]:
+    """Where drafter ``name``'s cost table is: the scenario's ``hardware.drafter_tables``, else the target table's
+    sidecar (``sidecar``: its ``drafter_tables``). (path, the field that names it, the sidecar's entry or {})."""
+    hw = scn.model.hardware
+    if name in hw.drafter_tables:
+        return scn.resolve(hw.drafter_tables[name]), f"hardware.drafter_tables.{name}", {}
+    if name in sidecar:
+        entry = sidecar[name]
+        return (scn.resolve(hw.table).parent / entry["table"], f"hardware.table (sidecar drafter_tables.{name})",
+                entry)
+    raise UserError(
+        f"{scn.path}: hardware.drafter_tables.{name}: no cost table for drafter {name!r} "
+        f"(give one, or use a table whose sidecar lists drafter_tables)"
+    )
 
 
 def schedule_ahead(table: StepTable, override: bool | None) -> bool:

@@ -197,7 +197,8 @@ class DayPlanner:
     def __init__(self, scn: LoadedScenario, out: Path, target: Target, backend: Backend, quick: bool = False,
                  seed: int | None = None, on_stored: Callable[[Task], None] | None = None, replicates: int = 1,
                  segment_s: float | None = None, segment_run_s: float = SEGMENT_RUN_S,
-                 say: Callable[[str], None] = lambda line: None, check_invariants: bool = False):
+                 say: Callable[[str], None] = lambda line: None, check_invariants: bool = False,
+                 on_queued: Callable[[list[Task]], None] | None = None):
         self.scn = scn
         self.segments = segments_of(scn, segment_s)
         self.segment_s = segment_s
@@ -213,7 +214,7 @@ class DayPlanner:
         self.quick = quick
         self.say = say
         self.planner = SegmentPlanner(stationary(scn, self.peak, segment_run_s), out, target, backend, quick, seed,
-                                      on_stored, replicates, check_invariants)
+                                      on_stored, replicates, check_invariants, on_queued)
 
     # --- a rate below the peak, from the plan of the next higher one ----------------------------------------
     def _probe_for(self, plan: SystemPlan, phase: str, make: Callable[[int], Candidate],

@@ -90,8 +90,9 @@ class FleetPlanner(Planner):
 
     def __init__(self, scn: LoadedScenario, out: Path, target: Target, backend: Backend, probe_replicas: int,
                  quick: bool = False, seed: int | None = None, on_stored: Callable[[Task], None] | None = None,
-                 replicates: int = 1, check_invariants: bool = False):
-        super().__init__(scn, out, target, backend, quick, seed, on_stored, replicates, check_invariants)
+                 replicates: int = 1, check_invariants: bool = False,
+                 on_queued: Callable[[list[Task]], None] | None = None):
+        super().__init__(scn, out, target, backend, quick, seed, on_stored, replicates, check_invariants, on_queued)
         if probe_replicas < 1:
             raise UserError(f"--probe-replicas: expected a positive count, got {probe_replicas}")
         self.probe = probe_replicas

@@ -120,10 +120,11 @@ def shown_scenario(scn: LoadedScenario, options: list[HardwareOption]) -> Loaded
 def check_options(scn: LoadedScenario, options: list[HardwareOption]) -> tuple[list[HardwareOption], list[str]]:
     """Every option's scenario loaded as a run would load it (its table, drafters' tables, KV capacity), before
     any run, so that a bad third option does not fail after the first two plans. Returns the options with
-    their GPU named, and warnings."""
+    their GPU named, and warnings (the tables' own among them: ``table_checks``)."""
     from hw_profile.table import StepTable
     from simulator.inputs.hardware import load_hardware
     from simulator.inputs.systems import resolve_systems
+    from simulator.inputs.table_checks import scenario_table_warnings
 
     warnings = []
     if scn.model.engine.kv_capacity_tokens:
@@ -132,10 +133,13 @@ def check_options(scn: LoadedScenario, options: list[HardwareOption]) -> tuple[l
     out = []
     for o in options:
         variant = option_scenario(scn, o)
+        drafters = {s.drafter for s in resolve_systems(variant)}
         try:
-            load_hardware(variant, {s.drafter for s in resolve_systems(variant)})
+            load_hardware(variant, drafters)
         except UserError as exc:
             raise UserError(f"--hardware {o.name}: {exc}") from None
+        # what each option's tables say against themselves (simulator/inputs/table_checks.py), as check would
+        warnings += [f"--hardware {o.name}: {line}" for line in scenario_table_warnings(variant, drafters)]
         meta = StepTable.read(o.table).meta
         gpu = meta.get("gpu", {}).get("name") if isinstance(meta.get("gpu"), dict) else None
         out.append(replace(o, gpu=str(gpu or meta.get("device") or o.name)))
@@ -147,6 +151,7 @@ def check_options(scn: LoadedScenario, options: list[HardwareOption]) -> tuple[l
 def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backend, options: list[HardwareOption],
                   quick: bool = False, seed: int | None = None, replicates: int = 1, check_invariants: bool = False,
                   on_stored: Callable[[Task], None] | None = None,
+                  on_queued: Callable[[list[Task]], None] | None = None,
                   on_plan: Callable[[HardwareOption, LoadedScenario, Path, dict], None] | None = None,
                   log: Callable[[str], None] = lambda line: None) -> dict:
     """The Planner once per option (``OUT/hardware/NAME``), then the ranking. ``on_plan`` is called with each
@@ -162,7 +167,8 @@ def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backe
         # one run store for every option (OUT/.runs): its keys hash the table's name and content, so the same
         # table at two prices shares its runs and different tables never mix
         planner = Planner(variant, out, replace(target, gpu_hour_cost=o.usd_per_gpu_hour), backend, quick, seed,
-                          on_stored=on_stored, replicates=replicates, check_invariants=check_invariants)
+                          on_stored=on_stored, replicates=replicates, check_invariants=check_invariants,
+                          on_queued=on_queued)
         t0 = time.perf_counter()
         doc = planner.run()
         doc["wall_seconds"] = round(time.perf_counter() - t0, 1)

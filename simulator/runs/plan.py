@@ -175,7 +175,7 @@ class Planner:
 
     def __init__(self, scn: LoadedScenario, out: Path, target: Target, backend: Backend, quick: bool = False,
                  seed: int | None = None, on_stored: Callable[[Task], None] | None = None, replicates: int = 1,
-                 check_invariants: bool = False):
+                 check_invariants: bool = False, on_queued: Callable[[list[Task]], None] | None = None):
         m = scn.model
         if m.traffic is None:
             raise UserError(f"{scn.path}: traffic: simulate plan sizes a deployment for open-loop traffic; the "
@@ -193,6 +193,7 @@ class Planner:
         self.seed = scn.model.seed if seed is None else seed
         self.seeds = [self.seed + i for i in range(replicates)]  # every candidate runs at each (replicates.py)
         self.on_stored = on_stored
+        self.on_queued = on_queued  # each round's runs, as they go to the backend (progress: the total so far)
         self.systems = resolve_systems(scn)
         hw = scn.model.hardware
         self.gpr = hw.gpus_per_replica
@@ -231,6 +232,8 @@ class Planner:
                           for spec, key in zip(sweep.specs, sweep.keys(), strict=True)])
         todo = list({t.store: t for group in tasks for t in group
                      if not t.store.is_file() or (self.check_invariants and t.store not in self.checked)}.values())
+        if self.on_queued is not None:
+            self.on_queued(todo)
         execute(todo, self.backend, self.on_stored)
         self.checked.update(t.store for t in todo)
         self.runs += len(todo)

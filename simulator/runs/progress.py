@@ -1,38 +1,75 @@
 """Progress of a command's runs: a bar on a terminal, plain lines elsewhere (a log file, CI, a pipe), where a
-bar's carriage returns are noise and silence looks like a hang."""
+bar's carriage returns are noise and silence looks like a hang.
+
+A sweep knows its runs before it starts (``progress_bar``). A plan learns them as it searches: each round queues
+one candidate per system still searching, so its total is the runs known so far, and it says what it is
+searching (``PlanProgress``). Both give an estimate of the time left from the pace at which this command's runs
+have finished so far (their own wall times, with however many run side by side): for a plan, the time left of
+the runs known so far, which more rounds may add to.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 
+def eta_s(done: int, total: int | None, elapsed_s: float) -> float | None:
+    """Seconds left for ``total - done`` runs at the pace the ``done`` ones took (``elapsed_s`` for all of them);
+    None before any finished or without a total."""
+    if total is None or done <= 0 or elapsed_s <= 0:
+        return None
+    return max(total - done, 0) * elapsed_s / done
+
+
+def seconds(s: float) -> str:
+    """A duration as a planner reads it: 45 s, 12 min, 1.5 h."""
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
 class LineProgress:
-    """``desc: N[/TOTAL] runs done, S s`` at most every ``every_s`` seconds, and once more at the end (``unit``
-    names what is counted, ``runs`` unless told)."""
+    """``desc: N[/TOTAL] runs done, S s[, about E left]`` at most every ``every_s`` seconds, and once more at the end
+    (``unit`` names what is counted, ``runs`` unless told). ``clock``: the time source (a test's own clock)."""
 
-    def __init__(self, desc: str, total: int | None, stream: TextIO, every_s: float = 10.0, unit: str = "runs"):
+    def __init__(self, desc: str, total: int | None, stream: TextIO, every_s: float = 10.0, unit: str = "runs",
+                 clock: Callable[[], float] = time.monotonic, of_what: str = ""):
         self.desc, self.total, self.stream, self.every_s, self.unit = desc, total, stream, every_s, unit
+        self.of_what = of_what  # what the total counts, when not plain (a plan's: " (known so far)")
+        self.clock = clock
         self.n = 0
-        self.t0 = self.last = time.monotonic()
+        self.t0 = self.last = clock()
         self.closed = False
+        self.postfix = ""  # what is being done now (PlanProgress)
 
-    def _line(self) -> None:
+    def line(self) -> str:
         of = f"/{self.total}" if self.total is not None else ""
-        self.stream.write(f"{self.desc}: {self.n}{of} {self.unit} done, {time.monotonic() - self.t0:.0f} s\n")
+        elapsed = self.clock() - self.t0
+        eta = eta_s(self.n, self.total, elapsed) if self.n < (self.total or 0) else None
+        left = f", about {seconds(eta)} left" if eta is not None else ""
+        now = f"; {self.postfix}" if self.postfix else ""
+        return f"{self.desc}: {self.n}{of} {self.unit} done{self.of_what}, {elapsed:.0f} s{left}{now}"
+
+    def _write(self) -> None:
+        self.stream.write(self.line() + "\n")
         self.stream.flush()
 
     def update(self, n: int = 1) -> None:
         self.n += n
-        now = time.monotonic()
+        now = self.clock()
         if now - self.last >= self.every_s:
             self.last = now
-            self._line()
+            self._write()
 
     def close(self) -> None:
         if not self.closed and self.n:
-            self._line()
+            self._write()
         self.closed = True
 
 
@@ -46,3 +83,89 @@ def progress_bar(desc: str, total: int | None = None, stream: TextIO | None = No
 
         return tqdm(total=total, desc=desc, unit=unit, file=stream, dynamic_ncols=True)
     return LineProgress(desc, total, stream, every_s, units)
+
+
+class PlanProgress:
+    """A plan's progress: ``queued`` hears each round's runs as the planner hands them to the backend, ``stored``
+    (a planner's ``on_stored``) each finished one. Off a terminal, every ``every_s`` seconds and at the end::
+
+        peak: plan runs: 248/260 runs done (known so far), 1073 s, about 52 s left; searching dspark at 4 GPUs,
+        goodput-k at 6 GPUs
+
+    (the ETA of the runs known so far: later rounds add more). On a terminal, a bar whose total grows as runs are
+    queued, with the same words beside it."""
+
+    def __init__(self, desc: str, stream: TextIO | None = None, every_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic, shown: int = 3):
+        stream = stream or sys.stderr
+        self.shown = shown
+        self.tables: set[str] = set()
+        self.searching: list[str] = []
+        if stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=0, desc=desc, unit="run", file=stream, dynamic_ncols=True)
+            self.lines = None
+        else:
+            self.bar = None
+            self.lines = LineProgress(desc, 0, stream, every_s, "runs", clock, " (known so far)")
+
+    @property
+    def total(self) -> int:
+        return int(self.bar.total) if self.bar is not None else int(self.lines.total)
+
+    @property
+    def done(self) -> int:
+        return int(self.bar.n) if self.bar is not None else self.lines.n
+
+    def queued(self, tasks: list) -> None:
+        """A round's runs (``backends.Task``), handed to the backend now: the total grows, and what they search
+        is what the line says is being searched."""
+        if not tasks:
+            return
+        self.tables.update(Path(t.scn.model.hardware.table).stem for t in tasks)
+        seen: dict[str, None] = {}
+        for t in tasks:
+            seen.setdefault(self.describe(t), None)
+        self.searching = list(seen)
+        if self.bar is not None:
+            self.bar.total += len(tasks)
+            self.bar.set_postfix_str(self.postfix(), refresh=True)
+        else:
+            self.lines.total += len(tasks)
+            self.lines.postfix = self.postfix()
+
+    def describe(self, task) -> str:
+        """The system a run searches and the size it tries (GPUs, the prefill pool's included), and the table
+        when the plan compares hardware."""
+        hw = task.scn.model.hardware
+        gpus = hw.replicas * hw.gpus_per_replica
+        if hw.prefill_replicas:
+            gpus += hw.prefill_replicas * (hw.prefill_gpus_per_replica or hw.gpus_per_replica)
+        where = f" on {Path(hw.table).stem}" if len(self.tables) > 1 else ""
+        return f"{task.spec.system.name} at {gpus} GPU{'s' if gpus != 1 else ''}{where}"
+
+    def postfix(self) -> str:
+        if not self.searching:
+            return ""
+        more = len(self.searching) - self.shown
+        return "searching " + ", ".join(self.searching[: self.shown]) + (f" and {more} more" if more > 0 else "")
+
+    def stored(self, task=None) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+        else:
+            self.lines.update(1)
+
+    def update(self, n: int = 1) -> None:
+        for _ in range(n):
+            self.stored()
+
+    def close(self) -> None:
+        self.searching = []  # the last line says what was done, not what was searched last
+        if self.bar is not None:
+            self.bar.set_postfix_str("", refresh=False)
+            self.bar.close()
+        else:
+            self.lines.postfix = ""
+            self.lines.close()

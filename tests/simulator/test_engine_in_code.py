@@ -165,16 +165,20 @@ class OutOfRange(Preemption):
 @pytest.mark.parametrize("config, prompt, output, until, message", [
     # takes 3 requests into a batch of 2
     ({"max_running": 2, "kv_capacity": 100_000, "admission": Greedy}, 4, 5, 1.0,
-     "admission rule Greedy took 3 requests"),
+     "admission rule Greedy: take() took 3 requests into a batch with room for 2; expected at most 2"),
+    # room for them all, not KV
+    ({"max_running": 4, "kv_capacity": 10, "admission": Greedy}, 4, 5, 1.0,
+     "admission rule Greedy: take() took 3 requests needing 15 KV slots; expected at most the 10 free slots"),
     # the KV cache fills, and the rule names a row past the batch
     ({"max_running": 4, "kv_capacity": 560, "preemption": OutOfRange}, 100, 100, 10.0,
-     "preemption rule OutOfRange chose row 3 of 3"),
+     "preemption rule OutOfRange: victim() returned 3; expected a row index 0..2 of the running batch (3 rows)"),
 ])
 def test_a_rule_that_breaks_its_contract_is_stopped(config, prompt, output, until, message):
     sim = Simulation(EngineConfig(max_batch_tokens=4096, **config), StepPrices(flat(5.0)))
     two_requests(sim, prompt=(prompt,) * 3, output=(output,) * 3)
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError) as err:
         sim.run(until=until)
+    assert str(err.value) == message
 
 
 class Oldest(Preemption):
@@ -239,3 +243,99 @@ def test_a_router_that_names_no_replica_is_one_line_naming_it(scenario_file):
     text = str(err.value)
     assert "\n" not in text and text.startswith(f"{path}: system 'ar' at closed-")
     assert text.endswith("router SeventhReplica: choose() returned 7; expected a replica index 0..1 (2 replicas)")
+
+
+class Forgetful(Admission):
+    """Takes the oldest request but returns nothing (no ``return``)."""
+
+    name = "forgetful"
+
+    def take(self, queue, room, free_kv, requests, lookahead):
+        queue.popleft()
+
+
+@pytest.mark.parametrize("rids, removed, room, message", [
+    (None, 1, 4, "returned None; expected a list of the request ids it took from the queue"),
+    ("0", 1, 4, "returned '0'; expected a list of the request ids it took from the queue"),
+    (np.array(2), 1, 4, "returned array(2); expected a list of the request ids it took from the queue"),
+    ([0, 9], 2, 4, "returned 9 among its ids; expected request ids from the queue (integers 0..4)"),
+    ([True], 1, 4, "returned True among its ids; expected request ids from the queue (integers 0..4)"),
+    ([1.0], 1, 4, "returned 1.0 among its ids; expected request ids from the queue (integers 0..4)"),
+    ([2, 2], 2, 4, "returned a request id twice ([2, 2]); expected each id once"),
+    ([1], 2, 4, "returned 1 request id(s) but removed 2 from the queue; expected it to return exactly the ids it "
+                "removed"),
+    ([0, 1, 2], 3, 2, "took 3 requests into a batch with room for 2; expected at most 2"),
+])
+def test_an_admission_answer_is_held_to_its_contract(rids, removed, room, message):
+    rule = Forgetful()
+    with pytest.raises(UserError) as err:
+        rule.checked(rids, removed, room, logged=5)
+    assert str(err.value) == f"admission rule Forgetful: take() {message}"
+    ok = rule.checked(np.array([3, 1]), 2, 2, logged=5)  # an array of ids is a list of ids
+    assert ok == [3, 1] and all(type(r) is int for r in ok)
+
+
+BROKEN_RULES = '''
+import numpy as np
+from simulator.core.engine_rules import Admission, Preemption
+
+
+class Forgetful(Admission):
+    def take(self, queue, room, free_kv, requests, lookahead):
+        queue.popleft()  # takes a request but returns nothing
+
+
+class Nobody(Preemption):
+    def victim(self, batch):
+        return None
+'''
+
+
+@pytest.mark.parametrize("engine, message", [
+    ({"admission": "broken_rules:Forgetful"},
+     "admission rule Forgetful: take() returned None; expected a list of the request ids it took from the queue"),
+    # 8 requests of 128-token prompts in a 600-slot cache: four are admitted, their growth overflows it, and the
+    # rule names no row
+    ({"preemption": "broken_rules:Nobody", "kv_capacity_tokens": 600},
+     "preemption rule Nobody: victim() returned None; expected a row index 0..3 of the running batch (4 rows)"),
+])
+def test_a_broken_admission_or_preemption_plug_in_stops_a_run_with_one_line(scenario_file, tmp_path, engine,
+                                                                            message):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    (tmp_path / "broken_rules.py").write_text(BROKEN_RULES)
+    path = scenario_file(engine=engine, systems=["ar"])
+    res = subprocess.run([sys.executable, "-m", "simulator.cli", "run", str(path), "--quick", "--jobs", "1",
+                          "--out", str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True,
+                         env={"PYTHONPATH": f"{ROOT}:{tmp_path}", "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 2, res.stderr
+    line = res.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert line.startswith(f"error: {path}: system 'ar' at closed-8, seed ") and line.endswith(message)
+
+
+def test_check_lists_the_rules_each_system_runs_by(scenario_file):
+    path = scenario_file(systems=["ar", "dspark", {"name": "half", "policy": "half_block:HalfBlock"}],
+                         hardware={"router": "round-robin", "replicas": 2},
+                         engine={"admission": "shortest_prompt_first:ShortestPromptFirst"})
+    res = subprocess_check(path)
+    assert res.returncode == 0, res.stderr
+    rules = [line.strip() for line in res.stdout.splitlines() if line.strip().startswith("rules of ")]
+    shared = ("router round-robin (built-in), admission shortest_prompt_first:ShortestPromptFirst (plug-in "
+              "docs/examples/shortest_prompt_first.py), preemption newest (built-in)")
+    assert rules == [f"rules of ar: policy ar (built-in), {shared}",
+                     f"rules of dspark: policy dspark (built-in), {shared}",
+                     f"rules of half: policy half_block:HalfBlock (plug-in docs/examples/half_block.py), {shared}"]
+
+
+def subprocess_check(path):
+    import subprocess
+    import sys
+
+    from tests.conftest import EXAMPLES, ROOT
+
+    return subprocess.run([sys.executable, "-m", "simulator.cli", "check", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, env={"PYTHONPATH": f"{ROOT}:{EXAMPLES}", "PATH": "/usr/bin:/bin"})

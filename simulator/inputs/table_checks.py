@@ -1,0 +1,259 @@
+"""Step-time tables checked as a scenario is: what `simulate check` (and a run, once) warns about in the tables a
+scenario reads, where the table itself says it cannot be trusted as it stands.
+
+Three checks, each one line per table (the worst case named, the others counted):
+
+1. **Step time that falls as work grows**, beyond the table's own noise. Along B at one K (and along K at one B),
+   a later point more than ``DROP`` faster than an earlier one whose p10-p90 spreads do not overlap (the later
+   point's p90 below the earlier one's p10; a table without spreads, an analytic or estimated one, is judged by
+   ``DROP`` alone). A measured table's points of one (B, K) can come from different request shapes (4 requests
+   of 1 token and 1 request of 4 tokens are both B = 4), which differ for real; so where the table records
+   ``requests``, points are compared only with points of the same number of requests.
+   ``DROP`` is 20%: repeats of one GPU point agree within a few percent, and the legitimate dips of a measured
+   table (a GEMM tile or a CUDA graph size that suits one B better than a smaller one) stay near 10%; a point
+   ten times its neighbour (a step measured while something else ran, an edited row) is far past both.
+2. **A measurement that was not quiet**: the sidecar's ``machine_load.verdict`` is ``busy`` (``hw_profile.load``:
+   other work competed for the CPU), or points were still throttled after their re-measures (the ``throttled``
+   column: an NVML clocks-event reason such as a power cap or heat slowed the GPU during the timed window).
+3. **Points faster than the table's own roofline bound**, which is impossible: the bound is the time to read the
+   weights every step reads whatever the routing (the dense part) and the KV cache (as the table priced it, the
+   rule the KV pool is sized by) at the device's datasheet bandwidth, or to do the step's matmul FLOPs (the LM head left out:
+   an engine may compute logits for some tokens only) at its datasheet peak for the dtype, whichever is longer,
+   spread evenly over the table's GPUs. Everything else a step does only adds to it. It needs the sidecar's model
+   shape, device (a ``gpu`` or ``device_peaks`` object, or a ``device`` name the GPU list knows) and dtype; a
+   table without them is skipped without a word, and so is a drafter's table calibrated as a share of its target
+   (``calibration.draft_share``: its ``model_shape`` is the target's, not the drafter's). A point is named when it is more than ``BOUND_SLACK`` below
+   the bound (datasheet figures are rounded, and a part can be a variant of the named one).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hw_profile.gpus import GPU, get_gpu
+from hw_profile.roofline import DTYPE_BYTES
+from hw_profile.shapes import ModelShape
+from hw_profile.table import StepTable, throttled_flags
+
+DROP = 0.2  # a later point this much faster than an earlier one (and outside both spreads) is not noise
+BOUND_SLACK = 0.1  # how far below the roofline bound a point may sit before it is named
+
+
+@dataclass(frozen=True)
+class Fall:
+    """The worst pair of points where step time falls as work grows along ``axis`` (``B`` or ``K``)."""
+
+    axis: str
+    points: int  # later points faster than some earlier point of their row, beyond the noise
+    at: tuple[float, float, float]  # (B, K, ms) of the faster, later point
+    before: tuple[float, float, float]  # (B, K, ms) of the earlier point it is compared with
+
+
+def table_warnings(table: StepTable, label: str) -> list[str]:
+    """Every warning of this module for one table; ``label`` names it (its path and the scenario field)."""
+    return [*fall_lines(table, label), *load_lines(table, label), *bound_lines(table, label)]
+
+
+def scenario_table_warnings(scn, drafters: set[str]) -> list[str]:
+    """``table_warnings`` for every table a scenario reads: its target table, the policy's and the prefill pool's
+    copies, and the cost tables of ``drafters`` (each file once)."""
+    from simulator.inputs.hardware import _read, drafter_table_source
+
+    hw = scn.model.hardware
+    target = _read(scn.resolve(hw.table), "hardware.table")
+    named: dict[Path, str] = {scn.resolve(hw.table): "hardware.table"}
+    for field, value in (("hardware.policy_table", hw.policy_table), ("hardware.prefill_table", hw.prefill_table)):
+        if value:
+            named.setdefault(scn.resolve(value), field)
+    sidecar = target.meta.get("drafter_tables") if isinstance(target.meta.get("drafter_tables"), dict) else {}
+    for name in sorted(d for d in drafters if d != "none"):
+        path, field, _ = drafter_table_source(scn, sidecar, name)
+        named.setdefault(path, f"drafter {name}'s table")
+    out = []
+    for path, field in named.items():
+        table = target if path == scn.resolve(hw.table) else _read(path, field)
+        out += table_warnings(table, f"{path} ({field})")
+    return out
+
+
+# --- 1. step time that falls as work grows -------------------------------------------------------------------
+
+def falls(table: StepTable) -> list[Fall]:
+    """Where step time falls beyond noise as B grows at one K, and as K grows at one B (at most one Fall each)."""
+    ok = table.ok
+    b = ok["batch_tokens"].to_numpy(float)
+    k = ok["kv_tokens"].to_numpy(float)
+    t = ok["step_ms"].to_numpy(float)
+    p10 = _spread(ok["step_ms_p10"], t, np.minimum)
+    p90 = _spread(ok["step_ms_p90"], t, np.maximum)
+    requests = pd.to_numeric(ok["requests"], errors="coerce").fillna(-1.0).to_numpy()
+    out = []
+    for axis, x, row in (("B", b, k), ("K", k, b)):
+        flagged: set[int] = set()
+        worst: tuple[float, int, int] | None = None
+        frame = pd.DataFrame({"row": row, "requests": requests})
+        for idx in frame.groupby(["row", "requests"]).indices.values():
+            if len(idx) < 2:
+                continue
+            idx = idx[np.argsort(x[idx], kind="stable")]
+            xs, ts, lo, hi = x[idx], t[idx], p10[idx], p90[idx]
+            # later (j) against earlier (i): more work, less time, outside both spreads
+            later = xs[None, :] > xs[:, None]
+            fall = later & (ts[None, :] < (1.0 - DROP) * ts[:, None]) & (hi[None, :] < lo[:, None])
+            if not fall.any():
+                continue
+            flagged.update(int(idx[j]) for j in np.flatnonzero(fall.any(axis=0)))
+            ratio = np.where(fall, ts[None, :] / ts[:, None], np.inf)
+            i, j = np.unravel_index(int(np.argmin(ratio)), ratio.shape)
+            if worst is None or ratio[i, j] < worst[0]:
+                worst = (float(ratio[i, j]), int(idx[i]), int(idx[j]))
+        if worst is not None:
+            _, i, j = worst
+            out.append(Fall(axis, len(flagged), (b[j], k[j], t[j]), (b[i], k[i], t[i])))
+    return out
+
+
+def _spread(column: pd.Series, t: np.ndarray, side) -> np.ndarray:
+    """A spread column as numbers, the median itself where it is missing (and never inside the median)."""
+    v = pd.to_numeric(column, errors="coerce").to_numpy(float)
+    return side(np.where(np.isfinite(v), v, t), t)
+
+
+def fall_lines(table: StepTable, label: str) -> list[str]:
+    lines = []
+    for f in falls(table):
+        grows, fixed = ("batch", "K") if f.axis == "B" else ("context (K)", "B")
+        (b, k, ms), (b0, k0, ms0) = f.at, f.before
+        where = f"B = {b:,.0f} at K = {k:,.0f}" if f.axis == "B" else f"K = {k:,.0f} at B = {b:,.0f}"
+        before = f"B = {b0:,.0f}" if f.axis == "B" else f"K = {k0:,.0f}"
+        lines.append(f"{label}: step time falls as the {grows} grows, beyond the table's noise, at {f.points} "
+                     f"point(s) (compared at one {fixed}); the worst: {where} takes {ms:.3g} ms, {ms / ms0:.2f}x the "
+                     f"{ms0:.3g} ms at {before}: one of the two is wrong (measured while something else ran, or an "
+                     "edited row); measure it again, or smooth the table (hw-profile fit)")
+    return lines
+
+
+# --- 2. a measurement that was not quiet ---------------------------------------------------------------------
+
+def load_lines(table: StepTable, label: str) -> list[str]:
+    lines = []
+    load = table.meta.get("machine_load")
+    if isinstance(load, dict) and load.get("verdict") == "busy":
+        seen = [f"{name} {load[key]}" for key, name in (("load_before", "load average before"),
+                                                        ("competing_max_during", "competing threads during"))
+                if load.get(key) is not None]
+        cores = f" on {load['cores']} cores" if load.get("cores") else ""
+        lines.append(f"{label}: measured on a busy machine (sidecar machine_load.verdict busy: "
+                     f"{', '.join(seen) or 'other work competed'}{cores}): its step times are slower and noisier "
+                     "than the hardware; measure it again on a quiet machine")
+    ok = table.ok
+    hot = throttled_flags(ok["throttled"])
+    if hot.any():
+        reasons = sorted({r for text in ok.loc[hot, "throttle_reasons"].astype(str)
+                          for r in text.replace(";", ",").split(",") if r.strip()})
+        why = f" ({', '.join(r.strip() for r in reasons)})" if reasons else ""
+        lines.append(f"{label}: {int(hot.sum())} of {len(ok)} points were measured while the GPU throttled its "
+                     f"clocks{why}, even after re-measuring: their step times are slower than the hardware; let "
+                     "it cool or lift the power cap, and measure them again")
+    return lines
+
+
+# --- 3. faster than the table's own roofline bound -----------------------------------------------------------
+
+def device_of(meta: dict) -> GPU | None:
+    """The device a sidecar names with the figures the bound needs: its ``gpu`` (or ``device_peaks``) object, else
+    its ``device`` name when the GPU list knows it (``NVIDIA H200`` is the H200; a variant of a part, such as an
+    H100 PCIe, is read as the listed part, whose faster figures only lower the bound). None: not known."""
+    for key in ("gpu", "device_peaks"):
+        block = meta.get(key)
+        if isinstance(block, dict):
+            known = {f.name for f in fields(GPU)}
+            args = {"tdp_w": math.nan, "idle_w": math.nan, **{k: v for k, v in block.items() if k in known}}
+            try:
+                gpu = GPU(**args)
+                if gpu.hbm_tb_s > 0 and gpu.bf16_tflops > 0:
+                    return gpu
+            except (TypeError, ValueError):
+                pass
+            return None
+    words = str(meta.get("device") or "").replace("NVIDIA", " ").replace("AMD", " ").replace("Instinct", " ").split()
+    for name in (words[0], words[0].split("-")[0]) if words else ():
+        try:
+            return get_gpu(name)
+        except KeyError:
+            continue
+    return None
+
+
+def roofline_bound_ms(meta: dict, batch_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray | None:
+    """The lower bound on step time (ms) at each (B, K) for the table's model, device and dtype (the module's
+    docstring says what it counts); None when the sidecar lacks one of them."""
+    calibration = meta.get("calibration") if isinstance(meta.get("calibration"), dict) else {}
+    if calibration.get("draft_share"):  # a drafter priced as a share of the target: model_shape is the target's
+        return None
+    try:
+        shape = ModelShape(**meta["model_shape"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    gpu = device_of(meta)
+    dtype = str(meta.get("dtype", ""))
+    if gpu is None or dtype not in DTYPE_BYTES:
+        return None
+    try:
+        gpus = max(int(meta.get("gpus") or 1), 1)
+    except (TypeError, ValueError):
+        return None
+    b = np.asarray(batch_tokens, dtype=float)
+    k = np.asarray(kv_tokens, dtype=float)
+    weights = shape.dense_params * DTYPE_BYTES[dtype] / gpus
+    read = weights + k * kv_read_bytes_per_gpu(meta, shape, gpus)
+    flops = 2.0 * (shape.matmul_params - shape.head_params) * b / gpus
+    peak = max(gpu.peak_tflops(d) for d in {dtype, shape.expert_dtype or dtype})
+    return np.maximum(read / (gpu.hbm_tb_s * 1e12), flops / (peak * 1e12)) * 1e3
+
+
+def kv_read_bytes_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:
+    """KV bytes one GPU reads per context token: what one token holds there as the table priced its cache (the
+    rule the KV pool is sized by, ``hardware.kv_bytes_per_token_per_gpu``), less what a compressed sparse attention
+    skips (``ModelShape.kv_read_bytes_per_token``); 0 for a shape without a cache."""
+    from simulator.inputs.hardware import kv_bytes_per_token_per_gpu
+
+    if not shape.kv_bytes_per_token:
+        return 0.0
+    try:
+        held = kv_bytes_per_token_per_gpu(meta, shape, gpus)
+    except (TypeError, ValueError):
+        return 0.0
+    return max(held, 0.0) * min(shape.kv_read_bytes_per_token / shape.kv_bytes_per_token, 1.0)
+
+
+def bound_lines(table: StepTable, label: str) -> list[str]:
+    ok = table.ok
+    b = ok["batch_tokens"].to_numpy(float)
+    k = ok["kv_tokens"].to_numpy(float)
+    t = ok["step_ms"].to_numpy(float)
+    bound = roofline_bound_ms(table.meta, b, k)
+    if bound is None:
+        return []
+    fast = t < (1.0 - BOUND_SLACK) * bound
+    if not fast.any():
+        return []
+    i = int(np.argmin(np.where(fast, t / bound, np.inf)))
+    meta = table.meta
+    what = (f"{meta['model_shape'].get('name', 'its model')} on {meta.get('gpus') or 1} x "
+            f"{device_of(meta).name} in {meta['dtype']}")
+    return [f"{label}: {int(fast.sum())} of {len(t)} points (B {_span(b[fast])}, K {_span(k[fast])}) are faster "
+            f"than the table's own roofline bound for {what} (the weights read at the datasheet bandwidth, the "
+            f"FLOPs at its peak), which is impossible; the worst: B = {b[i]:,.0f} at K = {k[i]:,.0f} takes "
+            f"{t[i]:.3g} ms against a bound of {bound[i]:.3g} ms: the table or its sidecar's model, device or dtype "
+            "is wrong there"]
+
+
+def _span(values: np.ndarray) -> str:
+    lo, hi = float(values.min()), float(values.max())
+    return f"{lo:,.0f}" if lo == hi else f"{lo:,.0f}..{hi:,.0f}"
