@@ -54,9 +54,11 @@ class Fall:
     before: tuple[float, float, float]  # (B, K, ms) of the earlier point it is compared with
 
 
-def table_warnings(table: StepTable, label: str) -> list[str]:
-    """Every warning of this module for one table; ``label`` names it (its path and the scenario field)."""
-    return [*fall_lines(table, label), *load_lines(table, label), *bound_lines(table, label)]
+def table_warnings(table: StepTable, label: str, kv_limit: float | None = None) -> list[str]:
+    """Every warning of this module for one table; ``label`` names it (its path and the scenario field).
+    ``kv_limit``: the most KV tokens a step can hold where the table is used (a drafter's table: its target's
+    memory decides), else what the table's own device holds beside its weights."""
+    return [*fall_lines(table, label), *load_lines(table, label), *bound_lines(table, label, kv_limit)]
 
 
 def scenario_table_warnings(scn, drafters: set[str]) -> list[str]:
@@ -77,7 +79,7 @@ def scenario_table_warnings(scn, drafters: set[str]) -> list[str]:
     out = []
     for path, field in named.items():
         table = target if path == scn.resolve(hw.table) else _read(path, field)
-        out += table_warnings(table, f"{path} ({field})")
+        out += table_warnings(table, f"{path} ({field})", kv_room(target.meta))
     return out
 
 
@@ -217,6 +219,24 @@ def roofline_bound_ms(meta: dict, batch_tokens: np.ndarray, kv_tokens: np.ndarra
     return np.maximum(read / (gpu.hbm_tb_s * 1e12), flops / (peak * 1e12)) * 1e3
 
 
+def kv_room(meta: dict) -> float | None:
+    """The most KV tokens that fit beside the weights in the device's memory, per GPU as the table priced them
+    (None when the sidecar does not say enough to tell)."""
+    from simulator.inputs.hardware import kv_bytes_per_token_per_gpu
+
+    gpu = device_of(meta)
+    try:
+        shape = ModelShape(**meta["model_shape"])
+        gpus = max(int(meta.get("gpus") or 1), 1)
+        held = kv_bytes_per_token_per_gpu(meta, shape, gpus)
+        weights = float(meta.get("weight_bytes_per_gpu") or shape.total_params * DTYPE_BYTES[meta["dtype"]] / gpus)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if gpu is None or not getattr(gpu, "memory_gb", None) or held <= 0:
+        return None
+    return max(gpu.memory_gb * 1e9 - weights, 0.0) / held
+
+
 def kv_read_bytes_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:
     """KV bytes one GPU reads per context token: what one token holds there as the table priced its cache (the
     rule the KV pool is sized by, ``hardware.kv_bytes_per_token_per_gpu``), less what a compressed sparse attention
@@ -232,7 +252,7 @@ def kv_read_bytes_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:
     return max(held, 0.0) * min(shape.kv_read_bytes_per_token / shape.kv_bytes_per_token, 1.0)
 
 
-def bound_lines(table: StepTable, label: str) -> list[str]:
+def bound_lines(table: StepTable, label: str, kv_limit: float | None = None) -> list[str]:
     ok = table.ok
     b = ok["batch_tokens"].to_numpy(float)
     k = ok["kv_tokens"].to_numpy(float)
@@ -240,7 +260,12 @@ def bound_lines(table: StepTable, label: str) -> list[str]:
     bound = roofline_bound_ms(table.meta, b, k)
     if bound is None:
         return []
+    # a point whose KV cache does not fit beside the weights is one no deployment reaches: an estimate's grid runs
+    # past the memory (to --max-kv-tokens), and what it says there misleads nobody
+    limit = kv_room(table.meta) if kv_limit is None else kv_limit
     fast = t < (1.0 - BOUND_SLACK) * bound
+    if limit is not None:
+        fast &= k <= limit
     if not fast.any():
         return []
     i = int(np.argmin(np.where(fast, t / bound, np.inf)))

@@ -17,7 +17,7 @@ import pytest
 from hw_profile.gpus import get_gpu
 from hw_profile.shapes import get_shape
 from hw_profile.table import StepTable
-from simulator.inputs.table_checks import DROP, device_of, roofline_bound_ms, table_warnings
+from simulator.inputs.table_checks import DROP, device_of, kv_room, roofline_bound_ms, table_warnings
 from tests.conftest import H200_TABLE, ROOT
 
 HARDWARE = ROOT / "scenarios" / "hardware"
@@ -43,9 +43,44 @@ def at(rows: pd.DataFrame, b: int, k: int) -> pd.Series:
     return sel
 
 
+def targets_of_drafters() -> dict[str, dict]:
+    """Each bundled drafter table's name -> the sidecar of the target table that names it."""
+    out = {}
+    for sidecar in HARDWARE.glob("*.json"):
+        meta = json.loads(sidecar.read_text())
+        for entry in (meta.get("drafter_tables") or {}).values():
+            if isinstance(entry, dict) and "table" in entry:
+                out[entry["table"]] = meta
+    return out
+
+
 @pytest.mark.parametrize("csv", sorted(HARDWARE.glob("*.csv")), ids=lambda p: p.name)
 def test_the_bundled_tables_give_no_warning(csv):
-    assert table_warnings(StepTable.read(csv), csv.name) == []
+    # a drafter's context is its target's: the target's memory bounds the steps it takes
+    target = targets_of_drafters().get(csv.name)
+    limit = kv_room(target) if target is not None else None
+    assert table_warnings(StepTable.read(csv), csv.name, limit) == []
+
+
+def test_points_beyond_the_memory_are_not_judged(tmp_path):
+    """A point whose KV cache cannot fit beside the weights is one no deployment takes: the same impossible step
+    time is named inside the memory and left alone beyond it."""
+    meta = StepTable.read(H200_TABLE).meta
+    room = kv_room(meta)
+    shape, h200 = get_shape("qwen3-8b"), get_gpu("H200")
+    held = meta.get("kv_bytes_per_token") or shape.kv_bytes_per_token
+    assert room == pytest.approx((h200.memory_gb * 1e9 - shape.total_params * 2.0) / held, rel=0.02)
+    ks = sorted(set(StepTable.read(H200_TABLE).ok["kv_tokens"]))
+    inside, beyond = max(k for k in ks if k <= room), min(k for k in ks if k > room)
+    for k, named in ((inside, True), (beyond, False)):
+        def spoil(rows, k=k):
+            rows.loc[at(rows, 1, k), ["step_ms", "step_ms_p10", "step_ms_p90"]] = 0.01
+
+        path = copy_table(H200_TABLE, tmp_path / f"k{k}.csv", spoil)
+        lines = [line for line in table_warnings(StepTable.read(path), "t") if "roofline bound" in line]
+        assert bool(lines) == named, (k, room, lines)
+        # a drafter's table is held to its target's memory, passed in: a limit below k leaves the point alone
+        assert [line for line in table_warnings(StepTable.read(path), "t", k - 1) if "roofline" in line] == []
 
 
 def test_the_bundled_scenarios_give_no_table_warning():
