@@ -180,6 +180,29 @@ def flag_lines(summary: dict) -> list[str]:
     return lines
 
 
+def matched_gain_column(baseline: str | None) -> str:
+    """The headline's column of the median TPS gain at matched throughput."""
+    return f"TPS gain vs {baseline} at matched throughput (median)"
+
+
+def matched_gain_range(g: dict) -> str:
+    """What a matched-throughput median summarises: the gain's range and the throughput it is read over."""
+    span = [math.nan if g.get(k) is None else g[k] for k in ("from", "to")]
+    over = (f" over {span[0]:,.0f}-{span[1]:,.0f} tok/s/GPU, the throughput both frontiers cover"
+            if not any(math.isnan(x) for x in span) else "")
+    return f"from {g['min']:+.0%} to {g['max']:+.0%}{over}"
+
+
+def matched_gain_tips(summary: dict) -> list[str | None]:
+    """Per headline row, the range behind its matched-throughput median (None where it has none)."""
+    out = []
+    for e in summary["systems"].values():
+        g = e.get("tps_gain_at_matched_throughput")
+        ok = g and g["min"] is not None and not math.isnan(g["min"])
+        out.append(matched_gain_range(g) if ok else None)
+    return out
+
+
 def headline_table(summary: dict) -> pd.DataFrame:
     """One row per system: the open-loop operating point, then throughput and gain at each SLA anchor."""
     rows = []
@@ -199,9 +222,8 @@ def headline_table(summary: dict) -> pd.DataFrame:
                 row[f"@{a} gain vs {base}"] = v["gain_vs_baseline"]
         g = e.get("tps_gain_at_matched_throughput")
         if g and g["min"] is not None and not math.isnan(g["min"]):
-            span = [math.nan if x is None else x for x in (g.get("span") or [None, None])]
-            over = (f" over {span[0]:,.0f}-{span[1]:,.0f}" if not any(math.isnan(x) for x in span) else "")
-            row["TPS gain at matched throughput (tok/s/GPU range)"] = f"{g['min']:+.0%}..{g['max']:+.0%}{over}"
+            # one number to read, the range it summarises in matched_gain_tips (the report's tooltip)
+            row[matched_gain_column(base)] = g["median"] if g.get("median") is not None else f"{g['min']:+.0%}..{g['max']:+.0%}"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -221,6 +243,27 @@ def format_headline(df: pd.DataFrame) -> pd.DataFrame:
         return f"{v:,.0f}"
 
     return pd.DataFrame({c: [fmt(c, v) for v in df[c]] if c != "system" else df[c] for c in df.columns})
+
+
+def headroom_text(lo: float | None, hi: float | None, tolerance: float) -> str:
+    """A plan's headroom as the interval its verdict's tie rule reads (``plan.tied_at_best``): the most traffic
+    seen to meet .. the least seen to fail clearly, minus one ("+24..+100%"); where nothing above failed
+    clearly, the search's precision above the bound; "< -50%" where even the least traffic tried failed; one
+    figure where both ends round alike."""
+    def missing(v) -> bool:
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
+    if missing(lo):
+        return "-" if missing(hi) else f"< {hi:+.0%}"
+    top = hi if not missing(hi) else (1 + lo) * (1 + tolerance) - 1
+    a, b = f"{lo:+.0%}", f"{top:+.0%}"
+    return a if a == b else f"{a[:-1]}..{b}"
+
+
+# the tie rule of plan verdicts, in words, beside every headroom shown
+HEADROOM_RULE = ("headroom: the traffic beyond the scenario's that the chosen size sustains, from the most seen to "
+                 "meet to the least seen to fail clearly (none failing clearly: the search's precision); at equal "
+                 "GPUs, systems whose interval reaches the best lower bound tie, the others have less headroom")
 
 
 TERMINAL_WIDTH = 120
@@ -255,13 +298,14 @@ def terminal_headline(summary: dict, width: int = TERMINAL_WIDTH) -> str:
             return col.split(" ")[0] + " tok/s/GPU"
         if col.startswith("@") and " gain vs " in col:
             return col.split(" ")[0] + " gain"
-        if col.startswith("TPS gain at matched"):
-            return "TPS gain at matched tok/s/GPU"
+        if col == matched_gain_column(base):
+            return "matched gain"
         return col
 
     text, dropped = fit_width(df.rename(columns=short), width)
     legend = ("TPS: tok/s/user; @X: where the frontier crosses X tok/s/user; SLA>=X: share of requests at X or "
-              f"more; gains vs {base}")
+              f"more; gains vs {base}; matched gain: the median TPS gain at matched throughput (its range in "
+              "summary.json)")
     if dropped:
         legend += f"; in the report: {', '.join(dropped)}"
     import textwrap

@@ -13,7 +13,14 @@ from click.testing import CliRunner
 
 from simulator.cli import cli, default_out
 from simulator.inputs.config import load_scenario
-from simulator.outputs.summary import build_summary, flag_hint, flag_lines, format_headline, headline_table
+from simulator.outputs.summary import (
+    build_summary,
+    flag_hint,
+    flag_lines,
+    format_headline,
+    headline_table,
+    matched_gain_tips,
+)
 from simulator.runs.sweep import Sweep
 
 
@@ -57,12 +64,17 @@ def test_headers_carry_units_and_the_matched_range_says_what_it_spans(scenario_f
     table = format_headline(headline_table(summary))
     for col in table.columns[1:]:
         assert re.search(r"tok/s|\(s\)|gain vs mtp-1|share", col), col
-    span = summary["systems"]["dspark"]["tps_gain_at_matched_throughput"]["span"]
+    g = summary["systems"]["dspark"]["tps_gain_at_matched_throughput"]
+    span = g["span"]
     thr = runs[runs["concurrency"].notna()].groupby(["policy", "concurrency"])["throughput_per_gpu"].mean()
     assert span[0] == max(thr["dspark"].min(), thr["mtp-1"].min())
     assert span[1] == min(thr["dspark"].max(), thr["mtp-1"].max())
-    cell = table.loc[table["system"] == "dspark", "TPS gain at matched throughput (tok/s/GPU range)"].iloc[0]
-    assert f"over {span[0]:,.0f}-{span[1]:,.0f}" in cell
+    # one number to read, the median over the range; the range (and where it is read) behind it
+    cell = table.loc[table["system"] == "dspark", "TPS gain vs mtp-1 at matched throughput (median)"].iloc[0]
+    assert cell == f"{g['median']:+.0%}" and g["min"] <= g["median"] <= g["max"]
+    tip = matched_gain_tips(summary)[list(summary["systems"]).index("dspark")]
+    assert tip == f"from {g['min']:+.0%} to {g['max']:+.0%} over {g['from']:,.0f}-{g['to']:,.0f} tok/s/GPU, the " \
+                  "throughput both frontiers cover"
 
 
 def test_overrides_go_to_their_own_folder_and_are_recorded(scenario_file, tmp_path):
