@@ -112,6 +112,18 @@ def format_plan(doc: dict) -> pd.DataFrame:
     return pd.DataFrame({HEADERS[c]: [fmt(c, r[c], r) for r in records] for c in df.columns if c not in WITHIN})
 
 
+def report_plan(doc: dict) -> pd.DataFrame:
+    """The plan table as the report shows it, narrow enough for the page: the replica counts left out where they
+    equal the GPU counts (one GPU per replica, said above the table)."""
+    df = format_plan(doc)
+    pre = doc.get("prefill")
+    if doc["gpus_per_replica"] == 1:
+        df = df.drop(columns=["replicas"])
+    if pre is not None and pre["gpus_per_replica"] == 1:
+        df = df.drop(columns=["prefill replicas"])
+    return df
+
+
 def _missing(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
@@ -198,7 +210,7 @@ def capacity_html(doc: dict) -> str:
         notes.append("<p class='meta'>Overrides: " + html.escape(" ".join(f"--set {s}" for s in doc["overrides"]))
                      + "</p>")
     notes.append(notes_html(doc))
-    table = table_html(format_plan(doc))
+    table = table_html(report_plan(doc))
     return f"""<p><strong>{html.escape(doc['verdict'])}</strong></p>
 <p class="meta">Per system, the fewest GPUs at which the scenario's open-loop traffic meets the SLA: at least
 {t['attainment']:.0%} of requests at or above {t['tps_per_user']:g} tok/s/user, TTFT p99 within {t['ttft_p99_s']:g} s,

@@ -73,10 +73,24 @@ def terminal_hardware(doc: dict) -> str:
                       ("SLA attainment", "SLA att."), ("GPU", "GPU"), ("TTFT p99 (s)", "TTFT p99")):
         df[name] = full[col]
     text, dropped = fit_width(df)
-    legend = HEADROOM_RULE.replace("At equal GPUs, systems", "At equal spend, pairs")
+    legend = HEADROOM_RULE.replace("at equal GPUs, systems", "at equal spend, pairs")
     if dropped:
         legend += f"; in hardware.csv and the report: {', '.join(dropped)}"
     return text + "\n" + textwrap.fill(f"({legend})", TERMINAL_WIDTH, break_on_hyphens=False)
+
+
+def report_pairs(doc: dict) -> pd.DataFrame:
+    """The ranked pairs as the report shows them, narrow enough for the page: with a prefill pool, GPUs and
+    spend as totals with their prefill + decode split beside them, one column each."""
+    full = format_pairs(doc)
+    if not hardware_table(doc)["prefill_gpus"].any():
+        return full.drop(columns=["prefill GPUs", "decode GPUs", "prefill $/hour", "decode $/hour"])
+    full["GPUs"] = [f"{t} ({p}+{d})" for t, p, d in zip(full["GPUs"], full["prefill GPUs"], full["decode GPUs"],
+                                                          strict=True)]
+    full["$/hour"] = [f"{t} ({p}+{d})" for t, p, d in zip(full["$/hour"], full["prefill $/hour"],
+                                                           full["decode $/hour"], strict=True)]
+    return full.drop(columns=["prefill GPUs", "decode GPUs", "prefill $/hour", "decode $/hour"]).rename(
+        columns={"GPUs": "GPUs (prefill+decode)", "$/hour": "$/hour (prefill+decode)"})
 
 
 def unmet_pair_lines(doc: dict) -> list[str]:
@@ -156,14 +170,14 @@ def hardware_html(doc: dict) -> str:
         notes.append("<p class='warn'>Planned on quick runs (--quick): do not plan on these numbers.</p>")
     notes.append(why_unmet_html(unmet_pair_lines(doc), [r["status"] for r in doc["pairs"] if r["status"] != MET]
                                 + ["unmet" for o in doc["options"] if (o.get("prefill") or {}).get("met") is False]))
-    table = table_html(format_pairs(doc))
+    table = table_html(report_pairs(doc))
     return f"""<p><strong>{html.escape(doc['verdict'])}</strong></p>
 <p class="meta">The capacity plan (at least {t['attainment']:.0%} of requests at or above {t['tps_per_user']:g}
 tok/s/user, TTFT p99 within {t['ttft_p99_s']:g} s, at most {t['max_gpus']} GPUs) once per hardware option, each
 on its own step-time table at its own price per GPU-hour (the prices are assumptions given on the command line,
 not quotes). Pairs are ranked met first, by spend per hour at the SLA (every met deployment serves the same
 traffic, so this orders the cost per million output tokens; equal spend by headroom); the spend is split into
-the prefill and decode pools. {html.escape(HEADROOM_RULE[0].upper() + HEADROOM_RULE[1:].replace("At equal GPUs, systems", "At equal spend, pairs"))}. Each option's own plan and report are in its folder.</p>
+the prefill and decode pools. {html.escape(HEADROOM_RULE[0].upper() + HEADROOM_RULE[1:].replace("at equal GPUs, systems", "at equal spend, pairs"))}. Each option's own plan and report are in its folder.</p>
 {table_html(options)}
 {''.join(notes)}
 {table}"""

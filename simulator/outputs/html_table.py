@@ -14,7 +14,7 @@ LONG_CELL = 18
 TABLE_CSS = """
 .table-box { overflow-x: auto; max-width: 100%; margin: 0.6em 0; }
 table.headline { border-collapse: collapse; font-size: 0.9em; }
-table.headline th, table.headline td { padding: 4px 8px; border-bottom: 1px solid #ddd; text-align: right; }
+table.headline th, table.headline td { padding: 4px 6px; border-bottom: 1px solid #ddd; text-align: right; }
 table.headline th { vertical-align: bottom; }
 table.headline td { white-space: nowrap; }
 table.headline td.long { white-space: normal; overflow-wrap: anywhere; min-width: 9em; text-align: left; }

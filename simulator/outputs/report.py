@@ -326,7 +326,7 @@ for its range).</p>
 <html lang="en"><head><meta charset="utf-8"><title>dspark-sim: {html.escape(name)}</title>
 {ERROR_HOOK}
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }}
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1320px; color: #222; }}
 {TABLE_CSS}.meta {{ color: #555; font-size: 0.9em; }} .warn {{ color: #b00; }}
 </style></head><body>
 <h1>dspark-sim report: {html.escape(name)}</h1>

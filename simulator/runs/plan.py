@@ -572,8 +572,9 @@ def verdict(doc: dict) -> str:
     fewer_headroom = [e for e in contenders if e not in tied]
     if fewer_headroom:
         n = len(fewer_headroom)
-        text += (f"; {n} other system{'s need' if n > 1 else ' needs'} as many, with less headroom (interval"
-                 f"{'s' if n > 1 else ''} below {best['headroom']:+.0%}: " + ", ".join(
+        text += (f"; {n} other system{'s need' if n > 1 else ' needs'} as many, with less headroom ("
+                 f"{'their intervals end' if n > 1 else 'its interval ends'} at or below the best's "
+                 f"{best['headroom']:+.0%}: " + ", ".join(
                      f"{e['system']} {headroom_text(e['headroom'], e.get('headroom_hi'), tol)}" for e in fewer_headroom)
                  + ")")
     open_ = [e["system"] for e in rows if e["status"] == UNRESOLVED_STATUS]
