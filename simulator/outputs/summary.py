@@ -91,7 +91,7 @@ LONGER_RUN = "a longer run (run.duration_s, run.drain_cap_s)"
 FLAG_ADVICE = {
     ("no_steps", "closed"): LONGER_RUN,
     ("no_steps", "open"): f"{LONGER_RUN}, or check traffic.rate",
-    ("no_finished", "closed"): f"{LONGER_RUN} for the output lengths, or fewer users (frontier.concurrency)",
+    ("no_finished", "closed"): f"{LONGER_RUN} for the output lengths",
     ("no_finished", "open"): f"{LONGER_RUN} for the output lengths, or lower traffic.rate or add hardware.replicas",
     ("saturated", "closed"): "fewer users (frontier.concurrency) or a larger engine.max_running",
     ("saturated", "open"): "lower traffic.rate or add hardware.replicas; `simulate plan` sizes it",
