@@ -97,7 +97,9 @@ def format_plan(doc: dict) -> pd.DataFrame:
             return f"{r['gpus_lo']:.0f}-{v:.0f}"
         if col == "attainment":
             lo, hi = r["attainment_lo"], r["attainment_hi"]
-            return f"{v:.1%}" if _missing(lo) or _missing(hi) or r["seeds"] <= 1 else f"{v:.1%} ({lo:.1%}-{hi:.1%})"
+            # a fleet plan's interval is its probe's prediction, not this figure's (plan.csv has both)
+            plain = _missing(lo) or _missing(hi) or r["seeds"] <= 1 or "fleet" in doc
+            return f"{v:.1%}" if plain else f"{v:.1%} ({lo:.1%}-{hi:.1%})"
         if col in ("ttft_p99", "cost_per_mtok"):
             return f"{v:.3f}"
         if col == "max_rate_per_replica":
