@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import html
 import math
+import textwrap
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from simulator.outputs.summary import fit_width
+from simulator.outputs.html_table import table_html
+from simulator.outputs.summary import HEADROOM_RULE, TERMINAL_WIDTH, fit_width, headroom_text
 from simulator.runs.plan import MET, UNRESOLVED_STATUS, plan_table
 
 HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus": "decode GPUs",
@@ -18,14 +20,14 @@ HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus"
            "max_rate_per_replica": "max req/s per replica", "headroom": "headroom",
            "attainment": "SLA attainment", "ttft_p99": "TTFT p99 (s)", "tps_per_user_p10": "TPS p10 (tok/s/user)",
            "throughput_per_gpu": "tok/s/decode GPU", "throughput_per_deployed_gpu": "tok/s/GPU (all)",
-           "cost_per_mtok": "$/M output tok", "seeds": "seeds",
-           "attainment_lo": "attainment 95% low", "attainment_hi": "attainment 95% high",
-           "headroom_lo": "headroom low", "headroom_hi": "headroom high", "gpus_lo": "GPUs, fewest possible",
-           "table_kind": "table"}
+           "cost_per_mtok": "$/M output tok", "seeds": "seeds", "table_kind": "table"}
+# shown within another column: the headroom and attainment as intervals, the GPUs as a range where unresolved
+WITHIN = ("attainment_lo", "attainment_hi", "headroom_lo", "headroom_hi", "gpus_lo")
 
 
 def unmet_lines(doc: dict) -> list[str]:
-    """One line per unmet system (and an unmet prefill pool) saying why, for the terminal and the report."""
+    """One line per unmet system (and an unmet prefill pool) saying why, then one per met system whose count
+    is not resolved, for the terminal and the report."""
     lines = []
     pre = doc.get("prefill")
     if pre and pre.get("met") is False:
@@ -36,56 +38,114 @@ def unmet_lines(doc: dict) -> list[str]:
             lines.append(f"! {name} unresolved: {e.get('why_unmet')}")
         elif e["status"] != MET:
             lines.append(f"! {name} unmet: {e.get('why_unmet') or 'the SLA fails at the largest size tried'}")
-        elif e.get("gpus_lo") is not None and e["gpus_lo"] < e["gpus"]:
-            lines.append(f"! {name}: between {e['gpus_lo']} and {e['gpus']} GPUs, unresolvable at "
-                         f"{e.get('seeds', 1)} seeds (attainment near the target; --replicates more to resolve)")
-    return lines
+    return lines + range_lines(doc)
 
 
-def why_unmet_html(lines: list[str]) -> str:
-    """The ``!`` lines under a terminal table as the report's list ('' when every system met)."""
+def range_lines(doc: dict) -> list[str]:
+    """One line for the met systems whose GPU count the seeds cannot pin down (a range in the table), each with
+    its range ('' when none): one cause, one line."""
+    ranged = {name: e for name, e in doc["systems"].items()
+              if e["status"] == MET and e.get("gpus_lo") is not None and e["gpus_lo"] < e["gpus"]}
+    if not ranged:
+        return []
+    seeds = max(e.get("seeds") or 1 for e in ranged.values())
+    which = ", ".join(f"{name} {e['gpus_lo']}-{e['gpus']}" for name, e in ranged.items())
+    return [f"! GPUs unresolvable at {seeds} seeds (attainment near the target at the smaller counts; --replicates "
+            f"more to resolve): {which}"]
+
+
+def why_unmet_html(lines: list[str], statuses: list[str] | None = None) -> str:
+    """The ``!`` lines of what is not met, under a heading naming what they are ('' when none): "Why unmet",
+    "Why unresolved" or both, from the statuses of the rows they explain."""
     if not lines:
         return ""
-    return "<p class='warn'>Why unmet:</p><ul>" + "".join(f"<li>{html.escape(u[2:])}</li>" for u in lines) + "</ul>"
+    kinds = [k for k in ("unmet", "unresolved") if any(str(st).startswith(k) for st in statuses or ["unmet"])]
+    heading = f"Why {' or '.join(kinds or ['not met'])}:"
+    return (f"<p class='warn'>{heading}</p><ul class='warn'>"
+            + "".join(f"<li>{html.escape(u[2:])}</li>" for u in lines) + "</ul>")
+
+
+def notes_html(doc: dict) -> str:
+    """The report's notes on a plan's rows: why each unmet or unresolved system is (red, under a heading that
+    names only those rows' statuses), then the met systems whose count is a range (not red: they meet)."""
+    ranges = range_lines(doc)
+    short = [u for u in unmet_lines(doc) if u not in ranges]
+    statuses = [e["status"] for e in doc["systems"].values() if e["status"] != MET]
+    if doc.get("prefill") and doc["prefill"].get("met") is False:
+        statuses.append("unmet")
+    out = why_unmet_html(short, statuses)
+    if ranges:
+        out += ("<p class='meta'>Met, at a count the seeds cannot pin down:</p><ul class='meta'>"
+                + "".join(f"<li>{html.escape(u[2:])}</li>" for u in ranges) + "</ul>")
+    return out
 
 
 def format_plan(doc: dict) -> pd.DataFrame:
+    """The plan table as text: plan.csv's columns, with the headroom and the attainment as their intervals and
+    the GPUs as a range where the seeds leave one open (the columns those come from are in plan.csv)."""
     df = plan_table(doc).drop(columns=["why_unmet"])  # a sentence: printed under the table (unmet_lines)
     if doc.get("prefill") is None:
         df = df.drop(columns=["decode_gpus", "prefill_gpus", "prefill_replicas"])
+    tol = doc["target"].get("rate_tolerance", 0.05)
 
-    def fmt(col: str, v):
+    def fmt(col: str, v, r: dict):
+        if col == "headroom":
+            return headroom_text(r["headroom_lo"], r["headroom_hi"], tol)
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "-"
-        if col.startswith("attainment") or col.startswith("headroom"):
-            return f"{v:+.0%}" if col.startswith("headroom") else f"{v:.1%}"
-        if col == "ttft_p99":
-            return f"{v:.3f}"
-        if col == "cost_per_mtok":
+        if col == "gpus" and not _missing(r["gpus_lo"]) and r["gpus_lo"] < v:
+            return f"{r['gpus_lo']:.0f}-{v:.0f}"
+        if col == "attainment":
+            lo, hi = r["attainment_lo"], r["attainment_hi"]
+            # a fleet plan's interval is its probe's prediction, not this figure's (plan.csv has both)
+            plain = _missing(lo) or _missing(hi) or r["seeds"] <= 1 or "fleet" in doc
+            return f"{v:.1%}" if plain else f"{v:.1%} ({lo:.1%}-{hi:.1%})"
+        if col in ("ttft_p99", "cost_per_mtok"):
             return f"{v:.3f}"
         if col == "max_rate_per_replica":
             return f"{v:.1f}"
+        if col == "status":
+            return str(v).replace("_at_max_gpus", "")
         if isinstance(v, float):
             return f"{v:,.0f}"
         return str(v)
 
-    return pd.DataFrame({HEADERS[c]: [fmt(c, v) for v in df[c]] for c in df.columns})
+    records = df.to_dict("records")
+    return pd.DataFrame({HEADERS[c]: [fmt(c, r[c], r) for r in records] for c in df.columns if c not in WITHIN})
+
+
+def report_plan(doc: dict) -> pd.DataFrame:
+    """The plan table as the report shows it, narrow enough for the page: the replica counts left out where they
+    equal the GPU counts (one GPU per replica, said above the table)."""
+    df = format_plan(doc)
+    pre = doc.get("prefill")
+    if doc["gpus_per_replica"] == 1:
+        df = df.drop(columns=["replicas"])
+    if pre is not None and pre["gpus_per_replica"] == 1:
+        df = df.drop(columns=["prefill replicas"])
+    return df
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def terminal_plan(doc: dict) -> str:
     """The plan table for a terminal, at most 120 columns: GPUs as prefill + decode, the replica counts and
-    TPS p10 left to plan.csv and the report."""
+    TPS p10 left to plan.csv and the report; under it the tie rule the verdict reads the headroom by."""
     full = format_plan(doc)
-    df = pd.DataFrame({"system": full["system"], "status": [s.replace("_at_max_gpus", "") for s in full["status"]],
-                       "GPUs": full["GPUs"]})
+    df = pd.DataFrame({"system": full["system"], "status": full["status"], "GPUs": full["GPUs"]})
     if doc.get("prefill") is not None:
         df["P+D"] = [f"{p}+{d}" for p, d in zip(full["prefill GPUs"], full["decode GPUs"], strict=True)]
     df["req/s/replica"] = full["max req/s per replica"]
     for col in ("headroom", "SLA attainment", "TTFT p99 (s)", "tok/s/GPU (all)", "$/M output tok"):
         df[col] = full[col]
+    df["SLA attainment"] = df["SLA attainment"].str.split(" (", regex=False).str[0]  # its interval: in the report
     text, dropped = fit_width(df)
-    return text + (f"\n(in plan.csv and the report: {', '.join(dropped)})" if dropped else "")
-
+    legend = HEADROOM_RULE + "; a GPU range: unresolvable at these seeds"
+    if dropped:
+        legend += f"; in plan.csv and the report: {', '.join(dropped)}"
+    return text + "\n" + textwrap.fill(f"({legend})", TERMINAL_WIDTH, break_on_hyphens=False)
 
 
 def gpus_figure(doc: dict, col: dict[str, str]) -> go.Figure:
@@ -151,14 +211,15 @@ def capacity_html(doc: dict) -> str:
     if doc.get("overrides"):
         notes.append("<p class='meta'>Overrides: " + html.escape(" ".join(f"--set {s}" for s in doc["overrides"]))
                      + "</p>")
-    notes.append(why_unmet_html(unmet_lines(doc)))
-    table = format_plan(doc).to_html(index=False, classes="headline", border=0, escape=True)
+    notes.append(notes_html(doc))
+    table = table_html(report_plan(doc))
     return f"""<p><strong>{html.escape(doc['verdict'])}</strong></p>
 <p class="meta">Per system, the fewest GPUs at which the scenario's open-loop traffic meets the SLA: at least
 {t['attainment']:.0%} of requests at or above {t['tps_per_user']:g} tok/s/user, TTFT p99 within {t['ttft_p99_s']:g} s,
 not saturated or overloaded (exponential-then-bisection search over replicas, at most {t['max_gpus']} GPUs). Max req/s per
-replica: the most traffic the chosen size sustains at the SLA, per replica; headroom: how much more traffic than
-the scenario's that is. Cost per million output tokens at ${t['gpu_hour_cost_usd']:g} per GPU-hour, all GPUs
+replica: the most traffic the chosen size sustains at the SLA, per replica. {html.escape(HEADROOM_RULE[0].upper() + HEADROOM_RULE[1:])}
+(at the search's {t.get('rate_tolerance', 0.05):.0%} precision). SLA attainment: its 95% interval over the seeds in
+brackets; GPUs: a range where the seeds cannot resolve the count. Cost per million output tokens at ${t['gpu_hour_cost_usd']:g} per GPU-hour, all GPUs
 counted.{pool}</p>
 {''.join(notes)}
 {table}"""

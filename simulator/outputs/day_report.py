@@ -9,6 +9,7 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
+from simulator.outputs.html_table import table_html
 from simulator.outputs.summary import fit_width
 from simulator.runs.day_plan import MET_AT_HIGHER_RATE
 
@@ -100,7 +101,7 @@ def day_html(doc: dict) -> str:
     unmet = unmet_day_lines(doc)
     if unmet:
         notes.append("<ul class='warn'>" + "".join(f"<li>{html.escape(u[2:])}</li>" for u in unmet) + "</ul>")
-    table = day_summary(doc).to_html(index=False, classes="headline", border=0, escape=True)
+    table = table_html(day_summary(doc))
     span = ("a day" if abs(doc["days_per_span"] - 1) < 1e-9
             else f"a day (the traffic's {doc['span_s'] / 3600:g} h span repeated)")
     return f"""<p><strong>{html.escape(doc['verdict'])}</strong></p>

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import html
 import math
+import textwrap
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from simulator.outputs.capacity_report import why_unmet_html
-from simulator.outputs.summary import fit_width
+from simulator.outputs.html_table import table_html
+from simulator.outputs.summary import HEADROOM_RULE, TERMINAL_WIDTH, fit_width, headroom_text
 from simulator.runs.hardware_choice import hardware_table
 from simulator.runs.plan import MET
 
@@ -23,7 +25,6 @@ HEADERS = {"rank": "rank", "hardware": "hardware", "gpu": "GPU", "usd_per_gpu_ho
            "decode_gpus": "decode GPUs", "prefill_usd_per_hour": "prefill $/hour",
            "decode_usd_per_hour": "decode $/hour", "usd_per_hour": "$/hour",
            "output_tokens_per_s": "output tok/s", "cost_per_mtok": "$/M output tok", "headroom": "headroom",
-           "headroom_hi": "headroom high",
            "attainment": "SLA attainment", "ttft_p99": "TTFT p99 (s)", "table_kind": "table"}
 
 
@@ -32,13 +33,16 @@ def _missing(v) -> bool:
 
 
 def format_pairs(doc: dict) -> pd.DataFrame:
-    df = hardware_table(doc).drop(columns=["why_unmet"])  # a sentence: under the table (unmet_pair_lines)
+    # why_unmet, a sentence: under the table (unmet_pair_lines); headroom_hi: within the headroom's interval
+    df = hardware_table(doc).drop(columns=["why_unmet", "headroom_hi"])
+    his = list(hardware_table(doc)["headroom_hi"])
+    tol = doc["target"].get("rate_tolerance", 0.05)
 
-    def fmt(col: str, v):
+    def fmt(col: str, v, i: int):
+        if col == "headroom":
+            return headroom_text(v, his[i], tol)
         if _missing(v):
             return "-"
-        if col.startswith("headroom"):
-            return f"{v:+.0%}"
         if col == "attainment":
             return f"{v:.1%}"
         if col in ("ttft_p99", "cost_per_mtok"):
@@ -51,7 +55,7 @@ def format_pairs(doc: dict) -> pd.DataFrame:
             return f"{v:,.0f}"
         return str(v)
 
-    return pd.DataFrame({HEADERS[c]: [fmt(c, v) for v in df[c]] for c in df.columns})
+    return pd.DataFrame({HEADERS[c]: [fmt(c, v, i) for i, v in enumerate(df[c])] for c in df.columns})
 
 
 def terminal_hardware(doc: dict) -> str:
@@ -69,7 +73,24 @@ def terminal_hardware(doc: dict) -> str:
                       ("SLA attainment", "SLA att."), ("GPU", "GPU"), ("TTFT p99 (s)", "TTFT p99")):
         df[name] = full[col]
     text, dropped = fit_width(df)
-    return text + (f"\n(in hardware.csv and the report: {', '.join(dropped)})" if dropped else "")
+    legend = HEADROOM_RULE.replace("at equal GPUs, systems", "at equal spend, pairs")
+    if dropped:
+        legend += f"; in hardware.csv and the report: {', '.join(dropped)}"
+    return text + "\n" + textwrap.fill(f"({legend})", TERMINAL_WIDTH, break_on_hyphens=False)
+
+
+def report_pairs(doc: dict) -> pd.DataFrame:
+    """The ranked pairs as the report shows them, narrow enough for the page: with a prefill pool, GPUs and
+    spend as totals with their prefill + decode split beside them, one column each."""
+    full = format_pairs(doc)
+    if not hardware_table(doc)["prefill_gpus"].any():
+        return full.drop(columns=["prefill GPUs", "decode GPUs", "prefill $/hour", "decode $/hour"])
+    full["GPUs"] = [f"{t} ({p}+{d})" for t, p, d in zip(full["GPUs"], full["prefill GPUs"], full["decode GPUs"],
+                                                          strict=True)]
+    full["$/hour"] = [f"{t} ({p}+{d})" for t, p, d in zip(full["$/hour"], full["prefill $/hour"],
+                                                           full["decode $/hour"], strict=True)]
+    return full.drop(columns=["prefill GPUs", "decode GPUs", "prefill $/hour", "decode $/hour"]).rename(
+        columns={"GPUs": "GPUs (prefill+decode)", "$/hour": "$/hour (prefill+decode)"})
 
 
 def unmet_pair_lines(doc: dict) -> list[str]:
@@ -143,19 +164,20 @@ def hardware_html(doc: dict) -> str:
         "$/GPU-hour (assumed)": f"{o['usd_per_gpu_hour']:.2f}",
         "prefill replicas": "-" if not o.get("prefill") else (
             f"{o['prefill']['replicas']}" + ("" if o["prefill"]["met"] else " (unmet)")),
-        "plan": o["plan"]} for o in doc["options"]]).to_html(index=False, classes="headline", border=0, escape=True)
+        "plan": o["plan"]} for o in doc["options"]])
     notes = []
     if doc.get("quick"):
         notes.append("<p class='warn'>Planned on quick runs (--quick): do not plan on these numbers.</p>")
-    notes.append(why_unmet_html(unmet_pair_lines(doc)))
-    table = format_pairs(doc).to_html(index=False, classes="headline", border=0, escape=True)
+    notes.append(why_unmet_html(unmet_pair_lines(doc), [r["status"] for r in doc["pairs"] if r["status"] != MET]
+                                + ["unmet" for o in doc["options"] if (o.get("prefill") or {}).get("met") is False]))
+    table = table_html(report_pairs(doc))
     return f"""<p><strong>{html.escape(doc['verdict'])}</strong></p>
 <p class="meta">The capacity plan (at least {t['attainment']:.0%} of requests at or above {t['tps_per_user']:g}
 tok/s/user, TTFT p99 within {t['ttft_p99_s']:g} s, at most {t['max_gpus']} GPUs) once per hardware option, each
 on its own step-time table at its own price per GPU-hour (the prices are assumptions given on the command line,
 not quotes). Pairs are ranked met first, by spend per hour at the SLA (every met deployment serves the same
 traffic, so this orders the cost per million output tokens; equal spend by headroom); the spend is split into
-the prefill and decode pools. Each option's own plan and report are in its folder.</p>
-{options}
+the prefill and decode pools. {html.escape(HEADROOM_RULE[0].upper() + HEADROOM_RULE[1:].replace("at equal GPUs, systems", "at equal spend, pairs"))}. Each option's own plan and report are in its folder.</p>
+{table_html(options)}
 {''.join(notes)}
 {table}"""

@@ -20,7 +20,8 @@ from plotly.subplots import make_subplots
 from atomic_files import atomic_write_text
 from hw_profile.table import StepTable
 from simulator.inputs.config import LoadedScenario
-from simulator.outputs.summary import format_headline, headline_table
+from simulator.outputs.html_table import TABLE_CSS, table_html
+from simulator.outputs.summary import format_headline, headline_table, matched_gain_column, matched_gain_tips
 
 # 24 distinguishable colours (plotly's Dark24): few collisions among the library's system names
 SYSTEM_PALETTE = ["#2E91E5", "#E15F99", "#1CA71C", "#FB0D0D", "#DA16FF", "#222A2A", "#B68100", "#750D86",
@@ -68,17 +69,23 @@ def colors(systems: list[str]) -> dict[str, str]:
 
 def frontier_figure(frontier: pd.DataFrame, runs: pd.DataFrame, anchors: list[float], col: dict[str, str]) -> go.Figure:
     fig = go.Figure()
+    # one seed has no interval: no bars then (zero-length bars drew their caps as unexplained "+" marks)
+    intervals = bool(frontier["tps_per_user_ci95"].notna().any() or frontier["throughput_per_gpu_ci95"].notna().any())
     for system, g in frontier.groupby("policy", sort=False):
+        bars = ({"error_x": {"type": "data", "array": g["tps_per_user_ci95"].fillna(0)},
+                 "error_y": {"type": "data", "array": g["throughput_per_gpu_ci95"].fillna(0)}} if intervals else {})
         fig.add_trace(go.Scatter(
             x=g["tps_per_user"], y=g["throughput_per_gpu"], mode="markers", name=f"{system} (load points)",
-            legendgroup=system, showlegend=False, marker={"color": col[system], "size": 7, "opacity": 0.45},
-            error_x={"type": "data", "array": g["tps_per_user_ci95"].fillna(0)},
-            error_y={"type": "data", "array": g["throughput_per_gpu_ci95"].fillna(0)},
+            legendgroup=system, showlegend=False, marker={"color": col[system], "size": 7, "opacity": 0.45}, **bars,
             customdata=g["concurrency"], hovertemplate="%{customdata} users<br>%{x:.1f} tok/s/user<br>%{y:,.0f} tok/s/GPU"))
         front = g[g["on_frontier"]].sort_values("tps_per_user")
         fig.add_trace(go.Scatter(x=front["tps_per_user"], y=front["throughput_per_gpu"], mode="lines+markers",
                                  name=system, legendgroup=system, line={"color": col[system], "width": 2.5},
                                  marker={"color": col[system], "size": 8}))
+    # the faint markers' own legend entry (each system's colour is its line's); drawn off the axes
+    fig.add_trace(go.Scatter(
+        x=[None], y=[None], mode="markers",
+        name="load point off the frontier" + (" (bars: 95% intervals)" if intervals else ""), marker={"color": "#888", "size": 7, "opacity": 0.45}, hoverinfo="skip"))
     opened = runs[runs["concurrency"].isna()]
     if len(opened):
         pts = opened.groupby("policy", sort=False)[["tps_per_user", "throughput_per_gpu"]].mean()
@@ -185,7 +192,9 @@ def energy_figure(frontier_runs: pd.DataFrame, col: dict[str, str]) -> go.Figure
 
 def headline_html(summary: dict) -> str:
     df = format_headline(headline_table(summary))
-    return df.to_html(index=False, classes="headline", border=0, escape=True)
+    col = matched_gain_column(summary.get("baseline"))
+    tips = {(i, col): t for i, t in enumerate(matched_gain_tips(summary)) if t is not None} if col in df.columns else {}
+    return table_html(df, tips)
 
 
 def write_report(path: Path, scn: LoadedScenario, runs: pd.DataFrame | None, frontier: pd.DataFrame | None,
@@ -308,7 +317,8 @@ def _page(path: Path, scn: LoadedScenario, figures: list, summary: dict | None, 
 <p class="meta">Left: each system under the scenario's open-loop traffic. Right: throughput each sustains where its
 frontier crosses an SLA anchor ("-" where it never reaches the anchor; "&gt;=X" where even its largest swept load
 stays faster than the anchor, so it sustains at least X), the gain over {html.escape(str(baseline))}, and the
-per-user speed-up at matched throughput over the range of throughput both frontiers cover.</p>
+median per-user speed-up at matched throughput over the range of throughput both frontiers cover (point at it
+for its range).</p>
 {headline_html(summary)}"""
     name = scn.name + (f" with {len(scn.overrides)} override{'s' if len(scn.overrides) > 1 else ''}"
                        if scn.overrides else "")
@@ -316,11 +326,8 @@ per-user speed-up at matched throughput over the range of throughput both fronti
 <html lang="en"><head><meta charset="utf-8"><title>dspark-sim: {html.escape(name)}</title>
 {ERROR_HOOK}
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }}
-table.headline {{ border-collapse: collapse; font-size: 0.9em; }}
-table.headline th, table.headline td {{ padding: 4px 10px; border-bottom: 1px solid #ddd; text-align: right; }}
-table.headline td:first-child, table.headline th:first-child {{ text-align: left; }}
-.meta {{ color: #555; font-size: 0.9em; }} .warn {{ color: #b00; }}
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1320px; color: #222; }}
+{TABLE_CSS}.meta {{ color: #555; font-size: 0.9em; }} .warn {{ color: #b00; }}
 </style></head><body>
 <h1>dspark-sim report: {html.escape(name)}</h1>
 <p>{html.escape(m.description)}</p>

@@ -73,40 +73,76 @@ def shared_throughput_span(runs: pd.DataFrame, system: str, baseline: str) -> li
     return [lo, hi] if lo <= hi else [math.nan, math.nan]
 
 
-# Why a run's numbers should not be planned on, and what to change.
-FLAG_HINTS = {
-    "no_steps": "no engine steps: run.duration_s is too short or no request arrived (check the traffic rate)",
-    "no_finished": "no request that arrived in the measurement window finished (by the drain cap): "
-                   "run.duration_s is too short for the output lengths (or run.drain_cap_s too short, run.warmup_s "
-                   "too long), or the load is far past what the deployment serves",
-    "saturated": "the queue was still growing at the end: the traffic is more than this deployment serves "
-                 "(lower traffic.rate or add hardware.replicas; `simulate plan` sizes it)",
+# Why a run's numbers should not be planned on (``FLAG_CAUSES``), and what to change, which depends on the load
+# point: a closed-loop point holds a fixed number of users (fewer users, or a longer run, clears it), an
+# open-loop point takes the scenario's traffic (less traffic, or more replicas).
+FLAG_LABELS = {"no_steps": "no engine steps", "no_finished": "no request finished", "saturated": "saturated",
+               "overloaded": "overloaded", "beyond_table": "beyond the step-time table"}
+FLAG_CAUSES = {
+    "no_steps": "no engine step ran: the run is too short or no request arrived",
+    "no_finished": "no request that arrived in the measurement window finished by the drain cap, so the point "
+                   "has no speed to report",
+    "saturated": "the queue was still growing at the end: the traffic is more than this deployment serves",
     "overloaded": f"more than {OVERLOAD_SHARE:.0%} of the requests that arrived in the window were still "
-                  "unfinished at the drain cap, so their speed and latency figures are partial: in the open loop "
-                  "the running batch took on more than it serves, with no queue to show it (lower traffic.rate or "
-                  "add hardware.replicas); at any load run.drain_cap_s may be short for the output lengths",
-    "beyond_table": "steps ran beyond the step-time table's grid (times extrapolated): measure a larger grid "
-                    "(hw-profile) or lower engine.max_batch_tokens / max_running",
+                  "unfinished at the drain cap, so their speed and latency figures are partial",
+    "beyond_table": "steps ran beyond the step-time table's grid, so their times are extrapolated",
 }
+LONGER_RUN = "a longer run (run.duration_s, run.drain_cap_s)"
+FLAG_ADVICE = {
+    ("no_steps", "closed"): LONGER_RUN,
+    ("no_steps", "open"): f"{LONGER_RUN}, or check traffic.rate",
+    ("no_finished", "closed"): f"{LONGER_RUN} for the output lengths",
+    ("no_finished", "open"): f"{LONGER_RUN} for the output lengths, or lower traffic.rate or add hardware.replicas",
+    ("saturated", "closed"): "fewer users (frontier.concurrency) or a larger engine.max_running",
+    ("saturated", "open"): "lower traffic.rate or add hardware.replicas; `simulate plan` sizes it",
+    ("overloaded", "closed"): f"fewer users (frontier.concurrency) or {LONGER_RUN}",
+    ("overloaded", "open"): "lower traffic.rate or add hardware.replicas (the running batch took on more than it "
+                            f"serves, with no queue to show it), or {LONGER_RUN}",
+    ("beyond_table", "closed"): "measure a larger grid (hw-profile), or fewer users or a lower "
+                                "engine.max_batch_tokens / max_running",
+    ("beyond_table", "open"): "measure a larger grid (hw-profile), or a lower engine.max_batch_tokens / max_running",
+}
+# the causes a short run can make: with --quick, the first thing to try is a run of full length
+SHORT_RUN_KINDS = ("no_steps", "no_finished", "overloaded")
+
+
+def _loop(point: str) -> str:
+    return "open" if point == "open" else "closed"
+
+
+def _point_order(point: str) -> tuple[int, int]:
+    """Closed-loop points by their users, then the open-loop point."""
+    return (1, 0) if point == "open" else (0, int(point.rsplit("-", 1)[-1]))
+
+
+def flag_hint(kind: str, points: list[str], quick: bool = False) -> str:
+    """The cause of a flag and the advice that fits its load points (closed loop, open loop or both)."""
+    loops = list(dict.fromkeys(_loop(p) for p in points))
+    advice = "; ".join(f"{'closed loop' if lp == 'closed' else 'open loop'}: {FLAG_ADVICE[kind, lp]}"
+                       for lp in loops)
+    if quick and kind in SHORT_RUN_KINDS:
+        advice += "; --quick runs are short, so try without it first"
+    return f"{FLAG_CAUSES[kind]}. {advice[0].upper()}{advice[1:]}"
 
 
 def run_flags(runs: pd.DataFrame) -> list[dict]:
-    """Flags of one system's runs, each with the load points it hit and a hint."""
+    """Flags of one system's runs, each with the load points it hit and a hint that fits them."""
     checks = {
         "no_steps": runs["steps"].fillna(0) == 0,
         # no request arrived in the window, or none of those that did finished by the drain cap
-    "no_finished": (runs["steps"].fillna(0) > 0) & ((runs["requests"].fillna(0) == 0)
-                                                    | (runs["unfinished"].fillna(0) >= runs["requests"].fillna(0))),
+        "no_finished": (runs["steps"].fillna(0) > 0) & ((runs["requests"].fillna(0) == 0)
+                                                        | (runs["unfinished"].fillna(0) >= runs["requests"].fillna(0))),
         "saturated": runs["saturated"].fillna(False).astype(bool),
     }
     checks["overloaded"] = overload_mask(runs) & ~checks["no_finished"]  # none finished says it already
     if "beyond_table" in runs.columns:
         checks["beyond_table"] = runs["beyond_table"].fillna(0) > 0.01
+    quick = bool(runs["quick"].any()) if "quick" in runs.columns else False
     flags = []
     for kind, hit in checks.items():
         if hit.any():
             points = list(dict.fromkeys(runs.loc[hit, "load_point"]))
-            flags.append({"kind": kind, "load_points": points, "hint": FLAG_HINTS[kind]})
+            flags.append({"kind": kind, "load_points": points, "hint": flag_hint(kind, points, quick)})
     return flags
 
 
@@ -121,9 +157,50 @@ def overload_mask(runs: pd.DataFrame) -> pd.Series:
 
 
 def flag_lines(summary: dict) -> list[str]:
-    """One line per flagged system and kind, for the terminal (and the report)."""
-    return [f"! {system} ({', '.join(f['load_points'])}): {f['hint']}"
-            for system, e in summary["systems"].items() for f in e.get("flags", [])]
+    """One line per cause, for the terminal and the report: the load points it hit, each with the systems hit
+    there ("every system" when all were), then the cause and the advice that fits those points."""
+    systems = list(summary["systems"])
+    hits: dict[str, dict[str, list[str]]] = {}  # kind -> point -> systems
+    for system, e in summary["systems"].items():
+        for f in e.get("flags", []):
+            for point in f["load_points"]:
+                hits.setdefault(f["kind"], {}).setdefault(point, []).append(system)
+    lines = []
+    for kind in FLAG_CAUSES:
+        if kind not in hits:
+            continue
+        by_point = dict(sorted(hits[kind].items(), key=lambda kv: _point_order(kv[0])))
+        # points hit by the same systems share one list of names
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for point, names in by_point.items():
+            groups.setdefault(tuple(names), []).append(point)
+        where = "; ".join(f"{', '.join(points)} ({'every system' if len(names) == len(systems) > 1 else ', '.join(names)})"
+                          for names, points in groups.items())
+        lines.append(f"! {FLAG_LABELS[kind]} at {where}: {flag_hint(kind, list(by_point), bool(summary.get('quick')))}")
+    return lines
+
+
+def matched_gain_column(baseline: str | None) -> str:
+    """The headline's column of the median TPS gain at matched throughput."""
+    return f"TPS gain vs {baseline} at matched throughput (median)"
+
+
+def matched_gain_range(g: dict) -> str:
+    """What a matched-throughput median summarises: the gain's range and the throughput it is read over."""
+    span = [math.nan if g.get(k) is None else g[k] for k in ("from", "to")]
+    over = (f" over {span[0]:,.0f}-{span[1]:,.0f} tok/s/GPU, the throughput both frontiers cover"
+            if not any(math.isnan(x) for x in span) else "")
+    return f"from {g['min']:+.0%} to {g['max']:+.0%}{over}"
+
+
+def matched_gain_tips(summary: dict) -> list[str | None]:
+    """Per headline row, the range behind its matched-throughput median (None where it has none)."""
+    out = []
+    for e in summary["systems"].values():
+        g = e.get("tps_gain_at_matched_throughput")
+        ok = g and g["min"] is not None and not math.isnan(g["min"])
+        out.append(matched_gain_range(g) if ok else None)
+    return out
 
 
 def headline_table(summary: dict) -> pd.DataFrame:
@@ -145,9 +222,8 @@ def headline_table(summary: dict) -> pd.DataFrame:
                 row[f"@{a} gain vs {base}"] = v["gain_vs_baseline"]
         g = e.get("tps_gain_at_matched_throughput")
         if g and g["min"] is not None and not math.isnan(g["min"]):
-            span = [math.nan if x is None else x for x in (g.get("span") or [None, None])]
-            over = (f" over {span[0]:,.0f}-{span[1]:,.0f}" if not any(math.isnan(x) for x in span) else "")
-            row["TPS gain at matched throughput (tok/s/GPU range)"] = f"{g['min']:+.0%}..{g['max']:+.0%}{over}"
+            # one number to read, the range it summarises in matched_gain_tips (the report's tooltip)
+            row[matched_gain_column(base)] = g["median"] if g.get("median") is not None else f"{g['min']:+.0%}..{g['max']:+.0%}"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -167,6 +243,27 @@ def format_headline(df: pd.DataFrame) -> pd.DataFrame:
         return f"{v:,.0f}"
 
     return pd.DataFrame({c: [fmt(c, v) for v in df[c]] if c != "system" else df[c] for c in df.columns})
+
+
+def headroom_text(lo: float | None, hi: float | None, tolerance: float) -> str:
+    """A plan's headroom as the interval its verdict's tie rule reads (``plan.tied_at_best``): the most traffic
+    seen to meet .. the least seen to fail clearly, minus one ("+24..+100%"); where nothing above failed
+    clearly, the search's precision above the bound; "< -50%" where even the least traffic tried failed; one
+    figure where both ends round alike."""
+    def missing(v) -> bool:
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
+    if missing(lo):
+        return "-" if missing(hi) else f"< {hi:+.0%}"
+    top = hi if not missing(hi) else (1 + lo) * (1 + tolerance) - 1
+    a, b = f"{lo:+.0%}", f"{top:+.0%}"
+    return a if a == b else f"{a[:-1]}..{b}"
+
+
+# the tie rule of plan verdicts, in words, beside every headroom shown
+HEADROOM_RULE = ("headroom: the traffic beyond the scenario's that the chosen size sustains, from the most seen to "
+                 "meet to the least seen to fail clearly (none failing clearly: the search's precision); at equal "
+                 "GPUs, systems whose interval reaches the best lower bound tie, the others have less headroom")
 
 
 TERMINAL_WIDTH = 120
@@ -201,15 +298,18 @@ def terminal_headline(summary: dict, width: int = TERMINAL_WIDTH) -> str:
             return col.split(" ")[0] + " tok/s/GPU"
         if col.startswith("@") and " gain vs " in col:
             return col.split(" ")[0] + " gain"
-        if col.startswith("TPS gain at matched"):
-            return "TPS gain at matched tok/s/GPU"
+        if col == matched_gain_column(base):
+            return "matched gain"
         return col
 
     text, dropped = fit_width(df.rename(columns=short), width)
+    matched = "the median TPS gain at matched throughput"
     legend = ("TPS: tok/s/user; @X: where the frontier crosses X tok/s/user; SLA>=X: share of requests at X or "
               f"more; gains vs {base}")
+    if "matched gain" in text.splitlines()[0]:
+        legend += f"; matched gain: {matched} (its range in summary.json and the report)"
     if dropped:
-        legend += f"; in the report: {', '.join(dropped)}"
+        legend += f"; in the report: {', '.join(matched if d == 'matched gain' else d for d in dropped)}"
     import textwrap
 
     return text + "\n" + textwrap.fill(legend, width, break_on_hyphens=False)

@@ -40,7 +40,7 @@ from simulator.inputs.hardware import load_target_table
 from simulator.inputs.systems import SystemSpec, resolve_systems
 from simulator.outputs.frontier import default_baseline
 from simulator.outputs.metrics import overloaded
-from simulator.outputs.summary import write_table_and_json
+from simulator.outputs.summary import headroom_text, write_table_and_json
 from simulator.runs.backends import Backend, Task, execute
 from simulator.runs.replicates import combine, judge, unresolved
 from simulator.runs.run import LoadPoint, RunSpec
@@ -575,7 +575,11 @@ def verdict(doc: dict) -> str:
     fewer_headroom = [e for e in contenders if e not in tied]
     if fewer_headroom:
         n = len(fewer_headroom)
-        text += f"; {n} other system{'s need' if n > 1 else ' needs'} as many, with less headroom"
+        text += (f"; {n} other system{'s need' if n > 1 else ' needs'} as many, with less headroom ("
+                 f"{'their intervals end' if n > 1 else 'its interval ends'} at or below the best's "
+                 f"{best['headroom']:+.0%}: " + ", ".join(
+                     f"{e['system']} {headroom_text(e['headroom'], e.get('headroom_hi'), tol)}" for e in fewer_headroom)
+                 + ")")
     open_ = [e["system"] for e in rows if e["status"] == UNRESOLVED_STATUS]
     if open_:
         text += (f"; {', '.join(open_)} cannot be resolved within {t['max_gpus']} GPUs at this precision (no "

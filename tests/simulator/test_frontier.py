@@ -82,6 +82,8 @@ def test_matched_throughput_gain():
     g = matched_throughput_gain(sys_tps, sys_thr, base_tps, base_thr)
     assert g["min"] == pytest.approx(0.6) and g["max"] == pytest.approx(0.8)
     assert (g["from"], g["to"]) == (1000.0, 2000.0)
+    # the gain falls steadily with throughput here, so half the range gains more than at its middle, 1,500
+    assert g["median"] == pytest.approx(130 / 75 - 1)
 
 
 def test_matched_gain_spans_the_whole_shared_range_not_only_the_baseline_points():
@@ -94,6 +96,10 @@ def test_matched_gain_spans_the_whole_shared_range_not_only_the_baseline_points(
     g = matched_throughput_gain(sys_tps, sys_thr, base_tps, base_thr)
     assert g["min"] == pytest.approx(60 / 75 - 1) and g["max"] == pytest.approx(180 / 100 - 1)
     assert (g["from"], g["to"]) == (1000.0, 2000.0)
+    # slower than the baseline from ~1,420 to 2,000 tok/s/GPU, over half the range: the median is a loss
+    levels = np.linspace(1000.0, 2000.0, 100001)
+    by_hand = np.interp(levels, sys_thr, sys_tps) / np.interp(levels, base_thr, base_tps) - 1
+    assert g["median"] < 0 and g["median"] == pytest.approx(np.median(by_hand), abs=2e-3)
 
 
 @settings(max_examples=100, deadline=None)

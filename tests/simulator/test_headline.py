@@ -13,7 +13,14 @@ from click.testing import CliRunner
 
 from simulator.cli import cli, default_out
 from simulator.inputs.config import load_scenario
-from simulator.outputs.summary import FLAG_HINTS, build_summary, flag_lines, format_headline, headline_table
+from simulator.outputs.summary import (
+    build_summary,
+    flag_hint,
+    flag_lines,
+    format_headline,
+    headline_table,
+    matched_gain_tips,
+)
 from simulator.runs.sweep import Sweep
 
 
@@ -25,7 +32,7 @@ def test_saturated_and_empty_runs_are_flagged_with_a_hint_in_the_terminal_and_th
     res = CliRunner().invoke(cli, [str(path), "--quick", "--out", str(out), "--jobs", "1"])
     assert res.exit_code == 0, res.output
     assert "dspark !" in res.output
-    assert f"! dspark (open): {FLAG_HINTS['saturated']}" in res.output
+    assert f"! saturated at open (dspark): {flag_hint('saturated', ['open'], quick=True)}" in res.output
     summary = json.loads((out / "summary.json").read_text())
     assert "saturated" in {f["kind"] for f in summary["systems"]["dspark"]["flags"]}
     page = (out / "report.html").read_text()
@@ -42,7 +49,8 @@ def test_no_finished_requests_is_flagged_not_averaged(scenario_file, tmp_path):
     assert (runs["requests"] == 0).all()
     summary = build_summary(scn, runs)
     assert [f["kind"] for f in summary["systems"]["dspark"]["flags"]] == ["no_finished"]
-    assert any("run.duration_s is too short" in line for line in flag_lines(summary))
+    assert [line.split(":")[0] for line in flag_lines(summary)] == ["! no request finished at closed-8 (dspark)"]
+    assert "a longer run (run.duration_s" in flag_lines(summary)[0]
 
 
 def test_headers_carry_units_and_the_matched_range_says_what_it_spans(scenario_file, tmp_path):
@@ -56,12 +64,17 @@ def test_headers_carry_units_and_the_matched_range_says_what_it_spans(scenario_f
     table = format_headline(headline_table(summary))
     for col in table.columns[1:]:
         assert re.search(r"tok/s|\(s\)|gain vs mtp-1|share", col), col
-    span = summary["systems"]["dspark"]["tps_gain_at_matched_throughput"]["span"]
+    g = summary["systems"]["dspark"]["tps_gain_at_matched_throughput"]
+    span = g["span"]
     thr = runs[runs["concurrency"].notna()].groupby(["policy", "concurrency"])["throughput_per_gpu"].mean()
     assert span[0] == max(thr["dspark"].min(), thr["mtp-1"].min())
     assert span[1] == min(thr["dspark"].max(), thr["mtp-1"].max())
-    cell = table.loc[table["system"] == "dspark", "TPS gain at matched throughput (tok/s/GPU range)"].iloc[0]
-    assert f"over {span[0]:,.0f}-{span[1]:,.0f}" in cell
+    # one number to read, the median over the range; the range (and where it is read) behind it
+    cell = table.loc[table["system"] == "dspark", "TPS gain vs mtp-1 at matched throughput (median)"].iloc[0]
+    assert cell == f"{g['median']:+.0%}" and g["min"] <= g["median"] <= g["max"]
+    tip = matched_gain_tips(summary)[list(summary["systems"]).index("dspark")]
+    assert tip == f"from {g['min']:+.0%} to {g['max']:+.0%} over {g['from']:,.0f}-{g['to']:,.0f} tok/s/GPU, the " \
+                  "throughput both frontiers cover"
 
 
 def test_overrides_go_to_their_own_folder_and_are_recorded(scenario_file, tmp_path):
@@ -168,3 +181,26 @@ def test_a_system_keeps_its_colour_whatever_the_other_systems():
     assert mine["my-policy"] not in full.values() and mine["my-policy"] == colors(["my-policy"])["my-policy"]
     many = colors([f"s{i}" for i in range(30)])  # more systems than colours: every one still gets one
     assert set(many.values()) <= set(SYSTEM_PALETTE)
+
+
+def test_flags_say_each_cause_once_with_advice_that_fits_each_kind_of_load_point():
+    def flagged(*points):
+        return {"flags": [{"kind": "overloaded", "load_points": list(points)}]}
+
+    summary = {"quick": False, "systems": {"a": flagged("closed-768"), "b": flagged("closed-768", "closed-384"),
+                                           "c": {"flags": []}}}
+    lines = flag_lines(summary)
+    assert len(lines) == 1  # one cause, two systems, two points: one line
+    assert lines[0].startswith("! overloaded at closed-384 (b); closed-768 (a, b): ")
+    assert "Closed loop: fewer users (frontier.concurrency)" in lines[0] and "traffic.rate" not in lines[0]
+    assert "--quick" not in lines[0]
+    summary["systems"]["c"] = flagged("open")
+    summary["systems"]["a"]["flags"].append({"kind": "beyond_table", "load_points": ["closed-768"]})
+    summary["quick"] = True
+    lines = flag_lines(summary)
+    assert [line.split(" at ")[0] for line in lines] == ["! overloaded", "! beyond the step-time table"]
+    assert lines[0].startswith("! overloaded at closed-384 (b); closed-768 (a, b); open (c): ")
+    assert "closed loop: fewer users" in lines[0].lower() and "open loop: lower traffic.rate" in lines[0]
+    assert "--quick runs are short" in lines[0] and "--quick" not in lines[1]  # a short run cannot cause it
+    summary["systems"] = {"a": flagged("closed-768"), "b": flagged("closed-768")}
+    assert flag_lines(summary)[0].startswith("! overloaded at closed-768 (every system): ")

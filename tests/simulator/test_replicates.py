@@ -74,8 +74,8 @@ def test_a_plateau_around_the_target_is_a_range_of_counts_not_a_noise_picked_one
            "systems": {"mtp-1": r}}
     assert "between 2 and 4 GPUs the SLA cannot be resolved at 3 seeds" in verdict(doc)
     assert "attainment 100.0% (95% interval 100.0%-100.0% over 3 seeds)" in verdict(doc)
-    assert unmet_lines(doc) == ["! mtp-1: between 2 and 4 GPUs, unresolvable at 3 seeds (attainment near the "
-                                "target; --replicates more to resolve)"]
+    assert unmet_lines(doc) == ["! GPUs unresolvable at 3 seeds (attainment near the target at the smaller "
+                                "counts; --replicates more to resolve): mtp-1 2-4"]
     # nothing clearly meets within the budget, not everything clearly fails: unresolved, not unmet
     plan2 = SystemPlan(planner.systems[0], trials=[*plan.trials[:2], plan.trials[3]], replicas=3, met=False,
                        final=plateau, max_scale=0.9)

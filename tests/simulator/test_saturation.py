@@ -78,7 +78,7 @@ def absorbing_scenario(scenario_file, rate: float):
 def test_overload_the_batch_absorbs_is_flagged_where_saturated_is_not(scenario_file, tmp_path):
     from simulator.inputs.config import load_scenario
     from simulator.outputs.metrics import OVERLOAD_SHARE
-    from simulator.outputs.summary import FLAG_HINTS, build_summary, flag_lines, headline_table
+    from simulator.outputs.summary import build_summary, flag_hint, flag_lines, headline_table
     from simulator.runs.plan import Target, shortfall
     from simulator.runs.sweep import Sweep
 
@@ -97,4 +97,6 @@ def test_overload_the_batch_absorbs_is_flagged_where_saturated_is_not(scenario_f
     summary = build_summary(scn, sweep.results())
     assert summary["systems"]["mtp-1"]["open_loop"]["overloaded"] is True
     assert headline_table(summary)["system"].tolist() == ["mtp-1 !"]
-    assert f"! mtp-1 (open): {FLAG_HINTS['overloaded']}" in flag_lines(summary)
+    assert flag_lines(summary) == [f"! overloaded at open (mtp-1): {flag_hint('overloaded', ['open'], quick=True)}"]
+    # an open-loop point is told to take less traffic or more replicas, not fewer users
+    assert "traffic.rate" in flag_lines(summary)[0] and "frontier.concurrency" not in flag_lines(summary)[0]
