@@ -48,7 +48,7 @@ from hw_profile.gpus import get_gpu
 from hw_profile.prior_fit import fit_on_prior
 from hw_profile.roofline import step_time_ms as roofline_step_ms
 from hw_profile.shapes import get_shape
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 
 ROOT = Path(__file__).resolve().parents[1]
 FIG8 = ROOT / "scenarios" / "reference" / "paper_fig7_fig8_mtp1.csv"

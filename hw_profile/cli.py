@@ -341,7 +341,7 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
     written = write_estimate_set(shape, dep, out, names, kernels=kernels, meta=meta,
                                  b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens),
                                  sibling=sibling_gpu)
-    from hw_profile.table import StepTable
+    from hw_profile.tables.step_table import StepTable
 
     for path in written:  # read back as a scenario will read them; the target's table comes last
         table = StepTable.read(path)
@@ -460,7 +460,7 @@ def _calibrate_prior(obj, prior_path, telemetry, points, assume, system, filters
     """An estimate calibrated on 1-3 points: the target's table and its drafters' tables written beside ``out``."""
     from hw_profile.observations import read_telemetry
     from hw_profile.prior_fit import apply_fit, fit_on_prior
-    from hw_profile.table import StepTable, TableError
+    from hw_profile.tables.step_table import StepTable, TableError
 
     try:
         prior = StepTable.read(prior_path)
@@ -510,7 +510,7 @@ def _calibrate_prior(obj, prior_path, telemetry, points, assume, system, filters
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="default: TABLE.smooth.csv beside TABLE")
 @click.pass_obj
 def fit(obj, table, out) -> None:
-    from hw_profile.fit import fit_file
+    from hw_profile.tables.fit import fit_file
 
     smooth, path = fit_file(table, out, command=(obj or {}).get("command"))
     info = smooth.meta["smoothed"]
@@ -525,7 +525,7 @@ def fit(obj, table, out) -> None:
               help="default: TABLE.html beside TABLE (TABLE.vs.OTHER.html with OTHER)")
 def show(table, other, out) -> None:
     from hw_profile.show import write_view
-    from hw_profile.table import StepTable
+    from hw_profile.tables.step_table import StepTable
 
     tables = [StepTable.read(table)] + ([StepTable.read(other)] if other else [])
     if out is None:
@@ -541,7 +541,7 @@ def show(table, other, out) -> None:
 def compare(table, other, csv_out) -> None:
     from atomic_files import atomic_write
     from hw_profile.compare import ratio_frame, summary_lines
-    from hw_profile.table import StepTable, table_caveat
+    from hw_profile.tables.step_table import StepTable, table_caveat
 
     first, second = StepTable.read(table), StepTable.read(other)
     frame = ratio_frame(first, second)

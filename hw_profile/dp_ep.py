@@ -39,7 +39,7 @@ from hw_profile.roofline import (
     expert_bytes,
 )
 from hw_profile.shapes import ModelShape
-from hw_profile.table import StepTable, roofline_caveat, table_meta
+from hw_profile.tables.step_table import StepTable, roofline_caveat, table_meta
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ per-step cost and per-token scale of a written table. All times are per step of 
   B x K / R. The table takes R = B / q with q this value (2: MTP-1's budget, the most common speculative
   deployment). Attention reads of the KV are once per request whatever q is. The table's sidecar records q with
   the attention's rates (``verify_attention``), and the simulator corrects each step for the tokens per request
-  it actually verifies (``hw_profile.table.VerifyAttention``), so plain decoding is not charged q x its attention
+  it actually verifies (``hw_profile.tables.step_table.VerifyAttention``), so plain decoding is not charged q x its attention
   compute nor a long proposal one budget's.
 - ``a2a_us_per_layer``: the fixed latency of one expert-parallel dispatch + combine per MoE layer. Across nodes an
   exchange costs this latency plus its volume at the NIC's line rate (400 Gb/s: 50 GB/s per GPU). The default comes

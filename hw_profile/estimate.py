@@ -74,7 +74,7 @@ from hw_profile.roofline import (
     stored_weight_bytes,
 )
 from hw_profile.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
-from hw_profile.table import StepTable, VerifyAttention, table_meta
+from hw_profile.tables.step_table import StepTable, VerifyAttention, table_meta
 
 if TYPE_CHECKING:  # the kernel database's reader is imported only where it is used
     from hw_profile.kernel_db import KernelTimes
@@ -157,7 +157,7 @@ def attention_work(shape: ModelShape, dep: Deployment) -> tuple[float, float, fl
 
 
 def verify_attention(shape: ModelShape, dep: Deployment, costs: EngineCosts) -> VerifyAttention:
-    """How a table prices verification's attention (``hw_profile.table.VerifyAttention``), from the kernel-level
+    """How a table prices verification's attention (``hw_profile.tables.step_table.VerifyAttention``), from the kernel-level
     roofline's attention terms: ns per KV token read, ns per (query token x KV token) computed, at the tokens per
     request the table assumes (``verify_tokens_per_request``)."""
     per_kv, per_query_kv, _, dtype = attention_work(shape, dep)
@@ -583,7 +583,7 @@ def _kernel_package() -> bool:
 
 
 def chunk_attention(shape: ModelShape, dep: Deployment) -> dict:
-    """The sidecar's ``prefill_cost`` block (``hw_profile.table.ChunkAttention``): a prompt chunk's causal attention,
+    """The sidecar's ``prefill_cost`` block (``hw_profile.tables.step_table.ChunkAttention``): a prompt chunk's causal attention,
     ns per (chunk token, token it attends to), compute-bound (hundreds of queries per request). Its GEMMs are T's at
     the step's total tokens: one forward (``simulator.core.forward``)."""
     _, per_query_kv, _, dtype = attention_work(shape, dep)

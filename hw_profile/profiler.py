@@ -20,7 +20,7 @@ attend to a KV cache of c tokens each. Per point:
 A drafter (``drafter_layers``) with ``markov_rank`` > 0 is a DSpark drafter: after the grid its per-position
 Markov and confidence heads are timed too (``hw_profile.head_timing``), into the sidecar's ``sequential_head``.
 
-The table (CSV + JSON sidecar, ``hw_profile.table``) is rewritten atomically after every point, so Ctrl-C (or a
+The table (CSV + JSON sidecar, ``hw_profile.tables.step_table``) is rewritten atomically after every point, so Ctrl-C (or a
 crash) keeps every point measured so far; the sidecar then says ``interrupted``.
 
 The machine's own settings are never changed: no clock locking, no power limits (NVML is only read).
@@ -42,7 +42,7 @@ import numpy as np
 from hw_profile.errors import HwProfileError
 from hw_profile.load import LoadWatch, relative_spread
 from hw_profile.shapes import ModelShape, drafter_shape, get_shape, read_config, with_layers
-from hw_profile.table import StepTable, table_meta
+from hw_profile.tables.step_table import StepTable, table_meta
 from hw_profile.telemetry import NvmlSampler, PointTelemetry
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}

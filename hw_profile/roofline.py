@@ -55,7 +55,7 @@ import numpy as np
 from hw_profile.gpus import GPU, get_gpu
 from hw_profile.moe import routed_weight_params
 from hw_profile.shapes import ModelShape, get_shape
-from hw_profile.table import StepTable, roofline_caveat, table_meta
+from hw_profile.tables.step_table import StepTable, roofline_caveat, table_meta
 
 # fp4 and w4a16 (fp4 weights run in 16-bit arithmetic, as Marlin kernels do): expert storage only (expert_dtype)
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "fp4": 0.5, "w4a16": 0.5}

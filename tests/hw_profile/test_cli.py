@@ -6,7 +6,7 @@ import pytest
 
 from hw_profile.cli import main, parse_int_list
 from hw_profile.errors import HwProfileError
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 
 
 def run(argv, capsys):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hw_profile import embedded
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 from tests.conftest import ROOT
 
 

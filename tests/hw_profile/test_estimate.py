@@ -46,7 +46,7 @@ from hw_profile.estimate import (
 from hw_profile.gpus import get_gpu
 from hw_profile.prior_fit import PriorFit, _basis, apply_fit, fit_on_prior
 from hw_profile.shapes import drafter_shape, get_shape
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 from tests.hw_profile.test_cli import run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pytest
 from hw_profile.gpus import GPUS, get_gpu, gpu_from_file
 from hw_profile.roofline import RooflineParams, analytic_table, step_time_ms, weight_bytes
 from hw_profile.shapes import get_shape
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 
 H200 = get_gpu("H200")
 Q8 = get_shape("qwen3-8b")

@@ -5,7 +5,7 @@ import pytest
 
 from hw_profile.roofline import analytic_table
 from hw_profile.show import write_view
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 
 
 def _measured():

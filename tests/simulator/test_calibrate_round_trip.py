@@ -12,7 +12,7 @@ from hw_profile.gpus import get_gpu
 from hw_profile.observations import read_telemetry
 from hw_profile.paper_v4 import WINDOW, head_layer_equivalents
 from hw_profile.shapes import get_shape
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 from simulator.inputs.config import load_scenario
 from simulator.runs.sweep import Sweep
 from tests.conftest import ROOT

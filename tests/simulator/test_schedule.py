@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hw_profile.table import ChunkAttention, StepTable
+from hw_profile.tables.step_table import ChunkAttention, StepTable
 from simulator.core.engine import Simulation, StepPrices
 from simulator.core.engine_config import EngineConfig
 from simulator.core.invariants import check_invariants
