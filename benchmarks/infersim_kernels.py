@@ -35,8 +35,8 @@ from sim_to_real import print_table  # the same tables as docs/sim-to-real.md's
 
 from hw_profile.engine_costs import engine_defaults
 from hw_profile.estimate import KERNEL_FLOOR_US, Deployment, _bound, kernel_source, roofline_parts
-from hw_profile.gpus import get_gpu
-from hw_profile.shapes import get_shape
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import get_shape
 
 DATA = Path(__file__).resolve().parent / "data" / "infersim"
 TWIN = "H100"

@@ -76,8 +76,8 @@ def require_profile_extra(command: str, modules: tuple[str, ...] = ("torch", "tr
 
 def device_and_shape(gpu: str, model: str, gpus: int):
     """``--gpu``, ``--model`` and ``--gpus`` of the table-writing commands, each mistake one line."""
-    from hw_profile.gpus import get_gpu
-    from hw_profile.shapes import get_shape
+    from hw_profile.hardware.gpus import get_gpu
+    from hw_profile.hardware.shapes import get_shape
 
     try:
         device = get_gpu(gpu)
@@ -188,7 +188,7 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
 
 @cli.command(help="Write an analytic (roofline) table for a named GPU and model shape.")
 @click.option("--gpu", required=True, help="A100, H100, H200, H800, H20, H20-141G, B200, B300, GB300, MI300X, MI355X "
-              "(hw_profile/gpus.py), or a device .json file")
+              "(hw_profile/hardware/gpus.py), or a device .json file")
 @click.option("--model", required=True, help="built-in shape or a transformers config.json")
 @click.option("--gpus", type=int, default=1, show_default=True, help="GPUs per replica (tensor parallel)")
 @click.option("--ep", type=int, default=None, help="expert-parallel groups for an MoE model (default: --gpus)")
@@ -212,6 +212,7 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
              max_kv_tokens, comp_eff, mem_eff, launch_ms, name, out) -> None:
     from dataclasses import replace
 
+    from hw_profile.hardware.shapes import drafter_attention_window, drafter_shape
     from hw_profile.roofline import (
         RooflineParams,
         analytic_table,
@@ -220,7 +221,6 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
         drafter_params,
         markov_head_costs,
     )
-    from hw_profile.shapes import drafter_attention_window, drafter_shape
 
     device, shape = device_and_shape(gpu, model, gpus)
     shape = with_expert_dtype(shape, expert_dtype)
@@ -306,7 +306,7 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
              costs, max_batch_tokens, max_kv_tokens, name, out) -> None:
     from hw_profile.engine_costs import engine_defaults, with_overrides
     from hw_profile.estimate import Deployment, default_parallel, layout_note, write_estimate_set
-    from hw_profile.gpus import get_gpu
+    from hw_profile.hardware.gpus import get_gpu
     from hw_profile.roofline import default_b_axis, default_k_axis
 
     device, shape = device_and_shape(gpu, model, gpus)

@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from hw_profile.gpus import GPU
+from hw_profile.hardware.gpus import GPU
+from hw_profile.hardware.shapes import ModelShape
 from hw_profile.roofline import (
     DTYPE_BYTES,
     RooflineParams,
@@ -38,7 +39,6 @@ from hw_profile.roofline import (
     default_k_axis,
     expert_bytes,
 )
-from hw_profile.shapes import ModelShape
 from hw_profile.tables.step_table import StepTable, roofline_caveat, table_meta
 
 

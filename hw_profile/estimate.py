@@ -59,8 +59,9 @@ from hw_profile.engine_costs import (
     two_batch_min_tokens,
 )
 from hw_profile.errors import HwProfileError
-from hw_profile.gpus import GPU, GPUS
-from hw_profile.moe import routed_weight_params
+from hw_profile.hardware.gpus import GPU, GPUS
+from hw_profile.hardware.moe import routed_weight_params
+from hw_profile.hardware.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
 from hw_profile.roofline import (
     DTYPE_BYTES,
     RooflineParams,
@@ -73,7 +74,6 @@ from hw_profile.roofline import (
     markov_head_costs,
     stored_weight_bytes,
 )
-from hw_profile.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
 from hw_profile.tables.step_table import StepTable, VerifyAttention, table_meta
 
 if TYPE_CHECKING:  # the kernel database's reader is imported only where it is used

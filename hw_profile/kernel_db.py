@@ -276,7 +276,7 @@ def _floor_note(dtype, engine, version, system, grid, mesh, hit, ref, against: s
 def _roofline_grid(system: str, dtype: str, mesh) -> np.ndarray | None:
     """A GEMM's time on the datasheet roofline at the roofline model's achieved efficiencies, and never under
     ``GEMM_MIN_MS``; None where the GPU or dtype is not one the datasheet table knows."""
-    from hw_profile.gpus import GPUS
+    from hw_profile.hardware.gpus import GPUS
     from hw_profile.roofline import RooflineParams
 
     gpu = GPUS.get(_GPU_OF_SYSTEM.get(system, ""))
@@ -296,7 +296,7 @@ def gemm_grid(base: Path, system: str, engine: str, version: str, dtype: str) ->
     """The (M, N, K) -> ms grid of one GEMM dtype on one (system, engine), with issue (c) repaired: cells far above
     another engine's time for the same GEMM shape on the same GPU (``FLOOR_RATIO`` and ``FLOOR_EXCESS_MS``) take
     the other engine's time (the fastest one, where several have data there); cells no other engine measured are
-    held against the GEMM's roofline on the GPU's datasheet (``hw_profile.gpus``) the same way."""
+    held against the GEMM's roofline on the GPU's datasheet (``hw_profile.hardware.gpus``) the same way."""
     return _gemm_grid_cached(str(base), system, engine, version, dtype)
 
 

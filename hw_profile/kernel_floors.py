@@ -45,8 +45,8 @@ def _measured_and_roofline(tokens: np.ndarray, models, among: tuple[str, ...] | 
     from hw_profile.engine_costs import engine_defaults
     from hw_profile.errors import HwProfileError
     from hw_profile.estimate import Deployment, kernel_times, roofline_parts
-    from hw_profile.gpus import get_gpu
-    from hw_profile.shapes import get_shape
+    from hw_profile.hardware.gpus import get_gpu
+    from hw_profile.hardware.shapes import get_shape
 
     out = []
     for gpu, engine, _ in kernel_db.coverage():
@@ -71,7 +71,7 @@ def cases() -> list[dict]:
     roofline at one token, us per launch, per family (NaN for a dense model's MoE); the launches per step; and the
     step's kernel time, measured and roofline without floors, at ``TOKENS``."""
     from hw_profile.errors import HwProfileError
-    from hw_profile.shapes import dense_gemms
+    from hw_profile.hardware.shapes import dense_gemms
 
     rows = []
     for gpu, engine, model, dtype, shape, gpus, measured, roof in _measured_and_roofline(np.array(TOKENS), MODELS,

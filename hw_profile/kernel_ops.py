@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from hw_profile.errors import HwProfileError
+from hw_profile.hardware.shapes import ModelShape, dense_gemms
 from hw_profile.kernel_db import (
     GEMM_DTYPES,
     KernelTimes,
@@ -58,7 +59,6 @@ from hw_profile.kernel_db import (
     versions,
 )
 from hw_profile.kernel_grid import Grid
-from hw_profile.shapes import ModelShape, dense_gemms
 
 # fp4 routed experts (DeepSeek-V4): MXFP4 weights with fp8 activations first (V4's own format), then NVFP4
 FP4_MOE_DTYPES = ("w4a8_mxfp4_mxfp8", "nvfp4", "w4a16_mxfp4")

@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from hw_profile.errors import HwProfileError
+from hw_profile.hardware.shapes import ModelShape, drafter_shape, get_shape, read_config, with_layers
 from hw_profile.load import LoadWatch, relative_spread
-from hw_profile.shapes import ModelShape, drafter_shape, get_shape, read_config, with_layers
 from hw_profile.tables.step_table import StepTable, table_meta
 from hw_profile.telemetry import NvmlSampler, PointTelemetry
 

@@ -43,9 +43,9 @@ from hw_profile.estimate import (
     with_exchange,
     write_estimate_set,
 )
-from hw_profile.gpus import get_gpu
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import drafter_shape, get_shape
 from hw_profile.prior_fit import PriorFit, _basis, apply_fit, fit_on_prior
-from hw_profile.shapes import drafter_shape, get_shape
 from hw_profile.tables.step_table import StepTable
 from tests.hw_profile.test_cli import run
 

@@ -13,9 +13,9 @@ import pytest
 
 from hw_profile import kernel_db
 from hw_profile.errors import HwProfileError
+from hw_profile.hardware.shapes import ModelShape, get_shape
 from hw_profile.kernel_db import MISSING_EXTRA, coverage, covers, kernel_step_times
 from hw_profile.kernel_grid import Grid
-from hw_profile.shapes import ModelShape, get_shape
 
 # a dense GQA model small enough to tabulate every GEMM it needs
 TINY = ModelShape("tiny", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=256)
@@ -452,7 +452,7 @@ def test_data_parallel_attention_takes_the_group_at_its_busiest_ranks_load(db_wi
 
     from hw_profile.engine_costs import engine_defaults, imbalance_factor
     from hw_profile.estimate import Deployment, kernel_times
-    from hw_profile.gpus import get_gpu
+    from hw_profile.hardware.gpus import get_gpu
 
     src = SimpleNamespace(kernel_step_times=partial(kernel_db.kernel_step_times, data_dir=db_wide),
                           kernel_moe_times=partial(kernel_db.kernel_moe_times, data_dir=db_wide))
@@ -477,7 +477,7 @@ def test_tensor_parallel_experts_also_take_the_busiest_ranks_load_in_tokens(db_w
 
     from hw_profile.engine_costs import engine_defaults, imbalance_factor
     from hw_profile.estimate import Deployment, kernel_times
-    from hw_profile.gpus import get_gpu
+    from hw_profile.hardware.gpus import get_gpu
 
     ar = [dict(framework="SGLang", version="0.5.14", device="NVIDIA H200", op_name="all_reduce",
                kernel_source="sglang_custom", allreduce_dtype="bfloat16", num_gpus=4, message_size=size,
@@ -517,7 +517,7 @@ def test_a_sibling_passes_its_measured_excess_to_a_gpu_the_database_lacks(db):
 
     from hw_profile.engine_costs import engine_defaults
     from hw_profile.estimate import Deployment, roofline_parts, sibling_parts
-    from hw_profile.gpus import get_gpu
+    from hw_profile.hardware.gpus import get_gpu
 
     src = SimpleNamespace(kernel_step_times=partial(kernel_db.kernel_step_times, data_dir=db))
     h200 = get_gpu("H200")

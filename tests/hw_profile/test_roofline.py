@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from hw_profile.gpus import GPUS, get_gpu, gpu_from_file
+from hw_profile.hardware.gpus import GPUS, get_gpu, gpu_from_file
+from hw_profile.hardware.shapes import get_shape
 from hw_profile.roofline import RooflineParams, analytic_table, step_time_ms, weight_bytes
-from hw_profile.shapes import get_shape
 from hw_profile.tables.step_table import StepTable
 
 H200 = get_gpu("H200")
@@ -127,7 +127,7 @@ def test_analytic_table_round_trip(tmp_path):
 
 
 def test_markov_head_costs_by_hand():
-    from hw_profile.gpus import get_gpu
+    from hw_profile.hardware.gpus import get_gpu
     from hw_profile.roofline import markov_head_costs
 
     h200 = get_gpu("H200")
