@@ -69,7 +69,7 @@ def gemm_roofline_us(frame: pd.DataFrame, gpu: str) -> np.ndarray:
 
 def gemm_twin_us(frame: pd.DataFrame) -> np.ndarray:
     """The same GEMMs from the twin's measured fp8 block-scaled GEMM grid."""
-    from hw_profile.kernel_db import gemm_grid, system_of
+    from hw_profile.kernels.database import gemm_grid, system_of
 
     base, system, version = system_of(TWIN, "sglang")
     grid = gemm_grid(base, system, "sglang", version, "fp8_block").grid
@@ -93,12 +93,12 @@ def experts_roofline_us(frame: pd.DataFrame, gpu: str, model: str) -> np.ndarray
 
 def experts_twin_us(frame: pd.DataFrame, model: str) -> np.ndarray:
     """The same from the twin's measured DeepEP expert kernel for the group (at every GPU's tokens)."""
-    from hw_profile.kernel_db import kernel_moe_times
+    from hw_profile.kernels.ops import moe_times
 
     shape = get_shape(model)
     out = []
     for ep, b in zip(frame["num_gpus"], frame["batch_size_per_gpu"], strict=True):
-        t = kernel_moe_times(shape, TWIN, "sglang", "fp8", int(ep), np.array([float(b * ep)]), wide_ep=True)
+        t = moe_times(shape, TWIN, "sglang", "fp8", int(ep), np.array([float(b * ep)]), wide_ep=True)
         out.append(float(t.parts["moe"][0]) / shape.moe_layers * 1e3)
     return np.array(out)
 
@@ -113,12 +113,12 @@ def mla_roofline_us(frame: pd.DataFrame, gpu: str) -> np.ndarray:
 
 
 def mla_twin_us(frame: pd.DataFrame) -> np.ndarray:
-    from hw_profile.kernel_db import kernel_step_times
+    from hw_profile.kernels.ops import step_times
 
     shape = get_shape("deepseek-v3")
     r = frame["batch_size"].to_numpy(float)
     # fp8 weights (the checkpoint's), the cache at bf16 (the shape's default), as measured
-    t = kernel_step_times(shape, TWIN, "sglang", "fp8", 1, 1, r, r, frame["kv_len"].to_numpy(float))
+    t = step_times(shape, TWIN, "sglang", "fp8", 1, 1, r, r, frame["kv_len"].to_numpy(float))
     return t.parts["attention"] / shape.layers * 1e3
 
 

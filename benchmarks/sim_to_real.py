@@ -46,8 +46,8 @@ from hw_profile.estimate import (
 )
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import get_shape
+from hw_profile.kernels.roofline import step_time_ms as roofline_step_ms
 from hw_profile.prior_fit import fit_on_prior
-from hw_profile.roofline import step_time_ms as roofline_step_ms
 from hw_profile.tables.step_table import StepTable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -454,7 +454,7 @@ def sibling_sensitivity(table: list[dict]) -> list[list[str]]:
     plus what the H200's measured kernels take beyond their own roofline), where the H200 has data for the model:
     not a prediction in the headline (the option was built after these rows were seen)."""
     from hw_profile.hardware.gpus import get_gpu
-    from hw_profile.kernel_db import covers
+    from hw_profile.kernels.database import covers
 
     sibling = get_gpu(SIBLING)
     by_key = {m.key: m for m in measurements()}

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from hw_profile.errors import HwProfileError
-from hw_profile.roofline import default_b_axis, default_k_axis
+from hw_profile.kernels.roofline import default_b_axis, default_k_axis
 from hw_profile.tables.step_table import StepTable, table_meta
 
 PARAMS = ("fixed_ms", "ms_per_token", "ms_per_kv_token")

@@ -213,7 +213,7 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
     from dataclasses import replace
 
     from hw_profile.hardware.shapes import drafter_attention_window, drafter_shape
-    from hw_profile.roofline import (
+    from hw_profile.kernels.roofline import (
         RooflineParams,
         analytic_table,
         default_b_axis,
@@ -245,7 +245,7 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
         params = drafter_params(params, drafter_layers, target.layers)
     table = analytic_table(shape, device, dtype=dtype, gpus=gpus, params=params, name=name, ep=ep,
                            b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens))
-    from hw_profile.roofline import stored_weight_bytes
+    from hw_profile.kernels.roofline import stored_weight_bytes
 
     weights_gb = stored_weight_bytes(shape, dtype) / 1e9
     table.meta["weights_gb_per_gpu"] = round(weights_gb / gpus, 2)
@@ -307,7 +307,7 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
     from hw_profile.engine_costs import engine_defaults, with_overrides
     from hw_profile.estimate import Deployment, default_parallel, layout_note, write_estimate_set
     from hw_profile.hardware.gpus import get_gpu
-    from hw_profile.roofline import default_b_axis, default_k_axis
+    from hw_profile.kernels.roofline import default_b_axis, default_k_axis
 
     device, shape = device_and_shape(gpu, model, gpus)
     # the drafters' shapes are built from the target's, so their caches and experts follow it

@@ -31,7 +31,7 @@ import numpy as np
 
 from hw_profile.hardware.gpus import GPU
 from hw_profile.hardware.shapes import ModelShape
-from hw_profile.roofline import (
+from hw_profile.kernels.roofline import (
     DTYPE_BYTES,
     RooflineParams,
     attention_bytes_flops,

@@ -1,7 +1,7 @@
 """The embedded tables, so the simulator runs without a GPU:
 
 - an H200 serving a Qwen3-8B-shaped dense target in bf16, and its drafters' costs, from the roofline model
-  (hw_profile/roofline.py), and the same set for a B200 (its datasheet figures in hw_profile/hardware/gpus.py, the same
+  (hw_profile/kernels/roofline.py), and the same set for a B200 (its datasheet figures in hw_profile/hardware/gpus.py, the same
   efficiencies and launch overhead), so that a plan can compare the two (``simulate plan --hardware``);
 - one H800 rank of a DeepSeek-style decode deployment (the real DeepSeek-V4-Flash shape, fp8 with fp4 experts,
   data-parallel attention over an expert-parallel group of 64 GPUs; hw_profile/dp_ep.py) with a DSpark drafter of
@@ -31,7 +31,7 @@ from pathlib import Path
 from hw_profile.dp_ep import DpEpParams, dp_ep_table
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import drafter_shape, get_shape
-from hw_profile.roofline import RooflineParams, analytic_table, drafter_params, markov_head_costs
+from hw_profile.kernels.roofline import RooflineParams, analytic_table, drafter_params, markov_head_costs
 
 HARDWARE_DIR = Path(__file__).resolve().parents[1] / "scenarios" / "hardware"
 MARKOV_RANK = 256

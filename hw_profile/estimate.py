@@ -6,7 +6,7 @@ A step is priced as its kernels plus what the engine adds around them (``hw_prof
 
 The kernels come from the best source available, recorded per point in the table's ``source`` column:
 
-- ``kernels``: the measured kernel database of NVIDIA's aiconfigurator-core (``hw_profile.kernel_db``, the
+- ``kernels``: the measured kernel database of NVIDIA's aiconfigurator-core (``hw_profile.kernels.database``, the
   optional extra ``dspark-sim[kernels]``), for the GPUs and engines it covers; ``inside`` says whether every
   kernel lookup of the point lay inside measured data;
 - ``roofline``: a kernel-level roofline otherwise (H20, AMD parts, a model the database lacks). Unlike the
@@ -25,7 +25,7 @@ The kernels come from the best source available, recorded per point in the table
 
 Under SGLang with data-parallel attention the database also prices the routed experts with DeepEP's expert kernel
 and the expert-parallel exchange with DeepEP's measured low-latency dispatch and combine, where it has the group's
-node count (``hw_profile.kernel_ops.moe_times``, ``exchange_times``).
+node count (``hw_profile.kernels.ops.moe_times``, ``exchange_times``).
 
 Parallelism: ``tp`` splits attention and dense weights over the replica's GPUs (routed experts over ``ep`` groups
 inside it) and the table describes the replica; ``dp`` is DeepSeek-style decode, every GPU a data-parallel
@@ -62,7 +62,7 @@ from hw_profile.errors import HwProfileError
 from hw_profile.hardware.gpus import GPU, GPUS
 from hw_profile.hardware.moe import routed_weight_params
 from hw_profile.hardware.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
-from hw_profile.roofline import (
+from hw_profile.kernels.roofline import (
     DTYPE_BYTES,
     RooflineParams,
     allreduce_s,
@@ -77,7 +77,8 @@ from hw_profile.roofline import (
 from hw_profile.tables.step_table import StepTable, VerifyAttention, table_meta
 
 if TYPE_CHECKING:  # the kernel database's reader is imported only where it is used
-    from hw_profile.kernel_db import KernelTimes
+    from hw_profile.kernels.database import KernelTimes
+    from hw_profile.kernels.source import KernelSource
 
 MARKOV_RANK = 256  # DSpark's Markov head (paper 5.1)
 DSPARK_LAYERS_MOE = 3  # DSpark's V4 drafter: three MoE layers with a 128-token window (paper 5.1)
@@ -361,17 +362,18 @@ class Estimate:
     notes: list[str]
 
 
-def kernel_source(kernels: str, gpu: GPU, engine: str):
-    """The kernel database reader when it should be used, else None (roofline). ``kernels``: auto | db | roofline.
+def kernel_source(kernels: str, gpu: GPU, engine: str) -> KernelSource | None:
+    """The kernel database when it should be used, else None (roofline). ``kernels``: auto | db | roofline.
     ``db`` insists: one line naming the extra to install, or what the database covers."""
     if kernels == "roofline":
         return None
-    from hw_profile import kernel_db
+    from hw_profile.kernels import database as kernel_db
+    from hw_profile.kernels.source import MeasuredKernels
 
     if kernels == "db":
         kernel_db.system_of(gpu.name, engine)
-        return kernel_db
-    return kernel_db if kernel_db.covers(gpu.name, engine) else None
+        return MeasuredKernels()
+    return MeasuredKernels() if kernel_db.covers(gpu.name, engine) else None
 
 
 def kernel_twin(gpu: GPU, engine: str) -> GPU | None:
@@ -380,7 +382,7 @@ def kernel_twin(gpu: GPU, engine: str) -> GPU | None:
     to 400 GB/s: the H100's measured kernels are its kernels, its links are its own."""
     if kernel_source("auto", gpu, engine) is not None:
         return None
-    from hw_profile import kernel_db
+    from hw_profile.kernels import database as kernel_db
 
     def rates(g: GPU) -> tuple:
         return g.bf16_tflops, g.fp8_tflops, g.fp4_tflops, g.hbm_tb_s
@@ -457,7 +459,7 @@ SIBLING_FAMILIES = {"dense": ("gemm", "mhc"), "attention": ("attention",), "rout
                     "lm_head": ("lm_head",), "comm": ("comm",)}
 
 
-def sibling_parts(shape: ModelShape, dep: Deployment, sibling: GPU, db, b: np.ndarray,
+def sibling_parts(shape: ModelShape, dep: Deployment, sibling: GPU, db: KernelSource, b: np.ndarray,
                   k: np.ndarray) -> tuple[dict[str, np.ndarray], KernelTimes]:
     """Kernel parts of ``dep`` on a GPU the database lacks, transferred from a ``sibling`` it covers: per family,
     this GPU's roofline plus what the sibling's measured kernels take beyond the sibling's own roofline at the same
@@ -512,22 +514,21 @@ def _sibling_estimate(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.n
                                               f"{sibling.name}'s roofline"], [*notes, *kt.notes])
 
 
-def _kernel_lookup(db, shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray):
+def _kernel_lookup(db: KernelSource, shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray):
     # never more requests than tokens: a fractional batch (278.75 tokens) must not round up past itself
     requests = np.minimum(np.maximum(1.0, np.round(b / dep.costs.verify_tokens_per_request)), np.maximum(b, 1.0))
     return kernel_times(db, shape, dep, b, requests, k / requests)
 
 
-def _measured_shared_experts(db, shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray:
+def _measured_shared_experts(db: KernelSource, shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray:
     """The rank's shared experts (every MoE layer's) from the kernel database's GEMMs, ms; what a single-batch
     layer hides its dispatch under."""
-    from hw_profile.kernel_ops import SHARED_EXPERT_GEMMS
+    from hw_profile.kernels.ops import SHARED_EXPERT_GEMMS
 
-    return db.kernel_gemm_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.head_split, b,
-                                SHARED_EXPERT_GEMMS).ms
+    return db.gemm_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.head_split, b, SHARED_EXPERT_GEMMS).ms
 
 
-def _measured_exchange(db, shape: ModelShape, dep: Deployment, b: np.ndarray):
+def _measured_exchange(db: KernelSource, shape: ModelShape, dep: Deployment, b: np.ndarray):
     """The exchange as the database measured it for this deployment: its ``KernelTimes`` at ``b`` and a
     ``tokens -> ms`` lookup for ``with_exchange`` (which asks for ``b`` itself first: answered from the former); or
     None. Measured for SGLang's data-parallel attention over DeepEP, where the database has the group's node count.
@@ -537,13 +538,13 @@ def _measured_exchange(db, shape: ModelShape, dep: Deployment, b: np.ndarray):
         return None
 
     def at(tokens):
-        return db.kernel_exchange_times(shape, dep.gpu.name, dep.engine, dep.ep, tokens)
+        return db.exchange_times(shape, dep.gpu.name, dep.engine, dep.ep, tokens)
 
     here = at(b)
     return None if here is None else (here, lambda tokens: here.ms if tokens is b else at(tokens).ms)
 
 
-def kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
+def kernel_times(db: KernelSource, shape: ModelShape, dep: Deployment, b, requests, context):
     """Kernel times of one table-GPU. Under ``dp`` a rank runs attention and the dense part alone on its own
     requests (the database's one-GPU step) and its share of the expert-parallel group's MoE, whose tokens are every
     rank's: the MoE part from the group's kernel (SGLang's DeepEP expert kernel where measured) at ep x the tokens.
@@ -553,15 +554,14 @@ def kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
     (a time multiplied by it would charge a weight-bound kernel too)."""
     b = np.asarray(b, dtype=float)
     dp = dep.parallel == "dp" and shape.is_moe and dep.ep > 1
-    own = (db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, 1, 1, b, requests, context) if dp else
-           db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep, b, requests,
-                                context))
+    own = (db.step_times(shape, dep.gpu.name, dep.engine, dep.dtype, 1, 1, b, requests, context) if dp else
+           db.step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep, b, requests, context))
     if not shape.is_moe or dep.ep <= 1:
         return own
     group_tokens = b * (dep.ep if dp else 1)
     busiest = imbalance_factor(group_tokens * shape.experts_per_token, dep.ep, dep.costs)
-    group = db.kernel_moe_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.ep, group_tokens * busiest,
-                                wide_ep=dp and dep.engine == "sglang", gpus=dep.ep if dp else dep.table_gpus)
+    group = db.moe_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.ep, group_tokens * busiest,
+                         wide_ep=dp and dep.engine == "sglang", gpus=dep.ep if dp else dep.table_gpus)
     parts = {key: v for key, v in own.parts.items() if key != "moe"}
     parts["moe"] = group.parts["moe"]
     note = (f"data-parallel attention: attention, dense GEMMs and head from the one-GPU step at the rank's own "
@@ -577,7 +577,7 @@ def kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
 def _kernel_package() -> bool:
     import importlib.util
 
-    from hw_profile.kernel_db import PACKAGE
+    from hw_profile.kernels.database import PACKAGE
 
     return importlib.util.find_spec(PACKAGE) is not None
 

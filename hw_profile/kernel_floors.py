@@ -41,12 +41,13 @@ def _measured_and_roofline(tokens: np.ndarray, models, among: tuple[str, ...] | 
     """(gpu, engine, model, dtype, shape, tp GPUs, measured parts, roofline parts without floors) for every
     covered (GPU, engine), of the GPUs ``among`` if given, and every (model, tp GPUs, dtype) of ``models`` it has
     data for, at ``tokens`` (one request per token) over a ``CONTEXT``-token context."""
-    from hw_profile import kernel_db
     from hw_profile.engine_costs import engine_defaults
     from hw_profile.errors import HwProfileError
     from hw_profile.estimate import Deployment, kernel_times, roofline_parts
     from hw_profile.hardware.gpus import get_gpu
     from hw_profile.hardware.shapes import get_shape
+    from hw_profile.kernels import database as kernel_db
+    from hw_profile.kernels.source import MeasuredKernels
 
     out = []
     for gpu, engine, _ in kernel_db.coverage():
@@ -57,7 +58,7 @@ def _measured_and_roofline(tokens: np.ndarray, models, among: tuple[str, ...] | 
             dep = Deployment(get_gpu(gpu), gpus=gpus, ep=1, dtype=dtype, parallel="tp", engine=engine,
                              costs=engine_defaults(engine))
             try:
-                measured = kernel_times(kernel_db, shape, dep, tokens, tokens,
+                measured = kernel_times(MeasuredKernels(), shape, dep, tokens, tokens,
                                         np.full(tokens.shape, float(CONTEXT))).parts
             except HwProfileError:  # a layout (or V4 module) this (GPU, engine) has no data for
                 continue
@@ -128,7 +129,7 @@ def leave_one_gpu_out(rows: list[dict]) -> dict[str, np.ndarray]:
 
 def main() -> int:
     from hw_profile.estimate import KERNEL_FLOOR_US
-    from hw_profile.kernel_db import package_version
+    from hw_profile.kernels.database import package_version
 
     rows = cases()
     print(f"kernel database: aiconfigurator-core {package_version()}; {len(rows)} (GPU, engine, model) cases")

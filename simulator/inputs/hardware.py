@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hw_profile.estimate import kv_cache_bytes
 from hw_profile.hardware.shapes import ModelShape
-from hw_profile.roofline import DTYPE_BYTES
+from hw_profile.kernels.roofline import DTYPE_BYTES
 from hw_profile.tables.step_table import ChunkAttention, StepTable, StepTimeGrid, TableError
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.errors import UserError

@@ -11,7 +11,7 @@ import pytest
 from hw_profile.cli import main
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import drafter_attention_window, drafter_shape, get_shape
-from hw_profile.roofline import RooflineParams, drafter_params, markov_head_costs, step_time_ms
+from hw_profile.kernels.roofline import RooflineParams, drafter_params, markov_head_costs, step_time_ms
 from hw_profile.tables.step_table import StepTable
 from simulator.inputs.config import load_scenario
 from simulator.inputs.hardware import load_hardware

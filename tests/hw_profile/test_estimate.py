@@ -153,7 +153,7 @@ def test_an_exchange_across_nodes_costs_at_least_deepeps_measured_floor():
 def test_the_exchanges_floor_is_what_the_kernel_database_measured():
     import pandas as pd
 
-    from hw_profile.kernel_db import default_data_dir
+    from hw_profile.kernels.database import default_data_dir
 
     for gpu in ("h100_sxm", "h200_sxm"):
         ll = pd.read_parquet(default_data_dir() / f"{gpu}/comm/sglang/0.5.6.post2/wideep_deepep_ll_perf.parquet")
@@ -319,7 +319,7 @@ def test_sglang_dp_over_two_nodes_prices_the_exchange_from_measured_deepep():
     read here straight from the package's table."""
     import pandas as pd
 
-    from hw_profile.kernel_db import default_data_dir
+    from hw_profile.kernels.database import default_data_dir
 
     shape, d = v3_dp(16, gpu="H200", overlap="none")
     b = np.array([2.0])
@@ -336,12 +336,11 @@ def test_sglang_dp_over_two_nodes_prices_the_exchange_from_measured_deepep():
     np.testing.assert_allclose(own.parts["a2a"], exchange_ms(shape, mine, b))
     assert own.parts["a2a"][0] > shape.moe_layers * 0.1  # at least the 100 us a layer
     # single-batch: the measured exchange hidden under the shared experts' measured GEMMs
-    from hw_profile import kernel_db
-    from hw_profile.kernel_ops import SHARED_EXPERT_GEMMS
+    from hw_profile.kernels.ops import SHARED_EXPERT_GEMMS, gemm_times
 
     sb = estimate_points(shape, replace(d, engine="sglang", costs=replace(d.costs, overlap="single-batch")), b,
                          b * 4096)
-    shared = kernel_db.kernel_gemm_times(shape, "H200", "sglang", "fp8", 1, b, SHARED_EXPERT_GEMMS).ms
+    shared = gemm_times(shape, "H200", "sglang", "fp8", 1, b, SHARED_EXPERT_GEMMS).ms
     assert 0 < shared[0] < est.parts["gemm"][0]
     np.testing.assert_allclose(sb.parts["a2a"], single_batch_ms(est.parts["a2a"], sb.parts["moe"], shared))
 
@@ -904,7 +903,7 @@ def test_estimate_on_every_gpu_and_engine_the_kernel_database_covers():
     """Qwen3-8B is priced from measured kernels on every covered (GPU, engine); DeepSeek-V3/V4 from them where the
     database has their layout, else from the roofline with a note; never an error."""
     from hw_profile.estimate import default_parallel
-    from hw_profile.kernel_db import coverage
+    from hw_profile.kernels.database import coverage
 
     b = np.array([1.0, 16.0, 256.0])
     k = b * 4096

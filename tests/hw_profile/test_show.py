@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hw_profile.roofline import analytic_table
+from hw_profile.kernels.roofline import analytic_table
 from hw_profile.show import write_view
 from hw_profile.tables.step_table import StepTable
 

@@ -304,7 +304,7 @@ def test_every_table_writer_records_the_kv_cache_it_priced():
     GPU."""
     from hw_profile.hardware.gpus import get_gpu
     from hw_profile.hardware.shapes import get_shape
-    from hw_profile.roofline import analytic_table
+    from hw_profile.kernels.roofline import analytic_table
 
     qwen = get_shape("qwen3-8b")  # 36 layers, 8 KV heads of 128
     t = analytic_table(qwen, get_gpu("H200"), gpus=2, dtype="fp8", b_axis=np.array([1, 8]), k_axis=np.array([0, 64]))
