@@ -10,8 +10,8 @@ at 16 to 512 tokens a GPU; MLA decode (V3's 128 heads, bf16) at 1 to 512 request
 priced by:
 
 - the H100's measured kernels (aiconfigurator-core, SGLang's data), which the estimate takes for the H800, its twin
-  (``hw_profile.estimate.kernel_twin``); the H20 has no twin;
-- the kernel-level roofline with each launch's fixed latency (``hw_profile.estimate.roofline_parts``), which prices
+  (``hw_profile.estimate.estimate.kernel_twin``); the H20 has no twin;
+- the kernel-level roofline with each launch's fixed latency (``hw_profile.estimate.estimate.roofline_parts``), which prices
   both GPUs otherwise.
 
 Printed: the median of source / measured over the points, and the share of points within 25%. Nothing here
@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sim_to_real import print_table  # the same tables as docs/sim-to-real.md's
 
-from hw_profile.engine_costs import engine_defaults
-from hw_profile.estimate import KERNEL_FLOOR_US, Deployment, _bound, kernel_source, roofline_parts
+from hw_profile.estimate.engine_costs import engine_defaults
+from hw_profile.estimate.estimate import KERNEL_FLOOR_US, Deployment, _bound, kernel_source, roofline_parts
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import get_shape
 

@@ -29,11 +29,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hw_profile.dp_ep import DpEpParams
-from hw_profile.dp_ep import step_time_ms as dp_ep_step_ms
-from hw_profile.engine_costs import NIC_GB_S, engine_defaults
 from hw_profile.errors import HwProfileError
-from hw_profile.estimate import (
+from hw_profile.estimate.dp_ep import DpEpParams
+from hw_profile.estimate.dp_ep import step_time_ms as dp_ep_step_ms
+from hw_profile.estimate.engine_costs import NIC_GB_S, engine_defaults
+from hw_profile.estimate.estimate import (
     Deployment,
     drafter_costs,
     drafter_shapes,
@@ -280,7 +280,7 @@ def estimate_step(m: Measurement, kernels: str = "auto", sibling=None) -> float:
 
 
 def prior_table(m: Measurement) -> StepTable:
-    from hw_profile.estimate import estimate_table
+    from hw_profile.estimate.estimate import estimate_table
 
     b_axis = np.unique(np.round(np.geomspace(1, 4096, 40)).astype(int))
     k_axis = np.unique(np.concatenate([[0], np.round(np.geomspace(1024, 4_000_000, 30)).astype(int)]))

@@ -304,8 +304,8 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
 @click.pass_obj
 def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, parallel, drafters, kernels, sibling,
              costs, max_batch_tokens, max_kv_tokens, name, out) -> None:
-    from hw_profile.engine_costs import engine_defaults, with_overrides
-    from hw_profile.estimate import Deployment, default_parallel, layout_note, write_estimate_set
+    from hw_profile.estimate.engine_costs import engine_defaults, with_overrides
+    from hw_profile.estimate.estimate import Deployment, default_parallel, layout_note, write_estimate_set
     from hw_profile.hardware.gpus import get_gpu
     from hw_profile.kernels.roofline import default_b_axis, default_k_axis
 
@@ -445,7 +445,7 @@ def _parse_point(text: str) -> tuple[float, float, float]:
 
 def _prior_host_ms(meta: dict) -> float:
     """The per-step host cost an estimate's sidecar priced (0 for a table that records no engine costs)."""
-    from hw_profile.engine_costs import EngineCosts
+    from hw_profile.estimate.engine_costs import EngineCosts
 
     recorded = meta.get("engine_costs")
     if not isinstance(recorded, dict):

@@ -4,7 +4,7 @@
   (hw_profile/kernels/roofline.py), and the same set for a B200 (its datasheet figures in hw_profile/hardware/gpus.py, the same
   efficiencies and launch overhead), so that a plan can compare the two (``simulate plan --hardware``);
 - one H800 rank of a DeepSeek-style decode deployment (the real DeepSeek-V4-Flash shape, fp8 with fp4 experts,
-  data-parallel attention over an expert-parallel group of 64 GPUs; hw_profile/dp_ep.py) with a DSpark drafter of
+  data-parallel attention over an expert-parallel group of 64 GPUs; hw_profile/estimate/dp_ep.py) with a DSpark drafter of
   three MoE layers with 128-token sliding-window attention (the paper's V4 drafter, section 5.1) and the
   one-MoE-layer MTP module: the first-principles alternative to the tables calibrated on the paper's telemetry
   (hw_profile/paper_v4.py; docs/paper-v4.md says why their per-token costs differ).
@@ -28,7 +28,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hw_profile.dp_ep import DpEpParams, dp_ep_table
+from hw_profile.estimate.dp_ep import DpEpParams, dp_ep_table
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import drafter_shape, get_shape
 from hw_profile.kernels.roofline import RooflineParams, analytic_table, drafter_params, markov_head_costs

@@ -1,4 +1,4 @@
-"""Where the kernel-level roofline's per-kernel latencies (``hw_profile.estimate.KERNEL_FLOOR_US``) come from.
+"""Where the kernel-level roofline's per-kernel latencies (``hw_profile.estimate.estimate.KERNEL_FLOOR_US``) come from.
 
 A roofline prices a kernel by its bytes and FLOPs alone, so at one token it is several times faster than a real
 step, whose small kernels each take a few microseconds whatever their size. The kernel database measures those
@@ -41,9 +41,9 @@ def _measured_and_roofline(tokens: np.ndarray, models, among: tuple[str, ...] | 
     """(gpu, engine, model, dtype, shape, tp GPUs, measured parts, roofline parts without floors) for every
     covered (GPU, engine), of the GPUs ``among`` if given, and every (model, tp GPUs, dtype) of ``models`` it has
     data for, at ``tokens`` (one request per token) over a ``CONTEXT``-token context."""
-    from hw_profile.engine_costs import engine_defaults
     from hw_profile.errors import HwProfileError
-    from hw_profile.estimate import Deployment, kernel_times, roofline_parts
+    from hw_profile.estimate.engine_costs import engine_defaults
+    from hw_profile.estimate.estimate import Deployment, kernel_times, roofline_parts
     from hw_profile.hardware.gpus import get_gpu
     from hw_profile.hardware.shapes import get_shape
     from hw_profile.kernels import database as kernel_db
@@ -128,7 +128,7 @@ def leave_one_gpu_out(rows: list[dict]) -> dict[str, np.ndarray]:
 
 
 def main() -> int:
-    from hw_profile.estimate import KERNEL_FLOOR_US
+    from hw_profile.estimate.estimate import KERNEL_FLOOR_US
     from hw_profile.kernels.database import package_version
 
     rows = cases()

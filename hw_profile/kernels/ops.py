@@ -25,7 +25,7 @@ Per point (B new tokens over R requests, q = B/R query tokens each, ``context`` 
 - ``comm``: two all-reduces per layer of B x hidden bf16 values over ``gpus`` (none on one GPU); the same
   all-reduce closes an MoE layer, as in ``hw_profile.kernels.roofline``. The expert-parallel exchange is not in the step:
   ``exchange_times`` gives DeepEP's measured dispatch and combine where the database has them, and
-  ``hw_profile.estimate`` adds the exchange as the deployment overlaps it.
+  ``hw_profile.estimate.estimate`` adds the exchange as the deployment overlaps it.
 - ``lm_head``: the vocabulary GEMM at M = B (every verified token needs logits), N split by ``gpus``, bf16.
 
 The KV cache is bf16 whatever ``dtype`` (the engines' default, "auto"); ``dtype`` sets the GEMM and MoE weights

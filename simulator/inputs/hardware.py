@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hw_profile.estimate import kv_cache_bytes
+from hw_profile.estimate.estimate import kv_cache_bytes
 from hw_profile.hardware.shapes import ModelShape
 from hw_profile.kernels.roofline import DTYPE_BYTES
 from hw_profile.tables.step_table import ChunkAttention, StepTable, StepTimeGrid, TableError

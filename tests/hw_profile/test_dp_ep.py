@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hw_profile.dp_ep import DpEpParams, step_time_ms, stored_bytes_per_gpu, weights_per_gpu
+from hw_profile.estimate.dp_ep import DpEpParams, step_time_ms, stored_bytes_per_gpu, weights_per_gpu
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import get_shape
 from hw_profile.kernels.roofline import RooflineParams

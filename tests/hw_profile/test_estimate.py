@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from hw_profile.cli import _prior_host_ms
-from hw_profile.engine_costs import (
+from hw_profile.errors import HwProfileError
+from hw_profile.estimate.engine_costs import (
     EngineCosts,
     a2a_floor_us,
     a2a_latency_us,
@@ -23,8 +24,7 @@ from hw_profile.engine_costs import (
     two_batch_min_tokens,
     with_overrides,
 )
-from hw_profile.errors import HwProfileError
-from hw_profile.estimate import (
+from hw_profile.estimate.estimate import (
     KERNEL_FLOOR_US,
     Deployment,
     attention_work,
@@ -902,7 +902,7 @@ def test_a_flat_estimate_between_the_points_moves_only_the_per_step_cost(tmp_pat
 def test_estimate_on_every_gpu_and_engine_the_kernel_database_covers():
     """Qwen3-8B is priced from measured kernels on every covered (GPU, engine); DeepSeek-V3/V4 from them where the
     database has their layout, else from the roofline with a note; never an error."""
-    from hw_profile.estimate import default_parallel
+    from hw_profile.estimate.estimate import default_parallel
     from hw_profile.kernels.database import coverage
 
     b = np.array([1.0, 16.0, 256.0])

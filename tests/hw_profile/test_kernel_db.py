@@ -450,8 +450,8 @@ def test_data_parallel_attention_takes_the_group_at_its_busiest_ranks_load(db_wi
     group's DeepEP kernel at ep x the tokens x the busiest rank's load (the kernel's time at that load, not its time
     at the mean times the load), with no all-reduce for the group (the database has none for 4 GPUs here, and none
     is needed)."""
-    from hw_profile.engine_costs import engine_defaults, imbalance_factor
-    from hw_profile.estimate import Deployment, kernel_times
+    from hw_profile.estimate.engine_costs import engine_defaults, imbalance_factor
+    from hw_profile.estimate.estimate import Deployment, kernel_times
     from hw_profile.hardware.gpus import get_gpu
 
     src = MeasuredKernels(data_dir=db_wide)
@@ -471,8 +471,8 @@ def test_data_parallel_attention_takes_the_group_at_its_busiest_ranks_load(db_wi
 def test_tensor_parallel_experts_also_take_the_busiest_ranks_load_in_tokens(db_wide):
     """TP4 with the experts over EP4: the fused MoE kernel at B x the busiest rank's load, not its time at B times
     that load (the written kernel is affine in tokens, so the two differ by its fixed part)."""
-    from hw_profile.engine_costs import engine_defaults, imbalance_factor
-    from hw_profile.estimate import Deployment, kernel_times
+    from hw_profile.estimate.engine_costs import engine_defaults, imbalance_factor
+    from hw_profile.estimate.estimate import Deployment, kernel_times
     from hw_profile.hardware.gpus import get_gpu
 
     ar = [dict(framework="SGLang", version="0.5.14", device="NVIDIA H200", op_name="all_reduce",
@@ -507,8 +507,8 @@ def test_the_shared_experts_alone_from_the_gemm_table(db_wide):
 def test_a_sibling_passes_its_measured_excess_to_a_gpu_the_database_lacks(db):
     """--sibling: a GPU with the sibling's very datasheet gets the sibling's measured kernels exactly; one with half
     its memory bandwidth gets them plus the difference of the two rooflines, family by family."""
-    from hw_profile.engine_costs import engine_defaults
-    from hw_profile.estimate import Deployment, roofline_parts, sibling_parts
+    from hw_profile.estimate.engine_costs import engine_defaults
+    from hw_profile.estimate.estimate import Deployment, roofline_parts, sibling_parts
     from hw_profile.hardware.gpus import get_gpu
 
     src = MeasuredKernels(data_dir=db)

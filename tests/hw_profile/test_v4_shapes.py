@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hw_profile.dp_ep import step_time_ms as dp_ep_ms
+from hw_profile.estimate.dp_ep import step_time_ms as dp_ep_ms
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import get_shape
 from hw_profile.kernels.roofline import analytic_table, stored_weight_bytes

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hw_profile.calibrate import DraftShare, fit
-from hw_profile.dp_ep import dp_ep_table
+from hw_profile.estimate.dp_ep import dp_ep_table
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import get_shape
 from hw_profile.observations import read_telemetry

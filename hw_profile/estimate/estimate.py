@@ -1,6 +1,6 @@
 """``hw-profile estimate``: step-time tables for a (model, GPU, parallelism, serving engine) nobody here measured.
 
-A step is priced as its kernels plus what the engine adds around them (``hw_profile.engine_costs``):
+A step is priced as its kernels plus what the engine adds around them (``hw_profile.estimate.engine_costs``):
 
     T(B, K) = kernels(B, K) + step_fixed + eager launches (B past the captured graphs) + sampling (B x vocab)
 
@@ -48,8 +48,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hw_profile.dp_ep import stored_bytes_per_gpu, weight_parts_per_gpu
-from hw_profile.engine_costs import (
+from hw_profile.errors import HwProfileError
+from hw_profile.estimate.dp_ep import stored_bytes_per_gpu, weight_parts_per_gpu
+from hw_profile.estimate.engine_costs import (
     EngineCosts,
     a2a_floor_us,
     a2a_latency_us,
@@ -58,7 +59,6 @@ from hw_profile.engine_costs import (
     sampling_ms,
     two_batch_min_tokens,
 )
-from hw_profile.errors import HwProfileError
 from hw_profile.hardware.gpus import GPU, GPUS
 from hw_profile.hardware.moe import routed_weight_params
 from hw_profile.hardware.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
@@ -164,7 +164,7 @@ def verify_attention(shape: ModelShape, dep: Deployment, costs: EngineCosts) -> 
     per_kv, per_query_kv, _, dtype = attention_work(shape, dep)
     return VerifyAttention(costs.verify_tokens_per_request, per_kv / dep.bandwidth * 1e9,
                            per_query_kv / dep.peak(dtype) * 1e9,
-                           source="kernel-level roofline of the attention (hw_profile.estimate.attention_work)")
+                           source="kernel-level roofline of the attention (hw_profile.estimate.estimate.attention_work)")
 
 
 def attention_queries(b: np.ndarray, costs: EngineCosts) -> np.ndarray:
