@@ -149,7 +149,7 @@ def cli() -> None:
 def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, layers, drafter_layers, markov_rank,
         warmup, repeats, passes, min_time_s, throttle_retries, memory_limit_gb, threads, no_cuda_graphs, attention,
         name, note, quiet) -> None:
-    from hw_profile.profiler import ProfileConfig, profile
+    from hw_profile.measure.profiler import ProfileConfig, profile
 
     require_profile_extra("sps")
     if layers is not None and drafter_layers is not None:
@@ -562,7 +562,7 @@ def compare(table, other, csv_out) -> None:
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 def peaks(device, dtype, threads, out) -> None:
     from atomic_files import atomic_write_text
-    from hw_profile.peaks import measure_peaks
+    from hw_profile.measure.peaks import measure_peaks
 
     require_profile_extra("peaks", ("torch",))
     import torch

@@ -100,7 +100,7 @@ def test_a_new_gpus_drafter_table_charges_dspark_its_heads_and_dflash_none(tmp_p
 def test_a_measured_dspark_drafter_table_times_its_heads(tiny_config, tmp_path, scenario_file):
     """sps --drafter-layers on a new device: the heads are timed there and reach the dspark drafter's cost."""
     pytest.importorskip("torch")
-    from hw_profile.profiler import ProfileConfig, profile
+    from hw_profile.measure.profiler import ProfileConfig, profile
 
     cfg = ProfileConfig(model=str(tiny_config), requests=[1, 64], tokens_per_request=[4], contexts=[16],
                         dtype="fp32", warmup=2, repeats=7, threads=1, drafter_layers=1, markov_rank=64)

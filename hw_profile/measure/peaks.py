@@ -21,7 +21,7 @@ import time
 def measure_peaks(device: str = "cpu", dtype: str = "fp32", repeats: int = 5) -> dict:
     import torch
 
-    from hw_profile.model_builder import torch_dtype
+    from hw_profile.measure.model_builder import torch_dtype
 
     dt = torch_dtype(dtype)
     dev = torch.device(device)
