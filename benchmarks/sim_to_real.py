@@ -29,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hw_profile.calibrate.prior_fit import fit_on_prior
 from hw_profile.errors import HwProfileError
 from hw_profile.estimate.dp_ep import DpEpParams
 from hw_profile.estimate.dp_ep import step_time_ms as dp_ep_step_ms
@@ -47,7 +48,6 @@ from hw_profile.estimate.estimate import (
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import get_shape
 from hw_profile.kernels.roofline import step_time_ms as roofline_step_ms
-from hw_profile.prior_fit import fit_on_prior
 from hw_profile.tables.step_table import StepTable
 
 ROOT = Path(__file__).resolve().parents[1]

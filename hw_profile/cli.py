@@ -388,8 +388,8 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
 @click.pass_obj
 def calibrate(obj, telemetry, out, prior, points, tau, verify_budget, context, gpus_per_replica, system, where,
               step_from, kv_ns_per_token, draft_layers, layers, draft_window, form, max_batch_tokens, name) -> None:
-    from hw_profile.calibrate import DraftShare, calibrated_table, fit
-    from hw_profile.observations import Assumptions, read_telemetry
+    from hw_profile.calibrate.calibrate import DraftShare, calibrated_table, fit
+    from hw_profile.calibrate.observations import Assumptions, read_telemetry
 
     if points and not prior:
         raise HwProfileError("--point: give --prior, the estimated table the points calibrate")
@@ -458,8 +458,8 @@ def _prior_host_ms(meta: dict) -> float:
 
 def _calibrate_prior(obj, prior_path, telemetry, points, assume, system, filters, out, name) -> None:
     """An estimate calibrated on 1-3 points: the target's table and its drafters' tables written beside ``out``."""
-    from hw_profile.observations import read_telemetry
-    from hw_profile.prior_fit import apply_fit, fit_on_prior
+    from hw_profile.calibrate.observations import read_telemetry
+    from hw_profile.calibrate.prior_fit import apply_fit, fit_on_prior
     from hw_profile.tables.step_table import StepTable, TableError
 
     try:

@@ -32,11 +32,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from hw_profile.calibrate import Calibration, DraftShare, calibrated_table, fit
+from hw_profile.calibrate.calibrate import Calibration, DraftShare, calibrated_table, fit
+from hw_profile.calibrate.observations import Assumptions, read_telemetry
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import ModelShape, get_shape
 from hw_profile.kernels.roofline import DTYPE_BYTES, RooflineParams, markov_head_costs
-from hw_profile.observations import Assumptions, read_telemetry
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "scenarios" / "reference" / "paper_fig7_fig8_mtp1.csv"

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hw_profile.calibrate.prior_fit import PriorFit, _basis, apply_fit, fit_on_prior
 from hw_profile.cli import _prior_host_ms
 from hw_profile.errors import HwProfileError
 from hw_profile.estimate.engine_costs import (
@@ -45,7 +46,6 @@ from hw_profile.estimate.estimate import (
 )
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import drafter_shape, get_shape
-from hw_profile.prior_fit import PriorFit, _basis, apply_fit, fit_on_prior
 from hw_profile.tables.step_table import StepTable
 from tests.hw_profile.test_cli import run
 

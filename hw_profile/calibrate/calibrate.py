@@ -1,7 +1,7 @@
 """Step times fitted to telemetry: the interpretable monotone T(B, K) behind ``hw-profile calibrate``.
 
 Input is a set of observations, each a mean decode step of the deployed system: B verified tokens per step, K KV
-tokens read per step (requests x mean context) and the step's duration (see ``hw_profile.observations`` for how
+tokens read per step (requests x mean context) and the step's duration (see ``hw_profile.calibrate.observations`` for how
 dashboards, runs.csv and vLLM benchmark files become observations). The model is
 
     T(B, K) = a + b x B + c x K                                            (a, b, c >= 0)
