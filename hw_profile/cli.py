@@ -524,8 +524,8 @@ def fit(obj, table, out) -> None:
 @click.option("--out", default=None, type=click.Path(dir_okay=False),
               help="default: TABLE.html beside TABLE (TABLE.vs.OTHER.html with OTHER)")
 def show(table, other, out) -> None:
-    from hw_profile.show import write_view
     from hw_profile.tables.step_table import StepTable
+    from hw_profile.view.show import write_view
 
     tables = [StepTable.read(table)] + ([StepTable.read(other)] if other else [])
     if out is None:
@@ -540,8 +540,8 @@ def show(table, other, out) -> None:
 @click.option("--csv", "csv_out", default=None, type=click.Path(dir_okay=False), help="also write every point's ratio")
 def compare(table, other, csv_out) -> None:
     from atomic_files import atomic_write
-    from hw_profile.compare import ratio_frame, summary_lines
     from hw_profile.tables.step_table import StepTable, table_caveat
+    from hw_profile.view.compare import ratio_frame, summary_lines
 
     first, second = StepTable.read(table), StepTable.read(other)
     frame = ratio_frame(first, second)
