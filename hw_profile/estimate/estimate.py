@@ -16,7 +16,7 @@ The kernels come from the best source available, recorded per point in the table
   experts the step touches; FLOPs scaled by the busiest expert-parallel rank's load), attention (KV reads once per
   request; compute for every verified token over its request's context), and communication (tensor-parallel
   all-reduces, or expert-parallel dispatch and combine). Each launch also pays the fixed latency measured kernels
-  show above their roofline at one token (``KERNEL_FLOOR_US``, from ``hw_profile.kernel_floors``);
+  show above their roofline at one token (``KERNEL_FLOOR_US``, from ``tools.kernel_floors``);
 - ``kernels:<twin>``: for a GPU the database lacks whose datasheet a covered GPU shares (``kernel_twin``: the
   H800 is an H100 with a slower NVLink), that GPU's measured kernels, communication priced on this GPU's links;
 - ``roofline+sibling``: asked for with ``--sibling GPU``, for a GPU the database lacks: that roofline (without the
@@ -88,7 +88,7 @@ A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and e
 LAYERLESS_PARTS = ("lm_head", "comm", "a2a")
 # What a measured kernel costs above its roofline at one token (us): a GEMM, one layer's decode attention, one
 # layer's fused MoE; for DeepSeek-V4, one layer's attention module and its hyper-connection mixing. Medians from
-# the kernel database over the GPUs it covers (``hw_profile.kernel_floors``, which recomputes them); the
+# the kernel database over the GPUs it covers (``tools.kernel_floors``, which recomputes them); the
 # kernel-level roofline adds them per launch, so that at low load it prices what kernels really take on GPUs the
 # database lacks.
 KERNEL_FLOOR_US = {"gemm": 4.3, "attention": 11.2, "moe": 24.4, "v4_attention": 54.8, "mhc": 26.8}

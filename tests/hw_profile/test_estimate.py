@@ -576,7 +576,7 @@ def test_a_roofline_estimate_says_its_kernels_pay_measured_floors():
 @pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
                     reason="the kernel database (dspark-sim[kernels]) is not installed")
 def test_the_kernel_floors_are_what_the_kernel_database_measures():
-    from hw_profile.kernel_floors import V4_FAMILIES, cases, leave_one_gpu_out, medians, v4_cases
+    from tools.kernel_floors import V4_FAMILIES, cases, leave_one_gpu_out, medians, v4_cases
 
     rows = cases()
     floors = {**medians(rows), **medians(v4_cases(), V4_FAMILIES)}

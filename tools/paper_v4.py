@@ -1,6 +1,6 @@
 """Step-time tables of the paper's DeepSeek-V4 deployments, calibrated on MTP-1's production telemetry only.
 
-    python -m hw_profile.paper_v4        # writes scenarios/hardware/paper-v4-{flash,pro}-calibrated.*
+    python -m tools.paper_v4   # writes scenarios/hardware/paper-v4-{flash,pro}-calibrated.*
 
 Input: the MTP-1 lines of the DSpark paper's Figure 8 (throughput per GPU against concurrent requests per GPU,
 scenarios/reference/paper_fig7_fig8_mtp1.csv, provenance in the README beside it). What the figure cannot say is
@@ -110,7 +110,7 @@ def write_paper_v4(out_dir: Path = HARDWARE_DIR, reference: Path = REFERENCE) ->
             entries[name] = {"table": f"{stem}.drafter-{name}.csv", "attention_window": WINDOW, **extra}
         main = calibrated_table(cal, name=stem, inputs=inputs, max_kv_tokens=MAX_KV_TOKENS,
                                 meta={**common, "drafter_tables": entries})
-        main.meta["command"] = "python -m hw_profile.paper_v4"
+        main.meta["command"] = "python -m tools.paper_v4"
         written.append(main.write(out_dir / f"{stem}.csv"))
     return written
 

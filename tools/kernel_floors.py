@@ -14,7 +14,7 @@ DeepSeek-V4's attention is a module (projections, compressor, indexer, sparse at
 database has it (Blackwell parts): its excess over the roofline of its attention and projections, per layer, is
 ``v4_attention``, and its hyper-connection mixing, which the roofline does not price at all, is ``mhc`` per layer.
 
-    python -m hw_profile.kernel_floors      # needs the kernels extra; about 30 s on a 2-core machine
+    python -m tools.kernel_floors   # needs the kernels extra; about 30 s on a 2-core machine
 
 It also checks them leave-one-GPU-out: floors taken from the other GPUs, added to the roofline of each GPU's
 steps, against that GPU's measured kernels at 1, 8, 64 and 256 tokens.

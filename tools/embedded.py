@@ -7,11 +7,11 @@
   data-parallel attention over an expert-parallel group of 64 GPUs; hw_profile/estimate/dp_ep.py) with a DSpark drafter of
   three MoE layers with 128-token sliding-window attention (the paper's V4 drafter, section 5.1) and the
   one-MoE-layer MTP module: the first-principles alternative to the tables calibrated on the paper's telemetry
-  (hw_profile/paper_v4.py; docs/paper-v4.md says why their per-token costs differ).
+  (tools/paper_v4.py; docs/paper-v4.md says why their per-token costs differ).
 
-    python -m hw_profile.embedded regenerate [--out-dir DIR]   # every set, into scenarios/hardware/ by default
-    python -m hw_profile.embedded regenerate --gpu B200        # only the Qwen3-8B set of one GPU
-    python -m hw_profile.embedded --help
+    python -m tools.embedded regenerate [--out-dir DIR]  # every set, into scenarios/hardware/ by default
+    python -m tools.embedded regenerate --gpu B200       # only the Qwen3-8B set of one GPU
+    python -m tools.embedded --help
 
 For a GPU or model without embedded tables, ``hw-profile analytic`` writes the target's table and, with
 ``--drafter-layers N``, a drafter's (with DSpark's head costs in its sidecar); docs/hw-profile.md says how.
@@ -92,7 +92,7 @@ def write_deepseek_dp_ep(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H800", d
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m hw_profile.embedded",
+        prog="python -m tools.embedded",
         description="Regenerate the step-time tables bundled with the simulator (scenarios/hardware/): the H200 "
                     "and B200 Qwen3-8B roofline sets and the H800 DeepSeek-V4-Flash expert-parallel set, with "
                     "their drafters.")
