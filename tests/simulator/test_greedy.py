@@ -233,7 +233,7 @@ def test_candidate_sort_stays_exact_and_linear_when_confidences_agree_to_many_di
 
 
 def test_the_walk_forgets_its_cache_when_a_kernel_it_compiles_in_changes(tmp_path):
-    """numba would serve _walk compiled from an old table.py or candidate_order.py: a changed digest of the three
+    """numba would serve _walk compiled from an old step_table.py or candidate_order.py: a changed digest of the three
     sources empties _walk's cache (and records the new digest); an unchanged one keeps it."""
     from simulator.core.policies import greedy
 
