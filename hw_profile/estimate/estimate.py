@@ -394,23 +394,27 @@ def kernel_twin(gpu: GPU, engine: str) -> GPU | None:
 
 
 def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, kernels: str = "auto",
-                    costs: EngineCosts | None = None, sibling: GPU | None = None) -> Estimate:
+                    costs: EngineCosts | None = None, sibling: GPU | None = None,
+                    source: KernelSource | None = None) -> Estimate:
     """Step times (ms) at points (B, K) on one table-GPU of ``dep``, with each part and its source. ``sibling``: a
     GPU the kernel database covers, whose measured kernels' excess over their roofline this GPU's roofline takes
     (``sibling_parts``), for a GPU the database lacks. Without one, a GPU the database lacks takes its twin's
-    measured kernels (``kernel_twin``) the same way, which for a twin is the twin's measured kernels exactly."""
+    measured kernels (``kernel_twin``) the same way, which for a twin is the twin's measured kernels exactly.
+    ``source``: measured kernels from this ``KernelSource`` instead of the one ``kernel_source`` picks (no twin
+    then); its errors fall back to the roofline as the database's do."""
     b = np.asarray(b, dtype=float)
     k = np.asarray(k, dtype=float)
     costs = dep.costs if costs is None else costs
     notes: list[str] = []
-    twin = kernel_twin(dep.gpu, dep.engine) if sibling is None and kernels != "roofline" else None
+    twin = (kernel_twin(dep.gpu, dep.engine) if sibling is None and source is None and kernels != "roofline"
+            else None)
     if sibling is not None or twin is not None:
         found = _sibling_estimate(shape, dep, b, k, costs, sibling or twin, kernels, notes, twin=twin is not None)
         if found is not None:
             return found
         if twin is not None and kernels == "db":  # measured kernels insisted on: why the twin's did not serve
             raise HwProfileError(notes[-1].replace("; roofline instead", ""))
-    db = kernel_source(kernels, dep.gpu, dep.engine)
+    db = kernel_source(kernels, dep.gpu, dep.engine) if source is None else source
     if db is None and kernels == "auto" and not _kernel_package():
         notes.append("measured kernels need the optional extra: pip install 'dspark-sim[kernels]'")
     if db is not None:
