@@ -94,12 +94,18 @@ def test_no_import_cycle_inside_a_package(package):
     assert cycles(graph) == []
 
 
-def test_no_import_cycle_between_hw_profiles_wings():
-    """hw_profile's sub-packages form layers: tables and hardware below kernels, kernels below estimate, and the
-    commands on top; an arrow back down-up would tie two wings into one."""
+# hw_profile's sub-packages in the order docs/hw-profile.md ("Touch points") lists them: each imports only those
+# before it (and errors); cli imports any
+HW_PROFILE_WINGS = ("tables", "hardware", "kernels", "estimate", "measure", "calibrate", "view")
+
+
+def test_hw_profiles_wings_are_layers_in_the_documented_order():
     wings = wing_graph(import_graph("hw_profile"))
-    assert {"hw_profile.tables", "hw_profile.hardware", "hw_profile.kernels", "hw_profile.estimate"} <= set(wings)
+    assert {w.removeprefix("hw_profile.") for w in wings} == {*HW_PROFILE_WINGS, "cli", "errors", "hw_profile"}
     assert cycles(wings) == []
+    for i, wing in enumerate(HW_PROFILE_WINGS):
+        below = {f"hw_profile.{w}" for w in HW_PROFILE_WINGS[:i]} | {"hw_profile.errors"}
+        assert wings[f"hw_profile.{wing}"] <= below, wing
 
 
 def test_the_cycle_finder_finds_a_cycle():

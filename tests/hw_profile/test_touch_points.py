@@ -145,3 +145,24 @@ def test_a_kernel_source_plugs_into_the_estimate():
         np.testing.assert_allclose(half.parts[part], auto.parts[part] / 2, rtol=1e-12)
     for part in ("fixed", "sampling"):
         np.testing.assert_allclose(half.parts[part], auto.parts[part], rtol=1e-12)
+
+
+def test_the_touch_points_table_names_files_and_tests_that_exist():
+    """docs/hw-profile.md's touch-point table: every file it says to edit exists (hw_profile's paths relative to
+    the package), and every example test it names is a test function in that file."""
+    import ast
+    import re
+
+    from tests.conftest import ROOT
+
+    page = (ROOT / "docs" / "hw-profile.md").read_text()
+    rows = [line for line in page.split("## Touch points", 1)[1].splitlines() if line.startswith("| a ")]
+    assert len(rows) >= 7
+    for row in rows:
+        _, edit, example = row.strip("|").split("|")
+        for path in re.findall(r"`([\w/]+\.py)`", edit):
+            assert (ROOT / "hw_profile" / path).is_file() or (ROOT / path).is_file(), (row, path)
+        for path, name in re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`", example):
+            tree = ast.parse((ROOT / path).read_text())
+            tests = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+            assert tests and (not name or name in tests), (row, path, name)
