@@ -1,5 +1,6 @@
-"""``hw-profile``: measure, compute, smooth and view step-time tables.
+"""``hw-profile``: estimate, measure, calibrate, compute, smooth and view step-time tables.
 
+    hw-profile estimate --model qwen3-8b --gpu B200 --engine sglang --out b200-qwen3-8b.csv  # start here
     hw-profile sps --model qwen3-8b --device cuda --dtype bf16 --requests 1..1024 --tokens-per-request 1,2,4,8 \\
                    --context 512,4096 --out h200-qwen3-8b.csv
     hw-profile analytic --gpu H200 --model qwen3-8b [--gpus N] [--dtype bf16] --out TABLE.csv
@@ -106,7 +107,22 @@ def with_expert_dtype(shape, expert_dtype: str):
     return replace(shape, expert_dtype=expert_dtype)
 
 
-@click.group(help="Step-time tables T(B, K): measured (sps), analytic (analytic), smoothed (fit), viewed (show).")
+class _Commands(click.Group):
+    """Lists the commands in ``COMMAND_ORDER`` (``estimate`` first), any other after them, not alphabetically."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(self.commands, key=lambda name: (COMMAND_ORDER.index(name) if name in COMMAND_ORDER
+                                                       else len(COMMAND_ORDER), name))
+
+
+# how --help lists them: the command to start from, then measuring and fitting, then the tools around tables
+COMMAND_ORDER = ("estimate", "sps", "calibrate", "analytic", "fit", "show", "compare", "peaks")
+
+
+@click.group(cls=_Commands,
+             help="Step-time tables T(B, K): estimated for hardware you do not have (estimate: start here), measured "
+                  "on this machine (sps), fitted to a deployment's telemetry (calibrate), a roofline bound "
+                  "(analytic), smoothed (fit), viewed (show, compare); peaks measures a device file.")
 def cli() -> None:
     pass
 
