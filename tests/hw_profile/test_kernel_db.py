@@ -17,7 +17,6 @@ from hw_profile.kernels import database as kernel_db
 from hw_profile.kernels import ops
 from hw_profile.kernels.database import MISSING_EXTRA, coverage, covers
 from hw_profile.kernels.grid import Grid
-from hw_profile.kernels.ops import step_times as kernel_step_times
 from hw_profile.kernels.source import MeasuredKernels
 
 # a dense GQA model small enough to tabulate every GEMM it needs
@@ -115,8 +114,8 @@ def db(tmp_path):
 
 
 def _step(db, tokens, requests, context, dtype="bf16", gpus=1, shape=TINY):
-    return kernel_step_times(shape, "H200", "vllm", dtype, gpus, None, np.asarray(tokens, float),
-                             np.asarray(requests, float), np.asarray(context, float), data_dir=db)
+    return ops.step_times(shape, "H200", "vllm", dtype, gpus, None, np.asarray(tokens, float),
+                          np.asarray(requests, float), np.asarray(context, float), data_dir=db)
 
 
 def _gemm_total(m, gpus=1):
@@ -343,14 +342,14 @@ def test_tensor_parallel_step_adds_two_all_reduces_per_layer(db):
 
 def test_errors_are_one_line(db, monkeypatch):
     with pytest.raises(HwProfileError) as exc:
-        kernel_step_times(TINY, "B200", "vllm", "bf16", 1, None, np.ones(1), np.ones(1), np.ones(1), data_dir=db)
+        ops.step_times(TINY, "B200", "vllm", "bf16", 1, None, np.ones(1), np.ones(1), np.ones(1), data_dir=db)
     assert "\n" not in str(exc.value) and "H200/vllm 0.24.0" in str(exc.value)
     monkeypatch.setattr(kernel_db, "PACKAGE", "aiconfigurator_core_absent_for_this_test")
     with pytest.raises(HwProfileError) as exc:
         coverage()
     assert str(exc.value) == MISSING_EXTRA
     with pytest.raises(HwProfileError, match="optional extra"):
-        kernel_step_times(TINY, "H200", "vllm", "bf16", 1, None, np.ones(1), np.ones(1), np.ones(1))
+        ops.step_times(TINY, "H200", "vllm", "bf16", 1, None, np.ones(1), np.ones(1), np.ones(1))
     assert covers("H200", "vllm") is False  # a caller may fall back to another source
     with pytest.raises(HwProfileError, match="tokens >= requests"):
         _step(db, [2], [4], [10])
@@ -462,8 +461,7 @@ def test_data_parallel_attention_takes_the_group_at_its_busiest_ranks_load(db_wi
     busiest = imbalance_factor(b * 4 * TINY_MLA.experts_per_token, 4, dep.costs)
     assert (busiest > 1).all()
     np.testing.assert_allclose(kt.parts["moe"], wide_ms(b * 4 * busiest), rtol=1e-12)
-    own = ops.step_times(TINY_MLA, "H200", "sglang", "bf16", 1, 1, b, b, np.full(b.shape, 1024.0),
-                                      data_dir=db_wide)
+    own = ops.step_times(TINY_MLA, "H200", "sglang", "bf16", 1, 1, b, b, np.full(b.shape, 1024.0), data_dir=db_wide)
     np.testing.assert_allclose(kt.parts["attention"], own.parts["attention"])
     assert not any("tp 1 x ep 1" in n for n in kt.notes)  # the one-GPU step's own MoE line is dropped
 
@@ -535,7 +533,7 @@ HAS_AIC = importlib.util.find_spec("aiconfigurator_core") is not None
 def test_real_database_prices_a_sane_qwen3_8b_decode_step():
     shape = get_shape("qwen3-8b")
     b = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256], float)
-    r = kernel_step_times(shape, "H200", "vllm", "bf16", 1, None, b, b, np.full(b.shape, 4096.0))
+    r = ops.step_times(shape, "H200", "vllm", "bf16", 1, None, b, b, np.full(b.shape, 4096.0))
     # B = 1 is weight-bandwidth bound: every bf16 matmul weight read once at 4.8 TB/s
     memory_ms = shape.matmul_params * 2 / 4.8e12 * 1e3
     assert memory_ms < r.ms[0] < 2 * memory_ms
