@@ -93,7 +93,7 @@ environment() {
     if [ "$dry" = 1 ]; then
         py - <<'PY'
 import torch
-from hw_profile.telemetry import NvmlSampler
+from hw_profile.measure.telemetry import NvmlSampler
 from dspark_runtime.live.standins import HostNvml
 print("dry run on the CPU: torch", torch.__version__, "| NVML stand-in:", NvmlSampler.open("cuda", nvml=HostNvml()).device_info())
 PY

@@ -10,8 +10,8 @@ at 16 to 512 tokens a GPU; MLA decode (V3's 128 heads, bf16) at 1 to 512 request
 priced by:
 
 - the H100's measured kernels (aiconfigurator-core, SGLang's data), which the estimate takes for the H800, its twin
-  (``hw_profile.estimate.kernel_twin``); the H20 has no twin;
-- the kernel-level roofline with each launch's fixed latency (``hw_profile.estimate.roofline_parts``), which prices
+  (``hw_profile.estimate.estimate.kernel_twin``); the H20 has no twin;
+- the kernel-level roofline with each launch's fixed latency (``hw_profile.estimate.estimate.roofline_parts``), which prices
   both GPUs otherwise.
 
 Printed: the median of source / measured over the points, and the share of points within 25%. Nothing here
@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sim_to_real import print_table  # the same tables as docs/sim-to-real.md's
 
-from hw_profile.engine_costs import engine_defaults
-from hw_profile.estimate import KERNEL_FLOOR_US, Deployment, _bound, kernel_source, roofline_parts
-from hw_profile.gpus import get_gpu
-from hw_profile.shapes import get_shape
+from hw_profile.estimate.engine_costs import engine_defaults
+from hw_profile.estimate.estimate import KERNEL_FLOOR_US, Deployment, _bound, kernel_source, roofline_parts
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import get_shape
 
 DATA = Path(__file__).resolve().parent / "data" / "infersim"
 TWIN = "H100"
@@ -69,7 +69,7 @@ def gemm_roofline_us(frame: pd.DataFrame, gpu: str) -> np.ndarray:
 
 def gemm_twin_us(frame: pd.DataFrame) -> np.ndarray:
     """The same GEMMs from the twin's measured fp8 block-scaled GEMM grid."""
-    from hw_profile.kernel_db import gemm_grid, system_of
+    from hw_profile.kernels.database import gemm_grid, system_of
 
     base, system, version = system_of(TWIN, "sglang")
     grid = gemm_grid(base, system, "sglang", version, "fp8_block").grid
@@ -93,12 +93,12 @@ def experts_roofline_us(frame: pd.DataFrame, gpu: str, model: str) -> np.ndarray
 
 def experts_twin_us(frame: pd.DataFrame, model: str) -> np.ndarray:
     """The same from the twin's measured DeepEP expert kernel for the group (at every GPU's tokens)."""
-    from hw_profile.kernel_db import kernel_moe_times
+    from hw_profile.kernels.ops import moe_times
 
     shape = get_shape(model)
     out = []
     for ep, b in zip(frame["num_gpus"], frame["batch_size_per_gpu"], strict=True):
-        t = kernel_moe_times(shape, TWIN, "sglang", "fp8", int(ep), np.array([float(b * ep)]), wide_ep=True)
+        t = moe_times(shape, TWIN, "sglang", "fp8", int(ep), np.array([float(b * ep)]), wide_ep=True)
         out.append(float(t.parts["moe"][0]) / shape.moe_layers * 1e3)
     return np.array(out)
 
@@ -113,12 +113,12 @@ def mla_roofline_us(frame: pd.DataFrame, gpu: str) -> np.ndarray:
 
 
 def mla_twin_us(frame: pd.DataFrame) -> np.ndarray:
-    from hw_profile.kernel_db import kernel_step_times
+    from hw_profile.kernels.ops import step_times
 
     shape = get_shape("deepseek-v3")
     r = frame["batch_size"].to_numpy(float)
     # fp8 weights (the checkpoint's), the cache at bf16 (the shape's default), as measured
-    t = kernel_step_times(shape, TWIN, "sglang", "fp8", 1, 1, r, r, frame["kv_len"].to_numpy(float))
+    t = step_times(shape, TWIN, "sglang", "fp8", 1, 1, r, r, frame["kv_len"].to_numpy(float))
     return t.parts["attention"] / shape.layers * 1e3
 
 

@@ -29,11 +29,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hw_profile.dp_ep import DpEpParams
-from hw_profile.dp_ep import step_time_ms as dp_ep_step_ms
-from hw_profile.engine_costs import NIC_GB_S, engine_defaults
+from hw_profile.calibrate.prior_fit import fit_on_prior
 from hw_profile.errors import HwProfileError
-from hw_profile.estimate import (
+from hw_profile.estimate.dp_ep import DpEpParams
+from hw_profile.estimate.dp_ep import step_time_ms as dp_ep_step_ms
+from hw_profile.estimate.engine_costs import NIC_GB_S, engine_defaults
+from hw_profile.estimate.estimate import (
     Deployment,
     drafter_costs,
     drafter_shapes,
@@ -44,11 +45,10 @@ from hw_profile.estimate import (
     kernel_twin,
     routed_part,
 )
-from hw_profile.gpus import get_gpu
-from hw_profile.prior_fit import fit_on_prior
-from hw_profile.roofline import step_time_ms as roofline_step_ms
-from hw_profile.shapes import get_shape
-from hw_profile.table import StepTable
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import get_shape
+from hw_profile.kernels.roofline import step_time_ms as roofline_step_ms
+from hw_profile.tables.step_table import StepTable
 
 ROOT = Path(__file__).resolve().parents[1]
 FIG8 = ROOT / "scenarios" / "reference" / "paper_fig7_fig8_mtp1.csv"
@@ -280,7 +280,7 @@ def estimate_step(m: Measurement, kernels: str = "auto", sibling=None) -> float:
 
 
 def prior_table(m: Measurement) -> StepTable:
-    from hw_profile.estimate import estimate_table
+    from hw_profile.estimate.estimate import estimate_table
 
     b_axis = np.unique(np.round(np.geomspace(1, 4096, 40)).astype(int))
     k_axis = np.unique(np.concatenate([[0], np.round(np.geomspace(1024, 4_000_000, 30)).astype(int)]))
@@ -453,8 +453,8 @@ def sibling_sensitivity(table: list[dict]) -> list[list[str]]:
     """Every row of ``table`` (``rows()``) on a GPU the kernel database lacks, with ``--sibling H200`` (its roofline
     plus what the H200's measured kernels take beyond their own roofline), where the H200 has data for the model:
     not a prediction in the headline (the option was built after these rows were seen)."""
-    from hw_profile.gpus import get_gpu
-    from hw_profile.kernel_db import covers
+    from hw_profile.hardware.gpus import get_gpu
+    from hw_profile.kernels.database import covers
 
     sibling = get_gpu(SIBLING)
     by_key = {m.key: m for m in measurements()}

@@ -37,12 +37,12 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "serving-runs"
 sys.path.insert(0, str(HERE.parent))
 
-from hw_profile.engine_costs import engine_defaults  # noqa: E402
-from hw_profile.estimate import Deployment, write_estimate_set  # noqa: E402
-from hw_profile.gpus import get_gpu  # noqa: E402
-from hw_profile.prior_fit import apply_fit, fit_on_prior  # noqa: E402
-from hw_profile.shapes import get_shape  # noqa: E402
-from hw_profile.table import StepTable  # noqa: E402
+from hw_profile.calibrate.prior_fit import apply_fit, fit_on_prior  # noqa: E402
+from hw_profile.estimate.engine_costs import engine_defaults  # noqa: E402
+from hw_profile.estimate.estimate import Deployment, write_estimate_set  # noqa: E402
+from hw_profile.hardware.gpus import get_gpu  # noqa: E402
+from hw_profile.hardware.shapes import get_shape  # noqa: E402
+from hw_profile.tables.step_table import StepTable  # noqa: E402
 from simulator.inputs.inference_perf import bench_scenario, read_profile  # noqa: E402
 from simulator.runs.bench import run_bench, scenario_from_doc  # noqa: E402
 

@@ -1,5 +1,6 @@
-"""``hw-profile``: measure, compute, smooth and view step-time tables.
+"""``hw-profile``: estimate, measure, calibrate, compute, smooth and view step-time tables.
 
+    hw-profile estimate --model qwen3-8b --gpu B200 --engine sglang --out b200-qwen3-8b.csv  # start here
     hw-profile sps --model qwen3-8b --device cuda --dtype bf16 --requests 1..1024 --tokens-per-request 1,2,4,8 \\
                    --context 512,4096 --out h200-qwen3-8b.csv
     hw-profile analytic --gpu H200 --model qwen3-8b [--gpus N] [--dtype bf16] --out TABLE.csv
@@ -76,8 +77,8 @@ def require_profile_extra(command: str, modules: tuple[str, ...] = ("torch", "tr
 
 def device_and_shape(gpu: str, model: str, gpus: int):
     """``--gpu``, ``--model`` and ``--gpus`` of the table-writing commands, each mistake one line."""
-    from hw_profile.gpus import get_gpu
-    from hw_profile.shapes import get_shape
+    from hw_profile.hardware.gpus import get_gpu
+    from hw_profile.hardware.shapes import get_shape
 
     try:
         device = get_gpu(gpu)
@@ -106,7 +107,22 @@ def with_expert_dtype(shape, expert_dtype: str):
     return replace(shape, expert_dtype=expert_dtype)
 
 
-@click.group(help="Step-time tables T(B, K): measured (sps), analytic (analytic), smoothed (fit), viewed (show).")
+class _Commands(click.Group):
+    """Lists the commands in ``COMMAND_ORDER`` (``estimate`` first), any other after them, not alphabetically."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(self.commands, key=lambda name: (COMMAND_ORDER.index(name) if name in COMMAND_ORDER
+                                                       else len(COMMAND_ORDER), name))
+
+
+# how --help lists them: the command to start from, then measuring and fitting, then the tools around tables
+COMMAND_ORDER = ("estimate", "sps", "calibrate", "analytic", "fit", "show", "compare", "peaks")
+
+
+@click.group(cls=_Commands,
+             help="Step-time tables T(B, K): estimated for hardware you do not have (estimate: start here), measured "
+                  "on this machine (sps), fitted to a deployment's telemetry (calibrate), a roofline bound "
+                  "(analytic), smoothed (fit), viewed (show, compare); peaks measures a device file.")
 def cli() -> None:
     pass
 
@@ -149,7 +165,7 @@ def cli() -> None:
 def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, layers, drafter_layers, markov_rank,
         warmup, repeats, passes, min_time_s, throttle_retries, memory_limit_gb, threads, no_cuda_graphs, attention,
         name, note, quiet) -> None:
-    from hw_profile.profiler import ProfileConfig, profile
+    from hw_profile.measure.profiler import ProfileConfig, profile
 
     require_profile_extra("sps")
     if layers is not None and drafter_layers is not None:
@@ -188,7 +204,7 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
 
 @cli.command(help="Write an analytic (roofline) table for a named GPU and model shape.")
 @click.option("--gpu", required=True, help="A100, H100, H200, H800, H20, H20-141G, B200, B300, GB300, MI300X, MI355X "
-              "(hw_profile/gpus.py), or a device .json file")
+              "(hw_profile/hardware/gpus.py), or a device .json file")
 @click.option("--model", required=True, help="built-in shape or a transformers config.json")
 @click.option("--gpus", type=int, default=1, show_default=True, help="GPUs per replica (tensor parallel)")
 @click.option("--ep", type=int, default=None, help="expert-parallel groups for an MoE model (default: --gpus)")
@@ -212,7 +228,8 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
              max_kv_tokens, comp_eff, mem_eff, launch_ms, name, out) -> None:
     from dataclasses import replace
 
-    from hw_profile.roofline import (
+    from hw_profile.hardware.shapes import drafter_attention_window, drafter_shape
+    from hw_profile.kernels.roofline import (
         RooflineParams,
         analytic_table,
         default_b_axis,
@@ -220,7 +237,6 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
         drafter_params,
         markov_head_costs,
     )
-    from hw_profile.shapes import drafter_attention_window, drafter_shape
 
     device, shape = device_and_shape(gpu, model, gpus)
     shape = with_expert_dtype(shape, expert_dtype)
@@ -245,7 +261,7 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
         params = drafter_params(params, drafter_layers, target.layers)
     table = analytic_table(shape, device, dtype=dtype, gpus=gpus, params=params, name=name, ep=ep,
                            b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens))
-    from hw_profile.roofline import stored_weight_bytes
+    from hw_profile.kernels.roofline import stored_weight_bytes
 
     weights_gb = stored_weight_bytes(shape, dtype) / 1e9
     table.meta["weights_gb_per_gpu"] = round(weights_gb / gpus, 2)
@@ -304,10 +320,10 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
 @click.pass_obj
 def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, parallel, drafters, kernels, sibling,
              costs, max_batch_tokens, max_kv_tokens, name, out) -> None:
-    from hw_profile.engine_costs import engine_defaults, with_overrides
-    from hw_profile.estimate import Deployment, default_parallel, layout_note, write_estimate_set
-    from hw_profile.gpus import get_gpu
-    from hw_profile.roofline import default_b_axis, default_k_axis
+    from hw_profile.estimate.engine_costs import engine_defaults, with_overrides
+    from hw_profile.estimate.estimate import Deployment, default_parallel, layout_note, write_estimate_set
+    from hw_profile.hardware.gpus import get_gpu
+    from hw_profile.kernels.roofline import default_b_axis, default_k_axis
 
     device, shape = device_and_shape(gpu, model, gpus)
     # the drafters' shapes are built from the target's, so their caches and experts follow it
@@ -341,7 +357,7 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
     written = write_estimate_set(shape, dep, out, names, kernels=kernels, meta=meta,
                                  b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens),
                                  sibling=sibling_gpu)
-    from hw_profile.table import StepTable
+    from hw_profile.tables.step_table import StepTable
 
     for path in written:  # read back as a scenario will read them; the target's table comes last
         table = StepTable.read(path)
@@ -388,8 +404,8 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
 @click.pass_obj
 def calibrate(obj, telemetry, out, prior, points, tau, verify_budget, context, gpus_per_replica, system, where,
               step_from, kv_ns_per_token, draft_layers, layers, draft_window, form, max_batch_tokens, name) -> None:
-    from hw_profile.calibrate import DraftShare, calibrated_table, fit
-    from hw_profile.observations import Assumptions, read_telemetry
+    from hw_profile.calibrate.calibrate import DraftShare, calibrated_table, fit
+    from hw_profile.calibrate.observations import Assumptions, read_telemetry
 
     if points and not prior:
         raise HwProfileError("--point: give --prior, the estimated table the points calibrate")
@@ -445,7 +461,7 @@ def _parse_point(text: str) -> tuple[float, float, float]:
 
 def _prior_host_ms(meta: dict) -> float:
     """The per-step host cost an estimate's sidecar priced (0 for a table that records no engine costs)."""
-    from hw_profile.engine_costs import EngineCosts
+    from hw_profile.estimate.engine_costs import EngineCosts
 
     recorded = meta.get("engine_costs")
     if not isinstance(recorded, dict):
@@ -458,9 +474,9 @@ def _prior_host_ms(meta: dict) -> float:
 
 def _calibrate_prior(obj, prior_path, telemetry, points, assume, system, filters, out, name) -> None:
     """An estimate calibrated on 1-3 points: the target's table and its drafters' tables written beside ``out``."""
-    from hw_profile.observations import read_telemetry
-    from hw_profile.prior_fit import apply_fit, fit_on_prior
-    from hw_profile.table import StepTable, TableError
+    from hw_profile.calibrate.observations import read_telemetry
+    from hw_profile.calibrate.prior_fit import apply_fit, fit_on_prior
+    from hw_profile.tables.step_table import StepTable, TableError
 
     try:
         prior = StepTable.read(prior_path)
@@ -510,7 +526,7 @@ def _calibrate_prior(obj, prior_path, telemetry, points, assume, system, filters
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="default: TABLE.smooth.csv beside TABLE")
 @click.pass_obj
 def fit(obj, table, out) -> None:
-    from hw_profile.fit import fit_file
+    from hw_profile.tables.fit import fit_file
 
     smooth, path = fit_file(table, out, command=(obj or {}).get("command"))
     info = smooth.meta["smoothed"]
@@ -524,8 +540,8 @@ def fit(obj, table, out) -> None:
 @click.option("--out", default=None, type=click.Path(dir_okay=False),
               help="default: TABLE.html beside TABLE (TABLE.vs.OTHER.html with OTHER)")
 def show(table, other, out) -> None:
-    from hw_profile.show import write_view
-    from hw_profile.table import StepTable
+    from hw_profile.tables.step_table import StepTable
+    from hw_profile.view.show import write_view
 
     tables = [StepTable.read(table)] + ([StepTable.read(other)] if other else [])
     if out is None:
@@ -540,8 +556,8 @@ def show(table, other, out) -> None:
 @click.option("--csv", "csv_out", default=None, type=click.Path(dir_okay=False), help="also write every point's ratio")
 def compare(table, other, csv_out) -> None:
     from atomic_files import atomic_write
-    from hw_profile.compare import ratio_frame, summary_lines
-    from hw_profile.table import StepTable, table_caveat
+    from hw_profile.tables.step_table import StepTable, table_caveat
+    from hw_profile.view.compare import ratio_frame, summary_lines
 
     first, second = StepTable.read(table), StepTable.read(other)
     frame = ratio_frame(first, second)
@@ -562,7 +578,7 @@ def compare(table, other, csv_out) -> None:
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 def peaks(device, dtype, threads, out) -> None:
     from atomic_files import atomic_write_text
-    from hw_profile.peaks import measure_peaks
+    from hw_profile.measure.peaks import measure_peaks
 
     require_profile_extra("peaks", ("torch",))
     import torch

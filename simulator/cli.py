@@ -404,7 +404,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     """Validate a scenario (and the files it names) without running it."""
     import numpy as np
 
-    from hw_profile.table import table_caveat
+    from hw_profile.tables.step_table import table_caveat
     from simulator.core.policies import make_policy
     from simulator.inputs.config import load_scenario, unused_settings
     from simulator.inputs.hardware import load_hardware, load_target_table, scenario_grid_warnings

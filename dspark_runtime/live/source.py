@@ -172,7 +172,7 @@ class LiveSource(RuntimeSource):
         self._unclaimed_ms = 0.0
         self.sampler = None
         if dev.type == "cuda" or gpu_stand_in:
-            from hw_profile.telemetry import NvmlSampler
+            from hw_profile.measure.telemetry import NvmlSampler
 
             self.sampler = NvmlSampler.open("cuda", index=dev.index or 0, nvml=HostNvml() if gpu_stand_in else None)
         self.meta = {"runtime": str(root), "device": str(dev), "dtype": dtype, "drafter": drafter,

@@ -5,7 +5,7 @@ same code as a run on a GPU:
 - ``HOST_EVENTS``: event pairs recorded around each forward and read once per step, as ``CUDA_EVENTS`` does with
   ``torch.cuda.Event``; on the CPU a forward has finished when its call returns, so recording reads a monotonic
   clock and the once-per-step synchronisation has nothing to wait for.
-- ``HostNvml``: the NVML functions ``hw_profile.telemetry.NvmlSampler`` calls, answered from the host: the CPU's
+- ``HostNvml``: the NVML functions ``hw_profile.measure.telemetry.NvmlSampler`` calls, answered from the host: the CPU's
   current clock (cpufreq) as the SM clock, CPU utilisation from /proc/stat, a thermal zone's temperature where
   Linux exposes one. What the host cannot tell (memory clock, power, energy) raises, as NVML does for a query a
   device does not support, and the sampler leaves those fields empty. No clock-event reason is ever reported: the

@@ -2,7 +2,7 @@
 
 The drafter fixes the proposal length gamma and the draft cost; its acceptance comes from the acceptance source
 (a profile's entry of the same name). Costs are looked up in a drafter cost table T_d(B, K) (a generic
-transformer of the drafter's shape, see hw_profile/embedded.py):
+transformer of the drafter's shape, see tools/embedded.py):
 
 - parallel drafters (``dspark``, ``dflash``) run one pass over the block for every request: B = R x block tokens.
   DSpark feeds gamma tokens (anchor + gamma-1 masks, paper 3.1); DFlash the anchor plus gamma masks. DSpark then
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hw_profile.table import StepTimeGrid
+from hw_profile.tables.step_table import StepTimeGrid
 
 
 @dataclass(frozen=True)

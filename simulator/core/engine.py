@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import simpy
 
-from hw_profile.table import ChunkAttention, StepTimeGrid
+from hw_profile.tables.step_table import ChunkAttention, StepTimeGrid
 from simulator.core.acceptance.base import AcceptanceSource, NoDrafts, checked_accepted, checked_confidence
 from simulator.core.acceptance.runtime import RuntimeSource
 from simulator.core.batch_kernels import (

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hw_profile.table import ChunkAttention, StepTimeGrid
+from hw_profile.tables.step_table import ChunkAttention, StepTimeGrid
 
 
 class ForwardPrice:

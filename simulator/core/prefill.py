@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from hw_profile.table import ChunkAttention, StepTimeGrid
+from hw_profile.tables.step_table import ChunkAttention, StepTimeGrid
 from simulator.core.forward import ForwardPrice
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hw_profile.estimate import kv_cache_bytes
-from hw_profile.roofline import DTYPE_BYTES
-from hw_profile.shapes import ModelShape
-from hw_profile.table import ChunkAttention, StepTable, StepTimeGrid, TableError
+from hw_profile.estimate.estimate import kv_cache_bytes
+from hw_profile.hardware.shapes import ModelShape
+from hw_profile.kernels.roofline import DTYPE_BYTES
+from hw_profile.tables.step_table import ChunkAttention, StepTable, StepTimeGrid, TableError
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario

@@ -12,7 +12,7 @@ Three checks, each one line per table (the worst case named, the others counted)
    ``DROP`` is 20%: repeats of one GPU point agree within a few percent, and the legitimate dips of a measured
    table (a GEMM tile or a CUDA graph size that suits one B better than a smaller one) stay near 10%; a point
    ten times its neighbour (a step measured while something else ran, an edited row) is far past both.
-2. **A measurement that was not quiet**: the sidecar's ``machine_load.verdict`` is ``busy`` (``hw_profile.load``:
+2. **A measurement that was not quiet**: the sidecar's ``machine_load.verdict`` is ``busy`` (``hw_profile.measure.load``:
    other work competed for the CPU), or points were still throttled after their re-measures (the ``throttled``
    column: an NVML clocks-event reason such as a power cap or heat slowed the GPU during the timed window).
 3. **Points faster than the table's own roofline bound**, which is impossible: the bound is the time to read the
@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hw_profile.gpus import GPU, get_gpu
-from hw_profile.roofline import DTYPE_BYTES
-from hw_profile.shapes import ModelShape
-from hw_profile.table import StepTable, throttled_flags
+from hw_profile.hardware.gpus import GPU, get_gpu
+from hw_profile.hardware.shapes import ModelShape
+from hw_profile.kernels.roofline import DTYPE_BYTES
+from hw_profile.tables.step_table import StepTable, throttled_flags
 
 DROP = 0.2  # a later point this much faster than an earlier one (and outside both spreads) is not noise
 BOUND_SLACK = 0.1  # how far below the roofline bound a point may sit before it is named

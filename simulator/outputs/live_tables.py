@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 
 
 def write_live_tables(out: Path, runs: pd.DataFrame) -> list[Path]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hw_profile.table import StepTimeGrid
+from hw_profile.tables.step_table import StepTimeGrid
 
 
 def percentile(x: np.ndarray, q: float) -> float:

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from atomic_files import atomic_write_text
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 from simulator.inputs.config import LoadedScenario
 from simulator.outputs.html_table import TABLE_CSS, table_html
 from simulator.outputs.summary import format_headline, headline_table, matched_gain_column, matched_gain_tips

@@ -121,7 +121,7 @@ def check_options(scn: LoadedScenario, options: list[HardwareOption]) -> tuple[l
     """Every option's scenario loaded as a run would load it (its table, drafters' tables, KV capacity), before
     any run, so that a bad third option does not fail after the first two plans. Returns the options with
     their GPU named, and warnings (the tables' own among them: ``table_checks``)."""
-    from hw_profile.table import StepTable
+    from hw_profile.tables.step_table import StepTable
     from simulator.inputs.hardware import load_hardware
     from simulator.inputs.systems import resolve_systems
     from simulator.inputs.table_checks import scenario_table_warnings

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hw_profile.table import TABLE_KINDS, table_kind
+from hw_profile.tables.step_table import TABLE_KINDS, table_kind
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.inputs.hardware import load_target_table

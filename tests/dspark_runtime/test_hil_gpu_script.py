@@ -18,7 +18,7 @@ import torch
 
 from dspark_runtime.live.standins import HOST_EVENTS, HostNvml
 from dspark_runtime.live.timing import MeasuredTable, StepTimer
-from hw_profile.telemetry import NvmlSampler
+from hw_profile.measure.telemetry import NvmlSampler
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "hil_gpu.sh"

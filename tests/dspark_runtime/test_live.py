@@ -252,7 +252,7 @@ def test_with_eos_the_trace_records_where_requests_ended_and_replays_end_them_th
 def test_live_clock_charges_measured_time_and_writes_a_table(smoke_world, tmp_path):
     import pandas as pd
 
-    from hw_profile.table import StepTable
+    from hw_profile.tables.step_table import StepTable
     from simulator.outputs.live_tables import write_live_tables
 
     paths, _, _ = smoke_world

@@ -24,9 +24,9 @@ def test_never_imports_simulator_or_runtime():
 def test_imports_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
-        "import hw_profile.table, hw_profile.roofline, hw_profile.fit, hw_profile.show, hw_profile.cli\n"
-        "import hw_profile.telemetry, hw_profile.profiler, hw_profile.model_builder, hw_profile.peaks\n"
-        "from hw_profile.roofline import analytic_table\n"
+        "import hw_profile.tables.step_table, hw_profile.kernels.roofline, hw_profile.tables.fit, hw_profile.view.show, hw_profile.cli\n"
+        "import hw_profile.measure.telemetry, hw_profile.measure.profiler, hw_profile.measure.model_builder, hw_profile.measure.peaks\n"
+        "from hw_profile.kernels.roofline import analytic_table\n"
         "assert analytic_table('qwen3-8b', 'H200', b_axis=[1, 2], k_axis=[0]).grid.step_ms(1, 0) > 0\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True)

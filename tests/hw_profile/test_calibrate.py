@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hw_profile.calibrate import Calibration, DraftShare, calibrated_table, fit, pav
+from hw_profile.calibrate.calibrate import Calibration, DraftShare, calibrated_table, fit, pav
+from hw_profile.calibrate.observations import Assumptions, read_telemetry
 from hw_profile.cli import main as hw_main
 from hw_profile.errors import HwProfileError
-from hw_profile.observations import Assumptions, read_telemetry
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 
 
 def run(argv, capsys):

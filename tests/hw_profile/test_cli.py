@@ -6,7 +6,7 @@ import pytest
 
 from hw_profile.cli import main, parse_int_list
 from hw_profile.errors import HwProfileError
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 
 
 def run(argv, capsys):
@@ -104,3 +104,18 @@ def test_sps_on_cpu(tiny_config, tmp_path, capsys):
     meta = StepTable.read(out).meta
     assert meta["dtype"] == "fp32"
     assert meta["command"].startswith("hw-profile sps --model ") and "--threads 1" in meta["command"]
+
+
+def test_help_leads_with_estimate_and_lists_every_command(capsys):
+    """`hw-profile --help` and the module docstring start from the command a newcomer needs first: estimate."""
+    import hw_profile.cli as cli_module
+
+    code, stdout, _ = run(["--help"], capsys)
+    assert code == 0
+    description, commands = stdout.split("Commands:")
+    assert "estimate" in description and description.index("estimate") < description.index("sps")
+    listed = [line.split()[0] for line in commands.strip().splitlines()]
+    assert listed[0] == "estimate" and sorted(listed) == sorted(cli_module.cli.commands)
+    first_line = cli_module.__doc__.splitlines()[0]
+    assert first_line.index("estimate") < first_line.index("measure")
+    assert cli_module.__doc__.split("\n\n")[1].split()[:2] == ["hw-profile", "estimate"]

@@ -7,10 +7,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hw_profile.dp_ep import DpEpParams, step_time_ms, stored_bytes_per_gpu, weights_per_gpu
-from hw_profile.gpus import get_gpu
-from hw_profile.roofline import RooflineParams
-from hw_profile.shapes import get_shape
+from hw_profile.estimate.dp_ep import DpEpParams, step_time_ms, stored_bytes_per_gpu, weights_per_gpu
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import get_shape
+from hw_profile.kernels.roofline import RooflineParams
 
 V3 = get_shape("deepseek-v3")
 H800 = get_gpu("H800")

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from hw_profile.cli import main
-from hw_profile.gpus import get_gpu
-from hw_profile.roofline import RooflineParams, drafter_params, markov_head_costs, step_time_ms
-from hw_profile.shapes import drafter_attention_window, drafter_shape, get_shape
-from hw_profile.table import StepTable
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import drafter_attention_window, drafter_shape, get_shape
+from hw_profile.kernels.roofline import RooflineParams, drafter_params, markov_head_costs, step_time_ms
+from hw_profile.tables.step_table import StepTable
 from simulator.inputs.config import load_scenario
 from simulator.inputs.hardware import load_hardware
 
@@ -100,7 +100,7 @@ def test_a_new_gpus_drafter_table_charges_dspark_its_heads_and_dflash_none(tmp_p
 def test_a_measured_dspark_drafter_table_times_its_heads(tiny_config, tmp_path, scenario_file):
     """sps --drafter-layers on a new device: the heads are timed there and reach the dspark drafter's cost."""
     pytest.importorskip("torch")
-    from hw_profile.profiler import ProfileConfig, profile
+    from hw_profile.measure.profiler import ProfileConfig, profile
 
     cfg = ProfileConfig(model=str(tiny_config), requests=[1, 64], tokens_per_request=[4], contexts=[16],
                         dtype="fp32", warmup=2, repeats=7, threads=1, drafter_layers=1, markov_rank=64)

@@ -11,8 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hw_profile.calibrate.prior_fit import PriorFit, _basis, apply_fit, fit_on_prior
 from hw_profile.cli import _prior_host_ms
-from hw_profile.engine_costs import (
+from hw_profile.errors import HwProfileError
+from hw_profile.estimate.engine_costs import (
     EngineCosts,
     a2a_floor_us,
     a2a_latency_us,
@@ -23,8 +25,7 @@ from hw_profile.engine_costs import (
     two_batch_min_tokens,
     with_overrides,
 )
-from hw_profile.errors import HwProfileError
-from hw_profile.estimate import (
+from hw_profile.estimate.estimate import (
     KERNEL_FLOOR_US,
     Deployment,
     attention_work,
@@ -43,10 +44,9 @@ from hw_profile.estimate import (
     with_exchange,
     write_estimate_set,
 )
-from hw_profile.gpus import get_gpu
-from hw_profile.prior_fit import PriorFit, _basis, apply_fit, fit_on_prior
-from hw_profile.shapes import drafter_shape, get_shape
-from hw_profile.table import StepTable
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import drafter_shape, get_shape
+from hw_profile.tables.step_table import StepTable
 from tests.hw_profile.test_cli import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,7 +153,7 @@ def test_an_exchange_across_nodes_costs_at_least_deepeps_measured_floor():
 def test_the_exchanges_floor_is_what_the_kernel_database_measured():
     import pandas as pd
 
-    from hw_profile.kernel_db import default_data_dir
+    from hw_profile.kernels.database import default_data_dir
 
     for gpu in ("h100_sxm", "h200_sxm"):
         ll = pd.read_parquet(default_data_dir() / f"{gpu}/comm/sglang/0.5.6.post2/wideep_deepep_ll_perf.parquet")
@@ -319,7 +319,7 @@ def test_sglang_dp_over_two_nodes_prices_the_exchange_from_measured_deepep():
     read here straight from the package's table."""
     import pandas as pd
 
-    from hw_profile.kernel_db import default_data_dir
+    from hw_profile.kernels.database import default_data_dir
 
     shape, d = v3_dp(16, gpu="H200", overlap="none")
     b = np.array([2.0])
@@ -336,12 +336,11 @@ def test_sglang_dp_over_two_nodes_prices_the_exchange_from_measured_deepep():
     np.testing.assert_allclose(own.parts["a2a"], exchange_ms(shape, mine, b))
     assert own.parts["a2a"][0] > shape.moe_layers * 0.1  # at least the 100 us a layer
     # single-batch: the measured exchange hidden under the shared experts' measured GEMMs
-    from hw_profile import kernel_db
-    from hw_profile.kernel_ops import SHARED_EXPERT_GEMMS
+    from hw_profile.kernels.ops import SHARED_EXPERT_GEMMS, gemm_times
 
     sb = estimate_points(shape, replace(d, engine="sglang", costs=replace(d.costs, overlap="single-batch")), b,
                          b * 4096)
-    shared = kernel_db.kernel_gemm_times(shape, "H200", "sglang", "fp8", 1, b, SHARED_EXPERT_GEMMS).ms
+    shared = gemm_times(shape, "H200", "sglang", "fp8", 1, b, SHARED_EXPERT_GEMMS).ms
     assert 0 < shared[0] < est.parts["gemm"][0]
     np.testing.assert_allclose(sb.parts["a2a"], single_batch_ms(est.parts["a2a"], sb.parts["moe"], shared))
 
@@ -577,7 +576,7 @@ def test_a_roofline_estimate_says_its_kernels_pay_measured_floors():
 @pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
                     reason="the kernel database (dspark-sim[kernels]) is not installed")
 def test_the_kernel_floors_are_what_the_kernel_database_measures():
-    from hw_profile.kernel_floors import V4_FAMILIES, cases, leave_one_gpu_out, medians, v4_cases
+    from tools.kernel_floors import V4_FAMILIES, cases, leave_one_gpu_out, medians, v4_cases
 
     rows = cases()
     floors = {**medians(rows), **medians(v4_cases(), V4_FAMILIES)}
@@ -903,8 +902,8 @@ def test_a_flat_estimate_between_the_points_moves_only_the_per_step_cost(tmp_pat
 def test_estimate_on_every_gpu_and_engine_the_kernel_database_covers():
     """Qwen3-8B is priced from measured kernels on every covered (GPU, engine); DeepSeek-V3/V4 from them where the
     database has their layout, else from the roofline with a note; never an error."""
-    from hw_profile.estimate import default_parallel
-    from hw_profile.kernel_db import coverage
+    from hw_profile.estimate.estimate import default_parallel
+    from hw_profile.kernels.database import coverage
 
     b = np.array([1.0, 16.0, 256.0])
     k = b * 4096

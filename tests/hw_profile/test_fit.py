@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from hw_profile.fit import fit_file, isotonic, monotone_grid, smooth_path
-from hw_profile.roofline import analytic_table
-from hw_profile.table import StepTable, StepTimeGrid
+from hw_profile.kernels.roofline import analytic_table
+from hw_profile.tables.fit import fit_file, isotonic, monotone_grid, smooth_path
+from hw_profile.tables.step_table import StepTable, StepTimeGrid
 
 
 def is_monotone(grid: StepTimeGrid, rtol: float = 1e-9) -> bool:

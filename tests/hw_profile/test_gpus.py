@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hw_profile.gpus import ALIASES, GPUS, get_gpu, gpu_names
-from hw_profile.roofline import step_time_ms
-from hw_profile.shapes import get_shape
+from hw_profile.hardware.gpus import ALIASES, GPUS, get_gpu, gpu_names
+from hw_profile.hardware.shapes import get_shape
+from hw_profile.kernels.roofline import step_time_ms
 
 FP4_PARTS = {"B200", "B300", "GB300", "MI355X", "GB200", "RTX-PRO-6000"}
 

@@ -1,4 +1,4 @@
-"""hw_profile.kernel_db on a small kernel database written here in aiconfigurator-core's on-disk layout
+"""hw_profile.kernels.database on a small kernel database written here in aiconfigurator-core's on-disk layout
 (``<system>/<family>/<engine>/<version>/<table>.parquet``, latency in ms), and once on the real one when installed.
 
 The written latencies are closed forms that multilinear interpolation reproduces exactly (affine in M, bilinear in
@@ -11,11 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hw_profile import kernel_db
 from hw_profile.errors import HwProfileError
-from hw_profile.kernel_db import MISSING_EXTRA, coverage, covers, kernel_step_times
-from hw_profile.kernel_grid import Grid
-from hw_profile.shapes import ModelShape, get_shape
+from hw_profile.hardware.shapes import ModelShape, get_shape
+from hw_profile.kernels import database as kernel_db
+from hw_profile.kernels import ops
+from hw_profile.kernels.database import MISSING_EXTRA, coverage, covers
+from hw_profile.kernels.grid import Grid
+from hw_profile.kernels.source import MeasuredKernels
 
 # a dense GQA model small enough to tabulate every GEMM it needs
 TINY = ModelShape("tiny", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=256)
@@ -112,8 +114,8 @@ def db(tmp_path):
 
 
 def _step(db, tokens, requests, context, dtype="bf16", gpus=1, shape=TINY):
-    return kernel_step_times(shape, "H200", "vllm", dtype, gpus, None, np.asarray(tokens, float),
-                             np.asarray(requests, float), np.asarray(context, float), data_dir=db)
+    return ops.step_times(shape, "H200", "vllm", dtype, gpus, None, np.asarray(tokens, float),
+                          np.asarray(requests, float), np.asarray(context, float), data_dir=db)
 
 
 def _gemm_total(m, gpus=1):
@@ -340,14 +342,14 @@ def test_tensor_parallel_step_adds_two_all_reduces_per_layer(db):
 
 def test_errors_are_one_line(db, monkeypatch):
     with pytest.raises(HwProfileError) as exc:
-        kernel_step_times(TINY, "B200", "vllm", "bf16", 1, None, np.ones(1), np.ones(1), np.ones(1), data_dir=db)
+        ops.step_times(TINY, "B200", "vllm", "bf16", 1, None, np.ones(1), np.ones(1), np.ones(1), data_dir=db)
     assert "\n" not in str(exc.value) and "H200/vllm 0.24.0" in str(exc.value)
     monkeypatch.setattr(kernel_db, "PACKAGE", "aiconfigurator_core_absent_for_this_test")
     with pytest.raises(HwProfileError) as exc:
         coverage()
     assert str(exc.value) == MISSING_EXTRA
     with pytest.raises(HwProfileError, match="optional extra"):
-        kernel_step_times(TINY, "H200", "vllm", "bf16", 1, None, np.ones(1), np.ones(1), np.ones(1))
+        ops.step_times(TINY, "H200", "vllm", "bf16", 1, None, np.ones(1), np.ones(1), np.ones(1))
     assert covers("H200", "vllm") is False  # a caller may fall back to another source
     with pytest.raises(HwProfileError, match="tokens >= requests"):
         _step(db, [2], [4], [10])
@@ -397,12 +399,12 @@ def test_sglangs_deepep_expert_kernel_prices_the_group_where_measured(db_wide):
     """Uniform routing rows of DeepEP's expert kernel (not the skewed ones), from the older version that has the
     table, at the group's tokens; the fused kernel where the expert kernel has no rows for the group."""
     s, tokens = TINY_MLA, np.array([16.0, 100.0])
-    wide = kernel_db.kernel_moe_times(s, "H200", "sglang", "bf16", 4, tokens, wide_ep=True, data_dir=db_wide)
+    wide = ops.moe_times(s, "H200", "sglang", "bf16", 4, tokens, wide_ep=True, data_dir=db_wide)
     np.testing.assert_allclose(wide.parts["moe"], (s.layers - s.dense_layers) * wide_ms(tokens), rtol=1e-12)
     assert wide.inside.all() and any("0.5.10" in n for n in wide.notes)
-    fused = kernel_db.kernel_moe_times(s, "H200", "sglang", "bf16", 4, tokens, data_dir=db_wide)
+    fused = ops.moe_times(s, "H200", "sglang", "bf16", 4, tokens, data_dir=db_wide)
     np.testing.assert_allclose(fused.parts["moe"], moe_ms(tokens), rtol=1e-12)
-    fallback = kernel_db.kernel_moe_times(s, "H200", "sglang", "bf16", 2, tokens, wide_ep=True, data_dir=db_wide)
+    fallback = ops.moe_times(s, "H200", "sglang", "bf16", 2, tokens, wide_ep=True, data_dir=db_wide)
     np.testing.assert_allclose(fallback.parts["moe"], moe_ms(tokens), rtol=1e-12)
     assert any("no wideep_generation_moe_perf rows" in n for n in fallback.notes)
 
@@ -413,11 +415,11 @@ def test_an_expert_parallel_size_the_database_lacks_takes_the_nearest_at_the_sam
     s, tokens = TINY_MLA, np.array([16.0, 100.0])
     layers = s.layers - s.dense_layers
     for ep in (8, 3):
-        r = kernel_db.kernel_moe_times(s, "H200", "sglang", "bf16", ep, tokens, wide_ep=True, data_dir=db_wide)
+        r = ops.moe_times(s, "H200", "sglang", "bf16", ep, tokens, wide_ep=True, data_dir=db_wide)
         np.testing.assert_allclose(r.parts["moe"], layers * wide_ms(tokens * 4 / ep), rtol=1e-12)
         assert any(f"no rows at ep {ep}; those at ep 4" in n for n in r.notes)
         assert not any("price them instead" in n for n in r.notes)  # the exact attempt's note is dropped
-    exact = kernel_db.kernel_moe_times(s, "H200", "sglang", "bf16", 2, tokens, wide_ep=True, data_dir=db_wide)
+    exact = ops.moe_times(s, "H200", "sglang", "bf16", 2, tokens, wide_ep=True, data_dir=db_wide)
     np.testing.assert_allclose(exact.parts["moe"], moe_ms(tokens), rtol=1e-12)
     assert not any("no rows at ep" in n for n in exact.notes)
 
@@ -427,19 +429,19 @@ def test_deepeps_measured_exchange_by_node_count(db_wide):
     layer's dispatch and combine interpolate in the rank's tokens, and below the fewest measured tokens hold the
     first point's time rather than continue the line down."""
     s = TINY_MLA
-    ex = kernel_db.kernel_exchange_times(s, "H200", "sglang", 16, np.array([3.0, 20.0, 1.0]), data_dir=db_wide)
+    ex = ops.exchange_times(s, "H200", "sglang", 16, np.array([3.0, 20.0, 1.0]), data_dir=db_wide)
     moe_layers = s.layers - s.dense_layers
     np.testing.assert_allclose(ex.parts["dispatch"], moe_layers * 2 * DISPATCH_US(np.array([3.0, 20.0, 2.0])) * 1e-3)
     np.testing.assert_allclose(ex.parts["combine"], moe_layers * 2 * COMBINE_US(np.array([3.0, 20.0, 2.0])) * 1e-3)
     np.testing.assert_allclose(ex.ms, ex.parts["dispatch"] + ex.parts["combine"])
     assert list(ex.inside) == [True, True, False]
     assert any("for 8 are used" in n for n in ex.notes) and any("0.5.6.post2" in n for n in ex.notes)
-    one = kernel_db.kernel_exchange_times(s, "H200", "sglang", 8, np.array([8.0]), data_dir=db_wide)
+    one = ops.exchange_times(s, "H200", "sglang", 8, np.array([8.0]), data_dir=db_wide)
     assert one.ms[0] == pytest.approx(moe_layers * (DISPATCH_US(8) + COMBINE_US(8)) * 1e-3)  # 0.5.12: 4 experts
     assert not any("are used" in n for n in one.notes)
     for ep in (4, 12, 24):  # not whole 8-GPU nodes, or three nodes (not measured)
-        assert kernel_db.kernel_exchange_times(s, "H200", "sglang", ep, np.array([8.0]), data_dir=db_wide) is None
-    assert kernel_db.kernel_exchange_times(s, "H200", "vllm", 16, np.array([8.0]), data_dir=db_wide) is None
+        assert ops.exchange_times(s, "H200", "sglang", ep, np.array([8.0]), data_dir=db_wide) is None
+    assert ops.exchange_times(s, "H200", "vllm", 16, np.array([8.0]), data_dir=db_wide) is None
 
 
 def test_data_parallel_attention_takes_the_group_at_its_busiest_ranks_load(db_wide):
@@ -447,15 +449,11 @@ def test_data_parallel_attention_takes_the_group_at_its_busiest_ranks_load(db_wi
     group's DeepEP kernel at ep x the tokens x the busiest rank's load (the kernel's time at that load, not its time
     at the mean times the load), with no all-reduce for the group (the database has none for 4 GPUs here, and none
     is needed)."""
-    from functools import partial
-    from types import SimpleNamespace
+    from hw_profile.estimate.engine_costs import engine_defaults, imbalance_factor
+    from hw_profile.estimate.estimate import Deployment, kernel_times
+    from hw_profile.hardware.gpus import get_gpu
 
-    from hw_profile.engine_costs import engine_defaults, imbalance_factor
-    from hw_profile.estimate import Deployment, kernel_times
-    from hw_profile.gpus import get_gpu
-
-    src = SimpleNamespace(kernel_step_times=partial(kernel_db.kernel_step_times, data_dir=db_wide),
-                          kernel_moe_times=partial(kernel_db.kernel_moe_times, data_dir=db_wide))
+    src = MeasuredKernels(data_dir=db_wide)
     dep = Deployment(get_gpu("H200"), gpus=4, ep=4, dtype="bf16", parallel="dp", engine="sglang",
                      costs=engine_defaults("sglang"))
     b = np.array([4.0, 64.0])
@@ -463,8 +461,7 @@ def test_data_parallel_attention_takes_the_group_at_its_busiest_ranks_load(db_wi
     busiest = imbalance_factor(b * 4 * TINY_MLA.experts_per_token, 4, dep.costs)
     assert (busiest > 1).all()
     np.testing.assert_allclose(kt.parts["moe"], wide_ms(b * 4 * busiest), rtol=1e-12)
-    own = kernel_db.kernel_step_times(TINY_MLA, "H200", "sglang", "bf16", 1, 1, b, b, np.full(b.shape, 1024.0),
-                                      data_dir=db_wide)
+    own = ops.step_times(TINY_MLA, "H200", "sglang", "bf16", 1, 1, b, b, np.full(b.shape, 1024.0), data_dir=db_wide)
     np.testing.assert_allclose(kt.parts["attention"], own.parts["attention"])
     assert not any("tp 1 x ep 1" in n for n in kt.notes)  # the one-GPU step's own MoE line is dropped
 
@@ -472,19 +469,15 @@ def test_data_parallel_attention_takes_the_group_at_its_busiest_ranks_load(db_wi
 def test_tensor_parallel_experts_also_take_the_busiest_ranks_load_in_tokens(db_wide):
     """TP4 with the experts over EP4: the fused MoE kernel at B x the busiest rank's load, not its time at B times
     that load (the written kernel is affine in tokens, so the two differ by its fixed part)."""
-    from functools import partial
-    from types import SimpleNamespace
-
-    from hw_profile.engine_costs import engine_defaults, imbalance_factor
-    from hw_profile.estimate import Deployment, kernel_times
-    from hw_profile.gpus import get_gpu
+    from hw_profile.estimate.engine_costs import engine_defaults, imbalance_factor
+    from hw_profile.estimate.estimate import Deployment, kernel_times
+    from hw_profile.hardware.gpus import get_gpu
 
     ar = [dict(framework="SGLang", version="0.5.14", device="NVIDIA H200", op_name="all_reduce",
                kernel_source="sglang_custom", allreduce_dtype="bfloat16", num_gpus=4, message_size=size,
                latency=allreduce_ms(size)) for size in (64, 1024, 16384)]
     _write(db_wide / "h200_sxm/comm/sglang/0.5.14/custom_allreduce_perf.parquet", ar)
-    src = SimpleNamespace(kernel_step_times=partial(kernel_db.kernel_step_times, data_dir=db_wide),
-                          kernel_moe_times=partial(kernel_db.kernel_moe_times, data_dir=db_wide))
+    src = MeasuredKernels(data_dir=db_wide)
     dep = Deployment(get_gpu("H200"), gpus=4, ep=4, dtype="bf16", parallel="tp", engine="sglang",
                      costs=engine_defaults("sglang"))
     b = np.array([4.0, 64.0])
@@ -499,27 +492,24 @@ def test_tensor_parallel_experts_also_take_the_busiest_ranks_load_in_tokens(db_w
 def test_the_shared_experts_alone_from_the_gemm_table(db_wide):
     """What a single-batch layer hides its dispatch under, measured: the shared expert's two GEMMs in every MoE
     layer, and nothing for a dense model."""
-    from hw_profile.kernel_ops import SHARED_EXPERT_GEMMS
+    from hw_profile.kernels.ops import SHARED_EXPERT_GEMMS
 
     m = np.array([1.0, 8.0, 64.0])
-    r = kernel_db.kernel_gemm_times(TINY_MLA, "H200", "sglang", "bf16", 1, m, SHARED_EXPERT_GEMMS, data_dir=db_wide)
+    r = ops.gemm_times(TINY_MLA, "H200", "sglang", "bf16", 1, m, SHARED_EXPERT_GEMMS, data_dir=db_wide)
     moe_layers = TINY_MLA.layers - TINY_MLA.dense_layers
     np.testing.assert_allclose(r.ms, moe_layers * (gemm_ms(m, 2 * 32, 64) + gemm_ms(m, 64, 32)), rtol=1e-12)
-    dense = kernel_db.kernel_gemm_times(TINY, "H200", "sglang", "bf16", 1, m, SHARED_EXPERT_GEMMS, data_dir=db_wide)
+    dense = ops.gemm_times(TINY, "H200", "sglang", "bf16", 1, m, SHARED_EXPERT_GEMMS, data_dir=db_wide)
     np.testing.assert_array_equal(dense.ms, np.zeros(3))
 
 
 def test_a_sibling_passes_its_measured_excess_to_a_gpu_the_database_lacks(db):
     """--sibling: a GPU with the sibling's very datasheet gets the sibling's measured kernels exactly; one with half
     its memory bandwidth gets them plus the difference of the two rooflines, family by family."""
-    from functools import partial
-    from types import SimpleNamespace
+    from hw_profile.estimate.engine_costs import engine_defaults
+    from hw_profile.estimate.estimate import Deployment, roofline_parts, sibling_parts
+    from hw_profile.hardware.gpus import get_gpu
 
-    from hw_profile.engine_costs import engine_defaults
-    from hw_profile.estimate import Deployment, roofline_parts, sibling_parts
-    from hw_profile.gpus import get_gpu
-
-    src = SimpleNamespace(kernel_step_times=partial(kernel_db.kernel_step_times, data_dir=db))
+    src = MeasuredKernels(data_dir=db)
     h200 = get_gpu("H200")
     b = np.array([1.0, 8.0, 16.0])
     k = b * 1024
@@ -543,7 +533,7 @@ HAS_AIC = importlib.util.find_spec("aiconfigurator_core") is not None
 def test_real_database_prices_a_sane_qwen3_8b_decode_step():
     shape = get_shape("qwen3-8b")
     b = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256], float)
-    r = kernel_step_times(shape, "H200", "vllm", "bf16", 1, None, b, b, np.full(b.shape, 4096.0))
+    r = ops.step_times(shape, "H200", "vllm", "bf16", 1, None, b, b, np.full(b.shape, 4096.0))
     # B = 1 is weight-bandwidth bound: every bf16 matmul weight read once at 4.8 TB/s
     memory_ms = shape.matmul_params * 2 / 4.8e12 * 1e3
     assert memory_ms < r.ms[0] < 2 * memory_ms

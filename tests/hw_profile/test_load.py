@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from hw_profile.load import SPREAD, LoadWatch, competing, oversubscribed, relative_spread
+from hw_profile.measure.load import SPREAD, LoadWatch, competing, oversubscribed, relative_spread
 
 
 def test_oversubscription_counts_the_profiles_own_threads_once():
@@ -46,7 +46,7 @@ def test_watch_warns_once_per_sign_and_records_a_verdict():
 
 def test_a_cpu_profile_records_the_load_it_ran_under(tiny_config, tmp_path):
     pytest.importorskip("torch")
-    from hw_profile.profiler import ProfileConfig, profile
+    from hw_profile.measure.profiler import ProfileConfig, profile
 
     lines = []
     cfg = ProfileConfig(model=str(tiny_config), requests=[1, 4], tokens_per_request=[1, 4], contexts=[32],

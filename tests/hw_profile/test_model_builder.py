@@ -5,8 +5,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hw_profile import model_builder as mb  # noqa: E402
-from hw_profile.shapes import get_shape, read_config  # noqa: E402
+from hw_profile.hardware.shapes import get_shape, read_config  # noqa: E402
+from hw_profile.measure import model_builder as mb  # noqa: E402
 
 
 @pytest.fixture

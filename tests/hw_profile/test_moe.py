@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from hw_profile.moe import expected_distinct_experts, routed_weight_params
-from hw_profile.shapes import get_shape
+from hw_profile.hardware.moe import expected_distinct_experts, routed_weight_params
+from hw_profile.hardware.shapes import get_shape
 
 
 def test_formula_hand_values():

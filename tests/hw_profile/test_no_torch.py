@@ -70,7 +70,7 @@ def test_the_profile_extra_holds_what_sps_and_peaks_import():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     listed = {d.split(">")[0].split("=")[0].split("[")[0].strip().lower()
               for d in project["optional-dependencies"]["profile"] + project["dependencies"]}
-    modules = set().union(*(third_party_imports(ROOT / "hw_profile" / f) for f in (
+    modules = set().union(*(third_party_imports(ROOT / "hw_profile" / "measure" / f) for f in (
         "profiler.py", "model_builder.py", "telemetry.py", "peaks.py")))
     assert {"torch", "transformers", "pynvml"} <= modules
     dists = packages_distributions()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hw_profile.table import ChunkAttention, StepTable, TableError
+from hw_profile.tables.step_table import ChunkAttention, StepTable, TableError
 
 
 def test_chunk_attention_closed_form():

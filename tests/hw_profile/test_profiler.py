@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from hw_profile.errors import HwProfileError
-from hw_profile.profiler import ProfileConfig, combine_telemetry, point_memory_bytes, profile
-from hw_profile.shapes import get_shape
-from hw_profile.table import StepTable
-from hw_profile.telemetry import PointTelemetry
+from hw_profile.hardware.shapes import get_shape
+from hw_profile.measure.profiler import ProfileConfig, combine_telemetry, point_memory_bytes, profile
+from hw_profile.measure.telemetry import PointTelemetry
+from hw_profile.tables.step_table import StepTable
 
 pytest.importorskip("torch")  # the profiler module imports without it; measuring needs it
 

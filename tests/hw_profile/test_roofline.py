@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from hw_profile.gpus import GPUS, get_gpu, gpu_from_file
-from hw_profile.roofline import RooflineParams, analytic_table, step_time_ms, weight_bytes
-from hw_profile.shapes import get_shape
-from hw_profile.table import StepTable
+from hw_profile.hardware.gpus import GPUS, get_gpu, gpu_from_file
+from hw_profile.hardware.shapes import get_shape
+from hw_profile.kernels.roofline import RooflineParams, analytic_table, step_time_ms, weight_bytes
+from hw_profile.tables.step_table import StepTable
 
 H200 = get_gpu("H200")
 Q8 = get_shape("qwen3-8b")
@@ -127,8 +127,8 @@ def test_analytic_table_round_trip(tmp_path):
 
 
 def test_markov_head_costs_by_hand():
-    from hw_profile.gpus import get_gpu
-    from hw_profile.roofline import markov_head_costs
+    from hw_profile.hardware.gpus import get_gpu
+    from hw_profile.kernels.roofline import markov_head_costs
 
     h200 = get_gpu("H200")
     c = markov_head_costs(h200, rank=256, vocab=151936, dtype="bf16")

@@ -5,7 +5,14 @@ import json
 import pytest
 
 from hw_profile.errors import HwProfileError
-from hw_profile.shapes import SHAPES, ModelShape, drafter_shape, get_shape, shape_from_config, with_layers
+from hw_profile.hardware.shapes import (
+    SHAPES,
+    ModelShape,
+    drafter_shape,
+    get_shape,
+    shape_from_config,
+    with_layers,
+)
 
 DEEPSEEK_V3_CONFIG = {  # the fields of deepseek-ai/DeepSeek-V3's config.json that a shape reads
     "model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,

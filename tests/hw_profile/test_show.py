@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from hw_profile.roofline import analytic_table
-from hw_profile.show import write_view
-from hw_profile.table import StepTable
+from hw_profile.kernels.roofline import analytic_table
+from hw_profile.tables.step_table import StepTable
+from hw_profile.view.show import write_view
 
 
 def _measured():
@@ -40,7 +40,7 @@ def test_view_of_one_analytic_table(tmp_path):
 
 def test_compare_ratios(tmp_path, capsys):
     from hw_profile.cli import main
-    from hw_profile.compare import ratio_frame
+    from hw_profile.view.compare import ratio_frame
 
     measured = _measured()
     analytic = analytic_table("qwen3-8b", "H200", b_axis=np.arange(1, 17), k_axis=[0, 1024, 4096], name="roofline")

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hw_profile.table import COLUMNS, StepTable, StepTimeGrid, TableError, sidecar_path
+from hw_profile.tables.step_table import COLUMNS, StepTable, StepTimeGrid, TableError, sidecar_path
 
 
 def _measured_rows():

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hw_profile.table import StepTable, StepTimeGrid, k_rows, step_ms_at
+from hw_profile.tables.step_table import StepTable, StepTimeGrid, k_rows, step_ms_at
 
 
 def additive(b, k):

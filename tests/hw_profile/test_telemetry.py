@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from hw_profile.telemetry import THROTTLING, NvmlSampler, PointTelemetry, reason_names
+from hw_profile.measure.telemetry import THROTTLING, NvmlSampler, PointTelemetry, reason_names
 
 
 def test_without_nvml_nothing_crashes_and_one_line_says_why():

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hw_profile.dp_ep import step_time_ms as dp_ep_ms
-from hw_profile.gpus import get_gpu
-from hw_profile.paper_v4 import calibrate_model
-from hw_profile.roofline import analytic_table, stored_weight_bytes
-from hw_profile.shapes import get_shape
+from hw_profile.estimate.dp_ep import step_time_ms as dp_ep_ms
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import get_shape
+from hw_profile.kernels.roofline import analytic_table, stored_weight_bytes
+from tools.paper_v4 import calibrate_model
 
 FLASH = get_shape("deepseek-v4-flash")
 PRO = get_shape("deepseek-v4-pro")

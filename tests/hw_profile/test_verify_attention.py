@@ -8,11 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hw_profile.engine_costs import engine_defaults
-from hw_profile.estimate import Deployment, estimate_points, verify_attention
-from hw_profile.gpus import get_gpu
-from hw_profile.shapes import get_shape
-from hw_profile.table import StepTable, StepTimeGrid, TableError, VerifyAttention
+from hw_profile.estimate.engine_costs import engine_defaults
+from hw_profile.estimate.estimate import Deployment, estimate_points, verify_attention
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import get_shape
+from hw_profile.tables.step_table import StepTable, StepTimeGrid, TableError, VerifyAttention
 
 ROWS = [{"batch_tokens": b, "kv_tokens": k, "status": "ok", "step_ms": 1.0} for b in (1, 512) for k in (0, 10**6)]
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hw_profile.calibrate import DraftShare, fit
-from hw_profile.dp_ep import dp_ep_table
-from hw_profile.gpus import get_gpu
-from hw_profile.observations import read_telemetry
-from hw_profile.paper_v4 import WINDOW, head_layer_equivalents
-from hw_profile.shapes import get_shape
-from hw_profile.table import StepTable
+from hw_profile.calibrate.calibrate import DraftShare, fit
+from hw_profile.calibrate.observations import read_telemetry
+from hw_profile.estimate.dp_ep import dp_ep_table
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import get_shape
+from hw_profile.tables.step_table import StepTable
 from simulator.inputs.config import load_scenario
 from simulator.runs.sweep import Sweep
 from tests.conftest import ROOT
+from tools.paper_v4 import WINDOW, head_layer_equivalents
 
 FLASH = ROOT / "scenarios" / "hardware" / "paper-v4-flash-calibrated.csv"
 

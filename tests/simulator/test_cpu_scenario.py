@@ -3,7 +3,7 @@ and a scenario whose engine limits reach far beyond a table's grid is warned abo
 
 from __future__ import annotations
 
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 from simulator.inputs.config import load_scenario
 from simulator.inputs.hardware import scenario_grid_warnings
 from tests.conftest import ROOT

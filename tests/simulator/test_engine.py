@@ -178,7 +178,7 @@ def test_disaggregated_prefill_moves_prefill_off_the_decode_replica(scenario_fil
 
 
 def test_sliding_window_drafter_reads_at_most_its_window():
-    from hw_profile.table import StepTimeGrid
+    from hw_profile.tables.step_table import StepTimeGrid
     from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 
     b = np.array([1.0, 1e4, 1.0, 1e4])
@@ -196,7 +196,7 @@ def test_a_drafters_passes_are_corrected_for_the_tokens_per_request_they_compute
     a parallel drafter's one pass the whole block (more); a windowed drafter over its window only."""
     from dataclasses import replace
 
-    from hw_profile.table import StepTimeGrid, VerifyAttention
+    from hw_profile.tables.step_table import StepTimeGrid, VerifyAttention
     from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 
     grid = StepTimeGrid.from_points(np.array([1.0, 1e4]), np.array([0.0, 1e6]), np.ones(2))
@@ -215,7 +215,7 @@ def test_a_drafters_passes_are_corrected_for_the_tokens_per_request_they_compute
 
 
 def test_policy_table_steers_the_policy_while_the_clock_keeps_the_raw_table(scenario_file, tmp_path):
-    from hw_profile.table import StepTable
+    from hw_profile.tables.step_table import StepTable
 
     # a policy table in which verification is free: every B costs the same 1 ms
     flat = StepTable.from_points([{"batch_tokens": b, "kv_tokens": k, "status": "ok", "step_ms": 1.0}
@@ -238,7 +238,7 @@ def test_the_clock_and_the_policy_pay_for_tokens_per_request_beyond_what_the_tab
     step verifying q per request over K KV tokens pays K x (max(A, C q) - max(A, C 2)) ns more, in the clock and in
     what the greedy prices. On a flat table that makes verification free, the greedy verifies nearly everything;
     once each verified token's attention is charged, far less."""
-    from hw_profile.table import StepTable
+    from hw_profile.tables.step_table import StepTable
     from tests.conftest import H200_TABLE
 
     # the drafters' tables of the default scenario's table, named from this one's sidecar

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hw_profile.table import StepTimeGrid
+from hw_profile.tables.step_table import StepTimeGrid
 from simulator.core.acceptance.base import AcceptanceSource, Proposal
 from simulator.core.columns import Batch
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost

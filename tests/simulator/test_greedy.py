@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hw_profile.table import StepTimeGrid, VerifyAttention
+from hw_profile.tables.step_table import StepTimeGrid, VerifyAttention
 from simulator.core.policies import greedy_prefix_lengths, top_k_prefix_lengths
 from simulator.core.policies.base import StepRate
 from simulator.core.policies.candidate_order import descending_stable
@@ -233,7 +233,7 @@ def test_candidate_sort_stays_exact_and_linear_when_confidences_agree_to_many_di
 
 
 def test_the_walk_forgets_its_cache_when_a_kernel_it_compiles_in_changes(tmp_path):
-    """numba would serve _walk compiled from an old table.py or candidate_order.py: a changed digest of the three
+    """numba would serve _walk compiled from an old step_table.py or candidate_order.py: a changed digest of the three
     sources empties _walk's cache (and records the new digest); an unchanged one keeps it."""
     from simulator.core.policies import greedy
 
@@ -249,7 +249,7 @@ def test_the_walk_forgets_its_cache_when_a_kernel_it_compiles_in_changes(tmp_pat
     index = Path(cache._cache_file._index_path)
     kept = index.read_bytes()
     try:
-        stamp.write_text("an edit to hw_profile/table.py")
+        stamp.write_text("an edit to hw_profile/tables/step_table.py")
         greedy._forget_stale_walk()
         assert cache._cache_file._load_index() == {} and stamp.read_text() == digest
     finally:

@@ -246,7 +246,7 @@ def test_plan_modes_that_do_not_combine_are_refused_in_one_line(scenario_file, t
 
 
 def test_a_comparison_that_mixes_a_bound_with_estimates_says_so():
-    from hw_profile.table import table_kind
+    from hw_profile.tables.step_table import table_kind
     from simulator.runs.hardware_choice import kinds_caveat
 
     assert [table_kind(m) for m in ({"kind": "analytic"}, {"kind": "estimate"}, {"kind": "calibrated-estimate"},

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from hw_profile.table import StepTimeGrid
+from hw_profile.tables.step_table import StepTimeGrid
 from simulator.core.acceptance.base import AcceptanceSource, Proposal
 from simulator.core.engine import Simulation, StepPrices
 from simulator.core.engine_config import EngineConfig

@@ -58,7 +58,7 @@ def test_tpot_and_e2e_by_hand(scenario_file):
 
 
 def test_vllm_bench_results_sit_beside_runs_csv_and_calibrate_reads_them_back(scenario_file, tmp_path):
-    from hw_profile.observations import read_telemetry
+    from hw_profile.calibrate.observations import read_telemetry
 
     path = scenario_file(systems=["mtp-1", "dspark"], frontier={"concurrency": [4, 16, 64]},
                          traffic={"kind": "poisson", "rate": 100.0})

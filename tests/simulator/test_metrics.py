@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from hw_profile.table import StepTimeGrid
+from hw_profile.tables.step_table import StepTimeGrid
 from simulator.core.engine import REQUEST_COLUMNS, STEP_COLUMNS
 from simulator.outputs.metrics import request_metrics, saturated, step_metrics, tau_by_mix, user_speed
 

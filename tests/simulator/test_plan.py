@@ -17,7 +17,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hw_profile.table import StepTimeGrid
+from hw_profile.tables.step_table import StepTimeGrid
 from simulator.core.prefill import PrefillPool
 from simulator.inputs.config import load_scenario
 from simulator.outputs.capacity_report import format_plan, unmet_lines

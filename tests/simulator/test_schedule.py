@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hw_profile.table import ChunkAttention, StepTable
+from hw_profile.tables.step_table import ChunkAttention, StepTable
 from simulator.core.engine import Simulation, StepPrices
 from simulator.core.engine_config import EngineConfig
 from simulator.core.invariants import check_invariants
@@ -302,9 +302,9 @@ def test_every_table_writer_records_the_kv_cache_it_priced():
     """The KV bytes a token holds, per GPU and per replica, as each writer priced them: an analytic table in its
     dtype, split over tensor-parallel GPUs but never below one KV head a GPU; a latent (MLA) cache whole on every
     GPU."""
-    from hw_profile.gpus import get_gpu
-    from hw_profile.roofline import analytic_table
-    from hw_profile.shapes import get_shape
+    from hw_profile.hardware.gpus import get_gpu
+    from hw_profile.hardware.shapes import get_shape
+    from hw_profile.kernels.roofline import analytic_table
 
     qwen = get_shape("qwen3-8b")  # 36 layers, 8 KV heads of 128
     t = analytic_table(qwen, get_gpu("H200"), gpus=2, dtype="fp8", b_axis=np.array([1, 8]), k_axis=np.array([0, 64]))

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hw_profile.gpus import get_gpu
-from hw_profile.shapes import get_shape
-from hw_profile.table import StepTable
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import get_shape
+from hw_profile.tables.step_table import StepTable
 from simulator.inputs.table_checks import DROP, device_of, kv_room, roofline_bound_ms, table_warnings
 from tests.conftest import H200_TABLE, ROOT
 

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from hw_profile.table import StepTimeGrid
+from hw_profile.tables.step_table import StepTimeGrid
 from simulator.core.batch_kernels import within
 from simulator.core.plugins import registrar
 from simulator.errors import PolicyError

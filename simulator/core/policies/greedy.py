@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-import hw_profile.table
-from hw_profile.table import k_rows, step_ms_at, verify_ms_at
+import hw_profile.tables.step_table
+from hw_profile.tables.step_table import k_rows, step_ms_at, verify_ms_at
 from simulator.core.policies import candidate_order
 from simulator.core.policies.base import StepRate
 from simulator.core.policies.candidate_order import descending_stable
@@ -142,14 +142,14 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, veri
 
 def _forget_stale_walk() -> None:
     """numba keys a cached kernel on its own file's stamp, but ``_walk`` compiles in ``k_rows`` and ``step_ms_at``
-    (hw_profile/table.py) and ``descending_stable`` (candidate_order.py): after an edit to those files the cache
+    (hw_profile/tables/step_table.py) and ``descending_stable`` (candidate_order.py): after an edit to those files the cache
     would serve the old code. So a digest of the three sources sits beside the cache, and when it no longer matches,
     ``_walk``'s cache is emptied and compiled afresh on first use."""
     cache = getattr(_walk, "_cache", None)
     where = getattr(cache, "_cache_path", None)
     if not where:
         return
-    files = [hw_profile.table.__file__, candidate_order.__file__, __file__]
+    files = [hw_profile.tables.step_table.__file__, candidate_order.__file__, __file__]
     digest = hashlib.sha256(b"".join(Path(f).read_bytes() for f in files)).hexdigest()
     stamp = Path(where) / "greedy._walk.sources"
     try:

@@ -1,7 +1,7 @@
 """Step times fitted to telemetry: the interpretable monotone T(B, K) behind ``hw-profile calibrate``.
 
 Input is a set of observations, each a mean decode step of the deployed system: B verified tokens per step, K KV
-tokens read per step (requests x mean context) and the step's duration (see ``hw_profile.observations`` for how
+tokens read per step (requests x mean context) and the step's duration (see ``hw_profile.calibrate.observations`` for how
 dashboards, runs.csv and vLLM benchmark files become observations). The model is
 
     T(B, K) = a + b x B + c x K                                            (a, b, c >= 0)
@@ -45,8 +45,8 @@ import numpy as np
 import pandas as pd
 
 from hw_profile.errors import HwProfileError
-from hw_profile.roofline import default_b_axis, default_k_axis
-from hw_profile.table import StepTable, table_meta
+from hw_profile.kernels.roofline import default_b_axis, default_k_axis
+from hw_profile.tables.step_table import StepTable, table_meta
 
 PARAMS = ("fixed_ms", "ms_per_token", "ms_per_kv_token")
 

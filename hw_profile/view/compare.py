@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hw_profile.table import StepTable, throttled_flags
+from hw_profile.tables.step_table import StepTable, throttled_flags
 
 
 def ratio_frame(first: StepTable, second: StepTable) -> pd.DataFrame:

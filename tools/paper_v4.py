@@ -1,6 +1,6 @@
 """Step-time tables of the paper's DeepSeek-V4 deployments, calibrated on MTP-1's production telemetry only.
 
-    python -m hw_profile.paper_v4        # writes scenarios/hardware/paper-v4-{flash,pro}-calibrated.*
+    python -m tools.paper_v4   # writes scenarios/hardware/paper-v4-{flash,pro}-calibrated.*
 
 Input: the MTP-1 lines of the DSpark paper's Figure 8 (throughput per GPU against concurrent requests per GPU,
 scenarios/reference/paper_fig7_fig8_mtp1.csv, provenance in the README beside it). What the figure cannot say is
@@ -32,11 +32,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from hw_profile.calibrate import Calibration, DraftShare, calibrated_table, fit
-from hw_profile.gpus import get_gpu
-from hw_profile.observations import Assumptions, read_telemetry
-from hw_profile.roofline import DTYPE_BYTES, RooflineParams, markov_head_costs
-from hw_profile.shapes import ModelShape, get_shape
+from hw_profile.calibrate.calibrate import Calibration, DraftShare, calibrated_table, fit
+from hw_profile.calibrate.observations import Assumptions, read_telemetry
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import ModelShape, get_shape
+from hw_profile.kernels.roofline import DTYPE_BYTES, RooflineParams, markov_head_costs
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "scenarios" / "reference" / "paper_fig7_fig8_mtp1.csv"
@@ -110,7 +110,7 @@ def write_paper_v4(out_dir: Path = HARDWARE_DIR, reference: Path = REFERENCE) ->
             entries[name] = {"table": f"{stem}.drafter-{name}.csv", "attention_window": WINDOW, **extra}
         main = calibrated_table(cal, name=stem, inputs=inputs, max_kv_tokens=MAX_KV_TOKENS,
                                 meta={**common, "drafter_tables": entries})
-        main.meta["command"] = "python -m hw_profile.paper_v4"
+        main.meta["command"] = "python -m tools.paper_v4"
         written.append(main.write(out_dir / f"{stem}.csv"))
     return written
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hw_profile.errors import HwProfileError
-from hw_profile.table import StepTable, StepTimeGrid, table_meta
+from hw_profile.tables.step_table import StepTable, StepTimeGrid, table_meta
 
 SINGLE_STREAM_TOKENS = 4
 MIN_CONTEXT_SHARE = 0.05

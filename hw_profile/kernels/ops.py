@@ -1,4 +1,4 @@
-"""One forward step priced from the kernel database (``hw_profile.kernel_db``): the op decomposition of a layer and
+"""One forward step priced from the kernel database (``hw_profile.kernels.database``): the op decomposition of a layer and
 the rules that correct the database's own model of a step.
 
 Per point (B new tokens over R requests, q = B/R query tokens each, ``context`` KV tokens per request), on
@@ -23,9 +23,9 @@ Per point (B new tokens over R requests, q = B/R query tokens each, ``context`` 
   measured, under balanced routing. ``moe_times`` prices an expert-parallel group's experts alone, from SGLang's
   DeepEP expert kernel where asked and measured (``wide_ep``).
 - ``comm``: two all-reduces per layer of B x hidden bf16 values over ``gpus`` (none on one GPU); the same
-  all-reduce closes an MoE layer, as in ``hw_profile.roofline``. The expert-parallel exchange is not in the step:
+  all-reduce closes an MoE layer, as in ``hw_profile.kernels.roofline``. The expert-parallel exchange is not in the step:
   ``exchange_times`` gives DeepEP's measured dispatch and combine where the database has them, and
-  ``hw_profile.estimate`` adds the exchange as the deployment overlaps it.
+  ``hw_profile.estimate.estimate`` adds the exchange as the deployment overlaps it.
 - ``lm_head``: the vocabulary GEMM at M = B (every verified token needs logits), N split by ``gpus``, bf16.
 
 The KV cache is bf16 whatever ``dtype`` (the engines' default, "auto"); ``dtype`` sets the GEMM and MoE weights
@@ -35,7 +35,7 @@ Not priced (they belong to the per-step overhead added elsewhere, or are small):
 embedding lookup, sampling, kernel launch.
 
 Lookups interpolate inside the measured grid and extrapolate linearly past its edge, never below the edge's value
-(``hw_profile.kernel_grid``); a point that needed extrapolation anywhere is not ``inside``.
+(``hw_profile.kernels.grid``); a point that needed extrapolation anywhere is not ``inside``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ import numpy as np
 import pandas as pd
 
 from hw_profile.errors import HwProfileError
-from hw_profile.kernel_db import (
+from hw_profile.hardware.shapes import ModelShape, dense_gemms
+from hw_profile.kernels.database import (
     GEMM_DTYPES,
     KernelTimes,
     densest,
@@ -57,8 +58,7 @@ from hw_profile.kernel_db import (
     system_of,
     versions,
 )
-from hw_profile.kernel_grid import Grid
-from hw_profile.shapes import ModelShape, dense_gemms
+from hw_profile.kernels.grid import Grid
 
 # fp4 routed experts (DeepSeek-V4): MXFP4 weights with fp8 activations first (V4's own format), then NVFP4
 FP4_MOE_DTYPES = ("w4a8_mxfp4_mxfp8", "nvfp4", "w4a16_mxfp4")

@@ -1,4 +1,4 @@
-"""Telemetry of a deployed system, read into observations of its mean decode step (for ``hw_profile.calibrate``).
+"""Telemetry of a deployed system, read into observations of its mean decode step (for ``hw_profile.calibrate.calibrate``).
 
 An observation is one operating point: ``requests`` R running per replica, ``batch_tokens`` B = R x verification
 budget verified per step, ``kv_tokens`` K = R x mean context read per step, and ``step_ms``. Telemetry rarely
@@ -21,7 +21,7 @@ Readers (``read_telemetry`` picks by content):
   and throughput is an observation, R = ``mean_running`` (per replica), B = R x ``mean_verify_budget``, K =
   ``mean_kv_tokens``, step = R x ``tau`` / (``throughput_per_gpu`` x GPUs per replica). With several systems in
   the file, ``system`` names the one to read. The step so measured includes the system's drafting and any
-  scheduling stall (see ``DraftShare`` in hw_profile.calibrate).
+  scheduling stall (see ``DraftShare`` in hw_profile.calibrate.calibrate).
 - **a directory of ``vllm bench serve --save-result`` JSON files**, one per ``--max-concurrency``. Fields read:
   ``max_concurrency`` (R, per server), ``mean_tpot_ms`` (step = TPOT x tau: a request emits tau tokens a step) or
   with ``step_from="throughput"`` ``output_throughput`` (step = R x tau / throughput), ``completed``,

@@ -1,4 +1,4 @@
-"""Our own reader of aiconfigurator-core's measured kernel database, and the step times it prices.
+"""Our own reader of aiconfigurator-core's measured kernel database.
 
 aiconfigurator-core (NVIDIA, Apache-2.0) ships per-GPU, per-engine tables of measured kernel latencies as parquet
 files under ``aiconfigurator_core/systems/data/<system>/<family>/<engine>/<version>/<table>.parquet`` (latency in
@@ -9,7 +9,8 @@ directory they write in the same layout.
 
 What this module does: find the data, say what it covers, load a table, and build the GEMM grid with the
 implausible-floor repair (see ``gemm_grid``). How one forward step is priced from those tables is
-``hw_profile.kernel_ops``; ``kernel_step_times`` is re-exported here as the entry point.
+``hw_profile.kernels.ops``, which imports this module and never the other way round; the estimate asks for kernel
+times through ``hw_profile.kernels.source.MeasuredKernels``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from hw_profile.errors import HwProfileError
-from hw_profile.kernel_grid import Grid
+from hw_profile.kernels.grid import Grid
 
 PACKAGE = "aiconfigurator_core"
 MISSING_EXTRA = "the kernel database needs the optional extra: pip install 'dspark-sim[kernels]'"
@@ -147,7 +148,7 @@ def coverage(data_dir=None) -> list[tuple[str, str, str]]:
 
 def covers(gpu: str, engine: str, data_dir=None) -> bool:
     """Whether the database has (gpu, engine); False, not an error, when the optional package is absent, so that
-    a caller can fall back to another source (``kernel_step_times`` says what to install)."""
+    a caller can fall back to another source (``system_of`` says what to install)."""
     if data_dir is None and importlib.util.find_spec(PACKAGE) is None:
         return False
     return any(g == gpu.upper() and e == engine.lower() for g, e, _ in coverage(data_dir))
@@ -276,8 +277,8 @@ def _floor_note(dtype, engine, version, system, grid, mesh, hit, ref, against: s
 def _roofline_grid(system: str, dtype: str, mesh) -> np.ndarray | None:
     """A GEMM's time on the datasheet roofline at the roofline model's achieved efficiencies, and never under
     ``GEMM_MIN_MS``; None where the GPU or dtype is not one the datasheet table knows."""
-    from hw_profile.gpus import GPUS
-    from hw_profile.roofline import RooflineParams
+    from hw_profile.hardware.gpus import GPUS
+    from hw_profile.kernels.roofline import RooflineParams
 
     gpu = GPUS.get(_GPU_OF_SYSTEM.get(system, ""))
     width = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0}.get(dtype)
@@ -296,33 +297,6 @@ def gemm_grid(base: Path, system: str, engine: str, version: str, dtype: str) ->
     """The (M, N, K) -> ms grid of one GEMM dtype on one (system, engine), with issue (c) repaired: cells far above
     another engine's time for the same GEMM shape on the same GPU (``FLOOR_RATIO`` and ``FLOOR_EXCESS_MS``) take
     the other engine's time (the fastest one, where several have data there); cells no other engine measured are
-    held against the GEMM's roofline on the GPU's datasheet (``hw_profile.gpus``) the same way."""
+    held against the GEMM's roofline on the GPU's datasheet (``hw_profile.hardware.gpus``) the same way."""
     return _gemm_grid_cached(str(base), system, engine, version, dtype)
 
-
-def kernel_step_times(shape, gpu, engine, dtype, gpus, ep, tokens, requests, context, data_dir=None) -> KernelTimes:
-    """Kernel time of one forward step per point; see ``hw_profile.kernel_ops.step_times``."""
-    from hw_profile.kernel_ops import step_times
-
-    return step_times(shape, gpu, engine, dtype, gpus, ep, tokens, requests, context, data_dir=data_dir)
-
-
-def kernel_moe_times(shape, gpu, engine, dtype, ep, tokens, wide_ep=False, gpus=None, data_dir=None) -> KernelTimes:
-    """The routed experts alone of an expert-parallel group; see ``hw_profile.kernel_ops.moe_times``."""
-    from hw_profile.kernel_ops import moe_times
-
-    return moe_times(shape, gpu, engine, dtype, ep, tokens, wide_ep=wide_ep, gpus=gpus, data_dir=data_dir)
-
-
-def kernel_exchange_times(shape, gpu, engine, ep, tokens, data_dir=None) -> KernelTimes | None:
-    """DeepEP's measured dispatch and combine, or None; see ``hw_profile.kernel_ops.exchange_times``."""
-    from hw_profile.kernel_ops import exchange_times
-
-    return exchange_times(shape, gpu, engine, ep, tokens, data_dir=data_dir)
-
-
-def kernel_gemm_times(shape, gpu, engine, dtype, gpus, tokens, names, data_dir=None) -> KernelTimes:
-    """Named dense GEMMs alone (the shared experts, say); see ``hw_profile.kernel_ops.gemm_times``."""
-    from hw_profile.kernel_ops import gemm_times
-
-    return gemm_times(shape, gpu, engine, dtype, gpus, tokens, names, data_dir=data_dir)

@@ -1,13 +1,13 @@
-"""`python -m hw_profile.embedded`: help prints and writes nothing; only `regenerate` writes the bundled tables,
+"""`python -m tools.embedded`: help prints and writes nothing; only `regenerate` writes the bundled tables,
 and what it writes is what is bundled."""
 
 from __future__ import annotations
 
 import pytest
 
-from hw_profile import embedded
-from hw_profile.table import StepTable
+from hw_profile.tables.step_table import StepTable
 from tests.conftest import ROOT
+from tools import embedded
 
 
 @pytest.fixture

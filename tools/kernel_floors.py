@@ -1,4 +1,4 @@
-"""Where the kernel-level roofline's per-kernel latencies (``hw_profile.estimate.KERNEL_FLOOR_US``) come from.
+"""Where the kernel-level roofline's per-kernel latencies (``hw_profile.estimate.estimate.KERNEL_FLOOR_US``) come from.
 
 A roofline prices a kernel by its bytes and FLOPs alone, so at one token it is several times faster than a real
 step, whose small kernels each take a few microseconds whatever their size. The kernel database measures those
@@ -14,7 +14,7 @@ DeepSeek-V4's attention is a module (projections, compressor, indexer, sparse at
 database has it (Blackwell parts): its excess over the roofline of its attention and projections, per layer, is
 ``v4_attention``, and its hyper-connection mixing, which the roofline does not price at all, is ``mhc`` per layer.
 
-    python -m hw_profile.kernel_floors      # needs the kernels extra; about 30 s on a 2-core machine
+    python -m tools.kernel_floors   # needs the kernels extra; about 30 s on a 2-core machine
 
 It also checks them leave-one-GPU-out: floors taken from the other GPUs, added to the roofline of each GPU's
 steps, against that GPU's measured kernels at 1, 8, 64 and 256 tokens.
@@ -41,12 +41,13 @@ def _measured_and_roofline(tokens: np.ndarray, models, among: tuple[str, ...] | 
     """(gpu, engine, model, dtype, shape, tp GPUs, measured parts, roofline parts without floors) for every
     covered (GPU, engine), of the GPUs ``among`` if given, and every (model, tp GPUs, dtype) of ``models`` it has
     data for, at ``tokens`` (one request per token) over a ``CONTEXT``-token context."""
-    from hw_profile import kernel_db
-    from hw_profile.engine_costs import engine_defaults
     from hw_profile.errors import HwProfileError
-    from hw_profile.estimate import Deployment, kernel_times, roofline_parts
-    from hw_profile.gpus import get_gpu
-    from hw_profile.shapes import get_shape
+    from hw_profile.estimate.engine_costs import engine_defaults
+    from hw_profile.estimate.estimate import Deployment, kernel_times, roofline_parts
+    from hw_profile.hardware.gpus import get_gpu
+    from hw_profile.hardware.shapes import get_shape
+    from hw_profile.kernels import database as kernel_db
+    from hw_profile.kernels.source import MeasuredKernels
 
     out = []
     for gpu, engine, _ in kernel_db.coverage():
@@ -57,7 +58,7 @@ def _measured_and_roofline(tokens: np.ndarray, models, among: tuple[str, ...] | 
             dep = Deployment(get_gpu(gpu), gpus=gpus, ep=1, dtype=dtype, parallel="tp", engine=engine,
                              costs=engine_defaults(engine))
             try:
-                measured = kernel_times(kernel_db, shape, dep, tokens, tokens,
+                measured = kernel_times(MeasuredKernels(), shape, dep, tokens, tokens,
                                         np.full(tokens.shape, float(CONTEXT))).parts
             except HwProfileError:  # a layout (or V4 module) this (GPU, engine) has no data for
                 continue
@@ -71,7 +72,7 @@ def cases() -> list[dict]:
     roofline at one token, us per launch, per family (NaN for a dense model's MoE); the launches per step; and the
     step's kernel time, measured and roofline without floors, at ``TOKENS``."""
     from hw_profile.errors import HwProfileError
-    from hw_profile.shapes import dense_gemms
+    from hw_profile.hardware.shapes import dense_gemms
 
     rows = []
     for gpu, engine, model, dtype, shape, gpus, measured, roof in _measured_and_roofline(np.array(TOKENS), MODELS,
@@ -127,8 +128,8 @@ def leave_one_gpu_out(rows: list[dict]) -> dict[str, np.ndarray]:
 
 
 def main() -> int:
-    from hw_profile.estimate import KERNEL_FLOOR_US
-    from hw_profile.kernel_db import package_version
+    from hw_profile.estimate.estimate import KERNEL_FLOOR_US
+    from hw_profile.kernels.database import package_version
 
     rows = cases()
     print(f"kernel database: aiconfigurator-core {package_version()}; {len(rows)} (GPU, engine, model) cases")

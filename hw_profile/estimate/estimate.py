@@ -1,12 +1,12 @@
 """``hw-profile estimate``: step-time tables for a (model, GPU, parallelism, serving engine) nobody here measured.
 
-A step is priced as its kernels plus what the engine adds around them (``hw_profile.engine_costs``):
+A step is priced as its kernels plus what the engine adds around them (``hw_profile.estimate.engine_costs``):
 
     T(B, K) = kernels(B, K) + step_fixed + eager launches (B past the captured graphs) + sampling (B x vocab)
 
 The kernels come from the best source available, recorded per point in the table's ``source`` column:
 
-- ``kernels``: the measured kernel database of NVIDIA's aiconfigurator-core (``hw_profile.kernel_db``, the
+- ``kernels``: the measured kernel database of NVIDIA's aiconfigurator-core (``hw_profile.kernels.database``, the
   optional extra ``dspark-sim[kernels]``), for the GPUs and engines it covers; ``inside`` says whether every
   kernel lookup of the point lay inside measured data;
 - ``roofline``: a kernel-level roofline otherwise (H20, AMD parts, a model the database lacks). Unlike the
@@ -16,7 +16,7 @@ The kernels come from the best source available, recorded per point in the table
   experts the step touches; FLOPs scaled by the busiest expert-parallel rank's load), attention (KV reads once per
   request; compute for every verified token over its request's context), and communication (tensor-parallel
   all-reduces, or expert-parallel dispatch and combine). Each launch also pays the fixed latency measured kernels
-  show above their roofline at one token (``KERNEL_FLOOR_US``, from ``hw_profile.kernel_floors``);
+  show above their roofline at one token (``KERNEL_FLOOR_US``, from ``tools.kernel_floors``);
 - ``kernels:<twin>``: for a GPU the database lacks whose datasheet a covered GPU shares (``kernel_twin``: the
   H800 is an H100 with a slower NVLink), that GPU's measured kernels, communication priced on this GPU's links;
 - ``roofline+sibling``: asked for with ``--sibling GPU``, for a GPU the database lacks: that roofline (without the
@@ -25,7 +25,7 @@ The kernels come from the best source available, recorded per point in the table
 
 Under SGLang with data-parallel attention the database also prices the routed experts with DeepEP's expert kernel
 and the expert-parallel exchange with DeepEP's measured low-latency dispatch and combine, where it has the group's
-node count (``hw_profile.kernel_ops.moe_times``, ``exchange_times``).
+node count (``hw_profile.kernels.ops.moe_times``, ``exchange_times``).
 
 Parallelism: ``tp`` splits attention and dense weights over the replica's GPUs (routed experts over ``ep`` groups
 inside it) and the table describes the replica; ``dp`` is DeepSeek-style decode, every GPU a data-parallel
@@ -48,8 +48,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hw_profile.dp_ep import stored_bytes_per_gpu, weight_parts_per_gpu
-from hw_profile.engine_costs import (
+from hw_profile.errors import HwProfileError
+from hw_profile.estimate.dp_ep import stored_bytes_per_gpu, weight_parts_per_gpu
+from hw_profile.estimate.engine_costs import (
     EngineCosts,
     a2a_floor_us,
     a2a_latency_us,
@@ -58,10 +59,10 @@ from hw_profile.engine_costs import (
     sampling_ms,
     two_batch_min_tokens,
 )
-from hw_profile.errors import HwProfileError
-from hw_profile.gpus import GPU, GPUS
-from hw_profile.moe import routed_weight_params
-from hw_profile.roofline import (
+from hw_profile.hardware.gpus import GPU, GPUS
+from hw_profile.hardware.moe import routed_weight_params
+from hw_profile.hardware.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
+from hw_profile.kernels.roofline import (
     DTYPE_BYTES,
     RooflineParams,
     allreduce_s,
@@ -73,11 +74,11 @@ from hw_profile.roofline import (
     markov_head_costs,
     stored_weight_bytes,
 )
-from hw_profile.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
-from hw_profile.table import StepTable, VerifyAttention, table_meta
+from hw_profile.tables.step_table import StepTable, VerifyAttention, table_meta
 
 if TYPE_CHECKING:  # the kernel database's reader is imported only where it is used
-    from hw_profile.kernel_db import KernelTimes
+    from hw_profile.kernels.database import KernelTimes
+    from hw_profile.kernels.source import KernelSource
 
 MARKOV_RANK = 256  # DSpark's Markov head (paper 5.1)
 DSPARK_LAYERS_MOE = 3  # DSpark's V4 drafter: three MoE layers with a 128-token window (paper 5.1)
@@ -87,7 +88,7 @@ A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and e
 LAYERLESS_PARTS = ("lm_head", "comm", "a2a")
 # What a measured kernel costs above its roofline at one token (us): a GEMM, one layer's decode attention, one
 # layer's fused MoE; for DeepSeek-V4, one layer's attention module and its hyper-connection mixing. Medians from
-# the kernel database over the GPUs it covers (``hw_profile.kernel_floors``, which recomputes them); the
+# the kernel database over the GPUs it covers (``tools.kernel_floors``, which recomputes them); the
 # kernel-level roofline adds them per launch, so that at low load it prices what kernels really take on GPUs the
 # database lacks.
 KERNEL_FLOOR_US = {"gemm": 4.3, "attention": 11.2, "moe": 24.4, "v4_attention": 54.8, "mhc": 26.8}
@@ -157,13 +158,13 @@ def attention_work(shape: ModelShape, dep: Deployment) -> tuple[float, float, fl
 
 
 def verify_attention(shape: ModelShape, dep: Deployment, costs: EngineCosts) -> VerifyAttention:
-    """How a table prices verification's attention (``hw_profile.table.VerifyAttention``), from the kernel-level
+    """How a table prices verification's attention (``hw_profile.tables.step_table.VerifyAttention``), from the kernel-level
     roofline's attention terms: ns per KV token read, ns per (query token x KV token) computed, at the tokens per
     request the table assumes (``verify_tokens_per_request``)."""
     per_kv, per_query_kv, _, dtype = attention_work(shape, dep)
     return VerifyAttention(costs.verify_tokens_per_request, per_kv / dep.bandwidth * 1e9,
                            per_query_kv / dep.peak(dtype) * 1e9,
-                           source="kernel-level roofline of the attention (hw_profile.estimate.attention_work)")
+                           source="kernel-level roofline of the attention (hw_profile.estimate.estimate.attention_work)")
 
 
 def attention_queries(b: np.ndarray, costs: EngineCosts) -> np.ndarray:
@@ -361,17 +362,18 @@ class Estimate:
     notes: list[str]
 
 
-def kernel_source(kernels: str, gpu: GPU, engine: str):
-    """The kernel database reader when it should be used, else None (roofline). ``kernels``: auto | db | roofline.
+def kernel_source(kernels: str, gpu: GPU, engine: str) -> KernelSource | None:
+    """The kernel database when it should be used, else None (roofline). ``kernels``: auto | db | roofline.
     ``db`` insists: one line naming the extra to install, or what the database covers."""
     if kernels == "roofline":
         return None
-    from hw_profile import kernel_db
+    from hw_profile.kernels import database as kernel_db
+    from hw_profile.kernels.source import MeasuredKernels
 
     if kernels == "db":
         kernel_db.system_of(gpu.name, engine)
-        return kernel_db
-    return kernel_db if kernel_db.covers(gpu.name, engine) else None
+        return MeasuredKernels()
+    return MeasuredKernels() if kernel_db.covers(gpu.name, engine) else None
 
 
 def kernel_twin(gpu: GPU, engine: str) -> GPU | None:
@@ -380,7 +382,7 @@ def kernel_twin(gpu: GPU, engine: str) -> GPU | None:
     to 400 GB/s: the H100's measured kernels are its kernels, its links are its own."""
     if kernel_source("auto", gpu, engine) is not None:
         return None
-    from hw_profile import kernel_db
+    from hw_profile.kernels import database as kernel_db
 
     def rates(g: GPU) -> tuple:
         return g.bf16_tflops, g.fp8_tflops, g.fp4_tflops, g.hbm_tb_s
@@ -392,23 +394,27 @@ def kernel_twin(gpu: GPU, engine: str) -> GPU | None:
 
 
 def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray, kernels: str = "auto",
-                    costs: EngineCosts | None = None, sibling: GPU | None = None) -> Estimate:
+                    costs: EngineCosts | None = None, sibling: GPU | None = None,
+                    source: KernelSource | None = None) -> Estimate:
     """Step times (ms) at points (B, K) on one table-GPU of ``dep``, with each part and its source. ``sibling``: a
     GPU the kernel database covers, whose measured kernels' excess over their roofline this GPU's roofline takes
     (``sibling_parts``), for a GPU the database lacks. Without one, a GPU the database lacks takes its twin's
-    measured kernels (``kernel_twin``) the same way, which for a twin is the twin's measured kernels exactly."""
+    measured kernels (``kernel_twin``) the same way, which for a twin is the twin's measured kernels exactly.
+    ``source``: measured kernels from this ``KernelSource`` instead of the one ``kernel_source`` picks (no twin
+    then); its errors fall back to the roofline as the database's do."""
     b = np.asarray(b, dtype=float)
     k = np.asarray(k, dtype=float)
     costs = dep.costs if costs is None else costs
     notes: list[str] = []
-    twin = kernel_twin(dep.gpu, dep.engine) if sibling is None and kernels != "roofline" else None
+    twin = (kernel_twin(dep.gpu, dep.engine) if sibling is None and source is None and kernels != "roofline"
+            else None)
     if sibling is not None or twin is not None:
         found = _sibling_estimate(shape, dep, b, k, costs, sibling or twin, kernels, notes, twin=twin is not None)
         if found is not None:
             return found
         if twin is not None and kernels == "db":  # measured kernels insisted on: why the twin's did not serve
             raise HwProfileError(notes[-1].replace("; roofline instead", ""))
-    db = kernel_source(kernels, dep.gpu, dep.engine)
+    db = kernel_source(kernels, dep.gpu, dep.engine) if source is None else source
     if db is None and kernels == "auto" and not _kernel_package():
         notes.append("measured kernels need the optional extra: pip install 'dspark-sim[kernels]'")
     if db is not None:
@@ -457,7 +463,7 @@ SIBLING_FAMILIES = {"dense": ("gemm", "mhc"), "attention": ("attention",), "rout
                     "lm_head": ("lm_head",), "comm": ("comm",)}
 
 
-def sibling_parts(shape: ModelShape, dep: Deployment, sibling: GPU, db, b: np.ndarray,
+def sibling_parts(shape: ModelShape, dep: Deployment, sibling: GPU, db: KernelSource, b: np.ndarray,
                   k: np.ndarray) -> tuple[dict[str, np.ndarray], KernelTimes]:
     """Kernel parts of ``dep`` on a GPU the database lacks, transferred from a ``sibling`` it covers: per family,
     this GPU's roofline plus what the sibling's measured kernels take beyond the sibling's own roofline at the same
@@ -512,22 +518,21 @@ def _sibling_estimate(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.n
                                               f"{sibling.name}'s roofline"], [*notes, *kt.notes])
 
 
-def _kernel_lookup(db, shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray):
+def _kernel_lookup(db: KernelSource, shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray):
     # never more requests than tokens: a fractional batch (278.75 tokens) must not round up past itself
     requests = np.minimum(np.maximum(1.0, np.round(b / dep.costs.verify_tokens_per_request)), np.maximum(b, 1.0))
     return kernel_times(db, shape, dep, b, requests, k / requests)
 
 
-def _measured_shared_experts(db, shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray:
+def _measured_shared_experts(db: KernelSource, shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray:
     """The rank's shared experts (every MoE layer's) from the kernel database's GEMMs, ms; what a single-batch
     layer hides its dispatch under."""
-    from hw_profile.kernel_ops import SHARED_EXPERT_GEMMS
+    from hw_profile.kernels.ops import SHARED_EXPERT_GEMMS
 
-    return db.kernel_gemm_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.head_split, b,
-                                SHARED_EXPERT_GEMMS).ms
+    return db.gemm_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.head_split, b, SHARED_EXPERT_GEMMS).ms
 
 
-def _measured_exchange(db, shape: ModelShape, dep: Deployment, b: np.ndarray):
+def _measured_exchange(db: KernelSource, shape: ModelShape, dep: Deployment, b: np.ndarray):
     """The exchange as the database measured it for this deployment: its ``KernelTimes`` at ``b`` and a
     ``tokens -> ms`` lookup for ``with_exchange`` (which asks for ``b`` itself first: answered from the former); or
     None. Measured for SGLang's data-parallel attention over DeepEP, where the database has the group's node count.
@@ -537,13 +542,13 @@ def _measured_exchange(db, shape: ModelShape, dep: Deployment, b: np.ndarray):
         return None
 
     def at(tokens):
-        return db.kernel_exchange_times(shape, dep.gpu.name, dep.engine, dep.ep, tokens)
+        return db.exchange_times(shape, dep.gpu.name, dep.engine, dep.ep, tokens)
 
     here = at(b)
     return None if here is None else (here, lambda tokens: here.ms if tokens is b else at(tokens).ms)
 
 
-def kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
+def kernel_times(db: KernelSource, shape: ModelShape, dep: Deployment, b, requests, context):
     """Kernel times of one table-GPU. Under ``dp`` a rank runs attention and the dense part alone on its own
     requests (the database's one-GPU step) and its share of the expert-parallel group's MoE, whose tokens are every
     rank's: the MoE part from the group's kernel (SGLang's DeepEP expert kernel where measured) at ep x the tokens.
@@ -553,15 +558,14 @@ def kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
     (a time multiplied by it would charge a weight-bound kernel too)."""
     b = np.asarray(b, dtype=float)
     dp = dep.parallel == "dp" and shape.is_moe and dep.ep > 1
-    own = (db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, 1, 1, b, requests, context) if dp else
-           db.kernel_step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep, b, requests,
-                                context))
+    own = (db.step_times(shape, dep.gpu.name, dep.engine, dep.dtype, 1, 1, b, requests, context) if dp else
+           db.step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep, b, requests, context))
     if not shape.is_moe or dep.ep <= 1:
         return own
     group_tokens = b * (dep.ep if dp else 1)
     busiest = imbalance_factor(group_tokens * shape.experts_per_token, dep.ep, dep.costs)
-    group = db.kernel_moe_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.ep, group_tokens * busiest,
-                                wide_ep=dp and dep.engine == "sglang", gpus=dep.ep if dp else dep.table_gpus)
+    group = db.moe_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.ep, group_tokens * busiest,
+                         wide_ep=dp and dep.engine == "sglang", gpus=dep.ep if dp else dep.table_gpus)
     parts = {key: v for key, v in own.parts.items() if key != "moe"}
     parts["moe"] = group.parts["moe"]
     note = (f"data-parallel attention: attention, dense GEMMs and head from the one-GPU step at the rank's own "
@@ -577,13 +581,13 @@ def kernel_times(db, shape: ModelShape, dep: Deployment, b, requests, context):
 def _kernel_package() -> bool:
     import importlib.util
 
-    from hw_profile.kernel_db import PACKAGE
+    from hw_profile.kernels.database import PACKAGE
 
     return importlib.util.find_spec(PACKAGE) is not None
 
 
 def chunk_attention(shape: ModelShape, dep: Deployment) -> dict:
-    """The sidecar's ``prefill_cost`` block (``hw_profile.table.ChunkAttention``): a prompt chunk's causal attention,
+    """The sidecar's ``prefill_cost`` block (``hw_profile.tables.step_table.ChunkAttention``): a prompt chunk's causal attention,
     ns per (chunk token, token it attends to), compute-bound (hundreds of queries per request). Its GEMMs are T's at
     the step's total tokens: one forward (``simulator.core.forward``)."""
     _, per_query_kv, _, dtype = attention_work(shape, dep)

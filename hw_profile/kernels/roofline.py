@@ -15,7 +15,7 @@ H200 in bf16) it is compute-bound and SPS falls as 1/B. Long contexts move the r
 K is an axis. The efficiencies are typical achieved fractions of peak for large GEMMs and streaming reads, not
 measurements of this code.
 
-Mixture of experts (``shape.is_moe``, see ``hw_profile.moe``): the weights read are the dense part (attention,
+Mixture of experts (``shape.is_moe``, see ``hw_profile.hardware.moe``): the weights read are the dense part (attention,
 dense MLPs, shared experts, router, head) plus, per MoE layer, only the experts the step's B tokens touch,
 E x (1 - (1 - k/E)^B) in expectation; FLOPs use the active parameters (k experts per token). So an MoE step's
 bytes grow with B until every expert is touched, and SPS falls in B well before a dense model's would.
@@ -25,7 +25,7 @@ Every GPU holds all B hidden states after the attention all-reduce, so an MoE la
 a dense MLP (no all-to-all: DeepSeek's data-parallel attention with all-to-all dispatch is not modelled), and the
 busiest group's extra load (routing imbalance) is not modelled either.
 
-Compressed sparse attention (DeepSeek-V4, see hw_profile.shapes) reads per context token only the indexer's keys
+Compressed sparse attention (DeepSeek-V4, see hw_profile.hardware.shapes) reads per context token only the indexer's keys
 and the most compressed rows (``kv_read_bytes_per_token``), and per query token its selected rows and window
 (``attn_read_bytes_per_query_token``, ``attn_flops_per_query_token``); routed experts stored in fp4 are read at
 half a byte (``expert_bytes``).
@@ -52,10 +52,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hw_profile.gpus import GPU, get_gpu
-from hw_profile.moe import routed_weight_params
-from hw_profile.shapes import ModelShape, get_shape
-from hw_profile.table import StepTable, roofline_caveat, table_meta
+from hw_profile.hardware.gpus import GPU, get_gpu
+from hw_profile.hardware.moe import routed_weight_params
+from hw_profile.hardware.shapes import ModelShape, get_shape
+from hw_profile.tables.step_table import StepTable, roofline_caveat, table_meta
 
 # fp4 and w4a16 (fp4 weights run in 16-bit arithmetic, as Marlin kernels do): expert storage only (expert_dtype)
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "fp4": 0.5, "w4a16": 0.5}

@@ -5,7 +5,7 @@ rank for attention: it holds the replicated dense part (attention, dense and sha
 experts, runs attention for its own batch, and exchanges hidden states with the other ranks for each MoE layer
 (all-to-all dispatch and combine). All ranks step together, so one GPU's step time for its own B tokens and K KV
 tokens is the deployment's step time, and per-GPU metrics are the deployment's. This is the view a table made
-here describes (one GPU per replica in a scenario). The plain roofline (roofline.py) models tensor parallelism
+here describes (one GPU per replica in a scenario). The plain roofline (kernels/roofline.py) models tensor parallelism
 inside one group instead and says so.
 
 For B tokens and K KV tokens on one rank of an ``ep``-GPU group:
@@ -29,8 +29,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from hw_profile.gpus import GPU
-from hw_profile.roofline import (
+from hw_profile.hardware.gpus import GPU
+from hw_profile.hardware.shapes import ModelShape
+from hw_profile.kernels.roofline import (
     DTYPE_BYTES,
     RooflineParams,
     attention_bytes_flops,
@@ -38,8 +39,7 @@ from hw_profile.roofline import (
     default_k_axis,
     expert_bytes,
 )
-from hw_profile.shapes import ModelShape
-from hw_profile.table import StepTable, roofline_caveat, table_meta
+from hw_profile.tables.step_table import StepTable, roofline_caveat, table_meta
 
 
 @dataclass(frozen=True)

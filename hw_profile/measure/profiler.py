@@ -15,12 +15,12 @@ attend to a KV cache of c tokens each. Per point:
 5. NVML telemetry over the timed window; a point whose window saw a throttling reason is measured again after a
    pause, at most ``throttle_retries`` times, and keeps ``throttled = True`` if it never ran clean;
 6. on the CPU, the machine's load before the run and after every point, and the spread of the repeats
-   (``hw_profile.load``): recorded in the sidecar (``machine_load``), and a warning line when either is high.
+   (``hw_profile.measure.load``): recorded in the sidecar (``machine_load``), and a warning line when either is high.
 
 A drafter (``drafter_layers``) with ``markov_rank`` > 0 is a DSpark drafter: after the grid its per-position
-Markov and confidence heads are timed too (``hw_profile.head_timing``), into the sidecar's ``sequential_head``.
+Markov and confidence heads are timed too (``hw_profile.measure.head_timing``), into the sidecar's ``sequential_head``.
 
-The table (CSV + JSON sidecar, ``hw_profile.table``) is rewritten atomically after every point, so Ctrl-C (or a
+The table (CSV + JSON sidecar, ``hw_profile.tables.step_table``) is rewritten atomically after every point, so Ctrl-C (or a
 crash) keeps every point measured so far; the sidecar then says ``interrupted``.
 
 The machine's own settings are never changed: no clock locking, no power limits (NVML is only read).
@@ -40,10 +40,10 @@ from pathlib import Path
 import numpy as np
 
 from hw_profile.errors import HwProfileError
-from hw_profile.load import LoadWatch, relative_spread
-from hw_profile.shapes import ModelShape, drafter_shape, get_shape, read_config, with_layers
-from hw_profile.table import StepTable, table_meta
-from hw_profile.telemetry import NvmlSampler, PointTelemetry
+from hw_profile.hardware.shapes import ModelShape, drafter_shape, get_shape, read_config, with_layers
+from hw_profile.measure.load import LoadWatch, relative_spread
+from hw_profile.measure.telemetry import NvmlSampler, PointTelemetry
+from hw_profile.tables.step_table import StepTable, table_meta
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 GIB = 1024**3
@@ -86,7 +86,7 @@ class ProfileConfig:
             if bad:
                 raise HwProfileError(f"{flag}: expected {'non-negative' if flag == '--context' else 'positive'} "
                                      f"integers, got {bad[0]}")
-        from hw_profile.model_builder import ATTENTION
+        from hw_profile.measure.model_builder import ATTENTION
 
         if self.attention not in ATTENTION:
             raise HwProfileError(f"--attn: expected one of {', '.join(ATTENTION)}, got {self.attention!r}")
@@ -176,7 +176,7 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
         import torch
     except ImportError:
         raise HwProfileError("hw-profile sps needs torch: install dspark-sim[profile]") from None
-    from hw_profile import model_builder as mb
+    from hw_profile.measure import model_builder as mb
 
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise HwProfileError(f"--device cuda: torch {torch.__version__} sees no CUDA device")
@@ -279,7 +279,7 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
                 _free_cuda(torch, cfg.device)
         if cfg.drafter_layers is not None and cfg.markov_rank:
             # a DSpark drafter also runs its Markov and confidence heads once per draft position
-            from hw_profile.head_timing import time_dspark_heads
+            from hw_profile.measure.head_timing import time_dspark_heads
 
             meta["sequential_head"] = time_dspark_heads(cfg.device, cfg.dtype, cfg.markov_rank, timed.vocab,
                                                         timed.hidden, cfg.requests, repeats=cfg.repeats,
@@ -514,7 +514,7 @@ def _write(records: dict, meta: dict, out: Path) -> StepTable:
 
 
 def _metadata(cfg: ProfileConfig, timed: ModelShape, target: ModelShape, model, sampler, torch, build_s) -> dict:
-    from hw_profile.model_builder import implementation_info
+    from hw_profile.measure.model_builder import implementation_info
 
     if cfg.device == "cuda":
         props = torch.cuda.get_device_properties(torch.cuda.current_device())

@@ -65,7 +65,7 @@ REQUIRED = ["batch_tokens", "kv_tokens", "status", "step_ms"]
 PREFILL_COST = "prefill_cost"  # the sidecar's optional block (ChunkAttention)
 VERIFY_ATTENTION = "verify_attention"  # the sidecar's optional block (VerifyAttention)
 # Written only when a table has them: where an estimated point's kernel time came from, and whether it lay inside
-# measured kernel data (hw_profile.estimate).
+# measured kernel data (hw_profile.estimate.estimate).
 OPTIONAL_COLUMNS = ["source", "inside"]
 
 

@@ -26,7 +26,7 @@ def time_dspark_heads(device: str, dtype: str, rank: int, vocab: int, hidden: in
                       repeats: int = 10, warmup: int = 2, seed: int = 0) -> dict:
     import torch
 
-    from hw_profile.model_builder import torch_dtype
+    from hw_profile.measure.model_builder import torch_dtype
 
     dt = torch_dtype(dtype)
     gen = torch.Generator().manual_seed(seed)

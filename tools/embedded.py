@@ -1,17 +1,17 @@
 """The embedded tables, so the simulator runs without a GPU:
 
 - an H200 serving a Qwen3-8B-shaped dense target in bf16, and its drafters' costs, from the roofline model
-  (hw_profile/roofline.py), and the same set for a B200 (its datasheet figures in hw_profile/gpus.py, the same
+  (hw_profile/kernels/roofline.py), and the same set for a B200 (its datasheet figures in hw_profile/hardware/gpus.py, the same
   efficiencies and launch overhead), so that a plan can compare the two (``simulate plan --hardware``);
 - one H800 rank of a DeepSeek-style decode deployment (the real DeepSeek-V4-Flash shape, fp8 with fp4 experts,
-  data-parallel attention over an expert-parallel group of 64 GPUs; hw_profile/dp_ep.py) with a DSpark drafter of
+  data-parallel attention over an expert-parallel group of 64 GPUs; hw_profile/estimate/dp_ep.py) with a DSpark drafter of
   three MoE layers with 128-token sliding-window attention (the paper's V4 drafter, section 5.1) and the
   one-MoE-layer MTP module: the first-principles alternative to the tables calibrated on the paper's telemetry
-  (hw_profile/paper_v4.py; docs/paper-v4.md says why their per-token costs differ).
+  (tools/paper_v4.py; docs/paper-v4.md says why their per-token costs differ).
 
-    python -m hw_profile.embedded regenerate [--out-dir DIR]   # every set, into scenarios/hardware/ by default
-    python -m hw_profile.embedded regenerate --gpu B200        # only the Qwen3-8B set of one GPU
-    python -m hw_profile.embedded --help
+    python -m tools.embedded regenerate [--out-dir DIR]  # every set, into scenarios/hardware/ by default
+    python -m tools.embedded regenerate --gpu B200       # only the Qwen3-8B set of one GPU
+    python -m tools.embedded --help
 
 For a GPU or model without embedded tables, ``hw-profile analytic`` writes the target's table and, with
 ``--drafter-layers N``, a drafter's (with DSpark's head costs in its sidecar); docs/hw-profile.md says how.
@@ -28,10 +28,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from hw_profile.dp_ep import DpEpParams, dp_ep_table
-from hw_profile.gpus import get_gpu
-from hw_profile.roofline import RooflineParams, analytic_table, drafter_params, markov_head_costs
-from hw_profile.shapes import drafter_shape, get_shape
+from hw_profile.estimate.dp_ep import DpEpParams, dp_ep_table
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import drafter_shape, get_shape
+from hw_profile.kernels.roofline import RooflineParams, analytic_table, drafter_params, markov_head_costs
 
 HARDWARE_DIR = Path(__file__).resolve().parents[1] / "scenarios" / "hardware"
 MARKOV_RANK = 256
@@ -92,7 +92,7 @@ def write_deepseek_dp_ep(out_dir: Path = HARDWARE_DIR, gpu_name: str = "H800", d
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m hw_profile.embedded",
+        prog="python -m tools.embedded",
         description="Regenerate the step-time tables bundled with the simulator (scenarios/hardware/): the H200 "
                     "and B200 Qwen3-8B roofline sets and the H800 DeepSeek-V4-Flash expert-parallel set, with "
                     "their drafters.")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hw_profile.errors import HwProfileError
-from hw_profile.shapes import ModelShape
+from hw_profile.hardware.shapes import ModelShape
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 

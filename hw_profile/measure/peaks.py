@@ -1,7 +1,7 @@
 """Achieved matmul throughput and weight-streaming bandwidth of the machine at hand (``hw-profile peaks``).
 
 The roofline needs a device's peak FLOP rate and memory bandwidth. For a named GPU they come from its datasheet
-(``hw_profile.gpus``); for the CPU a table was measured on there is no datasheet worth the name, so this measures
+(``hw_profile.hardware.gpus``); for the CPU a table was measured on there is no datasheet worth the name, so this measures
 the two achieved rates the way a decode step uses them:
 
 - matmul: a square GEMM (n = 2048 on the CPU, 8192 on a GPU) in the table's dtype, best of several runs;
@@ -21,7 +21,7 @@ import time
 def measure_peaks(device: str = "cpu", dtype: str = "fp32", repeats: int = 5) -> dict:
     import torch
 
-    from hw_profile.model_builder import torch_dtype
+    from hw_profile.measure.model_builder import torch_dtype
 
     dt = torch_dtype(dtype)
     dev = torch.device(device)

@@ -45,7 +45,7 @@ per-step cost and per-token scale of a written table. All times are per step of 
   B x K / R. The table takes R = B / q with q this value (2: MTP-1's budget, the most common speculative
   deployment). Attention reads of the KV are once per request whatever q is. The table's sidecar records q with
   the attention's rates (``verify_attention``), and the simulator corrects each step for the tokens per request
-  it actually verifies (``hw_profile.table.VerifyAttention``), so plain decoding is not charged q x its attention
+  it actually verifies (``hw_profile.tables.step_table.VerifyAttention``), so plain decoding is not charged q x its attention
   compute nor a long proposal one budget's.
 - ``a2a_us_per_layer``: the fixed latency of one expert-parallel dispatch + combine per MoE layer. Across nodes an
   exchange costs this latency plus its volume at the NIC's line rate (400 Gb/s: 50 GB/s per GPU). The default comes
@@ -58,22 +58,22 @@ per-step cost and per-token scale of a written table. All times are per step of 
   H100/H200 (aiconfigurator-core's database): 48.5, 55.6 and 59.5 us (``a2a_floor_us``). At EP16 and EP32 the
   figures above leave no latency (part of their traffic stays on NVLink), yet an exchange across nodes is never
   cheaper than that floor. Inside one NVLink domain (EP up to 8 on a board, up to 72 on an NVL72 rack) the latency
-  is a 60 us floor and the bandwidth NVLink's (``hw_profile.estimate``).
+  is a 60 us floor and the bandwidth NVLink's (``hw_profile.estimate.estimate``).
 - ``nic_gb_s``: the line rate, GB/s per GPU, at which an exchange across nodes moves its volume (50: one 400 Gb/s
   NIC per GPU, as DeepEP's H800 figures were measured with). A node with fewer NICs than GPUs has less: four
   400 Gb/s NICs for eight H20s are 25. The fixed latency above stays DeepEP's, whatever this is.
 - ``overlap``: how the engine hides the expert-parallel exchange of a data-parallel deployment. ``none`` (the
   default): it is paid in full. ``two-batch``: the engine splits each step into two micro-batches that overlap
   one's exchange with the other's compute (DeepSeek's decode, SGLang's ``--enable-two-batch-overlap``), priced as
-  their published layout runs (``hw_profile.estimate.two_batch_ms``): dispatch hides behind attention projections
+  their published layout runs (``hw_profile.estimate.estimate.two_batch_ms``): dispatch hides behind attention projections
   and shared experts, combine behind core attention, the routed experts in between are exposed, and each
   micro-batch reads the weights again. ``fused``: one kernel per MoE layer pipelines dispatch, the routed experts
   and combine over waves of experts (DeepGEMM's Mega MoE, which the DeepSeek-V4 report introduces and vLLM ships
-  as an expert backend for V4), priced by ``hw_profile.estimate.fused_moe_ms``; it moves tokens over NVLink symmetric
+  as an expert backend for V4), priced by ``hw_profile.estimate.estimate.fused_moe_ms``; it moves tokens over NVLink symmetric
   memory, so the expert-parallel group must fit in one NVLink domain. ``single-batch``: one batch, its exchange
   overlapped inside each MoE layer as SGLang's ``--enable-single-batch-overlap`` runs it (Ant Group's layout,
   LMSYS blog 2025-09-26): the dispatch's receive under the layer's shared experts, and the combine's send under
-  the routed experts' down projection, which feeds it block by block (``hw_profile.estimate.single_batch_ms``).
+  the routed experts' down projection, which feeds it block by block (``hw_profile.estimate.estimate.single_batch_ms``).
   ``true``/``false`` read as ``two-batch``/``none``.
 - ``two_batch_min_tokens``: the smallest decode step (tokens per rank) a ``two-batch`` engine splits; smaller
   steps run as one batch and pay the whole exchange. vLLM: 32 (its dual-batch overlap splits a decode batch of

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hw_profile.table import COLUMNS, StepTable
+from hw_profile.tables.step_table import COLUMNS, StepTable
 
 FILLED_WEIGHT = 1e-3  # weight of a cell the rectangularisation filled in, relative to one measured point
 

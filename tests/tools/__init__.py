@@ -1,0 +1,1 @@
+"""Tests of the scripts under tools/ that write the bundled tables."""
