@@ -317,9 +317,10 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
 @click.option("--name", default=None, help="label of the tables (default: the file stem)")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="DIR/NAME.csv: the target's table; "
               "drafters' tables NAME.drafter-<drafter>.csv beside it")
+@click.option("--notes", "show_notes", is_flag=True, help="print how the table was priced (the sidecar's notes)")
 @click.pass_obj
 def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, parallel, drafters, kernels, sibling,
-             costs, max_batch_tokens, max_kv_tokens, name, out) -> None:
+             costs, max_batch_tokens, max_kv_tokens, name, out, show_notes) -> None:
     from hw_profile.estimate.engine_costs import engine_defaults, with_overrides
     from hw_profile.estimate.estimate import Deployment, default_parallel, layout_note, write_estimate_set
     from hw_profile.hardware.gpus import get_gpu
@@ -367,8 +368,17 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
                    f"{grid.step_ms(256, 256 * 4096):.2f} ms; kernels: {'; '.join(table.meta.get('sources', []))}"
                    f" ({inside:.0%} of points inside measured data)")
     click.echo(f"hw-profile: {layout_note(dep)}", err=True)
-    for note in table.meta.get("notes", []):
-        click.echo(f"hw-profile: note: {note}", err=True)
+    # what to expect comes first and alone; how it was priced is in the sidecar for whoever asks
+    expected = table.meta["expected_error"]
+    click.echo(f"hw-profile: expected accuracy: {expected['summary']}; to do better: {expected['narrow_it']}",
+               err=True)
+    notes = table.meta.get("notes", [])
+    if show_notes:
+        for note in notes:
+            click.echo(f"hw-profile: note: {note}", err=True)
+    elif notes:
+        click.echo(f"hw-profile: {len(notes)} note(s) on how it was priced are in {written[-1].with_suffix('.json')} "
+                   "(notes; --notes prints them)", err=True)
     if engine == "sglang" and names and cost_terms.overlap_schedule:
         click.echo(f"hw-profile: note: SGLang up to 0.5.x speculates without its overlap scheduler, about "
                    f"{cost_terms.scheduler_ms:g} ms more a step: for such a version, write the tables your "

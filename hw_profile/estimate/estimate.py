@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hw_profile.errors import HwProfileError
+from hw_profile.estimate.accuracy import DECODE_WITHIN_30, estimate_expected_error
 from hw_profile.estimate.dp_ep import stored_bytes_per_gpu, weight_parts_per_gpu
 from hw_profile.estimate.engine_costs import (
     EngineCosts,
@@ -617,9 +618,11 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         kind="estimate",
         caveat={"kind": "an estimate",
                 "text": (f"kernels from {', '.join(est.sources)} ({np.mean(est.inside):.0%} of points inside measured "
-                         "data) plus the engine costs in engine_costs; within 30% on 19 of 25 public decode "
+                         "data) plus the engine costs in engine_costs; within 30% on "
+                         f"{DECODE_WITHIN_30[0]} of {DECODE_WITHIN_30[1]} public decode "
                          "measurements (docs/sim-to-real.md): calibrate it on one to three measured points "
                          "(hw-profile calibrate --prior) before planning")},
+        expected_error=estimate_expected_error(float(np.mean(est.inside)) if len(est.inside) else 0.0),
         device=dep.gpu.name,
         gpu=dep.gpu.to_dict(),
         gpus=dep.table_gpus,

@@ -581,6 +581,35 @@ def table_kind(meta: dict) -> str:
     return "unknown"
 
 
+def expected_error(meta: dict) -> dict:
+    """How far a table's step times are to be trusted, as one block: the sidecar's ``expected_error`` where its
+    writer recorded one (``hw-profile estimate``), else what its kind says: a roofline table is a speed bound, a
+    measured one is as good as the machine was quiet, a calibrated one fits its points to its residuals. Always
+    has ``kind`` and a one-line ``summary``; ``step_median`` (a fraction) where a typical step-time error is known."""
+    if isinstance(meta.get("expected_error"), dict) and meta["expected_error"].get("summary"):
+        return meta["expected_error"]
+    kind = table_kind(meta)
+    if kind == "roofline":
+        summary = ("a roofline speed bound, not a forecast: real steps are slower (a few times at low load), so "
+                   "GPU counts on it are lower bounds")
+    elif kind == "estimate":
+        caveat = table_caveat(meta) or {}
+        summary = f"an estimate: {caveat.get('text', 'its accuracy was not recorded')}"
+    elif kind == "measured":
+        load = meta.get("machine_load") if isinstance(meta.get("machine_load"), dict) else {}
+        busy = "; the machine was busy while it measured" if load.get("verdict") == "busy" else ""
+        summary = f"measured on {meta.get('device') or 'the hardware'} (each point's p10-p90 in the table){busy}"
+    elif kind == "calibrated":
+        calibration = meta.get("calibration") if isinstance(meta.get("calibration"), dict) else {}
+        rms = (calibration.get("residuals_pct") or {}).get("rms") if isinstance(
+            calibration.get("residuals_pct"), dict) else None
+        summary = ("calibrated on measurements" + (f": residuals rms {rms:.1f}% on the points it was fitted to"
+                                                  if isinstance(rms, (int, float)) else ""))
+    else:
+        summary = "of unrecorded origin: its error is unknown"
+    return {"kind": kind, "summary": summary}
+
+
 def table_caveat(meta: dict) -> dict | None:
     """The sidecar's ``caveat`` ({kind, text}); analytic tables written before sidecars carried one (kind
     ``analytic``/``analytic-dp-ep``, or smoothed from one) get the roofline caveat. None: no caveat."""

@@ -21,8 +21,9 @@ HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus"
            "attainment": "SLA attainment", "ttft_p99": "TTFT p99 (s)", "tps_per_user_p10": "TPS p10 (tok/s/user)",
            "throughput_per_gpu": "tok/s/decode GPU", "throughput_per_deployed_gpu": "tok/s/GPU (all)",
            "cost_per_mtok": "$/M output tok", "seeds": "seeds", "table_kind": "table"}
-# shown within another column: the headroom and attainment as intervals, the GPUs as a range where unresolved
-WITHIN = ("attainment_lo", "attainment_hi", "headroom_lo", "headroom_hi", "gpus_lo")
+# shown within another column: the headroom and attainment as intervals, the GPUs as a range where unresolved;
+# the table's expected error is one sentence for the whole plan, in its verdict and plan.csv, not a column
+WITHIN = ("attainment_lo", "attainment_hi", "headroom_lo", "headroom_hi", "gpus_lo", "table_expected_error")
 
 
 def unmet_lines(doc: dict) -> list[str]:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hw_profile.tables.step_table import TABLE_KINDS, table_kind
+from hw_profile.tables.step_table import TABLE_KINDS, expected_error, table_kind
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.inputs.hardware import load_target_table
@@ -466,7 +466,7 @@ class Planner:
             "baseline": default_baseline(names, m.sla.baseline),
             "quick": self.quick, "seed": self.seed, "seeds": self.seeds, "overrides": list(self.scn.overrides),
             "runs_executed": self.runs,
-            "table": {"path": str(m.hardware.table), "kind": table_kind(load_target_table(self.scn).meta)},
+            "table": table_facts(str(m.hardware.table), load_target_table(self.scn).meta),
             "systems": {r["system"]: {**r, "search": [t.log() for t in plans[r["system"]].trials]} for r in rows},
         }
         doc["verdict"] = verdict(doc)
@@ -477,7 +477,26 @@ def plan_table(doc: dict) -> pd.DataFrame:
     df = pd.DataFrame([{k: v for k, v in e.items() if k != "search"} for e in doc["systems"].values()],
                       columns=PLAN_COLUMNS)
     df["table_kind"] = (doc.get("table") or {}).get("kind", "unknown")  # what the GPU counts rest on
+    df["table_expected_error"] = ((doc.get("table") or {}).get("expected_error") or {}).get("summary", "")
     return df
+
+
+def table_facts(path: str, meta: dict) -> dict:
+    """What a plan records of the table its GPU counts rest on: where it is, its kind and how far to trust it."""
+    return {"path": path, "kind": table_kind(meta), "expected_error": expected_error(meta)}
+
+
+def table_error_caveat(doc: dict, headroom: float | None) -> str:
+    """The sentence a verdict ends with when the table's own typical step-time error is larger than the
+    headroom the plan found: a step that much slower would eat it, so the count rests on the table, not the
+    seeds; "" otherwise (or when the table does not say how far to trust it)."""
+    error = ((doc.get("table") or {}).get("expected_error") or {})
+    median = error.get("step_median")
+    if not isinstance(median, (int, float)) or headroom is None or headroom >= median:
+        return ""
+    return (f" The step times are {error['summary']}: a typical step-time error ({median:.0%}) is larger than this "
+            f"headroom ({headroom:+.0%}), so the GPU count is limited by the table, not by the seeds; "
+            f"{error.get('narrow_it', 'calibrate it on measured steps (hw-profile calibrate --prior)')} narrows it.")
 
 
 def bound_caveat(doc: dict) -> str:
@@ -594,7 +613,7 @@ def verdict(doc: dict) -> str:
                      f"{base['system']}'s {base['gpus']}")
         else:
             text += f"; the baseline {base['system']} needs as many, with {base['headroom']:+.0%} headroom"
-    return text + "." + bound_caveat(doc)
+    return text + "." + bound_caveat(doc) + table_error_caveat(doc, best["headroom"])
 
 
 def write_plan(out: Path, doc: dict) -> tuple[Path, Path]:

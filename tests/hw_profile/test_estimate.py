@@ -952,6 +952,8 @@ def test_the_accuracy_claimed_in_sidecars_and_docs_is_what_sim_to_real_measures(
     assert module.main() == 0
     printed = capsys.readouterr().out
     claim = re.search(r"kernels \+ engine: .* within 30%: (\d+ of \d+)", printed).group(1)
+    from hw_profile.estimate.accuracy import DECODE_WITHIN_30
+    assert claim == f"{DECODE_WITHIN_30[0]} of {DECODE_WITHIN_30[1]}"  # what every sidecar's expected_error says
     shape, d = dep()
     write_estimate_set(shape, d, tmp_path / "t.csv", [], kernels="roofline", b_axis=np.array([1, 8]),
                        k_axis=np.array([0, 1024]))
