@@ -10,8 +10,14 @@ import pytest
 from click.testing import CliRunner
 
 from hw_profile.cli import cli
-from hw_profile.estimate.accuracy import (DECODE_MAX_ERROR, DECODE_MEDIAN_ERROR, DECODE_WITHIN_30, SERVING_MAPE,
-                                          SERVING_RUNS, estimate_expected_error)
+from hw_profile.estimate.accuracy import (
+    DECODE_MAX_ERROR,
+    DECODE_MEDIAN_ERROR,
+    DECODE_WITHIN_30,
+    SERVING_MAPE,
+    SERVING_RUNS,
+    estimate_expected_error,
+)
 from hw_profile.tables.step_table import StepTable, expected_error
 from tests.conftest import ROOT
 
