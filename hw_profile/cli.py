@@ -523,12 +523,14 @@ def _calibrate_prior(obj, prior_path, telemetry, points, assume, system, filters
                                                                             else {})})
     path = main.write(out)
     fixed = _prior_host_ms(prior.meta)
-    click.echo(f"{path}: calibrated {', '.join(result.fitted)} on {len(rows)} point(s); residuals "
-               f"{', '.join(f'{r:+.2f}%' for r in result.residuals_pct)}")
+    click.echo(f"{path}: calibrated {result.terms_in_words()} on {len(rows)} point(s); the table now passes "
+               f"through them within {', '.join(f'{r:+.2f}%' for r in result.residuals_pct)}")
     for line in result.moved(fixed):
         click.echo(f"  {line}")
     for note in result.notes:
         click.echo(f"hw-profile: note: {note}", err=True)
+    for line in result.far_from_prior():
+        click.echo(f"hw-profile: warning: {line}", err=True)
 
 
 @cli.command(help="Write TABLE.smooth.csv: the table made monotone non-decreasing in B and K.")

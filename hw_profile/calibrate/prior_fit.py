@@ -34,6 +34,8 @@ from hw_profile.errors import HwProfileError
 from hw_profile.tables.step_table import StepTable, StepTimeGrid, table_meta
 
 SINGLE_STREAM_TOKENS = 4
+FAR_SCALE = 2.0  # a scale beyond this factor either way says more about the points or the estimate than the GPU
+TERMS = {"f": "per-step cost", "s": "per-token cost", "c": "per-KV-token cost"}
 MIN_CONTEXT_SHARE = 0.05
 FLAT_LOAD_SHARE = 0.05  # below this change of the prior between points (share of the step), no per-token scale
 
@@ -46,6 +48,24 @@ class PriorFit:
     fitted: list[str] = field(default_factory=list)
     residuals_pct: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    def terms_in_words(self) -> str:
+        """What was calibrated, in words: 'the per-step cost and the per-token cost'."""
+        names = [f"the {TERMS[t]}" for t in self.fitted]
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+    def far_from_prior(self) -> list[str]:
+        """One warning per scale that moved more than ``FAR_SCALE`` times either way: a real GPU seldom differs
+        from a fair estimate that much, while a point with its batch or KV tokens mistyped does."""
+        lines = []
+        for key in ("s", "c"):
+            value = getattr(self, key)
+            if key in self.fitted and not 1 / FAR_SCALE <= value <= FAR_SCALE:
+                lines.append(f"the {TERMS[key]} moved x{value:.2f}, more than {FAR_SCALE:g}x from the estimate: "
+                             "a point is probably wrong (its batch tokens, KV tokens or time) or the estimate is "
+                             "far off for this deployment (its engine, dtype or parallelism); check the points "
+                             "before planning on this table")
+        return lines
 
     def moved(self, prior_fixed_ms: float) -> list[str]:
         """One line per term: how far it moved, or that it stayed at the prior."""

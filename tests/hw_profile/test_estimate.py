@@ -799,6 +799,30 @@ def test_calibrate_cli_writes_the_set_and_says_what_moved(prior, tmp_path, capsy
         tmp_path / f"{src.stem}.drafter-mtp.csv").grid.step_ms(1, 0))
 
 
+def test_calibrate_names_each_term_in_words_and_warns_when_a_scale_is_far_from_one(prior, tmp_path, capsys):
+    """Two points: the per-step and per-token costs, named in words. Points five times the estimate's growth
+    between them move the per-token cost x5: the fit is exact, and a warning says the point or the estimate is
+    probably wrong; a modest scale gives no warning."""
+    src = Path(prior.path)
+    for p in src.parent.glob(src.stem + "*"):
+        shutil.copy(p, tmp_path / p.name)
+    for scale, warned in ((1.3, False), (5.0, True)):
+        b = [1, 256]
+        ms = truth_at(prior, PriorFit(f_ms=1.0, s=scale), b, [0, 0])
+        points = [x for bi, m in zip(b, ms, strict=True) for x in ("--point", f"{bi},0,{m:.6f}")]
+        code, out, err = run(["calibrate", "--prior", str(tmp_path / src.name), *points,
+                              "--out", str(tmp_path / f"cal{scale}.csv")], capsys)
+        assert code == 0, err
+        assert "calibrated the per-step cost and the per-token cost on 2 point(s)" in out
+        warnings = [line for line in err.splitlines() if line.startswith("hw-profile: warning:")]
+        assert bool(warnings) == warned, err
+        if warned:
+            assert warnings == [f"hw-profile: warning: the per-token cost moved x{scale:.2f}, more than 2x from the "
+                                "estimate: a point is probably wrong (its batch tokens, KV tokens or time) or the "
+                                "estimate is far off for this deployment (its engine, dtype or parallelism); check "
+                                "the points before planning on this table"]
+
+
 @pytest.mark.parametrize("argv, words", [
     (["estimate", "--model", "qwen3-8b", "--gpu", "H300", "--out", "x.csv"], ["--gpu", "H300"]),
     (["estimate", "--model", "qwen3-8b", "--gpu", "H200", "--ep", "2", "--gpus", "2", "--out", "x.csv"],
