@@ -601,8 +601,10 @@ def expected_error(meta: dict) -> dict:
         summary = f"measured on {meta.get('device') or 'the hardware'} (each point's p10-p90 in the table){busy}"
     elif kind == "calibrated":
         calibration = meta.get("calibration") if isinstance(meta.get("calibration"), dict) else {}
-        rms = (calibration.get("residuals_pct") or {}).get("rms") if isinstance(
-            calibration.get("residuals_pct"), dict) else None
+        residuals = calibration.get("residuals_pct")
+        # telemetry fits record their rms; a fit on one to three points records each point's residual
+        rms = (residuals.get("rms") if isinstance(residuals, dict) else
+               float(np.sqrt(np.mean(np.square(residuals)))) if isinstance(residuals, list) and residuals else None)
         summary = ("calibrated on measurements" + (f": residuals rms {rms:.1f}% on the points it was fitted to"
                                                   if isinstance(rms, (int, float)) else ""))
     else:
