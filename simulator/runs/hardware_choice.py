@@ -201,13 +201,17 @@ def pair_row(option: HardwareOption, e: dict) -> dict:
 
 def rank(rows: list[dict]) -> list[dict]:
     """Met pairs by spend per hour at the SLA, then headroom (more first), then measured cost per million
-    tokens; then unresolved and unmet pairs, cheapest first. Numbers each row (1 = cheapest)."""
+    tokens; then unresolved and unmet pairs, cheapest first. Numbers each row (1 = cheapest). Where roofline
+    tables (speed bounds) stand beside forecasts or measurements, the bounds' pairs rank after all of theirs: a
+    bound's GPU counts are lower bounds, and cheaper on paper is not cheaper."""
     order = {MET: 0, UNRESOLVED_STATUS: 1}
+    mixed = len({r.get("table_kind") == "roofline" for r in rows}) > 1
 
     def key(r: dict) -> tuple:
         cost = r["cost_per_mtok"] if not math.isnan(r["cost_per_mtok"]) else math.inf
         head = r["headroom"] if r["headroom"] is not None and not math.isnan(r["headroom"]) else -math.inf
-        return order.get(r["status"], 2), r["usd_per_hour"], -head, cost
+        bound = mixed and r.get("table_kind") == "roofline"
+        return bound, order.get(r["status"], 2), r["usd_per_hour"], -head, cost
 
     ranked = sorted(rows, key=key)
     return [{"rank": i, **r} for i, r in enumerate(ranked, 1)]
@@ -268,8 +272,9 @@ def kinds_caveat(doc: dict) -> str:
         return ""
     others = sorted({o.get("table_kind", "unknown") for o in options if o["name"] not in bounds})
     versus = f"; not comparable with the {' and '.join(others)} table(s) of the others" if others else ""
+    apart = "; ranked after the others" if others else ""
     return (f" {', '.join(bounds)} {'is a speed bound' if len(bounds) == 1 else 'are speed bounds'} (a roofline "
-            f"table: real steps are slower, so its GPU counts are lower bounds){versus}.")
+            f"table: real steps are slower, so its GPU counts are lower bounds){versus}{apart}.")
 
 
 def hardware_verdict(doc: dict) -> str:

@@ -245,6 +245,20 @@ def test_plan_modes_that_do_not_combine_are_refused_in_one_line(scenario_file, t
     assert not (tmp_path / "o" / ".runs").exists()  # refused before any run
 
 
+def test_a_bound_ranks_after_the_forecasts_it_is_compared_with():
+    """A roofline option's pairs come after every estimate's, however cheap they look (its counts are lower
+    bounds); among bounds alone the ordinary order holds."""
+    h200, b200 = HardwareOption("h200", H200_TABLE, 3.5, "H200"), HardwareOption("b200", B200_TABLE, 5.5, "B200")
+    rows = [{**pair_row(h200, entry("dspark", 1, 1, 26_000.0)), "table_kind": "roofline"},   # $7.00: cheapest
+            {**pair_row(b200, entry("dspark", 2, 1, 26_000.0)), "table_kind": "estimate"},   # $16.50
+            {**pair_row(b200, entry("mtp-1", 2, 8, 3_000.0, status=UNMET)), "table_kind": "estimate"}]
+    assert [(r["hardware"], r["system"]) for r in rank(rows)] == [("b200", "dspark"), ("b200", "mtp-1"),
+                                                                   ("h200", "dspark")]
+    bounds = [{**r, "table_kind": "roofline"} for r in rows]
+    assert [(r["hardware"], r["system"]) for r in rank(bounds)] == [("h200", "dspark"), ("b200", "dspark"),
+                                                                     ("b200", "mtp-1")]
+
+
 def test_a_comparison_that_mixes_a_bound_with_estimates_says_so():
     from hw_profile.tables.step_table import table_kind
     from simulator.runs.hardware_choice import kinds_caveat
@@ -256,5 +270,5 @@ def test_a_comparison_that_mixes_a_bound_with_estimates_says_so():
                        {"name": "b300-est", "table_kind": "estimate"}]}
     assert kinds_caveat(doc) == (" h200-roofline is a speed bound (a roofline table: real steps are slower, so its "
                                  "GPU counts are lower bounds); not comparable with the estimate table(s) of the "
-                                 "others.")
+                                 "others; ranked after the others.")
     assert kinds_caveat({"options": [{"name": "a", "table_kind": "estimate"}]}) == ""
