@@ -233,6 +233,7 @@ def compare(scn: LoadedScenario, options: list[HardwareOption], plans: dict[str,
         "baseline": first.get("baseline"), "quick": first.get("quick"), "seeds": first.get("seeds"),
         "overrides": list(scn.overrides),
         "options": [{"name": o.name, "gpu": o.gpu, "table": str(o.table), "table_kind": kinds[o.name],
+                     "table_expected_error": (plans[o.name].get("table") or {}).get("expected_error"),
                      "usd_per_gpu_hour": o.usd_per_gpu_hour,
                      "plan": f"hardware/{o.name}/plan.json", "prefill": plans[o.name].get("prefill") and {
                          k: plans[o.name]["prefill"][k] for k in ("replicas", "gpus_per_replica", "met",
@@ -263,10 +264,34 @@ def _versus(best: dict, other: dict, what: str) -> str:
             f"than {what} ({other['system']}: {_pair(other)})")
 
 
+# an estimate with fewer of its points on measured kernels than this rests mostly on the kernel roofline
+MOSTLY_ROOFLINE = 0.2
+
+
 def kinds_caveat(doc: dict) -> str:
-    """The sentence a hardware verdict ends with when an option's table is a roofline bound: its GPU counts are
-    lower bounds, not comparable with estimates or measurements; "" when none is."""
+    """The sentences a hardware verdict ends with when an option's table is a roofline bound (its GPU counts are
+    lower bounds, not comparable with estimates or measurements) or an estimate priced mostly from the kernel
+    roofline beside one on measured kernels (too fast at low load: not an even comparison); "" when none is."""
     options = doc.get("options") or []
+    return _bounds_caveat(options) + _thin_estimates_caveat(options)
+
+
+def _thin_estimates_caveat(options: list[dict]) -> str:
+    shares = {o["name"]: (o.get("table_expected_error") or {}).get("inside_share") for o in options
+              if o.get("table_kind") == "estimate"}
+    shares = {name: s for name, s in shares.items() if isinstance(s, (int, float))}
+    thin = [name for name, s in shares.items() if s < MOSTLY_ROOFLINE]
+    if not thin or len(thin) == len(shares):
+        return ""
+    which = ", ".join(f"{name} ({shares[name]:.0%})" for name in thin)
+    return (f" The estimate of {which} prices few of its points from measured kernels (the kernel roofline the "
+            "rest), against "
+            + ", ".join(f"{n} ({s:.0%})" for n, s in shares.items() if n not in thin)
+            + ": a roofline is too fast at low load, so that comparison favours it; measure or calibrate it "
+            "(hw-profile calibrate --prior) before choosing it.")
+
+
+def _bounds_caveat(options: list[dict]) -> str:
     bounds = [o["name"] for o in options if o.get("table_kind") == "roofline"]
     if not bounds:
         return ""

@@ -272,3 +272,13 @@ def test_a_comparison_that_mixes_a_bound_with_estimates_says_so():
                                  "GPU counts are lower bounds); not comparable with the estimate table(s) of the "
                                  "others; ranked after the others.")
     assert kinds_caveat({"options": [{"name": "a", "table_kind": "estimate"}]}) == ""
+    # an estimate priced from a datasheet alone beside one on measured kernels: not an even comparison
+    thin = {"options": [{"name": "mi300x", "table_kind": "estimate", "table_expected_error": {"inside_share": 0.0}},
+                        {"name": "h200", "table_kind": "estimate", "table_expected_error": {"inside_share": 0.51}}]}
+    assert kinds_caveat(thin) == (" The estimate of mi300x (0%) prices few of its points from measured kernels (the "
+                                  "kernel roofline the rest), against h200 (51%): a roofline is too fast at low load, "
+                                  "so that comparison favours it; measure or calibrate it (hw-profile calibrate "
+                                  "--prior) before choosing it.")
+    # every option as thin as the others: nothing to set apart
+    even = {"options": [{**o, "table_expected_error": {"inside_share": 0.0}} for o in thin["options"]]}
+    assert kinds_caveat(even) == ""
