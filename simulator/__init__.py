@@ -11,13 +11,13 @@ These names are stable across releases; the modules behind them are not (docs/ex
 import warnings
 
 from simulator.core.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
-from simulator.core.engine_rules import Admission, Preemption, Router
+from simulator.core.engine_rules import Admission, Preemption, RoutedRequest, Router
 from simulator.core.policies.base import Policy, PolicyView
 
 __version__ = "0.1.0"
 
 __all__ = ["AcceptanceSource", "Admission", "GrowingArrays", "Policy", "PolicyView", "Preemption", "Proposal",
-           "Router", "__version__"]
+           "RoutedRequest", "Router", "__version__"]
 
 
 def warn_moved(old: str, names: str) -> None:

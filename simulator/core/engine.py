@@ -53,7 +53,7 @@ from simulator.core.batch_kernels import (
 from simulator.core.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.core.engine_config import EngineConfig
-from simulator.core.engine_rules import Router
+from simulator.core.engine_rules import RoutedRequest, Router
 from simulator.core.forward import ForwardPrice
 from simulator.core.kv_cache import KVCache
 from simulator.core.policies import make_policy
@@ -624,8 +624,10 @@ class Simulation:
 
     def route_one(self, rid: int) -> None:
         """``route`` of one request, without the array machinery."""
-        i = self.router.pick()
         req = self.requests.data
+        seen = (RoutedRequest(rid, int(req["prompt"][rid]), int(req["prefix"][rid]), int(req["mix"][rid]),
+                              float(req["arrival"][rid])) if self.router.wants_request else None)
+        i = self.router.pick(seen)
         req["replica"][rid] = i
         req["routed"][rid] = self.env.now
         self.replicas[i].enqueue((rid,))

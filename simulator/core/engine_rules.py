@@ -12,7 +12,9 @@ what was expected (a run adds the system, the load point and the seed: ``simulat
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -27,25 +29,39 @@ ADMISSION_GROUP = "dspark_sim.admission"
 PREEMPTION_GROUP = "dspark_sim.preemption"
 
 
+@dataclass(frozen=True)
+class RoutedRequest:
+    """What a router may know of the request it routes, as a real router does when the request reaches it: no
+    output length, no acceptance."""
+
+    rid: int
+    prompt_tokens: int
+    prefix_group: int  # its shared-prefix group (workload.shared_prefix), -1 for none
+    mix: int  # its entry in the workload's mix (a domain or benchmark)
+    arrival: float  # simulated seconds
+
+
 class Router:
     """Sends each new request to a replica. The base class counts each replica's load (requests running or queued
     there) as requests are routed and finish, so that a rule reads ``self.loads`` instead of scanning replicas (the
-    invariant checker holds the counts to what the replicas hold). A subclass implements ``choose``."""
+    invariant checker holds the counts to what the replicas hold). A subclass implements ``choose``; one that
+    declares a parameter ``request`` is given the ``RoutedRequest`` it routes (the engine builds it only then)."""
 
     name: ClassVar[str] = ""
 
     def __init__(self, replicas: int):
         self.loads = np.zeros(replicas, dtype=np.int64)
+        self.wants_request = "request" in inspect.signature(self.choose).parameters
 
     def choose(self) -> int:
         """The replica (index) of the next request; called only with two or more replicas."""
         raise NotImplementedError
 
-    def pick(self) -> int:
+    def pick(self, request: RoutedRequest | None = None) -> int:
         """The next request's replica (index), counted in; a ``choose`` that names no replica is one line naming
         the rule."""
         n = len(self.loads)
-        i = 0 if n == 1 else self.choose()
+        i = 0 if n == 1 else self.choose(request=request) if self.wants_request else self.choose()
         if isinstance(i, bool) or not isinstance(i, int | np.integer) or not 0 <= i < n:
             raise UserError(f"router {type(self).__name__}: choose() returned {i!r}; expected a replica index "
                             f"0..{n - 1} ({n} replicas)")
@@ -185,7 +201,31 @@ class Newest(Preemption):
         return batch.n - 1
 
 
-ROUTERS: dict[str, type[Router]] = {c.name: c for c in (LeastLoaded, RoundRobin)}
+class PrefixAffinity(Router):
+    """Cache-aware routing: a request of a shared-prefix group goes where its group went before, so the prefix is
+    computed once per replica rather than on every one, unless that replica holds ``balance`` requests more than
+    the least loaded (then the least loaded, which becomes the group's home); a request of no group goes to the
+    least loaded. The trade the routers of serving stacks make (SGLang's cache-aware router, llm-d's prefix-aware
+    scheduling): cache hits against load balance."""
+
+    name = "prefix-affinity"
+    balance = 32  # requests more than the least loaded replica before a group's home is given up
+
+    def __init__(self, replicas: int):
+        super().__init__(replicas)
+        self.home: dict[int, int] = {}
+
+    def choose(self, request: RoutedRequest | None = None) -> int:
+        least = int(self.loads.argmin())
+        if request is None or request.prefix_group < 0:
+            return least
+        home = self.home.get(request.prefix_group)
+        if home is None or self.loads[home] - self.loads[least] > self.balance:
+            self.home[request.prefix_group] = home = least
+        return home
+
+
+ROUTERS: dict[str, type[Router]] = {c.name: c for c in (LeastLoaded, RoundRobin, PrefixAffinity)}
 ADMISSIONS: dict[str, type[Admission]] = {c.name: c for c in (FirstComeFirstServed,)}
 PREEMPTIONS: dict[str, type[Preemption]] = {c.name: c for c in (Newest,)}
 _KINDS = {"router": (ROUTERS, Router, ROUTER_GROUP), "admission": (ADMISSIONS, Admission, ADMISSION_GROUP),

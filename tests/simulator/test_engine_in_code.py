@@ -12,7 +12,7 @@ from simulator.core.columns import Batch
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.core.engine import Simulation, StepPrices
 from simulator.core.engine_config import EngineConfig
-from simulator.core.engine_rules import Admission, FirstComeFirstServed, Preemption, Router
+from simulator.core.engine_rules import Admission, FirstComeFirstServed, Preemption, PrefixAffinity, Router
 from simulator.core.invariants import check_invariants
 from simulator.errors import UserError
 from tests.simulator.engine_helpers import simulate
@@ -218,7 +218,7 @@ def test_a_scenario_names_its_rules(scenario_file, examples_on_path):
     _, sim = simulate(path, quick=True)
     assert type(sim.router).__name__ == "RoundRobin"
     assert type(sim.replicas[0].admission).__name__ == "ShortestPromptFirst"
-    with pytest.raises(UserError, match=r"rules2\.yaml: hardware\.router: unknown router 'nearest'; known: least-loaded, round-robin"):
+    with pytest.raises(UserError, match=r"rules2\.yaml: hardware\.router: unknown router 'nearest'; known: least-loaded, prefix-affinity, round-robin"):
         simulate(scenario_file(name="rules2", hardware={"router": "nearest"}), quick=True)
 
 
@@ -339,3 +339,45 @@ def subprocess_check(path):
 
     return subprocess.run([sys.executable, "-m", "simulator.cli", "check", str(path)], cwd=ROOT, capture_output=True,
                           text=True, env={"PYTHONPATH": f"{ROOT}:{EXAMPLES}", "PATH": "/usr/bin:/bin"})
+
+
+class LongPromptsToZero(Router):
+    """Reads the request it routes: prompts of 1,000 tokens or more to replica 0, the rest to replica 1."""
+
+    name = "long-to-zero"
+
+    def choose(self, request):
+        return 0 if request.prompt_tokens >= 1000 else 1
+
+
+def test_a_router_that_declares_request_sees_the_request_it_routes():
+    sim = Simulation(EngineConfig(max_running=8, max_batch_tokens=4096, kv_capacity=100_000, replicas=2,
+                                  router=LongPromptsToZero), StepPrices(flat(5.0)))
+    prompts = [1200, 40, 3000, 999, 1000]
+    sim.open_loop(np.zeros(5), np.array(prompts), np.full(5, 20), np.zeros(5, dtype=np.int64))
+    sim.run(until=0.001)
+    assert sim.requests.frame()["replica"].tolist() == [0, 1, 0, 1, 0]
+    assert LongPromptsToZero(2).wants_request and not Router(2).wants_request
+    check_invariants(sim)
+
+
+def test_prefix_affinity_keeps_a_group_on_one_replica_until_it_is_too_busy():
+    """A large group (six requests) and two small ones over three replicas: with room to spare each group stays
+    on the replica its first request went to, so each prefix is computed once; allowed only two requests of
+    imbalance, the large group's fourth request finds its home three ahead of the least loaded and moves."""
+    prefix = np.array([0, 0, 0, 0, 0, 0, 1, 2])
+    n = len(prefix)
+    homes = {}
+    for balance in (32, 2):
+        class Affinity(PrefixAffinity):
+            pass
+        Affinity.balance = balance
+        sim = Simulation(EngineConfig(max_running=16, max_batch_tokens=8192, kv_capacity=100_000, replicas=3,
+                                      router=Affinity, shared_prefix_tokens=256), StepPrices(flat(5.0)))
+        sim.open_loop(np.zeros(n), np.full(n, 400), np.full(n, 50), np.zeros(n, dtype=np.int64), prefix)
+        sim.run(until=0.001)
+        homes[balance] = sim.requests.frame()["replica"].tolist()
+        check_invariants(sim)
+    assert homes[32] == [0, 0, 0, 0, 0, 0, 1, 2]
+    # loads (3, 0, 0) when the fourth arrives: 3 > 2, so it and the group move to replica 1, the least loaded
+    assert homes[2] == [0, 0, 0, 1, 1, 1, 2, 2]

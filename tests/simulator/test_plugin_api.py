@@ -12,12 +12,12 @@ import pytest
 
 import simulator
 from simulator.core.acceptance.base import AcceptanceSource, GrowingArrays, Proposal
-from simulator.core.engine_rules import Admission, Preemption, Router
+from simulator.core.engine_rules import Admission, Preemption, RoutedRequest, Router
 from simulator.core.policies.base import Policy, PolicyView
 from tests.conftest import ROOT
 
 DOCUMENTED = {"Policy": Policy, "PolicyView": PolicyView, "AcceptanceSource": AcceptanceSource,
-              "Proposal": Proposal, "GrowingArrays": GrowingArrays, "Router": Router, "Admission": Admission,
+              "Proposal": Proposal, "GrowingArrays": GrowingArrays, "Router": Router, "RoutedRequest": RoutedRequest, "Admission": Admission,
               "Preemption": Preemption}
 
 
