@@ -20,6 +20,7 @@ deployed-acceptance.md says what each profile holds and how far to trust it. How
 
 from __future__ import annotations
 
+import io
 import sys
 
 import numpy as np
@@ -166,7 +167,9 @@ def build_profile(name: str, table: pd.DataFrame, seed: int = 0) -> dict:
 
 
 def read_data() -> pd.DataFrame:
-    return pd.read_csv(DATA, comment="#")
+    """The CSV without its leading '#' lines (pandas' comment option would also cut the sources' '#1234')."""
+    lines = DATA.read_text(encoding="utf-8").splitlines()
+    return pd.read_csv(io.StringIO("\n".join(ln for ln in lines if not ln.startswith("#"))))
 
 
 def main(argv: list[str] | None = None) -> int:
