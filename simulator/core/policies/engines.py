@@ -59,6 +59,11 @@ def dummy_step_ms(grid: StepTimeGrid, tokens: np.ndarray, requests: np.ndarray, 
     return ms
 
 
+def _same_tables(profiled: tuple | None, sps: StepRate, gamma: int) -> bool:
+    """Whether tables profiled for (grid, drafter cost, gamma) still serve this step (the same objects)."""
+    return profiled is not None and profiled[0] is sps.grid and profiled[1] is sps.draft and profiled[2] == gamma
+
+
 def _draft_ms(draft: object | None, requests: np.ndarray, gamma: int, context: int) -> np.ndarray:
     """The drafter's cost for each request count at the profiled context (0 without a drafter's cost model).
     DraftCost prices one shape a call; a profile has one entry per request count, not per token."""
@@ -153,9 +158,8 @@ class VllmAdaptive(Policy):
         """SPS(B) as the engine's tables price it: 1000 / (draft_cost[R] + verify_cost[B + prefill])."""
         if type(sps) is not StepRate:
             return sps
-        key = (sps.grid, sps.draft, gamma)
-        if self._for is None or any(a is not b for a, b in zip(self._for, key, strict=True)):
-            self._for, self._verify, self._draft = key, np.empty(0), np.empty(0)
+        if not _same_tables(self._for, sps, gamma):
+            self._for, self._verify, self._draft = (sps.grid, sps.draft, gamma), np.empty(0), np.empty(0)
         prefill = int(sps.prefill)
         self._grow(sps, gamma, rows * (gamma + 1) + prefill, rows)
         fixed = self._draft[rows]
@@ -233,9 +237,8 @@ class SglangCompact(Policy):
         rows, gamma = view.confidence.shape
         sps = view.sps
         if type(sps) is StepRate:
-            key = (sps.grid, sps.draft, gamma)
-            if self._for is None or any(a is not b for a, b in zip(self._for, key, strict=True)):
-                self._for = key
+            if not _same_tables(self._for, sps, gamma):
+                self._for = (sps.grid, sps.draft, gamma)
                 self.coefficients = fit_cost_model(*self.profile(sps, gamma))
             prefill = float(sps.prefill)
         else:
