@@ -15,6 +15,8 @@ Schedulers (all the simulator's code, none copied):
 - global: `greedy_prefix_lengths(..., early_stop=False)`, the retrospective search of Appendix A.
 - dspark-async: the `dspark-async` policy run as one stream of steps in order, so each step's capacity comes
   from the confidences of two steps before (and the first two steps verify nothing).
+- vllm-adaptive, sglang-compact: the engines' planners (simulator/core/policies/engines.py), vllm-adaptive as one
+  stream of steps (its averages carry over), sglang-compact per step; the world's SPS curve is their table.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from dspark_runtime.verify import verify_block
 from simulator.core.policies import PolicyView, checked_lengths, greedy_prefix_lengths, make_policy
 from simulator.errors import UserError
 
-SCHEDULERS = ("dspark", "global", "dspark-async")
+SCHEDULERS = ("dspark", "global", "dspark-async", "vllm-adaptive", "sglang-compact")
+# the schedulers whose answer is a pure function of the step's confidence matrix (the others keep history)
+STATELESS = ("dspark", "global", "sglang-compact")
 # Request-steps drafted and verified at once: bounds memory (about 2 * chunk * (gamma+1) * V doubles, under 100 MB
 # here) for any --samples.
 CHUNK_SAMPLES = 2**18
@@ -47,9 +51,9 @@ class StepScheduler:
         self.name = name
         self.world = world
         self.policy = make_policy(name) if name != "global" else None
-        # dspark and global are pure functions of the step's confidence matrix (the SPS curve is fixed), so each
-        # distinct matrix is scheduled once and the answer reused; dspark-async keeps history and sees every step.
-        self.stateless = name != "dspark-async"
+        # a pure function of the step's confidence matrix (the SPS curve is fixed) schedules each distinct matrix
+        # once and the answer is reused; a scheduler with history sees every step.
+        self.stateless = name in STATELESS
         self.step = 0
 
     def _one(self, confidence: np.ndarray) -> np.ndarray:

@@ -373,12 +373,14 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
     click.echo(f"hw-profile: expected accuracy: {expected['summary']}; to do better: {expected['narrow_it']}",
                err=True)
     notes = table.meta.get("notes", [])
-    if show_notes:
-        for note in notes:
-            click.echo(f"hw-profile: note: {note}", err=True)
-    elif notes:
-        click.echo(f"hw-profile: {len(notes)} note(s) on how it was priced are in {written[-1].with_suffix('.json')} "
-                   "(notes; --notes prints them)", err=True)
+    # a note that names an option asks the user to decide something (--expert-dtype for a part without FP4
+    # cores): always shown; the rest explain how the table was priced and wait behind --notes
+    asks = [n for n in notes if " --" in n]
+    for note in notes if show_notes else asks:
+        click.echo(f"hw-profile: note: {note}", err=True)
+    if not show_notes and len(notes) > len(asks):
+        click.echo(f"hw-profile: {len(notes) - len(asks)} more note(s) on how it was priced are in "
+                   f"{written[-1].with_suffix('.json')} (notes; --notes prints them)", err=True)
     if engine == "sglang" and names and cost_terms.overlap_schedule:
         click.echo(f"hw-profile: note: SGLang up to 0.5.x speculates without its overlap scheduler, about "
                    f"{cost_terms.scheduler_ms:g} ms more a step: for such a version, write the tables your "

@@ -394,9 +394,9 @@ class Replica:
             maxl, conf = verifiable(conf, remaining, gamma)  # positions past a request's end: confidence 0
             # the step's one forward as the policy's B varies: the chunks' tokens ride on B, their attention is fixed
             sps = StepRate(prices.policy_grid, plan.kv, plan.prefill_tokens,
-                           plan.draft_ms + plan.stall_ms + plan.chunk_ms, rows, plan.kv_decode)
+                           plan.draft_ms + plan.stall_ms + plan.chunk_ms, rows, plan.kv_decode, prices.draft)
             view = PolicyView(conf, remaining, plan.context, sps, gamma, self.step_no,
-                              proposal.outcome if self.policy.needs_outcome else None, maxl)
+                              proposal.outcome if self.policy.needs_outcome else None, maxl, plan.ids)
             plan.lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
             plan.accepted = checked_accepted(sim.source, sim.source.verify(proposal, plan.lengths), plan.lengths)
             plan.ended = proposal.ended

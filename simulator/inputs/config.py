@@ -168,6 +168,12 @@ class Acceptance(Strict):
     profile: str = "paper-qwen3-8b"
     trace: str | None = None
     confidence: Literal["calibrated", "raw"] = "calibrated"
+    acceptance_length: PositiveFloat | None = Field(
+        None, description="a measured mean accepted length (emitted tokens per request-step, bonus included): the "
+        "profile's entry for the scenario's drafter is scaled to it (simulator/core/acceptance/scaling.py)")
+    acceptance_length_at: PositiveInt | None = Field(
+        None, description="draft tokens verified per step where acceptance_length was measured (default: the "
+        "scenario drafter's gamma)")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of a plug-in source")
 
     @model_validator(mode="after")
@@ -341,7 +347,32 @@ class Scenario(Strict):
             raise ValueError("hardware.prefill_replicas sizes a disaggregated prefill pool; set engine.prefill: disaggregated")
         if self.hardware.prefill_table is not None and self.engine.prefill != "disaggregated":
             raise ValueError("hardware.prefill_table prices a disaggregated prefill pool; set engine.prefill: disaggregated")
+        self._acceptance_length()
         return self
+
+    def _acceptance_length(self) -> None:
+        acc = self.acceptance
+        if acc.acceptance_length is None:
+            if acc.acceptance_length_at is not None:
+                raise FieldError("acceptance.acceptance_length_at", "says where acceptance.acceptance_length was "
+                                 "measured; set acceptance_length too")
+            return
+        if acc.source != "profile":
+            raise FieldError("acceptance.acceptance_length", f"scales an acceptance profile; source {acc.source!r} "
+                             "takes none (use source: profile)")
+        at = acceptance_length_at(self)
+        if not 1.0 < acc.acceptance_length < 1.0 + at:
+            raise FieldError("acceptance.acceptance_length", f"expected a length above 1 and below {1 + at} (one "
+                             f"target token plus at most the {at} drafts verified per step, acceptance_length_at or "
+                             f"the drafter's gamma), got {acc.acceptance_length:g}")
+
+
+def acceptance_length_at(scenario: Scenario) -> int:
+    """Drafts verified per step where ``acceptance.acceptance_length`` was measured: its ``acceptance_length_at``,
+    else the scenario drafter's gamma (1 for MTP)."""
+    fixed = DRAFTER_KINDS[scenario.drafter.name].fixed_gamma
+    given = scenario.acceptance.acceptance_length_at
+    return int(given if given is not None else (fixed if fixed is not None else scenario.drafter.gamma))
 
 
 def unused_settings(scenario: Scenario) -> list[str]:

@@ -48,7 +48,7 @@ def test_estimate_prints_one_line_of_accuracy_and_writes_it_in_the_sidecar(tmp_p
                      f"{meta['expected_error']['narrow_it']}"]
     assert meta["expected_error"] == estimate_expected_error(meta["inside_share"])
     assert meta["inside_share"] == 0.0 and "0% of points on measured kernels" in lines[0]  # roofline kernels only
-    assert "note: " not in res.output and "--notes prints them" in res.output
+    assert "note: " not in res.output and "more note(s) on how it was priced" in res.output
     verbose = CliRunner().invoke(cli, ["estimate", "--model", "qwen3-8b", "--gpu", "H100", "--kernels", "roofline",
                                        "--drafters", "", "--max-kv-tokens", "65536", "--max-batch-tokens", "512",
                                        "--out", str(out), "--notes"])

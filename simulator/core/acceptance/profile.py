@@ -17,8 +17,10 @@ from numba import njit
 
 from simulator.core.acceptance.base import AcceptanceSource, GrowingArrays, Proposal, register
 from simulator.core.acceptance.ends import NEVER, EndModel
+from simulator.core.acceptance.fitting import REFERENCE_OUTPUT
 from simulator.core.acceptance.latent import HeadModel, Variation
 from simulator.core.acceptance.normal_table import LEVELS, quantiles
+from simulator.core.acceptance.scaling import Unreachable, scaled_profile
 from simulator.core.plugins import did_you_mean
 from simulator.errors import UserError
 from simulator.inputs.library import library_dir
@@ -135,6 +137,33 @@ def load_profile(name_or_path: str, base: Path | None = None) -> Profile:
                    ends=ends)
 
 
+def output_lengths(scenario: LoadedScenario) -> tuple[float, float, int]:
+    """The workload's output lengths as (lognormal median, sigma, cap) for pooling an accepted length over them:
+    lognormal and fixed lengths as given, any other the library's reference lengths."""
+    out = scenario.model.workload.output
+    if out.dist == "lognormal":
+        return float(out.median), float(out.sigma), int(out.max) if out.max else 0
+    if out.dist == "fixed":
+        return float(out.value), 1e-6, int(out.value) + 1
+    return REFERENCE_OUTPUT
+
+
+def scaled_to_length(scenario: LoadedScenario, profile: Profile, drafter: str) -> Profile:
+    """The profile with the scenario drafter's entry scaled to ``acceptance.acceptance_length`` when the scenario
+    sets one (scaling.py); the profile unchanged otherwise, and for the other drafters."""
+    acc = scenario.model.acceptance
+    if acc.acceptance_length is None or drafter != scenario.model.drafter.name or drafter not in profile.drafters:
+        return profile
+    from simulator.inputs.config import acceptance_length_at
+
+    mix = dict(scenario.model.workload.mix)
+    try:
+        return scaled_profile(profile, drafter, acc.acceptance_length, acceptance_length_at(scenario.model), mix,
+                              output_lengths(scenario))
+    except Unreachable as exc:
+        raise UserError(f"{scenario.path}: acceptance.acceptance_length: {exc}") from None
+
+
 @register
 class ProfileSource(AcceptanceSource):
     """Samples acceptance and confidences per request-step from a profile's latent model (vectorised).
@@ -151,7 +180,7 @@ class ProfileSource(AcceptanceSource):
                  rng: np.random.Generator):
         profile = load_profile(scenario.model.acceptance.profile, scenario.base)
         check_mix(scenario, profile)
-        self._sample(profile, drafter, gamma, mix, calibrated, rng)
+        self._sample(scaled_to_length(scenario, profile, drafter), drafter, gamma, mix, calibrated, rng)
 
     @classmethod
     def of(cls, profile: Profile, *, drafter: str, gamma: int, mix: list[str], calibrated: bool,

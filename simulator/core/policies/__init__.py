@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from simulator.core.plugins import POLICY_GROUP, construct, load_plugin
-from simulator.core.policies import adaptive, dspark, oracle, static  # noqa: F401  (the built-ins register themselves)
+from simulator.core.policies import adaptive, dspark, engines, oracle, static  # noqa: F401  (the built-ins register themselves)
 from simulator.core.policies.base import REGISTRY, Policy, PolicyView, checked_lengths, register
 from simulator.core.policies.greedy import greedy_prefix_lengths, top_k_prefix_lengths
 from simulator.errors import PolicyError, UserError

@@ -24,18 +24,21 @@ class StepRate:
     with this step's K, prefill tokens and fixed costs (draft, scheduling stall), and V the grid's correction for
     verifying B / rows tokens per request over the ``verify_kv`` KV tokens the decoding rows hold
     (``StepTimeGrid.verify_ms``; 0 for a table without the block). T and V are the grid's rules, the clock's, so
-    what a policy prices is what the step costs (the same table given); the greedy evaluates them inside its walk."""
+    what a policy prices is what the step costs (the same table given); the greedy evaluates them inside its walk.
+    ``draft`` is the drafter's cost model (``DraftCost``, already inside ``fixed_ms`` for this step): a planner
+    that profiles its own tables, as an engine does at startup, prices other shapes with it."""
 
-    __slots__ = ("fixed_ms", "grid", "kv", "prefill", "rows", "verify_kv")
+    __slots__ = ("draft", "fixed_ms", "grid", "kv", "prefill", "rows", "verify_kv")
 
     def __init__(self, grid: StepTimeGrid, kv: float, prefill: int, fixed_ms: float, rows: int = 0,
-                 verify_kv: float = 0.0):
+                 verify_kv: float = 0.0, draft: object | None = None):
         self.grid = grid
         self.kv = kv
         self.prefill = prefill
         self.fixed_ms = fixed_ms
         self.rows = rows
         self.verify_kv = verify_kv
+        self.draft = draft
 
     def step_ms(self, batch: np.ndarray | float) -> np.ndarray:
         t = self.grid.values(np.asarray(batch) + self.prefill, self.kv)
@@ -60,16 +63,18 @@ class PolicyView:
     step:       the replica's step counter.
     outcome:    (R,) int accepted-prefix length if everything were verified; only for policies that declare
                 ``needs_outcome`` (the oracle), otherwise None.
+    ids:        (R,) int the requests' ids (stable across steps), for a policy that keeps per-request history;
+                None where the caller has none (a policy then takes row r to be the same request every step).
     """
 
-    __slots__ = ("confidence", "context", "gamma", "max_lengths", "outcome", "remaining", "sps", "step")
+    __slots__ = ("confidence", "context", "gamma", "ids", "max_lengths", "outcome", "remaining", "sps", "step")
 
     def __init__(self, confidence: np.ndarray, remaining: np.ndarray, context: np.ndarray,
                  sps: Callable[[np.ndarray], np.ndarray], gamma: int, step: int, outcome: np.ndarray | None = None,
-                 max_lengths: np.ndarray | None = None):
+                 max_lengths: np.ndarray | None = None, ids: np.ndarray | None = None):
         if max_lengths is None:
             max_lengths = np.minimum(gamma, remaining - 1)
-        for arr in (confidence, remaining, context, outcome, max_lengths):
+        for arr in (confidence, remaining, context, outcome, max_lengths, ids):
             if arr is not None:
                 arr.flags.writeable = False
         self.confidence = confidence
@@ -81,6 +86,7 @@ class PolicyView:
         self.outcome = outcome
         #: (R,) min(gamma, remaining - 1): the largest valid length per request
         self.max_lengths = max_lengths
+        self.ids = ids
 
 
 class Policy:

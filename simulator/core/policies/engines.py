@@ -1,0 +1,267 @@
+"""The serving engines' own verify planners, as they run them: what the engine would choose on this hardware, with
+the tables it would have profiled and the lag it has.
+
+Both reuse the greedy of ``greedy.py`` (the survival products, the candidate order, the first-maximum rule) and
+price shapes with the run's own step-time table (``StepTimeGrid`` and its compiled ``verify_ms_at``), so where
+they differ from ``dspark`` is only what the engine knows and when:
+
+- ``vllm-adaptive`` knows T(B) at one profiled context, by token count, forced monotone, and sizes the batch from
+  confidences one step old;
+- ``sglang-compact`` knows a three-coefficient linear fit of its table and plans on this step's confidences.
+
+TensorRT-LLM's planner (PR #17056, open) is not here: what is public says it takes the global argmax of tau / cost
+over a profiled table, but not which confidences it sizes from (this step's or older ones) nor how it allocates
+the budget. On this step's confidences a global argmax is the retrospective search of the paper's Appendix A,
+which is not lossless, so any lossless version would be a rule the source does not state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numba import njit
+
+from hw_profile.tables.step_table import StepTimeGrid, verify_ms_at
+from simulator.core.policies.base import Policy, PolicyView, StepRate, register
+from simulator.core.policies.greedy import greedy_prefix_lengths, top_k_prefix_lengths
+
+#: the context (tokens per request) engines profile their cost tables at (vLLM's
+#: VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN default)
+PROFILE_CONTEXT = 8192
+#: batch sizes an SGLang-like engine captures CUDA graphs at (1, 2, 4, 8, then steps of 16): the table's points
+CAPTURE_BATCH_SIZES = (1, 2, 4, 8, *range(16, 257, 16))
+#: the context of the dummy requests in a table derived from captured CUDA graphs (ASSUMED: capture fills each
+#: dummy sequence with a token or so, so the table prices weights and matrix work, hardly any attention)
+CAPTURE_CONTEXT = 1
+
+
+@njit(cache=True)
+def _verify_ms_rows(tokens, rows, kv, q_table, a, c):
+    """``verify_ms_at`` (the table's own rule) elementwise over arrays of tokens, requests and KV tokens."""
+    out = np.empty(tokens.shape[0])
+    for i in range(tokens.shape[0]):
+        out[i] = verify_ms_at(tokens[i], rows[i], kv[i], q_table, a, c)
+    return out
+
+
+def dummy_step_ms(grid: StepTimeGrid, tokens: np.ndarray, requests: np.ndarray, context: int) -> np.ndarray:
+    """What an engine's startup profiling measures on this hardware: the target's forward over ``tokens`` new
+    tokens spread over ``requests`` dummy requests that each hold ``context`` KV tokens (arrays, elementwise),
+    priced by the run's table as a real step of that shape would be (T, plus the table's correction for the tokens
+    each request verifies)."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    requests = np.asarray(requests, dtype=np.float64)
+    kv = requests * float(context)
+    ms = grid.values(tokens, kv)
+    if grid.verify is not None:
+        ms = ms + _verify_ms_rows(tokens, requests, kv, *grid.verify_terms)
+    return ms
+
+
+def _same_tables(profiled: tuple | None, sps: StepRate, gamma: int) -> bool:
+    """Whether tables profiled for (grid, drafter cost, gamma) still serve this step (the same objects)."""
+    return profiled is not None and profiled[0] is sps.grid and profiled[1] is sps.draft and profiled[2] == gamma
+
+
+def _draft_ms(draft: object | None, requests: np.ndarray, gamma: int, context: int) -> np.ndarray:
+    """The drafter's cost for each request count at the profiled context (0 without a drafter's cost model).
+    DraftCost prices one shape a call; a profile has one entry per request count, not per token."""
+    if draft is None:
+        return np.zeros(len(requests))
+    return np.array([draft.ms(int(r), gamma, float(r) * context) for r in requests])
+
+
+@register
+class VllmAdaptive(Policy):
+    """``vllm-adaptive``: vLLM's adaptive verification (``enable_adaptive_verification``, vllm-project/vllm PR
+    #47808; the vLLM blog post of 2026-08-14 on DSpark adaptive verification).
+
+    The budget is a global argmax over the number of draft tokens n,
+
+        n* = argmax_n (N + sum of the n largest survival products) / (draft_cost[R] + verify_cost[T + n]),
+
+    with N the R sampled tokens (one per request) and T the step's tokens that are not drafts (the R anchors and
+    any prefill chunk, which count in the cost only). Both tables are what the engine profiles at startup on this
+    hardware: dummy steps at a fixed ``profile_context`` per request, the verify table indexed by token count only
+    (a step of n tokens taken as a uniform verify batch of n / (gamma + 1) requests), the draft table by request
+    count, each forced monotone by a running maximum. They come from the run's own step-time table, so the policy
+    is the engine on this hardware, and misinformed as the engine is wherever the real context is not the profiled
+    one.
+
+    The search runs on the CPU before this step's drafts exist, so it reads each request's exponential moving
+    average of its confidences as of the previous step (weight ``ema_alpha`` on the newest step, 1 - ema_alpha on
+    the average before); the n* slots are then allocated on the GPU by this step's live survival products (the
+    top n*, as ``dspark-async`` admits). Lossless by construction: the budget depends only on older steps, and a
+    top-n admission never looks past a position's own prefix (``docs/losslessness.md``). A request seen for the
+    first time is sized at the mean average of the requests of the step before (nothing before the first step).
+    The EMA follows requests by ``view.ids``; a caller without ids has row r be the same request every step.
+    Without the engine's table (``view.sps`` a plain callable) the callable is the profile. No scheduling stall.
+    """
+
+    name = "vllm-adaptive"
+
+    def __init__(self, ema_alpha: float = 0.8, profile_context: int = PROFILE_CONTEXT):
+        if not 0.0 < float(ema_alpha) <= 1.0:
+            raise ValueError(f"ema_alpha must be in (0, 1], got {ema_alpha!r}")
+        if int(profile_context) != profile_context or profile_context < 1:
+            raise ValueError(f"profile_context must be a positive integer, got {profile_context!r}")
+        self.alpha = float(ema_alpha)
+        self.context = int(profile_context)
+        self._ids = np.empty(0, dtype=np.int64)  # the previous step's requests, sorted
+        self._ema = np.empty((0, 0))  # their averages, in the order of _ids
+        self._prior: np.ndarray | None = None  # the mean average of the previous step's requests
+        self._for: tuple | None = None  # (grid, draft, gamma) the tables were profiled for
+        self._verify = np.empty(0)  # verify_cost[n], n = 0.. tokens
+        self._draft = np.empty(0)  # draft_cost[r], r = 0.. requests
+
+    def choose(self, view: PolicyView) -> np.ndarray:
+        rows, gamma = view.confidence.shape
+        ids = np.arange(rows, dtype=np.int64) if view.ids is None else np.asarray(view.ids, dtype=np.int64)
+        at, known = self._find(ids)
+        sizing = self._sizing(at, known, rows, gamma, view.max_lengths)
+        budget = int(greedy_prefix_lengths(sizing, self._profiled_rate(view.sps, rows, gamma),
+                                           early_stop=False).sum())
+        lengths = top_k_prefix_lengths(view.confidence, budget)
+        self._remember(ids, at, known, view.confidence, view.max_lengths)
+        return lengths
+
+    # --- the one-step-old averages -----------------------------------------------------------------------------
+    def _find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each request's average sits in the previous step's (clipped index) and whether it has one."""
+        at = np.minimum(np.searchsorted(self._ids, ids), max(len(self._ids) - 1, 0))
+        known = (self._ids[at] == ids) if len(self._ids) else np.zeros(len(ids), dtype=bool)
+        return at, known
+
+    def _sizing(self, at, known, rows, gamma, max_lengths) -> np.ndarray:
+        old = np.zeros((rows, gamma))
+        if self._ema.shape[1:] == (gamma,):
+            if self._prior is not None:
+                old[:] = self._prior
+            old[known] = self._ema[at[known]]
+        # positions a request cannot verify now (past its end) are known before this step's drafts
+        return np.where(np.arange(gamma)[None, :] < max_lengths[:, None], old, 0.0)
+
+    def _remember(self, ids, at, known, confidence, max_lengths) -> None:
+        rows, gamma = confidence.shape
+        live = np.arange(gamma)[None, :] < max_lengths[:, None]  # the positions whose confidences mean something
+        ema = np.array(confidence, dtype=float)
+        if self._ema.shape[1:] == (gamma,) and known.any():
+            prev = self._ema[at[known]]
+            ema[known] = np.where(live[known], self.alpha * confidence[known] + (1.0 - self.alpha) * prev, prev)
+        order = np.argsort(ids, kind="stable")
+        self._ids, self._ema = ids[order], ema[order]
+        self._prior = ema.mean(axis=0) if rows else self._prior
+
+    # --- the profiled tables ------------------------------------------------------------------------------------
+    def _profiled_rate(self, sps: Callable, rows: int, gamma: int) -> Callable[[np.ndarray], np.ndarray]:
+        """SPS(B) as the engine's tables price it: 1000 / (draft_cost[R] + verify_cost[B + prefill])."""
+        if type(sps) is not StepRate:
+            return sps
+        if not _same_tables(self._for, sps, gamma):
+            self._for, self._verify, self._draft = (sps.grid, sps.draft, gamma), np.empty(0), np.empty(0)
+        prefill = int(sps.prefill)
+        self._grow(sps, gamma, rows * (gamma + 1) + prefill, rows)
+        fixed = self._draft[rows]
+        verify = self._verify
+        return lambda batch: 1000.0 / (fixed + verify[np.asarray(batch, dtype=np.int64) + prefill])
+
+    def _grow(self, sps: StepRate, gamma: int, tokens: int, requests: int) -> None:
+        """Profile the tables up to ``tokens`` and ``requests`` (doubling, so a run profiles a few times)."""
+        if len(self._verify) <= tokens:
+            n = np.arange(max(2 * len(self._verify), tokens + 1, 64))
+            ms = dummy_step_ms(sps.grid, n, np.maximum(np.ceil(n / (gamma + 1)), 1.0), self.context)
+            self._verify = np.maximum.accumulate(ms)
+        if len(self._draft) <= requests:
+            r = np.arange(max(2 * len(self._draft), requests + 1, 64))
+            self._draft = np.maximum.accumulate(_draft_ms(sps.draft, r, gamma, self.context))
+
+
+def fit_cost_model(batch_sizes: np.ndarray, drafts: np.ndarray, step_ms: np.ndarray) -> tuple[float, float, float]:
+    """SGLang's step-cost model T(bs, K) = bias + alpha * bs + theta * (bs + K), bs the requests and K the draft
+    tokens verified, fitted by least squares to profiled points: (bias, alpha, theta). Points at one batch size
+    only cannot separate bias from alpha; the least-norm solution then still predicts that batch size's costs."""
+    bs = np.asarray(batch_sizes, dtype=float)
+    k = np.asarray(drafts, dtype=float)
+    design = np.column_stack((np.ones_like(bs), bs, bs + k))
+    coef = np.linalg.lstsq(design, np.asarray(step_ms, dtype=float), rcond=None)[0]
+    return float(coef[0]), float(coef[1]), float(coef[2])
+
+
+@register
+class SglangCompact(Policy):
+    """``sglang-compact``: SGLang's DSpark verify in compact mode (``SGLANG_RAGGED_VERIFY_MODE=compact``, v0.5.16;
+    the table from ``--speculative-dspark-sps-table-path``, or derived from the captured graphs as in
+    sgl-project/sglang PR #35413).
+
+    The planner's cost model is T(bs, K) = bias + alpha * bs + theta * (bs + K) (alpha: the draft and the part of
+    attention trimming does not reduce; theta: the cost of a verified token), fitted by least squares
+    (``fit_cost_model``) to the profiled table: dummy steps at each of ``batch_sizes`` requests holding
+    ``profile_context`` tokens, verifying 0..gamma drafts each, priced by the run's own step-time table and drafter
+    cost. The default context is that of a table derived from the captured graphs (``CAPTURE_CONTEXT``, assumed);
+    a table profiled at a real context takes ``profile_context``. The table has no context axis, so the planner is
+    misinformed at every other context, as the engine is. Each step it maximises tau x SPS with SPS = 1 / T(R, K) on this step's confidences, and the scheduler
+    gives each request its window (the greedy's per-request lengths). On a cost linear in K, tau / T(K) is unimodal,
+    so the first maximum is the greedy's early stop: the argmax the engine takes, and lossless for it
+    (Algorithm 1). It reads this step's confidences before the verify launches, so it pays the scheduling stall
+    (SGLang turns its overlap scheduler off while speculating).
+
+    Without a table (``table: false``, an engine started without one) it verifies every drafted token. Given a plain
+    SPS callable instead of the engine's table (``view.sps``), the points are that callable at this step's R.
+    """
+
+    name = "sglang-compact"
+    sync_stall = True
+
+    def __init__(self, table: bool = True, profile_context: int = CAPTURE_CONTEXT,
+                 batch_sizes: list[int] | tuple[int, ...] = CAPTURE_BATCH_SIZES):
+        if not isinstance(table, bool):
+            raise ValueError(f"table must be true or false, got {table!r}")
+        if int(profile_context) != profile_context or profile_context < 1:
+            raise ValueError(f"profile_context must be a positive integer, got {profile_context!r}")
+        try:
+            sizes = np.unique(np.asarray(batch_sizes, dtype=np.int64))
+        except (TypeError, ValueError):
+            raise ValueError(f"batch_sizes must be a list of positive integers, got {batch_sizes!r}") from None
+        if sizes.ndim != 1 or len(sizes) < 2 or sizes[0] < 1:
+            raise ValueError(f"batch_sizes needs at least two positive batch sizes, got {batch_sizes!r}")
+        self.table = table
+        self.context = int(profile_context)
+        self.batch_sizes = sizes
+        self._for: tuple | None = None
+        self.coefficients: tuple[float, float, float] | None = None  # (bias, alpha, theta) of the last fit
+
+    def choose(self, view: PolicyView) -> np.ndarray:
+        if not self.table:
+            return np.array(view.max_lengths, dtype=np.int64)
+        rows, gamma = view.confidence.shape
+        sps = view.sps
+        if type(sps) is StepRate:
+            if not _same_tables(self._for, sps, gamma):
+                self._for = (sps.grid, sps.draft, gamma)
+                self.coefficients = fit_cost_model(*self.profile(sps, gamma))
+            prefill = float(sps.prefill)
+        else:
+            drafts = np.arange(rows * gamma + 1)
+            ms = 1000.0 / np.asarray(sps(rows + drafts), dtype=float)
+            self.coefficients = fit_cost_model(np.full(len(drafts), rows), drafts, ms)
+            prefill = 0.0
+        bias, alpha, theta = self.coefficients
+        fixed = bias + alpha * rows + theta * prefill
+        tiny = 1e-9  # a fit that reaches zero or below prices nothing as free: keep SPS finite and positive
+
+        def rate(batch: np.ndarray) -> np.ndarray:
+            return 1000.0 / np.maximum(fixed + theta * np.asarray(batch, dtype=float), tiny)
+
+        return greedy_prefix_lengths(view.confidence, rate, early_stop=True)
+
+    def profile(self, sps: StepRate, gamma: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The profiled points the fit reads: (batch sizes, draft tokens verified in all, step ms)."""
+        bs, k = (x.ravel() for x in np.meshgrid(self.batch_sizes, np.arange(gamma + 1), indexing="ij"))
+        ms = dummy_step_ms(sps.grid, bs * (k + 1), bs, self.context)
+        draft = _draft_ms(sps.draft, self.batch_sizes, gamma, self.context)
+        return bs, bs * k, ms + np.repeat(draft, gamma + 1)
+
+
+__all__ = ["CAPTURE_BATCH_SIZES", "CAPTURE_CONTEXT", "PROFILE_CONTEXT", "SglangCompact", "VllmAdaptive", "dummy_step_ms",
+           "fit_cost_model"]
