@@ -212,13 +212,15 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 @click.option("--hardware", "hardware", multiple=True, metavar="NAME=TABLE.csv:USD_PER_GPU_HOUR",
               help="plan on this step-time table at this price per GPU-hour, repeatable: each option's plan in "
                    "OUT/hardware/NAME/, the (hardware, system) pairs ranked by cost in OUT/hardware.csv")
+@click.option("--rank-bounds-together", is_flag=True,
+              help="--hardware: rank roofline options (speed bounds) by cost with the others instead of after them")
 @backend_options
 @overrides
 def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99: float, gpu_hour_cost: float,
              max_gpus: int, rate_tolerance: float, out: Path | None, quick: bool, seed: int | None,
              replicates: int, jobs: int | None, check_invariants: bool, probe_replicas: int | None,
              per_segment: bool, segment_s: float | None, segment_run_s: float, hardware: tuple[str, ...],
-             backend: str, address: str | None, sets: tuple[str, ...]) -> None:
+             rank_bounds_together: bool, backend: str, address: str | None, sets: tuple[str, ...]) -> None:
     """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
 
     from simulator.inputs.config import load_scenario
@@ -253,7 +255,10 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         for line in warnings:
             click.echo(f"warning: {line}", err=True)
         out = output_dir(scenario, sets, out, (*options, *(f"plan.hardware={h}" for h in hardware)))
-        return plan_hardware_cmd(scn, out, target, runner, choices, quick, seed, replicates, check_invariants)
+        return plan_hardware_cmd(scn, out, target, runner, choices, quick, seed, replicates, check_invariants,
+                                 bounds_apart=not rank_bounds_together)
+    if rank_bounds_together:
+        raise UserError("--rank-bounds-together ranks --hardware options; expected it with --hardware")
     out = output_dir(scenario, sets, out, options)
     for line in table_warnings(scn):
         click.echo(f"warning: {line}", err=True)
@@ -334,7 +339,7 @@ def day_plan(scn, out: Path, target, runner, quick: bool, seed: int | None, repl
 
 
 def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool, seed: int | None,
-                      replicates: int, check_invariants: bool) -> None:
+                      replicates: int, check_invariants: bool, bounds_apart: bool = True) -> None:
     """`simulate plan --hardware ...`: the plan per hardware option, then the ranked (hardware, system) pairs."""
 
     from simulator.inputs.hardware import load_target_table
@@ -352,7 +357,7 @@ def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool
 
     doc = run_plan(bar, out, lambda: plan_hardware(
         scn, out, target, runner, choices, quick, seed, replicates, check_invariants,
-        on_stored=bar.stored, on_queued=bar.queued, on_plan=option_done,
+        on_stored=bar.stored, on_queued=bar.queued, on_plan=option_done, bounds_apart=bounds_apart,
         log=lambda line: click.echo(line, err=True)))
     csv, js = write_hardware(out, doc)
     report = write_report(out / "report.html", shown_scenario(scn, choices), None, None, None,

@@ -153,7 +153,7 @@ def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backe
                   on_stored: Callable[[Task], None] | None = None,
                   on_queued: Callable[[list[Task]], None] | None = None,
                   on_plan: Callable[[HardwareOption, LoadedScenario, Path, dict], None] | None = None,
-                  log: Callable[[str], None] = lambda line: None) -> dict:
+                  log: Callable[[str], None] = lambda line: None, bounds_apart: bool = True) -> dict:
     """The Planner once per option (``OUT/hardware/NAME``), then the ranking. ``on_plan`` is called with each
     option's finished plan (the CLI writes its files and report there); returns hardware.json's document."""
     import time
@@ -176,7 +176,7 @@ def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backe
         plans[o.name] = doc
         if on_plan is not None:
             on_plan(o, variant, folder, doc)
-    doc = compare(scn, options, plans)
+    doc = compare(scn, options, plans, bounds_apart)
     doc["runs_executed"] = runs
     return doc
 
@@ -199,13 +199,14 @@ def pair_row(option: HardwareOption, e: dict) -> dict:
     }
 
 
-def rank(rows: list[dict]) -> list[dict]:
+def rank(rows: list[dict], bounds_apart: bool = True) -> list[dict]:
     """Met pairs by spend per hour at the SLA, then headroom (more first), then measured cost per million
     tokens; then unresolved and unmet pairs, cheapest first. Numbers each row (1 = cheapest). Where roofline
-    tables (speed bounds) stand beside forecasts or measurements, the bounds' pairs rank after all of theirs: a
-    bound's GPU counts are lower bounds, and cheaper on paper is not cheaper."""
+    tables (speed bounds) stand beside forecasts or measurements, the bounds' pairs rank after all of theirs
+    (unless ``bounds_apart`` is false: ``--rank-bounds-together``): a bound's GPU counts are lower bounds, and
+    cheaper on paper is not cheaper."""
     order = {MET: 0, UNRESOLVED_STATUS: 1}
-    mixed = len({r.get("table_kind") == "roofline" for r in rows}) > 1
+    mixed = bounds_apart and len({r.get("table_kind") == "roofline" for r in rows}) > 1
 
     def key(r: dict) -> tuple:
         cost = r["cost_per_mtok"] if not math.isnan(r["cost_per_mtok"]) else math.inf
@@ -217,13 +218,14 @@ def rank(rows: list[dict]) -> list[dict]:
     return [{"rank": i, **r} for i, r in enumerate(ranked, 1)]
 
 
-def compare(scn: LoadedScenario, options: list[HardwareOption], plans: dict[str, dict]) -> dict:
+def compare(scn: LoadedScenario, options: list[HardwareOption], plans: dict[str, dict],
+            bounds_apart: bool = True) -> dict:
     """hardware.json's document from every option's plan (plan.json's document): the options summarised, the
-    ranked pairs and the verdict."""
+    ranked pairs (roofline bounds after the rest unless ``bounds_apart`` is false) and the verdict."""
     by_name = {o.name: o for o in options}
     kinds = {name: (doc.get("table") or {}).get("kind", "unknown") for name, doc in plans.items()}
     rows = rank([{**pair_row(by_name[name], e), "table_kind": kinds[name]} for name, doc in plans.items()
-                 for e in doc["systems"].values()])
+                 for e in doc["systems"].values()], bounds_apart)
     first = next(iter(plans.values()))
     t = first["target"]
     doc = {
@@ -240,7 +242,7 @@ def compare(scn: LoadedScenario, options: list[HardwareOption], plans: dict[str,
                                                                   "why_unmet")},
                      "verdict": plans[o.name]["verdict"], "wall_seconds": plans[o.name].get("wall_seconds")}
                     for o in options],
-        "pairs": rows,
+        "pairs": rows, "bounds_apart": bounds_apart,
     }
     doc["verdict"] = hardware_verdict(doc)
     return doc
@@ -273,7 +275,7 @@ def kinds_caveat(doc: dict) -> str:
     lower bounds, not comparable with estimates or measurements) or an estimate priced mostly from the kernel
     roofline beside one on measured kernels (too fast at low load: not an even comparison); "" when none is."""
     options = doc.get("options") or []
-    return _bounds_caveat(options) + _thin_estimates_caveat(options)
+    return _bounds_caveat(options, doc.get("bounds_apart", True)) + _thin_estimates_caveat(options)
 
 
 def _thin_estimates_caveat(options: list[dict]) -> str:
@@ -291,13 +293,13 @@ def _thin_estimates_caveat(options: list[dict]) -> str:
             "(hw-profile calibrate --prior) before choosing it.")
 
 
-def _bounds_caveat(options: list[dict]) -> str:
+def _bounds_caveat(options: list[dict], bounds_apart: bool = True) -> str:
     bounds = [o["name"] for o in options if o.get("table_kind") == "roofline"]
     if not bounds:
         return ""
     others = sorted({o.get("table_kind", "unknown") for o in options if o["name"] not in bounds})
     versus = f"; not comparable with the {' and '.join(others)} table(s) of the others" if others else ""
-    apart = "; ranked after the others" if others else ""
+    apart = "; ranked after the others" if others and bounds_apart else ""
     return (f" {', '.join(bounds)} {'is a speed bound' if len(bounds) == 1 else 'are speed bounds'} (a roofline "
             f"table: real steps are slower, so its GPU counts are lower bounds){versus}{apart}.")
 

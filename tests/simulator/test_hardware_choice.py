@@ -254,6 +254,9 @@ def test_a_bound_ranks_after_the_forecasts_it_is_compared_with():
             {**pair_row(b200, entry("mtp-1", 2, 8, 3_000.0, status=UNMET)), "table_kind": "estimate"}]
     assert [(r["hardware"], r["system"]) for r in rank(rows)] == [("b200", "dspark"), ("b200", "mtp-1"),
                                                                    ("h200", "dspark")]
+    # asked for (--rank-bounds-together): one ranking by cost, the bound's cheap pair first
+    assert [(r["hardware"], r["system"]) for r in rank(rows, bounds_apart=False)] == [
+        ("h200", "dspark"), ("b200", "dspark"), ("b200", "mtp-1")]
     bounds = [{**r, "table_kind": "roofline"} for r in rows]
     assert [(r["hardware"], r["system"]) for r in rank(bounds)] == [("h200", "dspark"), ("b200", "dspark"),
                                                                      ("b200", "mtp-1")]
