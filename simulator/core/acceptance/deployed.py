@@ -27,9 +27,16 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from simulator.core.acceptance.fitting import HEADS, QUALITY_SAMPLES, REFERENCE_OUTPUT, VARIATION, fit_pooled
+from simulator.core.acceptance.fitting import (
+    HEADS,
+    QUALITY_SAMPLES,
+    REFERENCE_OUTPUT,
+    VARIATION,
+    confidence_quality,
+    fit_pooled,
+)
 from simulator.core.acceptance.latent import full_block_tau, sample_blocks
-from simulator.core.calibration import confidence_report, sigmoid, sts_apply, sts_fit
+from simulator.core.calibration import sigmoid
 from simulator.inputs.library import library_dir
 
 PROFILE_DIR = library_dir() / "profiles"
@@ -121,14 +128,7 @@ def drafter_entry(drafter: str, rows: pd.DataFrame, rng: np.random.Generator) ->
     mus = np.round(mus, 6)
     pick = rng.integers(0, len(mus), QUALITY_SAMPLES)
     raw, accepted = sample_blocks(mus[pick], VARIATION, head, QUALITY_SAMPLES, rng)
-    half = QUALITY_SAMPLES // 2
-    before = confidence_report(raw[half:], accepted[half:])
-    quality = {"raw_auroc": _round(before["auroc"]), "raw_ece": _round(before["ece"])}
-    if kind == "confidence-head":
-        temps = sts_fit(raw[:half], accepted[:half])
-        entry["sts_temperatures"] = _round(temps)
-        quality["calibrated_ece"] = _round(confidence_report(sts_apply(raw[half:], temps), accepted[half:])["ece"])
-    entry["quality"] = quality
+    entry.update(confidence_quality(raw, accepted, kind))
     entry["benchmarks"] = {}
     for i, (b, g) in enumerate(zip(benches, groups, strict=True)):
         logged = g.dropna(subset=["position", "acceptance"]).sort_values("position")

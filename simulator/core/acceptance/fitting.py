@@ -136,20 +136,28 @@ def fit_drafter(cells: dict[str, float] | None, drafter: str, rng: np.random.Gen
     # quality on simulated blocks, benchmarks mixed evenly; STS fitted on one half, measured on the other
     pick = rng.integers(0, len(mus), QUALITY_SAMPLES)
     raw, accepted = sample_blocks(mus[pick], VARIATION, head, QUALITY_SAMPLES, rng)
-    half = QUALITY_SAMPLES // 2
     entry = {
         "gamma": int(mus.shape[1]),
         "head": {"kind": kind, "noise_sd": head.noise_sd, "sharpness": head.sharpness},
     }
-    before = confidence_report(raw[half:], accepted[half:])
-    quality = {"raw_auroc": _round(before["auroc"]), "raw_ece": _round(before["ece"])}
-    if kind == "confidence-head":
-        temps = sts_fit(raw[:half], accepted[:half])
-        entry["sts_temperatures"] = _round(temps)
-        quality["calibrated_ece"] = _round(confidence_report(sts_apply(raw[half:], temps), accepted[half:])["ece"])
-    entry["quality"] = quality
+    entry.update(confidence_quality(raw, accepted, kind))
     entry["benchmarks"] = benches
     return entry
+
+
+def confidence_quality(raw: np.ndarray, accepted: np.ndarray, kind: str) -> dict:
+    """A profile entry's confidence facts from sampled blocks: the raw signal's AUROC and ECE on the second half,
+    and for a confidence head the STS temperatures fitted on the first half with the calibrated ECE they give."""
+    half = len(raw) // 2
+    before = confidence_report(raw[half:], accepted[half:])
+    quality = {"raw_auroc": _round(before["auroc"]), "raw_ece": _round(before["ece"])}
+    out: dict = {}  # in the order the profiles list them: the temperatures, then the quality
+    if kind == "confidence-head":
+        temps = sts_fit(raw[:half], accepted[:half])
+        out["sts_temperatures"] = _round(temps)
+        quality["calibrated_ece"] = _round(confidence_report(sts_apply(raw[half:], temps), accepted[half:])["ece"])
+    out["quality"] = quality
+    return out
 
 
 def fit_profile(target: str, table: pd.DataFrame, seed: int = 0) -> dict:
