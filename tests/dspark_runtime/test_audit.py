@@ -65,7 +65,10 @@ def test_appendix_a_world_is_calibrated_as_the_paper_states():
 # Seeds whose worlds exercise the scheduler (it verifies tokens, over 1..3 requests and gamma 2..4); the audit
 # must match the target in each.
 LOSSLESS_CASES = [("dspark", 1), ("dspark", 2), ("dspark", 19), ("dspark-async", 1), ("dspark-async", 10),
-                  ("dspark-async", 6)]
+                  ("dspark-async", 6),
+                  # the engines' planners (test_audit_engine_planners.py): worlds where each verifies tokens
+                  ("vllm-adaptive", 2), ("vllm-adaptive", 6), ("vllm-adaptive", 10), ("sglang-compact", 2),
+                  ("sglang-compact", 6), ("sglang-compact", 21)]
 
 
 @pytest.mark.parametrize("scheduler,seed", LOSSLESS_CASES)
