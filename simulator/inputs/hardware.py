@@ -56,15 +56,19 @@ def default_kv_capacity(table: StepTable, gpus: int, utilization: float = 0.9, m
         shape = ModelShape(**meta["model_shape"])
     except (KeyError, TypeError, ValueError):
         return None
-    dtype_bytes = DTYPE_BYTES.get(str(meta.get("dtype", "bf16")), 2.0)
-    if "weight_bytes_per_gpu" in meta:  # tables that know what one GPU stores (expert-parallel ranks)
-        weights = float(meta["weight_bytes_per_gpu"])
-    else:
-        weights = shape.total_params * dtype_bytes / gpus
+    weights = weight_bytes_per_gpu(meta, shape, gpus)
     kv_per_gpu = kv_bytes_per_token_per_gpu(meta, shape, gpus)
     free = (mem * utilization - weights - activation_peak_bytes(shape, gpus, max_batch_tokens, max_running)
             - RUNTIME_BYTES_PER_GPU)
     return int(free / kv_per_gpu) if free > 0 and kv_per_gpu > 0 else None
+
+
+def weight_bytes_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:
+    """Weight bytes one GPU stores: the sidecar's ``weight_bytes_per_gpu`` where the table knows it (expert-parallel
+    ranks), else the model's parameters in the table's dtype spread over ``gpus``."""
+    if "weight_bytes_per_gpu" in meta:
+        return float(meta["weight_bytes_per_gpu"])
+    return shape.total_params * DTYPE_BYTES.get(str(meta.get("dtype", "bf16")), 2.0) / gpus
 
 
 def kv_bytes_per_token_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:

@@ -39,6 +39,12 @@ from hw_profile.hardware.gpus import GPU, get_gpu
 from hw_profile.hardware.shapes import ModelShape
 from hw_profile.kernels.roofline import DTYPE_BYTES
 from hw_profile.tables.step_table import StepTable, throttled_flags
+from simulator.inputs.hardware import (
+    _read,
+    drafter_table_source,
+    kv_bytes_per_token_per_gpu,
+    weight_bytes_per_gpu,
+)
 
 DROP = 0.2  # a later point this much faster than an earlier one (and outside both spreads) is not noise
 BOUND_SLACK = 0.1  # how far below the roofline bound a point may sit before it is named
@@ -64,8 +70,6 @@ def table_warnings(table: StepTable, label: str, kv_limit: float | None = None) 
 def scenario_table_warnings(scn, drafters: set[str]) -> list[str]:
     """``table_warnings`` for every table a scenario reads: its target table, the policy's and the prefill pool's
     copies, and the cost tables of ``drafters`` (each file once)."""
-    from simulator.inputs.hardware import _read, drafter_table_source
-
     hw = scn.model.hardware
     target = _read(scn.resolve(hw.table), "hardware.table")
     named: dict[Path, str] = {scn.resolve(hw.table): "hardware.table"}
@@ -222,14 +226,12 @@ def roofline_bound_ms(meta: dict, batch_tokens: np.ndarray, kv_tokens: np.ndarra
 def kv_room(meta: dict) -> float | None:
     """The most KV tokens that fit beside the weights in the device's memory, per GPU as the table priced them
     (None when the sidecar does not say enough to tell)."""
-    from simulator.inputs.hardware import kv_bytes_per_token_per_gpu
-
     gpu = device_of(meta)
     try:
         shape = ModelShape(**meta["model_shape"])
         gpus = max(int(meta.get("gpus") or 1), 1)
         held = kv_bytes_per_token_per_gpu(meta, shape, gpus)
-        weights = float(meta.get("weight_bytes_per_gpu") or shape.total_params * DTYPE_BYTES[meta["dtype"]] / gpus)
+        weights = weight_bytes_per_gpu(meta, shape, gpus)
     except (KeyError, TypeError, ValueError):
         return None
     if gpu is None or not getattr(gpu, "memory_gb", None) or held <= 0:
@@ -241,8 +243,6 @@ def kv_read_bytes_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:
     """KV bytes one GPU reads per context token: what one token holds there as the table priced its cache (the
     rule the KV pool is sized by, ``hardware.kv_bytes_per_token_per_gpu``), less what a compressed sparse attention
     skips (``ModelShape.kv_read_bytes_per_token``); 0 for a shape without a cache."""
-    from simulator.inputs.hardware import kv_bytes_per_token_per_gpu
-
     if not shape.kv_bytes_per_token:
         return 0.0
     try:
