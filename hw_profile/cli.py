@@ -373,9 +373,9 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
     click.echo(f"hw-profile: expected accuracy: {expected['summary']}; to do better: {expected['narrow_it']}",
                err=True)
     notes = table.meta.get("notes", [])
-    # a note that names an option asks the user to decide something (--expert-dtype for a part without FP4
-    # cores): always shown; the rest explain how the table was priced and wait behind --notes
-    asks = [n for n in notes if " --" in n]
+    # advice asks the user to decide something (an extra to install, another expert dtype): always shown; the
+    # other notes explain how the table was priced and wait behind --notes
+    asks = table.meta.get("advice", [])
     for note in notes if show_notes else asks:
         click.echo(f"hw-profile: note: {note}", err=True)
     if not show_notes and len(notes) > len(asks):

@@ -353,6 +353,11 @@ def engine_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, costs: Engin
     }
 
 
+class Advice(str):
+    """A note that asks the user to decide something (install an extra, pick another expert dtype): the sidecar
+    lists these under ``advice`` too, and ``hw-profile estimate`` always prints them."""
+
+
 @dataclass
 class Estimate:
     ms: np.ndarray
@@ -417,7 +422,7 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
             raise HwProfileError(notes[-1].replace("; roofline instead", ""))
     db = kernel_source(kernels, dep.gpu, dep.engine) if source is None else source
     if db is None and kernels == "auto" and not _kernel_package():
-        notes.append("measured kernels need the optional extra: pip install 'dspark-sim[kernels]'")
+        notes.append(Advice("measured kernels need the optional extra: pip install 'dspark-sim[kernels]'"))
     if db is not None:
         try:
             kt = _kernel_lookup(db, shape, dep, b, k)
@@ -446,9 +451,10 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
     parts.update(engine_parts(shape, dep, b, costs, parts))
     ms = sum(parts.values())
     if shape.expert_dtype == "fp4" and not dep.gpu.fp4_tflops:
-        notes.append(f"{dep.gpu.name} has no FP4 tensor cores: the fp4 routed experts are priced as fp4 weights "
-                     "at the fp8 rate (an FP8 x FP4 kernel); engines there often run an fp8 checkpoint instead "
-                     "(--expert-dtype fp8) or the fp4 one in 16-bit arithmetic (Marlin: --expert-dtype w4a16)")
+        notes.append(Advice(f"{dep.gpu.name} has no FP4 tensor cores: the fp4 routed experts are priced as fp4 "
+                            "weights at the fp8 rate (an FP8 x FP4 kernel); engines there often run an fp8 "
+                            "checkpoint instead (--expert-dtype fp8) or the fp4 one in 16-bit arithmetic (Marlin: "
+                            "--expert-dtype w4a16)"))
     notes.append("kernels from a kernel-level roofline (no measured kernel data for this GPU/engine/model), each "
                  "launch paying the fixed latency measured kernels show on the GPUs the database covers (us: "
                  + ", ".join(f"{name} {us}" for name, us in KERNEL_FLOOR_US.items()) + ")"
@@ -633,6 +639,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         engine_costs=used.to_dict(),
         sources=est.sources,
         notes=notes,
+        **({"advice": advice} if (advice := [str(n) for n in notes if isinstance(n, Advice)]) else {}),
         inside_share=float(np.mean(est.inside)) if len(est.inside) else 0.0,
         prefill_cost=chunk_attention(shape, dep),
         verify_attention=verify_attention(shape, dep, used).to_meta(),
