@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from simulator.core import engine  # noqa: E402
+from simulator.core.forward import StepCost  # noqa: E402
 from simulator.core.policies import greedy_prefix_lengths  # noqa: E402
-from simulator.core.policies.base import StepRate  # noqa: E402
 from simulator.inputs.config import load_scenario  # noqa: E402
 from simulator.inputs.systems import resolve_systems  # noqa: E402
 from simulator.runs.run import LoadPoint, RunSpec, build  # noqa: E402
@@ -166,7 +166,7 @@ def bench_greedy(sim) -> dict:
     conf = sim.source.propose(rng_ids).confidence
     st = sim.steps.frame()
     mid = len(st["end"]) // 2
-    sps = StepRate(sim.prices.policy_grid, float(st["kv_tokens"][mid]), 0, float(st["draft_ms"][mid]) + sim.config.stall_ms)
+    sps = StepCost(sim.prices.policy_grid, float(st["kv_tokens"][mid]), 0, float(st["draft_ms"][mid]) + sim.config.stall_ms)
     lengths = greedy_prefix_lengths(conf, sps)
     reference = algorithm1_reference(conf.tolist(), lambda b: float(sps(np.array([b]))[0]))
     assert lengths.tolist() == reference, "compiled greedy disagrees with Algorithm 1"

@@ -25,6 +25,10 @@ And it may say how the table priced verification's attention (``VerifyAttention`
 request's whole context, so the attention's compute is (tokens per request) x K. A table is priced at one number
 of tokens per request; a step that verifies more or fewer per request is corrected by the difference
 (``StepTimeGrid.verify_ms``), which the engine's clock and the policies' SPS both add.
+
+An estimated table also records the serving engine's captured CUDA graphs (``CudaGraphs``, the optional block
+``cuda_graphs``, ``hw_profile.tables.cuda_graphs``): its points are steps replayed at exactly their size, and the
+lookup prices a step at the size it is padded to, or eagerly past the largest, so T is a staircase in B.
 """
 
 from __future__ import annotations
@@ -37,10 +41,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from numba import float64, njit
+from numba import boolean, float64, njit
 
 from atomic_files import atomic_write, atomic_write_text
 from hw_profile.errors import HwProfileError
+from hw_profile.tables.cuda_graphs import NO_GRAPHS, CudaGraphs
 
 COLUMNS = [
     "batch_tokens",
@@ -226,6 +231,10 @@ class StepTable:
                 raise TableError(f"{side}: sidecar is not valid JSON ({exc})") from None
             ChunkAttention.from_meta(meta, str(side))  # a malformed block fails here, with the table
             VerifyAttention.from_meta(meta, str(side))
+            try:
+                CudaGraphs.from_meta(meta, str(side))
+            except HwProfileError as exc:
+                raise TableError(str(exc)) from None
         if "source" in df.columns:
             df["source"] = df["source"].astype(object).where(df["source"].notna(), "").astype(str)
         return cls(points=df[_columns(df)].copy(), meta=meta, path=path)
@@ -252,14 +261,18 @@ class StepTable:
         """The sidecar's verification-attention block, if it has one."""
         return VerifyAttention.from_meta(self.meta, str(sidecar_path(self.path)) if self.path else "table metadata")
 
+    @property
+    def cuda_graphs(self) -> CudaGraphs | None:
+        """The sidecar's captured CUDA-graph sizes (``hw_profile.tables.cuda_graphs``), if it has them."""
+        return CudaGraphs.from_meta(self.meta, str(sidecar_path(self.path)) if self.path else "table metadata")
+
     @cached_property
     def grid(self) -> StepTimeGrid:
         ok = self.ok
         grid = StepTimeGrid.from_points(
             ok["batch_tokens"].to_numpy(float), ok["kv_tokens"].to_numpy(float), ok["step_ms"].to_numpy(float)
         )
-        verify = self.verify_attention
-        return grid if verify is None else replace(grid, verify=verify)
+        return replace(grid, verify=self.verify_attention, graphs=self.cuda_graphs)
 
     @cached_property
     def energy_grid(self) -> StepTimeGrid | None:
@@ -282,12 +295,17 @@ class StepTimeGrid:
     """A rectangular grid ms[k, b] of step times over ascending axes b_axis (tokens) and k_axis (KV tokens).
 
     Every lookup, scalar or array, and the compiled callers (the greedy's walk) price T(B, K) with this module's
-    one rule (``_step_ms``): piecewise linear in B along the two K rows around K, then linear in K between them."""
+    one rule (``_step_ms``): piecewise linear in B along the two K rows around K, then linear in K between them,
+    at the B the step is replayed at where the table records its engine's captured CUDA graphs (``graphs``:
+    padded to the next captured size, or past the largest at its own B and never below the eager floor).
+    ``rows`` (the step's requests) and ``prompts`` (it carries prompt chunks) matter only to an engine that
+    captures by request count."""
 
     b_axis: np.ndarray
     k_axis: np.ndarray
     ms: np.ndarray
     verify: VerifyAttention | None = None  # how the table priced verification's attention (its sidecar's block)
+    graphs: CudaGraphs | None = None  # the engine's captured CUDA graphs (its sidecar's block)
 
     def __post_init__(self):
         # the compiled rule takes contiguous float64 arrays
@@ -313,20 +331,38 @@ class StepTimeGrid:
         """(b_axis, k_axis, ms): what a compiled caller passes to this module's kernels (``step_ms_at``)."""
         return self.b_axis, self.k_axis, self.ms
 
-    def step_ms(self, batch_tokens: float, kv_tokens: float) -> float:
+    @property
+    def graph_terms(self) -> tuple[np.ndarray, bool, float]:
+        """(captured sizes, counts requests, eager floor ms) of ``graphs`` for a compiled caller
+        (``priced_step_ms_at``); no sizes without the block (every step priced at its own B)."""
+        return NO_GRAPHS if self.graphs is None else self.graphs.terms
+
+    def step_ms(self, batch_tokens: float, kv_tokens: float, rows: float = 0, prompts: bool = False) -> float:
         """T(B, K) in ms for one (B, K): one compiled call, cheap enough for the engine's per-step clock."""
-        return _step_ms(self.b_axis, self.k_axis, self.ms, batch_tokens, kv_tokens)
+        return _step_ms(self.b_axis, self.k_axis, self.ms, float(batch_tokens), float(kv_tokens), float(rows),
+                        bool(prompts), *self.graph_terms)
 
     lookup = step_ms  # the engine's name for it
 
-    def values(self, batch_tokens: np.ndarray | float, kv_tokens: np.ndarray | float) -> np.ndarray:
-        """``step_ms`` elementwise over arrays of (B, K) (broadcast together)."""
-        if np.ndim(kv_tokens) == 0:  # one K (a curve, a step's SPS): its rows are found once
+    def replayed(self, batch_tokens: float, rows: float = 0, prompts: bool = False) -> tuple[float, bool]:
+        """(the B a step of ``batch_tokens`` tokens over ``rows`` requests is priced at, whether it runs eagerly):
+        its own B without captured graphs (``graphs``)."""
+        sizes, per_request, _ = self.graph_terms
+        b, eager = _graph_batch(float(batch_tokens), float(rows), bool(prompts), sizes, per_request)
+        return float(b), bool(eager)
+
+    def values(self, batch_tokens: np.ndarray | float, kv_tokens: np.ndarray | float,
+               rows: np.ndarray | float = 0, prompts: bool = False) -> np.ndarray:
+        """``step_ms`` elementwise over arrays of (B, K) and ``rows`` (broadcast together)."""
+        graphs = self.graph_terms
+        if np.ndim(kv_tokens) == 0 and np.ndim(rows) == 0:  # one K (a curve, a step's SPS): its rows found once
             b = np.asarray(batch_tokens, dtype=np.float64)
-            return _step_ms_at_k(self.b_axis, self.k_axis, self.ms, b.ravel(), float(kv_tokens)).reshape(b.shape)
-        shape = np.broadcast_shapes(np.shape(batch_tokens), np.shape(kv_tokens))
-        b, k = (np.broadcast_to(x, shape).astype(np.float64, order="C").ravel() for x in (batch_tokens, kv_tokens))
-        return _step_ms_each(self.b_axis, self.k_axis, self.ms, b, k).reshape(shape)
+            return _step_ms_at_k(self.b_axis, self.k_axis, self.ms, b.ravel(), float(kv_tokens), float(rows),
+                                 bool(prompts), *graphs).reshape(b.shape)
+        shape = np.broadcast_shapes(np.shape(batch_tokens), np.shape(kv_tokens), np.shape(rows))
+        b, k, r = (np.broadcast_to(x, shape).astype(np.float64, order="C").ravel()
+                   for x in (batch_tokens, kv_tokens, rows))
+        return _step_ms_each(self.b_axis, self.k_axis, self.ms, b, k, r, bool(prompts), *graphs).reshape(shape)
 
     def curve(self, kv_tokens: float) -> StepCurve:
         """T as a function of B at this K."""
@@ -428,6 +464,40 @@ def step_ms_at(b_axis, ms, lo, hi, w, b, seg):
 
 
 @njit(cache=True, inline="always")
+def graph_batch(tokens, rows, prompts, sizes, per_request):
+    """(tokens the step is priced at, eager) for a step of ``tokens`` tokens over ``rows`` requests on captured
+    ``sizes`` (empty: no graphs, the step as it is). Counting tokens, the step pads to the first size >= its
+    tokens; counting requests, its rows pad to the first size >= them and the tokens grow with them (each padded
+    request brings the step's tokens per request; no rows given: one token each), and a step with prompt chunks
+    runs eagerly. Past the largest size: eager, at its own tokens."""
+    n = sizes.shape[0]
+    if n == 0 or tokens <= 0.0:
+        return tokens, False
+    if per_request:
+        if prompts:
+            return tokens, True
+        count = rows if rows > 0.0 else tokens
+    else:
+        count = tokens
+    if count > sizes[n - 1]:
+        return tokens, True
+    size = sizes[np.searchsorted(sizes, count)]  # bisect_left: the first captured size >= count
+    return tokens * (size / count), False
+
+
+@njit(cache=True, inline="always")
+def priced_step_ms_at(b_axis, ms, lo, hi, w, b, rows, prompts, seg, sizes, per_request, floor):
+    """``step_ms_at`` at the B the step is replayed at (``graph_batch`` on the captured ``sizes``), never below
+    ``floor`` when it runs eagerly; (T, segment hint). The hint stays valid as b grows with rows and prompts
+    fixed: the replayed B never falls."""
+    pb, eager = graph_batch(b, rows, prompts, sizes, per_request)
+    t, seg = step_ms_at(b_axis, ms, lo, hi, w, pb, seg)
+    if eager and t < floor:
+        t = floor
+    return t, seg
+
+
+@njit(cache=True, inline="always")
 def verify_ms_at(tokens, rows, kv, q_table, a, c):
     """ms a step of ``tokens`` verified tokens over ``rows`` requests holding ``kv`` KV tokens adds to T for
     verifying tokens / rows per request where the table priced min(tokens, q_table) (``VerifyAttention``: attention
@@ -452,27 +522,33 @@ def _verify_ms_each(tokens, rows, kv, q_table, a, c):
     return out
 
 
-@njit(float64(float64[::1], float64[::1], float64[:, ::1], float64, float64), cache=True)
-def _step_ms(b_axis, k_axis, ms, b, kv):
+@njit(cache=True)
+def _graph_batch(tokens, rows, prompts, sizes, per_request):
+    return graph_batch(tokens, rows, prompts, sizes, per_request)
+
+
+@njit(float64(float64[::1], float64[::1], float64[:, ::1], float64, float64, float64, boolean, float64[::1],
+             boolean, float64), cache=True)
+def _step_ms(b_axis, k_axis, ms, b, kv, rows, prompts, sizes, per_request, floor):
     lo, hi, w = k_rows(k_axis, kv)
-    return step_ms_at(b_axis, ms, lo, hi, w, b, 0)[0]
+    return priced_step_ms_at(b_axis, ms, lo, hi, w, b, rows, prompts, 0, sizes, per_request, floor)[0]
 
 
 @njit(cache=True)
-def _step_ms_at_k(b_axis, k_axis, ms, b, kv):
+def _step_ms_at_k(b_axis, k_axis, ms, b, kv, rows, prompts, sizes, per_request, floor):
     lo, hi, w = k_rows(k_axis, kv)
     out = np.empty(b.shape[0])
     for n in range(b.shape[0]):
-        out[n] = step_ms_at(b_axis, ms, lo, hi, w, b[n], 0)[0]
+        out[n] = priced_step_ms_at(b_axis, ms, lo, hi, w, b[n], rows, prompts, 0, sizes, per_request, floor)[0]
     return out
 
 
 @njit(cache=True)
-def _step_ms_each(b_axis, k_axis, ms, b, kv):
+def _step_ms_each(b_axis, k_axis, ms, b, kv, rows, prompts, sizes, per_request, floor):
     out = np.empty(b.shape[0])
     for n in range(b.shape[0]):
         lo, hi, w = k_rows(k_axis, kv[n])
-        out[n] = step_ms_at(b_axis, ms, lo, hi, w, b[n], 0)[0]
+        out[n] = priced_step_ms_at(b_axis, ms, lo, hi, w, b[n], rows[n], prompts, 0, sizes, per_request, floor)[0]
     return out
 
 

@@ -53,9 +53,9 @@ class DraftCost:
             kv_tokens = min(kv_tokens, rows * self.attention_window)
         if self.kind.parallel:
             tokens = rows * (gamma + self.kind.extra_block_tokens)
-            t = self.grid.lookup(tokens, kv_tokens) + self._per_request(tokens, rows, kv_tokens)
+            t = self.grid.lookup(tokens, kv_tokens, rows) + self._per_request(tokens, rows, kv_tokens)
             return t + gamma * max(self.seq_per_position_ms, self.seq_per_row_position_ms * rows)
-        return gamma * (self.grid.lookup(rows, kv_tokens) + self._per_request(rows, rows, kv_tokens))
+        return gamma * (self.grid.lookup(rows, kv_tokens, rows) + self._per_request(rows, rows, kv_tokens))
 
     def _per_request(self, tokens: int, rows: int, kv_tokens: float) -> float:
         """The table's correction for the tokens per request a pass computes (a block of them, or one) where its

@@ -54,10 +54,10 @@ from simulator.core.columns import COPY, LIVE, Batch, ColumnLog, Field, RowLog
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.core.engine_config import EngineConfig
 from simulator.core.engine_rules import RoutedRequest, Router
-from simulator.core.forward import ForwardPrice
+from simulator.core.forward import ForwardPrice, StepCost
 from simulator.core.kv_cache import KVCache
 from simulator.core.policies import make_policy
-from simulator.core.policies.base import Policy, PolicyView, StepRate, checked_lengths
+from simulator.core.policies.base import Policy, PolicyView, checked_lengths
 from simulator.errors import UserError
 
 # Every per-request field, declared once. The request log holds them all; those with ``batch`` set are also
@@ -140,11 +140,11 @@ class StepPlan:
     being computed), else None; chunk_ms: what the chunks add to the forward beyond T (their attention,
     ``ForwardPrice.chunk_terms``); kv: T's K, the decoding rows' KV plus, on a table that does not price chunks'
     attention, the chunks' cached prompt; kv_decode: the KV tokens the decoding rows read (what their verified
-    tokens attend over).
+    tokens attend over); cost: the step's ``StepCost`` on the clock's table, which prices it at any verified B.
     """
 
-    __slots__ = ("accepted", "batch_tokens", "cached", "chunk_ms", "context", "decode_rows", "draft_ms", "ended", "ids",
-                 "kv", "kv_decode", "kv_used", "lengths", "prefill_chunks", "prefill_ended", "prefill_tokens",
+    __slots__ = ("accepted", "batch_tokens", "cached", "chunk_ms", "context", "cost", "decode_rows", "draft_ms", "ended",
+                 "ids", "kv", "kv_decode", "kv_used", "lengths", "prefill_chunks", "prefill_ended", "prefill_tokens",
                  "remaining", "rows", "running", "stall_ms", "start", "step_ms", "verified")
 
     def __init__(self, start: float, running: int, kv_used: int):
@@ -387,15 +387,13 @@ class Replica:
         sim, prices, gamma, rows = self.sim, self.sim.prices, self.config.gamma, plan.rows
         plan.draft_ms = prices.draft.ms(rows, gamma, plan.kv)
         plan.stall_ms = self.config.stall_ms if (self.policy.sync_stall and rows) else 0.0
+        plan.cost = prices.step_cost(plan)
         if rows and (gamma or sim.source_decodes):
             remaining = plan.remaining
             proposal = sim.source.propose(plan.ids)
             conf = checked_confidence(sim.source, proposal.confidence, rows, gamma)
             maxl, conf = verifiable(conf, remaining, gamma)  # positions past a request's end: confidence 0
-            # the step's one forward as the policy's B varies: the chunks' tokens ride on B, their attention is fixed
-            sps = StepRate(prices.policy_grid, plan.kv, plan.prefill_tokens,
-                           plan.draft_ms + plan.stall_ms + plan.chunk_ms, rows, plan.kv_decode, prices.draft)
-            view = PolicyView(conf, remaining, plan.context, sps, gamma, self.step_no,
+            view = PolicyView(conf, remaining, plan.context, prices.policy_cost(plan), gamma, self.step_no,
                               proposal.outcome if self.policy.needs_outcome else None, maxl, plan.ids)
             plan.lengths = checked_lengths(self.policy, self.label, self.policy.choose(view), view)
             plan.accepted = checked_accepted(sim.source, sim.source.verify(proposal, plan.lengths), plan.lengths)
@@ -410,16 +408,13 @@ class Replica:
                 plan.prefill_ended = done[np.asarray(ended, dtype=bool)]
 
     def step_time(self, plan: StepPlan) -> float:
-        """Milliseconds: draft + scheduling stall + one forward over the step's tokens (``ForwardPrice``): T(B, K)
-        from the clock's table at all the step's tokens, corrected for the tokens per request the step verifies
-        where the table says how it priced them (``verify_ms``), plus the prompt chunks' attention where the table
-        prices it apart."""
-        sim, prices = self.sim, self.sim.prices
+        """Milliseconds: the step's cost (``StepCost``: draft + scheduling stall + one forward over the step's
+        tokens + the prompt chunks' attention where the table prices it apart) at the tokens the policy chose to
+        verify, the one object the policy priced them with."""
+        sim = self.sim
         if sim.live_clock is not None:  # the measured time of the step's real forwards (clock: live)
             return sim.live_clock() + plan.stall_ms
-        forward = prices.forward.ms(plan.batch_tokens, plan.kv, plan.batch_tokens - plan.prefill_tokens, plan.rows,
-                                    plan.kv_decode)
-        return plan.draft_ms + plan.stall_ms + forward + plan.chunk_ms
+        return float(plan.cost.ms(plan.rows + plan.verified))
 
     def apply_outcomes(self, plan: StepPlan) -> None:
         """After the forward: each decoding row emits its accepted prefix plus one target token, a row whose
@@ -492,7 +487,8 @@ class StepPrices:
     """What a step costs, from the tables: ``clock`` gives the target's forward T(B, K) that advances the clock,
     ``policy_grid`` the copy a hardware-aware policy prices SPS(B) on (default: the clock's), ``draft`` the
     drafter's cost, and ``chunk_attention`` the prompt chunks' attention when the table's sidecar prices it apart
-    (``forward``: the one forward rule on the clock's table)."""
+    (``forward``: the chunks' part of the forward rule on the clock's table). ``step_cost`` builds each step's
+    ``StepCost``, which the clock reads and, on the same table, the policy too."""
 
     def __init__(self, clock: StepTimeGrid, *, draft: DraftCost | None = None, policy_grid: StepTimeGrid | None = None,
                  chunk_attention: ChunkAttention | None = None):
@@ -502,6 +498,16 @@ class StepPrices:
         self.forward = ForwardPrice(clock, chunk_attention)
         # a table that corrects for tokens per request (``StepTimeGrid.verify``) needs the decoding rows' KV each step
         self.per_request = clock.verify is not None or self.policy_grid.verify is not None
+
+    def step_cost(self, plan: StepPlan, grid: StepTimeGrid | None = None) -> StepCost:
+        """The step's ``StepCost`` on ``grid`` (the clock's by default): its K, prompt tokens, decoding rows and
+        their KV, and the fixed costs beside the forward (draft, stall, the chunks' attention)."""
+        return StepCost(self.clock if grid is None else grid, plan.kv, plan.prefill_tokens,
+                        plan.draft_ms + plan.stall_ms + plan.chunk_ms, plan.rows, plan.kv_decode, self.draft)
+
+    def policy_cost(self, plan: StepPlan) -> StepCost:
+        """What the policy prices SPS(B) with: the clock's ``StepCost`` itself unless it reads its own table."""
+        return plan.cost if self.policy_grid is self.clock else self.step_cost(plan, self.policy_grid)
 
 
 class Simulation:

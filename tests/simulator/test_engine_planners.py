@@ -10,8 +10,8 @@ import pytest
 
 from hw_profile.tables.step_table import StepTimeGrid
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
+from simulator.core.forward import StepCost
 from simulator.core.policies import PolicyView, checked_lengths, make_policy, top_k_prefix_lengths
-from simulator.core.policies.base import StepRate
 from simulator.core.policies.engines import SglangCompact, VllmAdaptive, fit_cost_model
 from simulator.errors import PolicyError
 from tests.simulator.engine_helpers import simulate
@@ -87,7 +87,7 @@ CASES = [
 def test_vllm_budget_is_the_brute_force_argmax_over_its_profiled_tables(conf, prefill):
     grid, draft = jagged_grid(), drafter()
     rows, gamma = conf.shape
-    sps = StepRate(grid, kv=12_345.0, prefill=prefill, fixed_ms=0.7, rows=rows, verify_kv=0.0, draft=draft)
+    sps = StepCost(grid, kv=12_345.0, prefill=prefill, fixed_ms=0.7, rows=rows, verify_kv=0.0, draft=draft)
     policy = VllmAdaptive(profile_context=CTX)
     ids = np.arange(rows) + 40
     policy.choose(view(conf, sps, ids))  # the first step only fills the averages (nothing older to size from)
@@ -103,7 +103,7 @@ def test_vllm_tables_are_the_profile_not_the_step():
     two contexts, gets the budgets of those profiles, whatever the step's real KV."""
     grid = jagged_grid()
     conf = np.array([[0.9, 0.8, 0.7], [0.85, 0.8, 0.75]])
-    true_sps = StepRate(grid, kv=40_000.0, prefill=0, fixed_ms=0.0, rows=2, verify_kv=0.0, draft=None)
+    true_sps = StepCost(grid, kv=40_000.0, prefill=0, fixed_ms=0.0, rows=2, verify_kv=0.0, draft=None)
     budgets = {}
     for ctx in (1, 20_000):
         policy = VllmAdaptive(profile_context=ctx)
@@ -117,7 +117,7 @@ def test_vllm_tables_are_the_profile_not_the_step():
 def test_vllm_sizes_from_confidences_one_step_old():
     """A confidence change is acted on in sizing one step later, through the EMA (0.8 on the newest step)."""
     grid = jagged_grid()
-    sps = StepRate(grid, kv=0.0, prefill=0, fixed_ms=0.0, rows=2, verify_kv=0.0, draft=None)
+    sps = StepCost(grid, kv=0.0, prefill=0, fixed_ms=0.0, rows=2, verify_kv=0.0, draft=None)
     high = np.array([[0.99, 0.99, 0.99], [0.98, 0.98, 0.98]])
     low = np.array([[0.3, 0.2, 0.1], [0.25, 0.2, 0.1]])
     ids = [7, 3]
@@ -138,7 +138,7 @@ def test_vllm_sizes_from_confidences_one_step_old():
 
 def test_vllm_follows_requests_by_id_and_sizes_newcomers_at_the_batch_mean():
     grid = jagged_grid()
-    sps = StepRate(grid, kv=0.0, prefill=0, fixed_ms=0.0, rows=2, verify_kv=0.0, draft=None)
+    sps = StepCost(grid, kv=0.0, prefill=0, fixed_ms=0.0, rows=2, verify_kv=0.0, draft=None)
     verify, _ = vllm_tables(grid, drafter(), 3, 12, 3)
     high = np.array([0.99, 0.99, 0.99])
     low = np.array([0.3, 0.2, 0.1])
@@ -153,7 +153,7 @@ def test_vllm_follows_requests_by_id_and_sizes_newcomers_at_the_batch_mean():
 
 def test_vllm_sizing_ignores_positions_past_a_requests_end():
     grid = jagged_grid()
-    sps = StepRate(grid, kv=0.0, prefill=0, fixed_ms=0.0, rows=1, verify_kv=0.0, draft=None)
+    sps = StepCost(grid, kv=0.0, prefill=0, fixed_ms=0.0, rows=1, verify_kv=0.0, draft=None)
     conf = np.array([[0.99, 0.99, 0.99]])
     policy = VllmAdaptive(profile_context=CTX)
     policy.choose(view(conf, sps))
@@ -182,7 +182,7 @@ def test_sglang_fit_from_a_table_built_from_its_formula():
     bb, kk = np.meshgrid(b, kv)
     grid = StepTimeGrid.from_points(bb.ravel(), kk.ravel(), (bias + alpha / ctx * kk + theta * bb).ravel())
     policy = SglangCompact(profile_context=ctx)
-    sps = StepRate(grid, kv=0.0, prefill=0, fixed_ms=0.0, rows=1, verify_kv=0.0, draft=None)
+    sps = StepCost(grid, kv=0.0, prefill=0, fixed_ms=0.0, rows=1, verify_kv=0.0, draft=None)
     assert fit_cost_model(*policy.profile(sps, 5)) == pytest.approx((bias, alpha, theta), rel=1e-9)
 
 
@@ -190,7 +190,7 @@ def test_sglang_fit_from_a_table_built_from_its_formula():
 def test_sglang_plan_is_the_brute_force_argmax_of_its_fitted_cost(conf):
     grid, draft = jagged_grid(), drafter()
     rows, gamma = conf.shape
-    sps = StepRate(grid, kv=5000.0, prefill=3, fixed_ms=0.2, rows=rows, verify_kv=0.0, draft=draft)
+    sps = StepCost(grid, kv=5000.0, prefill=3, fixed_ms=0.2, rows=rows, verify_kv=0.0, draft=draft)
     policy = SglangCompact(profile_context=CTX, batch_sizes=[1, 2, 3, 4, 6, 8])
     lengths = checked_lengths(policy, "sglang-compact", policy.choose(view(conf, sps)), view(conf, sps))
     bias, alpha, theta = fit_cost_model(*policy.profile(sps, gamma))
@@ -201,7 +201,7 @@ def test_sglang_plan_is_the_brute_force_argmax_of_its_fitted_cost(conf):
 
 def test_sglang_without_a_table_verifies_every_drafted_token():
     conf = np.array([[0.1, 0.1, 0.1], [0.9, 0.0, 0.0]])
-    sps = StepRate(jagged_grid(), kv=0.0, prefill=0, fixed_ms=0.0, rows=2, verify_kv=0.0, draft=None)
+    sps = StepCost(jagged_grid(), kv=0.0, prefill=0, fixed_ms=0.0, rows=2, verify_kv=0.0, draft=None)
     lengths = make_policy("sglang-compact", {"table": False}).choose(view(conf, sps, remaining=[4, 2]))
     assert lengths.tolist() == [3, 1]
 

@@ -1,5 +1,5 @@
 """The prefix scheduler against brute force, the paper's Appendix A numbers and its plain transcription
-(tests/simulator/algorithm1.py), with the engine's StepRate and with any SPS callable."""
+(tests/simulator/algorithm1.py), with the engine's StepCost and with any SPS callable."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hw_profile.tables.cuda_graphs import CudaGraphs
 from hw_profile.tables.step_table import StepTimeGrid, VerifyAttention
+from simulator.core.forward import StepCost
 from simulator.core.policies import greedy_prefix_lengths, top_k_prefix_lengths
-from simulator.core.policies.base import StepRate
 from simulator.core.policies.candidate_order import descending_stable
 from tests.simulator.algorithm1 import algorithm1_reference
 
@@ -126,11 +127,12 @@ def random_confidence(rng: np.random.Generator, rows: int, gamma: int, kind: str
                                                                                 * 2.0**-40)}[kind]()
 
 
-def random_step_rate(rng: np.random.Generator, rows: int = 0) -> StepRate:
+def random_step_rate(rng: np.random.Generator, rows: int = 0) -> StepCost:
     """The engine's SPS on a random step-time grid: kinks, a falling last segment, 1 to 4 K rows (one lower than
     the next at some B, so that K beyond the last row meets the clamp), B and K inside, on and beyond the axes,
     prefill and fixed ms; for a step of ``rows`` requests, half the time a verification-attention correction
-    (the table priced at 1, 2 or 4 tokens per request, reads or compute the larger)."""
+    (the table priced at 1, 2 or 4 tokens per request, reads or compute the larger); half the time captured CUDA
+    graphs counting tokens or requests."""
     nb, nk = int(rng.integers(1, 8)), int(rng.integers(1, 5))
     b = np.sort(rng.choice(np.arange(1, 3000), nb, replace=False)).astype(float)
     k = np.sort(rng.choice(np.arange(0, 10**6), nk, replace=False)).astype(float)
@@ -142,7 +144,11 @@ def random_step_rate(rng: np.random.Generator, rows: int = 0) -> StepRate:
     if rows and rng.random() < 0.5:
         grid = replace(grid, verify=VerifyAttention(float(rng.choice([1.0, 2.0, 4.0])), float(rng.random() * 0.2),
                                                     float(rng.random() * 0.2)))
-    return StepRate(grid, kv, int(rng.integers(0, 50)), float(rng.random() * 3), rows,
+    if rng.random() < 0.5:  # captured CUDA graphs: a staircase, eager (with its floor) past the largest size
+        sizes = np.unique(rng.integers(1, 600, int(rng.integers(1, 12))))
+        grid = replace(grid, graphs=CudaGraphs(tuple(int(x) for x in sizes), str(rng.choice(["tokens", "requests"])),
+                                               float(rng.random() * 20)))
+    return StepCost(grid, kv, int(rng.integers(0, 50)), float(rng.random() * 3), rows,
                     float(rng.random() * rows * 3e4))
 
 
@@ -150,7 +156,7 @@ def random_step_rate(rng: np.random.Generator, rows: int = 0) -> StepRate:
 @given(st.integers(1, 300), st.integers(1, 9), st.integers(0, 2**32 - 1),
        st.sampled_from(["uniform", "ties", "0/1", "near-ties"]), st.booleans())
 def test_matches_plain_transcription_of_algorithm_1(rows, gamma, seed, kind, early_stop):
-    """The compiled walk against Algorithm 1 line by line, bit for bit in the lengths: with the engine's StepRate
+    """The compiled walk against Algorithm 1 line by line, bit for bit in the lengths: with the engine's StepCost
     (priced inside the walk), with the same rate behind an arbitrary callable (tabulated, then walked), and with a
     jagged curve that no table could give."""
     rng = np.random.default_rng(seed)
@@ -183,8 +189,8 @@ def test_step_rate_is_the_clocks_step_time():
     for _ in range(50):
         sps = random_step_rate(rng, int(rng.integers(1, 300)))
         batch = np.arange(1, 4000, 37)
-        expect = [1000.0 / (sps.grid.lookup(b + sps.prefill, sps.kv) + sps.grid.verify_ms(b, sps.rows, sps.verify_kv)
-                            + sps.fixed_ms) for b in batch]
+        expect = [1000.0 / (sps.grid.lookup(b + sps.prefill, sps.kv, sps.rows, sps.prefill > 0)
+                            + sps.grid.verify_ms(b, sps.rows, sps.verify_kv) + sps.fixed_ms) for b in batch]
         assert sps(batch).tolist() == expect
 
 

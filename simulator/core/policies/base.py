@@ -13,41 +13,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from hw_profile.tables.step_table import StepTimeGrid
 from simulator.core.batch_kernels import within
 from simulator.core.plugins import registrar
 from simulator.errors import PolicyError
-
-
-class StepRate:
-    """SPS(B) for one step (``view.sps``): the whole engine step rate, 1000 / (T(B + prefill, K) + V + fixed ms),
-    with this step's K, prefill tokens and fixed costs (draft, scheduling stall), and V the grid's correction for
-    verifying B / rows tokens per request over the ``verify_kv`` KV tokens the decoding rows hold
-    (``StepTimeGrid.verify_ms``; 0 for a table without the block). T and V are the grid's rules, the clock's, so
-    what a policy prices is what the step costs (the same table given); the greedy evaluates them inside its walk.
-    ``draft`` is the drafter's cost model (``DraftCost``, already inside ``fixed_ms`` for this step): a planner
-    that profiles its own tables, as an engine does at startup, prices other shapes with it."""
-
-    __slots__ = ("draft", "fixed_ms", "grid", "kv", "prefill", "rows", "verify_kv")
-
-    def __init__(self, grid: StepTimeGrid, kv: float, prefill: int, fixed_ms: float, rows: int = 0,
-                 verify_kv: float = 0.0, draft: object | None = None):
-        self.grid = grid
-        self.kv = kv
-        self.prefill = prefill
-        self.fixed_ms = fixed_ms
-        self.rows = rows
-        self.verify_kv = verify_kv
-        self.draft = draft
-
-    def step_ms(self, batch: np.ndarray | float) -> np.ndarray:
-        t = self.grid.values(np.asarray(batch) + self.prefill, self.kv)
-        if self.grid.verify is not None:  # added in the walk's order, so both price a step to the same bit
-            t = t + self.grid.verify_ms(batch, self.rows, self.verify_kv)
-        return t + self.fixed_ms
-
-    def __call__(self, batch: np.ndarray) -> np.ndarray:
-        return 1000.0 / self.step_ms(batch)
 
 
 class PolicyView:

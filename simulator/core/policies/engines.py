@@ -23,7 +23,8 @@ import numpy as np
 from numba import njit
 
 from hw_profile.tables.step_table import StepTimeGrid, verify_ms_at
-from simulator.core.policies.base import Policy, PolicyView, StepRate, register
+from simulator.core.forward import StepCost
+from simulator.core.policies.base import Policy, PolicyView, register
 from simulator.core.policies.greedy import greedy_prefix_lengths, top_k_prefix_lengths
 
 #: the context (tokens per request) engines profile their cost tables at (vLLM's
@@ -53,13 +54,13 @@ def dummy_step_ms(grid: StepTimeGrid, tokens: np.ndarray, requests: np.ndarray, 
     tokens = np.asarray(tokens, dtype=np.float64)
     requests = np.asarray(requests, dtype=np.float64)
     kv = requests * float(context)
-    ms = grid.values(tokens, kv)
+    ms = grid.values(tokens, kv, requests)  # on the table's CUDA-graph stairs, as the engine's own steps run
     if grid.verify is not None:
         ms = ms + _verify_ms_rows(tokens, requests, kv, *grid.verify_terms)
     return ms
 
 
-def _same_tables(profiled: tuple | None, sps: StepRate, gamma: int) -> bool:
+def _same_tables(profiled: tuple | None, sps: StepCost, gamma: int) -> bool:
     """Whether tables profiled for (grid, drafter cost, gamma) still serve this step (the same objects)."""
     return profiled is not None and profiled[0] is sps.grid and profiled[1] is sps.draft and profiled[2] == gamma
 
@@ -156,7 +157,7 @@ class VllmAdaptive(Policy):
     # --- the profiled tables ------------------------------------------------------------------------------------
     def _profiled_rate(self, sps: Callable, rows: int, gamma: int) -> Callable[[np.ndarray], np.ndarray]:
         """SPS(B) as the engine's tables price it: 1000 / (draft_cost[R] + verify_cost[B + prefill])."""
-        if type(sps) is not StepRate:
+        if not isinstance(sps, StepCost):
             return sps
         if not _same_tables(self._for, sps, gamma):
             self._for, self._verify, self._draft = (sps.grid, sps.draft, gamma), np.empty(0), np.empty(0)
@@ -166,7 +167,7 @@ class VllmAdaptive(Policy):
         verify = self._verify
         return lambda batch: 1000.0 / (fixed + verify[np.asarray(batch, dtype=np.int64) + prefill])
 
-    def _grow(self, sps: StepRate, gamma: int, tokens: int, requests: int) -> None:
+    def _grow(self, sps: StepCost, gamma: int, tokens: int, requests: int) -> None:
         """Profile the tables up to ``tokens`` and ``requests`` (doubling, so a run profiles a few times)."""
         if len(self._verify) <= tokens:
             n = np.arange(max(2 * len(self._verify), tokens + 1, 64))
@@ -236,7 +237,7 @@ class SglangCompact(Policy):
             return np.array(view.max_lengths, dtype=np.int64)
         rows, gamma = view.confidence.shape
         sps = view.sps
-        if type(sps) is StepRate:
+        if isinstance(sps, StepCost):
             if not _same_tables(self._for, sps, gamma):
                 self._for = (sps.grid, sps.draft, gamma)
                 self.coefficients = fit_cost_model(*self.profile(sps, gamma))
@@ -255,7 +256,7 @@ class SglangCompact(Policy):
 
         return greedy_prefix_lengths(view.confidence, rate, early_stop=True)
 
-    def profile(self, sps: StepRate, gamma: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def profile(self, sps: StepCost, gamma: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The profiled points the fit reads: (batch sizes, draft tokens verified in all, step ms)."""
         bs, k = (x.ravel() for x in np.meshgrid(self.batch_sizes, np.arange(gamma + 1), indexing="ij"))
         ms = dummy_step_ms(sps.grid, bs * (k + 1), bs, self.context)

@@ -12,9 +12,10 @@ Theta(n) = tau * SPS(B).
   plan is the top B - R candidates, so this is the exact optimum over all length vectors, for any SPS curve.
 
 How it runs: one numba kernel (``_walk``) forms the survivals, orders them (``candidate_order``) and walks them.
-With the engine's ``StepRate`` it prices SPS(B) as it goes, with the step-time table's own compiled rule, so a
-walk that stops early prices only the B it reached; any other SPS callable is tabulated once over every B the walk
-may reach (R to R x (gamma + 1)) and walked the same way. tests/simulator/algorithm1.py is the plain-Python
+With an SPS that can be priced on its grid (``PricedOnGrid``: the engine's ``StepCost``) it prices SPS(B) as it
+goes, with the step-time table's own compiled rule (CUDA-graph stairs included), so a walk that stops early prices
+only the B it reached; any other SPS callable is tabulated once over every B the walk may reach (R to
+R x (gamma + 1)) and walked the same way. tests/simulator/algorithm1.py is the plain-Python
 transcription the tests hold it to.
 """
 
@@ -28,9 +29,10 @@ import numpy as np
 from numba import njit
 
 import hw_profile.tables.step_table
-from hw_profile.tables.step_table import k_rows, step_ms_at, verify_ms_at
+from hw_profile.tables.cuda_graphs import NO_GRAPHS
+from hw_profile.tables.step_table import k_rows, priced_step_ms_at, verify_ms_at
+from simulator.core.forward import PricedOnGrid
 from simulator.core.policies import candidate_order
-from simulator.core.policies.base import StepRate
 from simulator.core.policies.candidate_order import descending_stable
 
 SPS = Callable[[np.ndarray], np.ndarray]
@@ -46,23 +48,21 @@ def greedy_prefix_lengths(confidence: np.ndarray, sps: SPS, early_stop: bool = T
     """
     c = _as_matrix(confidence)
     mode = EARLY_STOP if early_stop else GLOBAL
-    if type(sps) is StepRate:  # exactly the engine's rule: priced inside the walk, only as far as it goes
-        b_axis, k_axis, ms = sps.grid.arrays
-        verify = (*sps.grid.verify_terms, float(sps.rows), float(sps.verify_kv))
-        return _walk(c, mode, 0, _NONE, b_axis, k_axis, ms, float(sps.kv), float(sps.prefill), float(sps.fixed_ms),
-                     verify)
+    if isinstance(sps, PricedOnGrid):  # exactly the engine's rule: priced inside the walk, only as far as it goes
+        b_axis, k_axis, ms, graphs, kv, prefill, fixed, verify = sps.walk_terms()
+        return _walk(c, mode, 0, _NONE, b_axis, k_axis, ms, kv, prefill, fixed, verify, graphs)
     rows, gamma = c.shape
     if c.size == 0:
         return np.zeros(rows, dtype=np.int64)
     batch = np.arange(rows, rows * (gamma + 1) + 1)
     rates = np.ascontiguousarray(np.broadcast_to(np.asarray(sps(batch), dtype=np.float64), batch.shape))
-    return _walk(c, mode, 0, rates, _NONE, _NONE, _NO_GRID, 0.0, 0.0, 0.0, _NO_VERIFY)
+    return _walk(c, mode, 0, rates, _NONE, _NONE, _NO_GRID, 0.0, 0.0, 0.0, _NO_VERIFY, NO_GRAPHS)
 
 
 def top_k_prefix_lengths(confidence: np.ndarray, capacity: int) -> np.ndarray:
     """The first ``capacity`` candidates of the admission order, as per-request lengths (dspark-async)."""
     return _walk(_as_matrix(confidence), TOP_K, max(int(capacity), 0), _NONE, _NONE, _NONE, _NO_GRID, 0.0, 0.0, 0.0,
-                 _NO_VERIFY)
+                 _NO_VERIFY, NO_GRAPHS)
 
 
 _NONE = np.zeros(0)
@@ -78,12 +78,15 @@ def _as_matrix(confidence: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, verify):
+def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, verify, graphs):
     """Walk the candidates in (-a, r, j) order; lengths (R,) for ``mode``. EARLY_STOP and GLOBAL read SPS(B) for
     B = R + n from ``rates[n]`` when it is given, else price 1000 / (T(B + prefill, kv) + V(B) + fixed) on the grid
-    (b_axis, k_axis, ms), V the grid's verification correction (``verify``: its terms, rows and the decoding rows'
-    KV tokens; ``verify_ms_at``); TOP_K takes the first ``capacity`` candidates."""
+    (b_axis, k_axis, ms) at the B its captured CUDA graphs replay it at (``graphs``: sizes, counts requests, eager
+    floor; ``priced_step_ms_at``), V the grid's verification correction (``verify``: its terms, rows and the
+    decoding rows' KV tokens; ``verify_ms_at``); TOP_K takes the first ``capacity`` candidates."""
     q_table, att_kv, att_query, att_rows, att_k = verify
+    sizes, per_request, floor = graphs
+    prompts = prefill > 0.0
     rows, gamma = c.shape
     # the positive-survival candidates in (r, j) order, with their row; a never rises along j, so once it is 0 the
     # rest of the row is 0 too, yet every confidence is still checked
@@ -115,7 +118,8 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, veri
         if tabulated:
             rate = rates[0]
         else:
-            t, seg = step_ms_at(b_axis, ms, lo, hi, w, float(rows) + prefill, seg)
+            t, seg = priced_step_ms_at(b_axis, ms, lo, hi, w, float(rows) + prefill, att_rows, prompts, seg, sizes,
+                                       per_request, floor)
             t += verify_ms_at(float(rows), att_rows, att_k, q_table, att_kv, att_query)
             rate = 1000.0 / (t + fixed)
         best = float(rows) * rate
@@ -126,7 +130,8 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, veri
             if tabulated:
                 rate = rates[n]
             else:
-                t, seg = step_ms_at(b_axis, ms, lo, hi, w, float(rows + n) + prefill, seg)
+                t, seg = priced_step_ms_at(b_axis, ms, lo, hi, w, float(rows + n) + prefill, att_rows, prompts, seg,
+                                           sizes, per_request, floor)
                 t += verify_ms_at(float(rows + n), att_rows, att_k, q_table, att_kv, att_query)
                 rate = 1000.0 / (t + fixed)
             theta = (float(rows) + gained) * rate
@@ -141,9 +146,10 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, veri
 
 
 def _forget_stale_walk() -> None:
-    """numba keys a cached kernel on its own file's stamp, but ``_walk`` compiles in ``k_rows`` and ``step_ms_at``
-    (hw_profile/tables/step_table.py) and ``descending_stable`` (candidate_order.py): after an edit to those files the cache
-    would serve the old code. So a digest of the three sources sits beside the cache, and when it no longer matches,
+    """numba keys a cached kernel on its own file's stamp, but ``_walk`` compiles in ``k_rows`` and
+    ``priced_step_ms_at`` (hw_profile/tables/step_table.py) and ``descending_stable`` (candidate_order.py): after an
+    edit to those files the cache would serve the old code. So a digest of the sources sits beside the cache, and
+    when it no longer matches,
     ``_walk``'s cache is emptied and compiled afresh on first use."""
     cache = getattr(_walk, "_cache", None)
     where = getattr(cache, "_cache_path", None)
