@@ -308,7 +308,7 @@ def calibrated_on(m: Measurement, fit_on: list[Measurement]) -> float | str:
         fit = fit_on_prior(prior, b, k, ms)
     except HwProfileError:
         return "no fit"
-    grid = prior.grid
+    grid = replace(prior.grid, graphs=None)  # as the fit reads it: stairs are padding, not a cost it scales
     bm, km = m.requests * m.budget, m.requests * m.context
     base = grid.step_ms(1, 0)
     at_b = grid.step_ms(bm, 0)

@@ -75,6 +75,17 @@ def require_profile_extra(command: str, modules: tuple[str, ...] = ("torch", "tr
                                  f"{command} does it)") from None
 
 
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``--capture-sizes``: a comma list of ascending positive integers, or one line saying what was expected."""
+    try:
+        sizes = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise HwProfileError(f"--capture-sizes: expected a comma list of integers, got {text!r}") from None
+    if not sizes or sizes[0] < 1 or list(sizes) != sorted(set(sizes)):
+        raise HwProfileError(f"--capture-sizes: expected ascending distinct integers >= 1, got {text!r}")
+    return sizes
+
+
 def device_and_shape(gpu: str, model: str, gpus: int):
     """``--gpu``, ``--model`` and ``--gpus`` of the table-writing commands, each mistake one line."""
     from hw_profile.hardware.gpus import get_gpu
@@ -312,6 +323,8 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
               "--sibling H200 (docs/hw-profile.md)")
 @click.option("--cost", "costs", multiple=True, help="an engine cost term NAME=VALUE (repeatable; see "
               "docs/hw-profile.md), e.g. step_fixed_ms=3 or moe_imbalance=1.1")
+@click.option("--capture-sizes", default=None, help="the CUDA-graph sizes the engine captures, a comma list "
+              "(tokens for vllm, requests for sglang and trtllm) [default: the engine's own list, docs/hw-profile.md]")
 @click.option("--max-batch-tokens", type=int, default=16384, show_default=True)
 @click.option("--max-kv-tokens", type=int, default=4_194_304, show_default=True)
 @click.option("--name", default=None, help="label of the tables (default: the file stem)")
@@ -320,7 +333,7 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
 @click.option("--notes", "show_notes", is_flag=True, help="print how the table was priced (the sidecar's notes)")
 @click.pass_obj
 def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, parallel, drafters, kernels, sibling,
-             costs, max_batch_tokens, max_kv_tokens, name, out, show_notes) -> None:
+             costs, capture_sizes, max_batch_tokens, max_kv_tokens, name, out, show_notes) -> None:
     from hw_profile.estimate.engine_costs import engine_defaults, with_overrides
     from hw_profile.estimate.estimate import Deployment, default_parallel, layout_note, write_estimate_set
     from hw_profile.hardware.gpus import get_gpu
@@ -347,6 +360,8 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
             raise HwProfileError(f"{flag}: expected a positive integer, got {value}")
     names = [d.strip() for d in drafters.split(",") if d.strip()]
     cost_terms = with_overrides(engine_defaults(engine), list(costs))
+    if capture_sizes is not None:
+        cost_terms = replace(cost_terms, capture_sizes=parse_sizes(capture_sizes))
     dep = Deployment(gpu=device, gpus=gpus, ep=ep, dtype=dtype, parallel=mode, engine=engine, costs=cost_terms)
     meta = {"command": obj["command"]} if obj and obj.get("command") else {}
     if name:

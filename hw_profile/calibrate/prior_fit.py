@@ -26,7 +26,7 @@ points as terms.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -85,6 +85,9 @@ class PriorFit:
 
 
 def _basis(grid: StepTimeGrid, b: np.ndarray, k: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """T at one token, what the tokens add and what the context adds, on the table's own points: the CUDA-graph
+    stairs are the engine's padding, not a cost to scale, so the calibrated table keeps them as they were."""
+    grid = replace(grid, graphs=None)
     base = grid.step_ms(1, 0)
     at_b = grid.values(b, np.zeros_like(k))
     full = grid.values(b, k)

@@ -26,10 +26,18 @@ per-step cost and per-token scale of a written table. All times are per step of 
   the front end has the request, so this is HTTP, parsing and streaming, not the engine's queue. One measurement on
   other hardware: a single-stream TTFT on a planner's own deployment fixes it (TTFT at one request = this + about
   two steps under a scheduler one step ahead).
-- ``graph_max_batch``: the largest token count the engine captures as a CUDA graph. Past it a step runs eagerly
-  and pays ``launch_us`` per kernel, ``kernels_per_layer`` kernels per layer. Defaults: vLLM 512 (the largest of its
-  default capture sizes); SGLang 256 and TensorRT-LLM 128, typical of their ``cuda_graph_max_bs`` and CUDA-graph
-  batch settings, which depend on the GPU's memory and the engine's version (uncertain: set it for a deployment).
+- ``capture_sizes`` and ``graph_max_batch``: the sizes the engine captures its forward at as CUDA graphs, and the
+  largest of them. A step replays the smallest captured graph it fits in, padded to that size, so its cost is a
+  staircase (the table's ``cuda_graphs`` block, ``hw_profile.tables.cuda_graphs``); past the largest it runs eagerly
+  and pays ``launch_us`` per kernel, ``kernels_per_layer`` kernels per layer. Unset, ``capture_sizes`` is the
+  engine's default list (``default_capture_sizes``) up to ``graph_max_batch``:
+  vLLM counts tokens: 1, 2, 4, then every 8 to 248, then every 16 from 256 to min(2 x max_num_seqs, 512)
+  (its ``cudagraph_capture_sizes``; 512 with the default max_num_seqs). SGLang counts requests: 1, 2, 4, 8, then
+  every 8 from 16 to 160, and on to 256 on a GPU with more than 80 GB (its ``cuda_graph_bs`` without speculation;
+  while speculating it captures 1-8, every 2 to 32, every 16 to 160: set ``--capture-sizes`` for that).
+  TensorRT-LLM counts requests: 1, 2, 4, then every 8 to 128, with padding on (``cuda_graph_config``; without
+  padding a batch of another size runs eagerly). These are the engines' defaults as their sources state them at the
+  versions docs/hw-profile.md names; a deployment that sets its own sizes sets them here.
 - ``launch_us`` (5 us: a PyTorch-dispatched CUDA kernel launch, host side) and ``kernels_per_layer`` (dense 14,
   MoE 24: norms, projections, rotary, attention, activation, routing, grouped GEMMs, all-reduce).
 - ``sample_passes``: passes over the fp32 logits per verified token for sampling and the rejection test
@@ -124,6 +132,7 @@ class EngineCosts:
     overlap_schedule: bool = True
     scheduler_ms: float = SCHEDULER_MS
     graph_max_batch: int = 512
+    capture_sizes: tuple[int, ...] | None = None  # None: the engine's default list up to graph_max_batch
     launch_us: float = 5.0
     kernels_per_layer: float | None = None  # None: 14 for dense layers, 24 for MoE layers
     sample_passes: float = 6.0
@@ -137,6 +146,12 @@ class EngineCosts:
     request_ms: float = 10.0  # per request, outside the forwards (see the module docstring)
 
     def __post_init__(self):
+        if self.capture_sizes is not None:  # a sidecar stores a list
+            sizes = tuple(int(x) for x in self.capture_sizes)
+            if not sizes or sizes[0] < 1 or list(sizes) != sorted(set(sizes)):
+                raise HwProfileError(f"--capture-sizes: expected ascending distinct integers >= 1, got "
+                                     f"{list(self.capture_sizes)}")
+            object.__setattr__(self, "capture_sizes", sizes)
         # sidecars and callers written before the fused mode stored a bool
         if isinstance(self.overlap, bool):
             object.__setattr__(self, "overlap", "two-batch" if self.overlap else "none")
@@ -166,6 +181,32 @@ DEFAULTS: dict[str, EngineCosts] = {
 }
 
 
+#: what each engine's captured sizes count: the step's tokens, or its requests (each with its own tokens)
+CAPTURE_COUNTS = {"vllm": "tokens", "sglang": "requests", "trtllm": "requests"}
+
+
+def default_capture_sizes(engine: str, memory_gb: float | None = None) -> tuple[int, ...]:
+    """The engine's default CUDA-graph capture list (the module docstring), before ``graph_max_batch``."""
+    if engine == "vllm":
+        return (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
+    if engine == "sglang":
+        big = memory_gb is None or memory_gb > 80
+        return (1, 2, 4, 8, *range(16, 161, 8), *(range(168, 257, 8) if big else ()))
+    return (1, 2, 4, *range(8, 129, 8))
+
+
+def capture_sizes(costs: EngineCosts, memory_gb: float | None = None) -> tuple[int, ...]:
+    """The sizes the engine replays: ``capture_sizes`` as set, else its default list cut at ``graph_max_batch``
+    (which joins the list if it falls between two of its sizes, as an engine adds its largest batch; past the list's
+    end it changes nothing: the engine captures no more than its list)."""
+    if costs.capture_sizes is not None:
+        return costs.capture_sizes
+    top = max(int(costs.graph_max_batch), 1)
+    full = default_capture_sizes(costs.engine, memory_gb)
+    sizes = [s for s in full if s <= top]
+    return tuple([*sizes, top] if top < full[-1] and (not sizes or sizes[-1] != top) else sizes)
+
+
 def engine_defaults(engine: str) -> EngineCosts:
     key = engine.lower()
     if key not in DEFAULTS:
@@ -175,7 +216,7 @@ def engine_defaults(engine: str) -> EngineCosts:
 
 def with_overrides(costs: EngineCosts, items: list[str] | tuple[str, ...]) -> EngineCosts:
     """``NAME=VALUE`` settings (``--cost``) applied to ``costs``; one-line errors name the term."""
-    known = {f.name for f in fields(EngineCosts)} - {"engine"}
+    known = {f.name for f in fields(EngineCosts)} - {"engine", "capture_sizes"}  # a list: --capture-sizes
     changes: dict = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -256,14 +297,13 @@ def imbalance_factor(routed_tokens: np.ndarray, ep: int, costs: EngineCosts) -> 
     return np.minimum(1.0 + np.sqrt(2.0 * math.log(ep) / mean), float(ep))
 
 
-def eager_ms(tokens: np.ndarray, layers: int, moe_layers: int, costs: EngineCosts) -> np.ndarray:
-    """Launch cost of steps too large for the engine's captured CUDA graphs."""
-    b = np.asarray(tokens, dtype=float)
+def launches_ms(layers: int, moe_layers: int, costs: EngineCosts) -> float:
+    """What the host takes to launch every kernel of one eager forward."""
     if costs.kernels_per_layer is not None:
         kernels = costs.kernels_per_layer * layers
     else:
         kernels = 14.0 * (layers - moe_layers) + 24.0 * moe_layers
-    return np.where(b > costs.graph_max_batch, kernels * costs.launch_us * 1e-3, 0.0)
+    return kernels * costs.launch_us * 1e-3
 
 
 def sampling_ms(tokens: np.ndarray, vocab: int, bandwidth_bytes_s: float, costs: EngineCosts) -> np.ndarray:

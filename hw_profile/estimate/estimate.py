@@ -52,11 +52,13 @@ from hw_profile.errors import HwProfileError
 from hw_profile.estimate.accuracy import DECODE_WITHIN_30, estimate_expected_error
 from hw_profile.estimate.dp_ep import stored_bytes_per_gpu, weight_parts_per_gpu
 from hw_profile.estimate.engine_costs import (
+    CAPTURE_COUNTS,
     EngineCosts,
     a2a_floor_us,
     a2a_latency_us,
-    eager_ms,
+    capture_sizes,
     imbalance_factor,
+    launches_ms,
     sampling_ms,
     two_batch_min_tokens,
 )
@@ -75,6 +77,7 @@ from hw_profile.kernels.roofline import (
     markov_head_costs,
     stored_weight_bytes,
 )
+from hw_profile.tables.cuda_graphs import CudaGraphs
 from hw_profile.tables.step_table import StepTable, VerifyAttention, table_meta
 
 if TYPE_CHECKING:  # the kernel database's reader is imported only where it is used
@@ -338,19 +341,32 @@ def nvlink_domain(gpu: GPU) -> int:
     return 72 if gpu.name.upper().startswith("GB") else 8
 
 
+def cuda_graphs(shape: ModelShape, dep: Deployment, costs: EngineCosts) -> CudaGraphs:
+    """The engine's captured CUDA graphs for a table of ``shape`` (the sidecar's ``cuda_graphs`` block): its capture
+    list, what it counts, and the least an eager step takes, its launches plus the host's cost."""
+    sizes = capture_sizes(costs, dep.gpu.memory_gb)
+    counts = CAPTURE_COUNTS.get(costs.engine, "tokens")
+    floor = launches_ms(shape.layers, shape.moe_layers, costs) + costs.host_ms
+    where = "set (--capture-sizes)" if costs.capture_sizes is not None else "the engine's default capture list"
+    return CudaGraphs(sizes, counts, floor, f"{costs.engine}: {where} up to {sizes[-1]} {counts}; eager floor "
+                      f"{floor:.3g} ms = launches ({costs.launch_us:g} us per kernel) + host cost")
+
+
 def engine_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, costs: EngineCosts,
                  kernels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """What the engine adds to the step's ``kernels`` (ms per family): its host cost, the launches of a step past
-    the captured CUDA graphs, and sampling. An eager step's launches are issued by the host while the GPU runs the
-    kernels already launched, so they cost only what they take beyond the kernels' own time: a 600-token prompt
-    chunk's compute-bound kernels hide them, a one-request decode outside the captured sizes is all launches."""
+    """What the engine adds to the step's ``kernels`` (ms per family): its host cost, sampling, and the launches of
+    a step past the captured CUDA graphs (``cuda_graphs``). An eager step's launches are issued by the host while
+    the GPU runs the kernels already launched, so the step takes the longer of the two, never less than the eager
+    floor: a 600-token prompt chunk's compute-bound kernels hide them, a one-request decode outside the captured
+    sizes is all launches. The ``eager`` part is what the floor adds; a written table leaves it to the lookup's
+    rule (``hw_profile.tables.step_table``), which prices the same."""
     b = np.asarray(b, dtype=float)
-    launches = eager_ms(b, shape.layers, shape.moe_layers, costs)
-    return {
-        "fixed": np.full_like(b, costs.host_ms),
-        "eager": np.maximum(launches - sum(kernels.values()), 0.0),
-        "sampling": sampling_ms(b, shape.vocab if shape.lm_head else 0, dep.bandwidth, costs),
-    }
+    fixed = np.full_like(b, costs.host_ms)
+    sampling = sampling_ms(b, shape.vocab if shape.lm_head else 0, dep.bandwidth, costs)
+    graphs = cuda_graphs(shape, dep, costs)
+    graph_ms = sum(kernels.values()) + fixed + sampling
+    eager = (b > graphs.largest) & (graph_ms < graphs.eager_floor_ms)
+    return {"fixed": fixed, "eager": np.where(eager, graphs.eager_floor_ms - graph_ms, 0.0), "sampling": sampling}
 
 
 class Advice(str):
@@ -612,7 +628,8 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
     k_axis = default_k_axis(4_194_304) if k_axis is None else np.asarray(k_axis)
     bb, kk = np.meshgrid(b_axis, k_axis)
     est = estimate_points(shape, dep, bb.ravel(), kk.ravel(), kernels=kernels, costs=costs, sibling=sibling)
-    ms, note = padded_envelope(est.ms.reshape(bb.shape))
+    # the points are steps replayed at their own size: the eager floor is the lookup's to apply (``cuda_graphs``)
+    ms, note = padded_envelope((est.ms - est.parts.get("eager", 0.0)).reshape(bb.shape))
     notes = [*est.notes, note] if note else est.notes
     rows = {"batch_tokens": bb.ravel(), "kv_tokens": kk.ravel(), "status": "ok", "step_ms": ms.ravel(),
             "step_ms_p10": ms.ravel(), "step_ms_p90": ms.ravel(), "repeats": 0, "throttled": False,
@@ -643,6 +660,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         inside_share=float(np.mean(est.inside)) if len(est.inside) else 0.0,
         prefill_cost=chunk_attention(shape, dep),
         verify_attention=verify_attention(shape, dep, used).to_meta(),
+        cuda_graphs=cuda_graphs(shape, dep, used).to_meta(),
         weight_bytes_per_gpu=weights_per_gpu,
         # the cache this table priced (kv_cache_bytes), which the simulator sizes the KV pool with
         **shape.kv_cache_facts(kv_cache_bytes(shape), dep.head_split, dep.table_gpus),

@@ -482,7 +482,7 @@ def graph_batch(tokens, rows, prompts, sizes, per_request):
     if count > sizes[n - 1]:
         return tokens, True
     size = sizes[np.searchsorted(sizes, count)]  # bisect_left: the first captured size >= count
-    return tokens * (size / count), False
+    return (tokens / count) * size, False  # counting tokens: exactly the size
 
 
 @njit(cache=True, inline="always")

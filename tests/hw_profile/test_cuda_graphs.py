@@ -32,7 +32,7 @@ def replayed_reference(graphs: CudaGraphs, tokens: float, rows: float, prompts: 
     if count > graphs.sizes[-1]:
         return tokens, True
     size = graphs.sizes[bisect.bisect_left(graphs.sizes, count)]
-    return tokens * size / count, False
+    return tokens / count * size, False
 
 
 def line_grid() -> StepTimeGrid:

@@ -18,9 +18,10 @@ from hw_profile.estimate.engine_costs import (
     EngineCosts,
     a2a_floor_us,
     a2a_latency_us,
-    eager_ms,
+    capture_sizes,
     engine_defaults,
     imbalance_factor,
+    launches_ms,
     sampling_ms,
     two_batch_min_tokens,
     with_overrides,
@@ -54,12 +55,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # --- engine cost terms ---------------------------------------------------------------------------------------------
 
-def test_eager_launches_only_past_the_captured_graphs():
-    costs = EngineCosts(graph_max_batch=512, launch_us=5.0, kernels_per_layer=None)
-    ms = eager_ms(np.array([1, 512, 513]), layers=10, moe_layers=4, costs=costs)
-    assert ms[0] == ms[1] == 0.0
-    assert ms[2] == pytest.approx((14 * 6 + 24 * 4) * 5.0e-3)
-    assert eager_ms(np.array([600]), 10, 0, replace(costs, kernels_per_layer=3.0))[0] == pytest.approx(3 * 10 * 5e-3)
+def test_launches_count_every_kernel_of_every_layer():
+    costs = EngineCosts(launch_us=5.0, kernels_per_layer=None)
+    assert launches_ms(10, 4, costs) == pytest.approx((14 * 6 + 24 * 4) * 5.0e-3)
+    assert launches_ms(10, 0, replace(costs, kernels_per_layer=3.0)) == pytest.approx(3 * 10 * 5e-3)
+
+
+def test_capture_lists_are_the_engines_defaults_cut_at_graph_max_batch():
+    vllm = capture_sizes(engine_defaults("vllm"))
+    assert vllm[:5] == (1, 2, 4, 8, 16) and vllm[-3:] == (480, 496, 512) and len(vllm) == 3 + 31 + 17
+    assert set(np.diff(vllm[3:35])) == {8} and set(np.diff(vllm[34:])) == {16}  # every 8 to 256, then 16
+    assert capture_sizes(replace(engine_defaults("vllm"), graph_max_batch=100))[-2:] == (96, 100)
+    assert capture_sizes(engine_defaults("sglang"), memory_gb=141)[-1] == 256
+    assert capture_sizes(engine_defaults("sglang"), memory_gb=80)[-1] == 160  # the engine captures less on 80 GB
+    assert capture_sizes(replace(engine_defaults("trtllm"), capture_sizes=(1, 3))) == (1, 3)
+    with pytest.raises(HwProfileError, match="capture-sizes"):
+        EngineCosts(capture_sizes=(4, 2))
 
 
 def test_sampling_reads_the_logits_once_per_pass_per_verified_token():
@@ -640,15 +651,19 @@ def test_a_chunks_attention_is_priced_per_token_pair_and_its_gemms_by_the_table(
 
 def test_an_eager_steps_launches_hide_under_its_kernels():
     """Past the captured sizes the host issues every kernel while the GPU runs the ones before: a compute-bound
-    prompt chunk hides its launches, a step of small kernels pays what its launches take beyond them."""
+    prompt chunk hides its launches, a step of small kernels takes its launches (and the host's cost). The written
+    table leaves that floor to the lookup, which prices the same step the same."""
     shape, d = dep()
     b = np.array([512.0, 513.0, 4096.0])
     est = estimate_points(shape, d, b, np.zeros(3), kernels="roofline")
-    launches = 36 * 14 * 5e-3  # layers x kernels per layer x 5 us
-    kernels = sum(v for k, v in est.parts.items() if k not in ("fixed", "eager", "sampling"))
+    floor = 36 * 14 * 5e-3 + d.costs.host_ms  # layers x kernels per layer x 5 us, and the host's cost
+    graph = est.ms - est.parts["eager"]
     assert est.parts["eager"][0] == 0.0  # captured
-    assert est.parts["eager"][1:] == pytest.approx(np.maximum(launches - kernels[1:], 0.0))
-    assert est.parts["eager"][2] == 0.0 and kernels[2] > launches
+    assert est.ms[1:] == pytest.approx(np.maximum(graph[1:], floor))
+    assert est.parts["eager"][2] == 0.0 and graph[2] > floor
+    table = estimate_table(shape, d, "t", kernels="roofline", b_axis=b, k_axis=np.array([0.0]))
+    assert table.cuda_graphs.largest == 512 and table.cuda_graphs.eager_floor_ms == pytest.approx(floor)
+    assert [table.grid.step_ms(x, 0.0) for x in b] == pytest.approx(est.ms)
 
 
 def test_kv_facts_are_the_cache_the_table_priced():
