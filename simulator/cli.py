@@ -402,6 +402,17 @@ def plan_options(target, scenario_sla: float) -> tuple[str, ...]:
     return tuple(given)
 
 
+def staircase_line(graphs) -> str:
+    """How the table's steps run on the engine's captured CUDA graphs (``hw_profile.tables.cuda_graphs``)."""
+    if graphs is None:
+        return ("step times: each step priced at its own size (the table records no CUDA-graph capture: measured "
+                "steps, or a bound)")
+    sizes = graphs.sizes
+    shown = ", ".join(map(str, sizes[:6])) + (f", ..., {sizes[-1]}" if len(sizes) > 6 else "")
+    return (f"step times: a staircase, steps padded to the next of {len(sizes)} captured CUDA-graph sizes in "
+            f"{graphs.counts} ({shown}); past {sizes[-1]} eager, at least {graphs.eager_floor_ms:.3g} ms a step")
+
+
 @cli.command("check")
 @click.argument("scenario", type=click.Path(path_type=Path))
 @overrides
@@ -447,9 +458,11 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
                f"{m.run.duration_s:g} s simulated each ({m.run.quick_duration_s:g} s with --quick)")
     click.echo(f"  hardware: {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s), table "
                f"{m.hardware.table}, KV capacity {hw.kv_capacity:,} tokens per replica")
-    caveat = table_caveat(load_target_table(scn).meta)
+    target_table = load_target_table(scn)
+    caveat = table_caveat(target_table.meta)
     if caveat is not None:  # an analytic table's step times are a speed bound: say so where the table is named
         click.echo(f"  hardware table is {caveat['kind']}: {caveat['text']}")
+    click.echo(f"  {staircase_line(target_table.cuda_graphs)}")
     if m.engine.prefill == "disaggregated":
         pool = (f"{m.hardware.prefill_replicas} replica(s) x {m.hardware.prefill_gpus_per_replica or m.hardware.gpus_per_replica}"
                 f" GPU(s), table {m.hardware.prefill_table or m.hardware.table}" if m.hardware.prefill_replicas

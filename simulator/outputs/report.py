@@ -160,7 +160,15 @@ def open_loop_figure(runs: pd.DataFrame, col: dict[str, str], time_scale: float)
 
 def step_time_figure(table: StepTable, kv_points: list[float]) -> go.Figure:
     grid = table.grid
-    b = np.unique(np.round(np.geomspace(1, min(grid.b_axis[-1], 8192), 80)))
+    top = min(grid.b_axis[-1], 8192)
+    b = np.unique(np.round(np.geomspace(1, top, 80)))
+    title = f"Step-time table used: {html.escape(table.label())}"
+    if grid.graphs is not None:  # each captured size and the next token: the stairs show as steps
+        sizes = np.asarray(grid.graphs.sizes, dtype=float)
+        b = np.unique(np.concatenate([b, sizes, sizes + 1]))
+        b = b[b <= top]
+        title += (f" (a staircase: {len(sizes)} captured CUDA-graph sizes in {grid.graphs.counts} up to "
+                  f"{grid.graphs.largest}, eager past it)")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Target step time T(B, K)", "Steps per second SPS(B)"))
     for i, k in enumerate(kv_points):
         ms = grid.curve(k)(b)
@@ -171,7 +179,7 @@ def step_time_figure(table: StepTable, kv_points: list[float]) -> go.Figure:
     fig.update_xaxes(title_text="tokens in the forward (B)", type="log")
     fig.update_yaxes(title_text="milliseconds", row=1, col=1)
     fig.update_yaxes(title_text="steps per second", row=1, col=2)
-    fig.update_layout(title=f"Step-time table used: {html.escape(table.label())}", height=440, legend_title="KV read")
+    fig.update_layout(title=title, height=440, legend_title="KV read")
     return fig
 
 
