@@ -289,7 +289,9 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
         table.meta["fits_in_memory"] = False
         click.echo(f"hw-profile: note: {shape.name} weights ({weights_gb:.0f} GB in {dtype}) exceed {gpus} x "
                    f"{device.memory_gb:g} GB; the table is the roofline regardless", err=True)
-    path = table.write(out)
+    from hw_profile.tables.table_set import TableSet
+
+    path = TableSet(table).write(out)[-1]
     b1 = table.grid.step_ms(1, 0)
     click.echo(f"{path}: {len(table.points)} points; T(B=1, K=0) = {b1:.3f} ms")
     click.echo(f"hw-profile: note: {table.meta['caveat']['text']}", err=True)
@@ -468,7 +470,9 @@ def calibrate(obj, telemetry, out, prior, points, tau, verify_budget, context, g
     table = calibrated_table(cal, name=name, inputs=inputs, max_batch_tokens=max_batch_tokens)
     if obj and obj.get("command"):
         table.meta["command"] = obj["command"]
-    path = table.write(out)
+    from hw_profile.tables.table_set import TableSet
+
+    path = TableSet(table).write(out)[-1]
     s = cal.summary()
     p, e = s["parameters"], s["stderr"]
     click.echo(f"{path}: {len(obs)} observations, {cal.form} fit: {p['fixed_ms']:.3f} ms (+-{e['fixed_ms']:.3f}) "
@@ -503,12 +507,14 @@ def _calibrate_prior(obj, prior_path, telemetry, points, assume, system, filters
     """An estimate calibrated on 1-3 points: the target's table and its drafters' tables written beside ``out``."""
     from hw_profile.calibrate.observations import read_telemetry
     from hw_profile.calibrate.prior_fit import apply_fit, fit_on_prior
-    from hw_profile.tables.step_table import StepTable, TableError
+    from hw_profile.tables.step_table import TableError
+    from hw_profile.tables.table_set import TableSet
 
     try:
-        prior = StepTable.read(prior_path)
+        prior_set = TableSet.read(prior_path)
     except TableError as exc:
         raise HwProfileError(f"--prior: {exc}") from None
+    prior = prior_set.target
     if telemetry is not None:
         obs, inputs = read_telemetry(telemetry, assume, system=system, where=filters)
         for note in inputs.get("skipped", []):
@@ -526,19 +532,11 @@ def _calibrate_prior(obj, prior_path, telemetry, points, assume, system, filters
                              "notes": result.notes}}
     if obj and obj.get("command"):
         extra["command"] = obj["command"]
-    drafters = prior.meta.get("drafter_tables") if isinstance(prior.meta.get("drafter_tables"), dict) else {}
-    entries = {}
-    for drafter, entry in drafters.items():
-        try:
-            table = StepTable.read(Path(prior_path).parent / entry["table"])
-        except (TableError, KeyError, TypeError):
-            raise HwProfileError(f"--prior: drafter table of {drafter!r} named in {prior_path} not readable") from None
-        new_name = f"{out.stem}.drafter-{drafter}"
-        apply_fit(table, result, with_fixed=False, name=new_name, meta=extra).write(out.with_name(new_name + ".csv"))
-        entries[drafter] = {**entry, "table": new_name + ".csv"}
-    main = apply_fit(prior, result, name=name or out.stem, meta={**extra, **({"drafter_tables": entries} if entries
-                                                                            else {})})
-    path = main.write(out)
+    # the drafters' tables take the fit's scales, not the per-step cost: that belongs to the target's step
+    drafters = {drafter: replace(d, table=apply_fit(d.table, result, with_fixed=False,
+                                                    name=f"{out.stem}.drafter-{drafter}", meta=extra))
+                for drafter, d in prior_set.drafters.items()}
+    path = TableSet(apply_fit(prior, result, name=name or out.stem, meta=extra), drafters).write(out)[-1]
     fixed = _prior_host_ms(prior.meta)
     click.echo(f"{path}: calibrated {result.terms_in_words()} on {len(rows)} point(s); the table now passes "
                f"through them within {', '.join(f'{r:+.2f}%' for r in result.residuals_pct)}")

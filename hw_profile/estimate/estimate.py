@@ -62,6 +62,7 @@ from hw_profile.estimate.engine_costs import (
     sampling_ms,
     two_batch_min_tokens,
 )
+from hw_profile.hardware.dtypes import kv_cache_bytes
 from hw_profile.hardware.gpus import GPU, GPUS
 from hw_profile.hardware.moe import routed_weight_params
 from hw_profile.hardware.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
@@ -79,6 +80,7 @@ from hw_profile.kernels.roofline import (
 )
 from hw_profile.tables.cuda_graphs import CudaGraphs
 from hw_profile.tables.step_table import StepTable, VerifyAttention, table_meta
+from hw_profile.tables.table_set import DrafterTable, TableSet
 
 if TYPE_CHECKING:  # the kernel database's reader is imported only where it is used
     from hw_profile.kernels.database import KernelTimes
@@ -140,14 +142,6 @@ def default_parallel(shape: ModelShape, gpus: int, ep: int) -> str:
 def _bound(bytes_: np.ndarray, flops: np.ndarray, dep: Deployment, dtype: str) -> np.ndarray:
     """ms of one kernel family bound by the slower of its reads and its arithmetic on one GPU."""
     return np.maximum(bytes_ / dep.bandwidth, flops / dep.peak(dtype)) * 1e3
-
-
-def kv_cache_bytes(shape: ModelShape) -> float:
-    """Bytes per cached KV value, as the kernel path prices them: bf16, the engines' default cache type
-    (``kv_cache_dtype=auto`` is the activation type, for fp8 checkpoints too), whatever the weights' dtype, unless
-    the model fixes its cache's type (``kv_dtype``: DeepSeek-V4 and its drafters store fp8) or the deployment
-    chooses one (``hw-profile estimate --kv-dtype fp8`` sets the shape's ``kv_dtype``)."""
-    return DTYPE_BYTES[shape.kv_dtype] if shape.kv_dtype else 2.0
 
 
 def attention_work(shape: ModelShape, dep: Deployment) -> tuple[float, float, float, str]:
@@ -735,19 +729,12 @@ def write_estimate_set(target: ModelShape, dep: Deployment, out: str | Path, dra
         raise HwProfileError(f"--out: expected a path ending in .csv, got {out}")
     out.parent.mkdir(parents=True, exist_ok=True)
     stem = out.stem
-    written: list[Path] = []
-    entries: dict[str, dict] = {}
+    drafter_set: dict[str, DrafterTable] = {}
     for name, (shape, entry) in drafter_shapes(target, drafters).items():
-        table_name = f"{stem}.drafter-{name}"
-        table = estimate_table(shape, dep, table_name, kernels=kernels, costs=drafter_costs(dep.costs), meta=meta,
-                               b_axis=b_axis, k_axis=k_axis, sibling=sibling)
-        written.append(table.write(out.with_name(f"{table_name}.csv")))
-        entry = {**entry, "table": f"{table_name}.csv"}
-        if name == "dspark":
-            entry["sequential_head"] = markov_head_costs(dep.gpu, MARKOV_RANK, target.vocab, dep.dtype, dep.roofline,
-                                                         hidden=target.hidden)  # Markov and confidence heads
-        entries[name] = entry
-    main = estimate_table(target, dep, stem, kernels=kernels, meta={**(meta or {}), "drafter_tables": entries},
-                          b_axis=b_axis, k_axis=k_axis, sibling=sibling)
-    written.append(main.write(out))
-    return written
+        table = estimate_table(shape, dep, f"{stem}.drafter-{name}", kernels=kernels, costs=drafter_costs(dep.costs),
+                               meta=meta, b_axis=b_axis, k_axis=k_axis, sibling=sibling)
+        head = (markov_head_costs(dep.gpu, MARKOV_RANK, target.vocab, dep.dtype, dep.roofline, hidden=target.hidden)
+                if name == "dspark" else {})  # Markov and confidence heads
+        drafter_set[name] = DrafterTable(table, head, int(entry.get("attention_window", 0)))
+    main = estimate_table(target, dep, stem, kernels=kernels, meta=meta, b_axis=b_axis, k_axis=k_axis, sibling=sibling)
+    return TableSet(main, drafter_set).write(out)

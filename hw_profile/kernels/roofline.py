@@ -52,13 +52,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from hw_profile.hardware.dtypes import DTYPE_BYTES
 from hw_profile.hardware.gpus import GPU, get_gpu
 from hw_profile.hardware.moe import routed_weight_params
 from hw_profile.hardware.shapes import ModelShape, get_shape
 from hw_profile.tables.step_table import StepTable, roofline_caveat, table_meta
 
 # fp4 and w4a16 (fp4 weights run in 16-bit arithmetic, as Marlin kernels do): expert storage only (expert_dtype)
-DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "fp4": 0.5, "w4a16": 0.5}
 _REFERENCE_NVLINK_GB_S = 900.0  # the link RooflineParams.nvlink_gb_s was set for (H100/H200 SXM)
 
 

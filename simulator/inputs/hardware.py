@@ -1,23 +1,17 @@
 """The hardware a scenario runs on: the target's step-time table (and the policy's copy), drafter costs and the
-KV capacity of one replica."""
+KV capacity of one replica, all from the scenario's table set (``hw_profile.tables.table_set.TableSet``: the one
+contract with hw_profile) with the scenario's overrides applied."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from hw_profile.estimate.estimate import kv_cache_bytes
-from hw_profile.hardware.shapes import ModelShape
-from hw_profile.kernels.roofline import DTYPE_BYTES
 from hw_profile.tables.step_table import ChunkAttention, StepTable, StepTimeGrid, TableError
+from hw_profile.tables.table_set import DrafterTable, TableSet, drafter_entries, read_drafter
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
-
-# What a GPU of a serving replica holds besides weights and the KV cache, outside the activation peak: the CUDA
-# context, NCCL buffers, captured CUDA graphs and the allocator's slack. A judgement (vLLM's start-up log reports
-# graph capture at a few hundred MiB and a non-torch share near 1 GiB on an H100), not a measurement.
-RUNTIME_BYTES_PER_GPU = 1.5e9
 
 
 @dataclass
@@ -41,86 +35,41 @@ def _read(path: Path, field: str) -> StepTable:
         raise UserError(f"{field}: {exc}") from None
 
 
-def default_kv_capacity(table: StepTable, gpus: int, utilization: float = 0.9, max_batch_tokens: int = 8192,
-                        max_running: int = 256) -> int | None:
-    """KV tokens one replica holds, as vLLM sizes its pool: on each GPU, ``utilization`` x its memory less the
-    weights it stores, the activation peak of a forward at the batch-token cap (``activation_peak_bytes``) and the
-    runtime (``RUNTIME_BYTES_PER_GPU``), divided by the KV bytes one token holds there. The memory facts come
-    from the table's sidecar, which records the cache it priced (``kv_bytes_per_token_per_gpu``, or the
-    replica's ``kv_bytes_per_token``; ``ModelShape.kv_cache_facts``); a table written before sidecars carried them
-    is read as its writers priced it (an estimate: a bf16 cache unless the model fixes one; other tables: the
-    table's dtype). None without GPU memory and model shape."""
-    meta = table.meta
-    try:
-        mem = float(meta["gpu"]["memory_gb"]) * 1e9
-        shape = ModelShape(**meta["model_shape"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    weights = weight_bytes_per_gpu(meta, shape, gpus)
-    kv_per_gpu = kv_bytes_per_token_per_gpu(meta, shape, gpus)
-    free = (mem * utilization - weights - activation_peak_bytes(shape, gpus, max_batch_tokens, max_running)
-            - RUNTIME_BYTES_PER_GPU)
-    return int(free / kv_per_gpu) if free > 0 and kv_per_gpu > 0 else None
-
-
-def weight_bytes_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:
-    """Weight bytes one GPU stores: the sidecar's ``weight_bytes_per_gpu`` where the table knows it (expert-parallel
-    ranks), else the model's parameters in the table's dtype spread over ``gpus``."""
-    if "weight_bytes_per_gpu" in meta:
-        return float(meta["weight_bytes_per_gpu"])
-    return shape.total_params * DTYPE_BYTES.get(str(meta.get("dtype", "bf16")), 2.0) / gpus
-
-
-def kv_bytes_per_token_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:
-    """KV bytes one context token holds on one GPU, as the table priced its cache: the sidecar's
-    ``kv_bytes_per_token_per_gpu``, or its replica's ``kv_bytes_per_token`` over the table's GPUs; a sidecar written
-    before tables recorded it is read as its writer priced it (an estimate: a bf16 cache unless the model fixes
-    one; other tables: the table's dtype) on ``gpus`` GPUs."""
-    if "kv_bytes_per_token_per_gpu" in meta:
-        return float(meta["kv_bytes_per_token_per_gpu"])
-    if "kv_bytes_per_token" in meta:
-        return float(meta["kv_bytes_per_token"]) / max(int(meta.get("gpus", gpus) or gpus), 1)
-    dtype_bytes = DTYPE_BYTES.get(str(meta.get("dtype", "bf16")), 2.0)
-    value = kv_cache_bytes(shape) if meta.get("kind") == "estimate" else dtype_bytes
-    return shape.kv_cache_facts(value, gpus, gpus)["kv_bytes_per_token_per_gpu"]
-
-
-def activation_peak_bytes(shape: ModelShape, gpus: int, max_batch_tokens: int, max_running: int) -> float:
-    """The activation peak of one GPU's forward at the batch-token cap, which the engine reserves before sizing its
-    KV pool (vLLM profiles a forward of max_num_batched_tokens): one layer's residual, attention and MLP activations
-    at 16 bits (hidden x 4 and intermediate x 3 per token, split over the GPUs) plus the sampler's fp32 logits and
-    probabilities for every running request."""
-    width = shape.hidden * 4.0 + max(shape.intermediate, shape.expert_intermediate) * 3.0 / gpus
-    return max_batch_tokens * width * 2.0 + max_running * shape.vocab * 4.0 * 2.0
+def default_kv_capacity(table: StepTable | TableSet, gpus: int, utilization: float = 0.9,
+                        max_batch_tokens: int = 8192, max_running: int = 256) -> int | None:
+    """KV tokens one replica holds, as vLLM sizes its pool from the set's memory facts
+    (``hw_profile.tables.table_set.MemoryFacts.kv_capacity``); None without GPU memory and model shape."""
+    tables = table if isinstance(table, TableSet) else TableSet(table)
+    memory = tables.memory(gpus)
+    return None if memory is None else memory.kv_capacity(gpus, utilization, max_batch_tokens, max_running)
 
 
 def load_target_table(scn: LoadedScenario) -> StepTable:
     return _read(scn.resolve(scn.model.hardware.table), "hardware.table")
 
 
+def load_table_set(scn: LoadedScenario) -> TableSet:
+    """The scenario's table set: ``hardware.table`` and the drafter tables its sidecar names (read when used)."""
+    return TableSet(load_target_table(scn))
+
+
 def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
     hw = scn.model.hardware
-    table = load_target_table(scn)
-    policy = _read(scn.resolve(hw.policy_table), "hardware.policy_table").grid if hw.policy_table else table.grid
-    sidecar = table.meta.get("drafter_tables", {}) if isinstance(table.meta.get("drafter_tables"), dict) else {}
+    tables = load_table_set(scn)
+    target = tables.target
+    policy = _read(scn.resolve(hw.policy_table), "hardware.policy_table").grid if hw.policy_table else target.grid
     draft: dict[str, DraftCost] = {}
     for name in sorted(drafters):
         kind = DRAFTER_KINDS[name]
         if name == "none":
             draft[name] = DraftCost(kind, None)
             continue
-        path, field, entry = drafter_table_source(scn, sidecar, name)
-        dt = _read(path, field)
-        # DSpark is the one drafter with a sequential (Markov) and a confidence head: a table's own sidecar may
-        # record their cost (`hw-profile analytic --drafter-layers`), which a DFlash or Eagle3 drafter timed with
-        # the same backbone table does not pay
-        own = dt.meta.get("sequential_head") if name == "dspark" else None
-        head = entry.get("sequential_head") or own or {}
-        window = entry.get("attention_window") or dt.meta.get("attention_window", 0)
-        draft[name] = DraftCost(kind, dt.grid, float(head.get("per_position_ms", 0.0)),
-                                float(head.get("per_row_position_ms", 0.0)), int(window))
+        dt = drafter_table(scn, tables, name)
+        head = dt.sequential_head if name == "dspark" else {}  # the one drafter with a sequential head
+        draft[name] = DraftCost(kind, dt.table.grid, float(head.get("per_position_ms", 0.0)),
+                                float(head.get("per_row_position_ms", 0.0)), dt.attention_window)
     eng = scn.model.engine
-    kv = eng.kv_capacity_tokens or default_kv_capacity(table, hw.gpus_per_replica, eng.gpu_memory_utilization,
+    kv = eng.kv_capacity_tokens or default_kv_capacity(tables, hw.gpus_per_replica, eng.gpu_memory_utilization,
                                                        eng.max_batch_tokens, eng.max_running)
     if kv is None:
         raise UserError(
@@ -128,10 +77,20 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
             "memory and model shape, or its weights leave no room for a KV cache at "
             f"engine.gpu_memory_utilization {eng.gpu_memory_utilization:g}"
         )
-    return Hardware(clock=table.grid, policy=policy, draft=draft, kv_capacity=int(kv),
-                    gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=table.energy_grid,
-                    chunk_attention=table.chunk_attention, request_ms=request_ms(table, eng.request_ms),
-                    schedule_ahead=schedule_ahead(table, eng.schedule_ahead))
+    return Hardware(clock=target.grid, policy=policy, draft=draft, kv_capacity=int(kv),
+                    gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=target.energy_grid,
+                    chunk_attention=tables.chunk_attention, request_ms=request_ms(tables, eng.request_ms),
+                    schedule_ahead=schedule_ahead(tables, eng.schedule_ahead))
+
+
+def drafter_table(scn: LoadedScenario, tables: TableSet, name: str) -> DrafterTable:
+    """Drafter ``name``'s table: the scenario's ``hardware.drafter_tables`` (its own sidecar's head and window),
+    else the one the set's sidecar names (``drafter_table_source``)."""
+    path, field, entry = drafter_table_source(scn, drafter_entries(tables.target), name)
+    try:
+        return read_drafter(path, entry)
+    except TableError as exc:
+        raise UserError(f"{field}: {exc}") from None
 
 
 def drafter_table_source(scn: LoadedScenario, sidecar: dict, name: str) -> tuple[Path, str, dict]:
@@ -150,24 +109,22 @@ def drafter_table_source(scn: LoadedScenario, sidecar: dict, name: str) -> tuple
     )
 
 
-def schedule_ahead(table: StepTable, override: bool | None) -> bool:
+def schedule_ahead(tables: TableSet, override: bool | None) -> bool:
     """Whether the engine schedules each step while the previous one runs: the scenario's ``engine.schedule_ahead``,
     else what the table was estimated with (``engine_costs.overlap_schedule``: vLLM's asynchronous scheduling,
     SGLang's and TensorRT-LLM's overlap schedulers), else false (a measured table times forwards only)."""
     if override is not None:
         return override
-    costs = table.meta.get("engine_costs")
-    return bool(costs.get("overlap_schedule", False)) if isinstance(costs, dict) else False
+    return bool(tables.engine_costs.get("overlap_schedule", False))
 
 
-def request_ms(table: StepTable, override: float | None) -> float:
+def request_ms(tables: TableSet, override: float | None) -> float:
     """What a request spends outside the forwards: the scenario's ``engine.request_ms``, else the engine cost the
     table was estimated with (``hw-profile estimate`` records ``engine_costs.request_ms``), else 0 (a measured
     table times forwards only)."""
     if override is not None:
         return float(override)
-    costs = table.meta.get("engine_costs")
-    value = costs.get("request_ms") if isinstance(costs, dict) else None
+    value = tables.engine_costs.get("request_ms")
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else 0.0
 
 

@@ -39,12 +39,8 @@ from hw_profile.hardware.gpus import GPU, get_gpu
 from hw_profile.hardware.shapes import ModelShape
 from hw_profile.kernels.roofline import DTYPE_BYTES
 from hw_profile.tables.step_table import StepTable, throttled_flags
-from simulator.inputs.hardware import (
-    _read,
-    drafter_table_source,
-    kv_bytes_per_token_per_gpu,
-    weight_bytes_per_gpu,
-)
+from hw_profile.tables.table_set import drafter_entries, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
+from simulator.inputs.hardware import _read, drafter_table_source
 
 DROP = 0.2  # a later point this much faster than an earlier one (and outside both spreads) is not noise
 BOUND_SLACK = 0.1  # how far below the roofline bound a point may sit before it is named
@@ -76,9 +72,8 @@ def scenario_table_warnings(scn, drafters: set[str]) -> list[str]:
     for field, value in (("hardware.policy_table", hw.policy_table), ("hardware.prefill_table", hw.prefill_table)):
         if value:
             named.setdefault(scn.resolve(value), field)
-    sidecar = target.meta.get("drafter_tables") if isinstance(target.meta.get("drafter_tables"), dict) else {}
     for name in sorted(d for d in drafters if d != "none"):
-        path, field, _ = drafter_table_source(scn, sidecar, name)
+        path, field, _ = drafter_table_source(scn, drafter_entries(target), name)
         named.setdefault(path, f"drafter {name}'s table")
     out = []
     for path, field in named.items():
@@ -241,7 +236,7 @@ def kv_room(meta: dict) -> float | None:
 
 def kv_read_bytes_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:
     """KV bytes one GPU reads per context token: what one token holds there as the table priced its cache (the
-    rule the KV pool is sized by, ``hardware.kv_bytes_per_token_per_gpu``), less what a compressed sparse attention
+    rule the KV pool is sized by, ``hw_profile.tables.table_set.kv_bytes_per_token_per_gpu``), less what a compressed sparse attention
     skips (``ModelShape.kv_read_bytes_per_token``); 0 for a shape without a cache."""
     if not shape.kv_bytes_per_token:
         return 0.0
