@@ -47,6 +47,9 @@ class CudaGraphs:
         if not (math.isfinite(self.eager_floor_ms) and self.eager_floor_ms >= 0):
             raise HwProfileError(f"cuda_graphs: eager_floor_ms must be a number >= 0, got {self.eager_floor_ms!r}")
         object.__setattr__(self, "sizes", sizes)
+        # what the compiled rule takes, built once: a walk asks for it every step
+        object.__setattr__(self, "_terms", (np.asarray(sizes, dtype=np.float64), self.counts == "requests",
+                                            float(self.eager_floor_ms)))
 
     @property
     def largest(self) -> int:
@@ -80,7 +83,7 @@ class CudaGraphs:
     def terms(self) -> tuple[np.ndarray, bool, float]:
         """(sizes as float64, counts requests, eager floor): what the compiled rule takes
         (``hw_profile.tables.step_table.graph_batch``)."""
-        return np.asarray(self.sizes, dtype=np.float64), self.counts == "requests", float(self.eager_floor_ms)
+        return self._terms
 
 
 NO_SIZES = np.zeros(0)

@@ -464,37 +464,42 @@ def step_ms_at(b_axis, ms, lo, hi, w, b, seg):
 
 
 @njit(cache=True, inline="always")
-def graph_batch(tokens, rows, prompts, sizes, per_request):
-    """(tokens the step is priced at, eager) for a step of ``tokens`` tokens over ``rows`` requests on captured
-    ``sizes`` (empty: no graphs, the step as it is). Counting tokens, the step pads to the first size >= its
-    tokens; counting requests, its rows pad to the first size >= them and the tokens grow with them (each padded
-    request brings the step's tokens per request; no rows given: one token each), and a step with prompt chunks
-    runs eagerly. Past the largest size: eager, at its own tokens."""
+def graph_batch(tokens, rows, prompts, sizes, per_request, at):
+    """(tokens the step is priced at, eager, the captured size's index) for a step of ``tokens`` tokens over
+    ``rows`` requests on captured ``sizes`` (empty: no graphs, the step as it is). Counting tokens, the step pads to
+    the first size >= its tokens; counting requests, its rows pad to the first size >= them and the tokens grow with
+    them (each padded request brings the step's tokens per request; no rows given: one token each), and a step with
+    prompt chunks runs eagerly. Past the largest size: eager, at its own tokens. ``at``: 0, or the index this
+    returned for a smaller step (a walk's last), from which the search moves forward."""
     n = sizes.shape[0]
     if n == 0 or tokens <= 0.0:
-        return tokens, False
+        return tokens, False, at
     if per_request:
         if prompts:
-            return tokens, True
+            return tokens, True, at
         count = rows if rows > 0.0 else tokens
     else:
         count = tokens
     if count > sizes[n - 1]:
-        return tokens, True
-    size = sizes[np.searchsorted(sizes, count)]  # bisect_left: the first captured size >= count
-    return (tokens / count) * size, False  # counting tokens: exactly the size
+        return tokens, True, at
+    if at <= 0:
+        at = np.searchsorted(sizes, count)  # bisect_left: the first captured size >= count
+    else:
+        while sizes[at] < count:
+            at += 1
+    return (tokens / count) * sizes[at], False, at  # counting tokens: exactly the size
 
 
 @njit(cache=True, inline="always")
-def priced_step_ms_at(b_axis, ms, lo, hi, w, b, rows, prompts, seg, sizes, per_request, floor):
+def priced_step_ms_at(b_axis, ms, lo, hi, w, b, rows, prompts, seg, at, sizes, per_request, floor):
     """``step_ms_at`` at the B the step is replayed at (``graph_batch`` on the captured ``sizes``), never below
-    ``floor`` when it runs eagerly; (T, segment hint). The hint stays valid as b grows with rows and prompts
-    fixed: the replayed B never falls."""
-    pb, eager = graph_batch(b, rows, prompts, sizes, per_request)
+    ``floor`` when it runs eagerly; (T, segment hint, size hint). Both hints stay valid as b grows with rows and
+    prompts fixed: the replayed B never falls."""
+    pb, eager, at = graph_batch(b, rows, prompts, sizes, per_request, at)
     t, seg = step_ms_at(b_axis, ms, lo, hi, w, pb, seg)
     if eager and t < floor:
         t = floor
-    return t, seg
+    return t, seg, at
 
 
 @njit(cache=True, inline="always")
@@ -524,14 +529,14 @@ def _verify_ms_each(tokens, rows, kv, q_table, a, c):
 
 @njit(cache=True)
 def _graph_batch(tokens, rows, prompts, sizes, per_request):
-    return graph_batch(tokens, rows, prompts, sizes, per_request)
+    return graph_batch(tokens, rows, prompts, sizes, per_request, 0)[:2]
 
 
 @njit(float64(float64[::1], float64[::1], float64[:, ::1], float64, float64, float64, boolean, float64[::1],
              boolean, float64), cache=True)
 def _step_ms(b_axis, k_axis, ms, b, kv, rows, prompts, sizes, per_request, floor):
     lo, hi, w = k_rows(k_axis, kv)
-    return priced_step_ms_at(b_axis, ms, lo, hi, w, b, rows, prompts, 0, sizes, per_request, floor)[0]
+    return priced_step_ms_at(b_axis, ms, lo, hi, w, b, rows, prompts, 0, 0, sizes, per_request, floor)[0]
 
 
 @njit(cache=True)
@@ -539,7 +544,7 @@ def _step_ms_at_k(b_axis, k_axis, ms, b, kv, rows, prompts, sizes, per_request, 
     lo, hi, w = k_rows(k_axis, kv)
     out = np.empty(b.shape[0])
     for n in range(b.shape[0]):
-        out[n] = priced_step_ms_at(b_axis, ms, lo, hi, w, b[n], rows, prompts, 0, sizes, per_request, floor)[0]
+        out[n] = priced_step_ms_at(b_axis, ms, lo, hi, w, b[n], rows, prompts, 0, 0, sizes, per_request, floor)[0]
     return out
 
 
@@ -548,7 +553,8 @@ def _step_ms_each(b_axis, k_axis, ms, b, kv, rows, prompts, sizes, per_request, 
     out = np.empty(b.shape[0])
     for n in range(b.shape[0]):
         lo, hi, w = k_rows(k_axis, kv[n])
-        out[n] = priced_step_ms_at(b_axis, ms, lo, hi, w, b[n], rows[n], prompts, 0, sizes, per_request, floor)[0]
+        out[n] = priced_step_ms_at(b_axis, ms, lo, hi, w, b[n], rows[n], prompts, 0, 0, sizes, per_request,
+                                   floor)[0]
     return out
 
 

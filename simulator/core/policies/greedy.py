@@ -30,8 +30,7 @@ from numba import njit
 
 import hw_profile.tables.step_table
 from hw_profile.tables.cuda_graphs import NO_GRAPHS
-from hw_profile.tables.step_table import k_rows, priced_step_ms_at, verify_ms_at
-from simulator.core.forward import PricedOnGrid
+from hw_profile.tables.step_table import k_rows, priced_step_ms_at, step_ms_at, verify_ms_at
 from simulator.core.policies import candidate_order
 from simulator.core.policies.candidate_order import descending_stable
 
@@ -48,8 +47,9 @@ def greedy_prefix_lengths(confidence: np.ndarray, sps: SPS, early_stop: bool = T
     """
     c = _as_matrix(confidence)
     mode = EARLY_STOP if early_stop else GLOBAL
-    if isinstance(sps, PricedOnGrid):  # exactly the engine's rule: priced inside the walk, only as far as it goes
-        b_axis, k_axis, ms, graphs, kv, prefill, fixed, verify = sps.walk_terms()
+    walk_terms = getattr(sps, "walk_terms", None)  # ``PricedOnGrid``, without isinstance's per-call protocol scan
+    if walk_terms is not None:  # exactly the engine's rule: priced inside the walk, only as far as it goes
+        b_axis, k_axis, ms, graphs, kv, prefill, fixed, verify = walk_terms()
         return _walk(c, mode, 0, _NONE, b_axis, k_axis, ms, kv, prefill, fixed, verify, graphs)
     rows, gamma = c.shape
     if c.size == 0:
@@ -114,12 +114,17 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, veri
     else:
         tabulated = rates.shape[0] > 0
         lo, hi, w = (0, 0, 0.0) if tabulated else k_rows(k_axis, kv)
-        seg = 0  # B only grows along the walk: the table's segment only moves forward
+        seg = 0  # B only grows along the walk: the table's segment and the captured size only move forward
+        at = 0
+        staired = sizes.shape[0] > 0
         if tabulated:
             rate = rates[0]
         else:
-            t, seg = priced_step_ms_at(b_axis, ms, lo, hi, w, float(rows) + prefill, att_rows, prompts, seg, sizes,
-                                       per_request, floor)
+            if staired:
+                t, seg, at = priced_step_ms_at(b_axis, ms, lo, hi, w, float(rows) + prefill, att_rows, prompts, seg,
+                                               at, sizes, per_request, floor)
+            else:
+                t, seg = step_ms_at(b_axis, ms, lo, hi, w, float(rows) + prefill, seg)
             t += verify_ms_at(float(rows), att_rows, att_k, q_table, att_kv, att_query)
             rate = 1000.0 / (t + fixed)
         best = float(rows) * rate
@@ -130,8 +135,11 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, veri
             if tabulated:
                 rate = rates[n]
             else:
-                t, seg = priced_step_ms_at(b_axis, ms, lo, hi, w, float(rows + n) + prefill, att_rows, prompts, seg,
-                                           sizes, per_request, floor)
+                if staired:
+                    t, seg, at = priced_step_ms_at(b_axis, ms, lo, hi, w, float(rows + n) + prefill, att_rows,
+                                                   prompts, seg, at, sizes, per_request, floor)
+                else:  # no captured graphs: the plain rule, without the stairs' bookkeeping in the hot loop
+                    t, seg = step_ms_at(b_axis, ms, lo, hi, w, float(rows + n) + prefill, seg)
                 t += verify_ms_at(float(rows + n), att_rows, att_k, q_table, att_kv, att_query)
                 rate = 1000.0 / (t + fixed)
             theta = (float(rows) + gained) * rate
