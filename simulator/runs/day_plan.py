@@ -31,17 +31,9 @@ from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario, Traffic
 from simulator.inputs.workload import read_azure_trace
 from simulator.outputs.summary import write_table_and_json
+from simulator.outputs.verdicts import MET, UNMET, UNRESOLVED_STATUS, day_verdict
 from simulator.runs.backends import Backend, Task
-from simulator.runs.plan import (
-    MET,
-    UNMET,
-    UNRESOLVED_STATUS,
-    Candidate,
-    Planner,
-    SystemPlan,
-    Target,
-    sla_phrase,
-)
+from simulator.runs.plan import Candidate, Planner, SystemPlan, Target
 from simulator.runs.replicates import unresolved
 
 DAY_S = 86400.0
@@ -400,48 +392,6 @@ def day_totals(rows: list[dict], span_s: float, gpu_hour_cost: float, baseline: 
 
 def day_table(doc: dict) -> pd.DataFrame:
     return pd.DataFrame(doc["rows"], columns=DAY_COLUMNS)
-
-
-def day_verdict(doc: dict) -> str:
-    """One sentence: who needs the fewest GPU-hours over the day, at what cost, and the saving over the
-    baseline and over a fleet sized for the peak all day."""
-    t = doc["target"]
-    usd = t["gpu_hour_cost_usd"]
-    systems = list(doc["systems"].values())
-    rates = [s["rate"] for s in doc["segments"]]
-    days = doc["days_per_span"]
-    over = "a day" if abs(days - 1) < 1e-9 else f"a day (the {doc['span_s'] / 3600:g} h span repeated)"
-    sla = sla_phrase(t)
-    head = (f"Over {over} of {doc['scenario']} ({len(rates)} segments, {min(rates):,.1f}-{max(rates):,.1f} "
-            f"requests/s) with {sla}, ")
-    met = [e for e in systems if not e["unmet_segments"]]
-    if not met:
-        return head + f"no system meets the SLA in every segment within {t['max_gpus']} GPUs."
-    least = min(e["gpu_hours_per_day"] for e in met)
-    best = [e for e in met if e["gpu_hours_per_day"] <= least + 1e-9]
-    names = [e["system"] for e in best]
-    b = best[0]
-    who = (f"{names[0]} needs" if len(names) == 1
-           else f"{', '.join(names[:-1])} and {names[-1]} tie for")
-    fleet = ""
-    if len({(e["fewest_gpus"], e["peak_gpus"]) for e in best}) == 1:  # tied systems may follow different fleets
-        fleet = (f"; {b['fewest_gpus']}-{b['peak_gpus']} GPUs through the day, {b['static_gpu_hours_per_day']:,.0f} "
-                 "GPU-hours if sized for the peak all day")
-    text = (head + f"{who} the fewest GPU-hours: {b['gpu_hours_per_day']:,.0f} per day "
-            f"(${b['usd_per_day']:,.0f} at ${usd:g}/GPU-hour{fleet})")
-    base = doc["systems"].get(doc.get("baseline") or "")
-    if base is not None and base["system"] not in names:
-        if base["unmet_segments"]:
-            text += (f"; the baseline {base['system']} does not meet it in {len(base['unmet_segments'])} "
-                     f"segment(s) within {t['max_gpus']} GPUs")
-        else:
-            saved = base["gpu_hours_per_day"] - b["gpu_hours_per_day"]
-            text += (f"; that is {saved:,.0f} GPU-hours (${saved * usd:,.0f}, {saved / base['gpu_hours_per_day']:.0%})"
-                     f" a day fewer than {base['system']}'s {base['gpu_hours_per_day']:,.0f}")
-    unmet = [e["system"] for e in systems if e["unmet_segments"]]
-    if unmet and (base is None or base["system"] not in unmet or len(unmet) > 1):
-        text += f"; {', '.join(unmet)} miss the SLA in some segment (their GPU-hours are a lower bound)"
-    return text + "."
 
 
 def write_day_plan(out: Path, doc: dict) -> tuple[Path, Path]:
