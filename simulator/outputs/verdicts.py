@@ -6,7 +6,10 @@ day_plan.json, hardware.json), so that what a plan says follows from what it rec
   GPU counts rest on (a roofline bound, a table whose typical error exceeds the headroom);
 - ``day_verdict``: a day plan (``--per-segment``): the fewest GPU-hours per day and the saving;
 - ``hardware_verdict``: a hardware choice (``--hardware``): the cheapest (hardware, system) pair and the saving
-  over the best on other hardware and over the baseline.
+  over the best on other hardware and over the baseline;
+- ``plan_engine`` and ``day_engine``: which policy the engine should run, per load segment (a plain plan is one
+  segment), with its margin over the runner-up and over no speculation and whether that margin exceeds the
+  run-to-run noise the plan's seeds measured.
 
 runs/ builds the documents and calls these; nothing here imports runs/ (runs/plan.py takes the statuses from
 here).
@@ -21,6 +24,9 @@ from simulator.outputs.summary import headroom_text
 
 # a system's status in a plan document (plan.json's systems[*].status): written by runs/plan.py, read here
 MET, UNMET, UNRESOLVED_STATUS = "met", "unmet_at_max_gpus", "unresolved"
+# a day plan's segment whose count is above every count that met at its rate, taken from a higher-rate segment
+# (monotonicity; runs/day_plan.py)
+MET_AT_HIGHER_RATE = "met_at_higher_rate"
 
 
 # --- a plan (simulate plan) ----------------------------------------------------------------------------------------
@@ -332,3 +338,166 @@ def _cheapest(doc: dict) -> str:
         else:
             text += "; " + _versus(best, base, f"the baseline on {best['hardware']}")
     return text + "."
+
+
+# --- which policy the engine runs, per load segment (simulate plan, --per-segment) -----------------------------
+
+# how to add the arm a plan lacks: a system with no drafter, verifying nothing (simulator/inputs/systems.py)
+NO_SPECULATION_HINT = "--set systems+=ar"
+_SIZED = (MET, MET_AT_HIGHER_RATE)
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _plan_order(e: dict) -> tuple:
+    """The order a plan's verdict reads systems in: met first, fewest GPUs, then most headroom, then the cheapest
+    per token (its ``best`` is the first); then unresolved, then unmet ones, fewest GPUs first."""
+    head = e.get("headroom")
+    cost = e.get("cost_per_mtok")
+    return ({MET: 0, UNRESOLVED_STATUS: 1}.get(e["status"], 2), e["gpus"],
+            math.inf if _missing(head) else -head, math.inf if _missing(cost) else cost)
+
+
+def _beyond_noise(best: dict, other: dict, seeds: int, tied: list[str], headroom: bool) -> bool | None:
+    """Whether ``best``'s lead over ``other`` is more than the plan's seeds leave open: ``other`` clearly fails
+    with as many GPUs as ``best`` needs (its ``gpus_lo``, the fewest GPUs the seeds cannot rule out, is above
+    them), or at equal GPUs clearly fails at a traffic ``best`` clearly meets (its ``headroom_hi`` at or below
+    ``best``'s headroom), or it clearly fails within the budget (unmet, not unresolved). False for a margin of
+    nothing (a tie); None with one seed, which measures no run-to-run noise."""
+    if other["status"] in _SIZED and other["gpus"] == best["gpus"] and (other["system"] in tied or not headroom):
+        return False
+    if seeds <= 1:
+        return None
+    if other["status"] not in _SIZED:
+        return other["status"] != UNRESOLVED_STATUS
+    if other["gpus"] > best["gpus"]:
+        lo = other.get("gpus_lo")
+        return best["gpus"] < (other["gpus"] if _missing(lo) else lo)
+    hi = other.get("headroom_hi")
+    return not _missing(hi) and hi <= best["headroom"] + 1e-9
+
+
+def _against(best: dict, other: dict, beyond: bool | None, tied: list[str], headroom: bool, seeds: int,
+             max_gpus: int) -> str:
+    """The margin over one other system, in words, with what the seeds say of it."""
+    name, gpus = other["system"], other["gpus"]
+    if other["status"] == UNRESOLVED_STATUS:
+        margin = f"{name} cannot be resolved within {max_gpus} GPUs"
+    elif other["status"] not in _SIZED:
+        margin = f"{name} does not meet the SLA within {max_gpus} GPUs"
+    elif gpus > best["gpus"]:
+        d = gpus - best["gpus"]
+        margin = f"{d} GPU{'s' if d != 1 else ''} fewer than {name}'s {gpus}"
+    elif name in tied or not headroom:
+        margin = f"as many GPUs as {name}, not told apart"
+    else:
+        margin = f"as many GPUs as {name}, headroom {best['headroom']:+.0%} against {other['headroom']:+.0%}"
+    noise = ("" if beyond is False and gpus == best["gpus"] and other["status"] in _SIZED
+             else ", noise not measured (one seed; more --replicates measure it)" if beyond is None
+             else f", {'beyond' if beyond else 'within'} run-to-run noise ({seeds} seeds)")
+    return margin + noise
+
+
+def _choose(entries: list[dict], key, tied_of, headroom: bool, no_spec: list[str], seeds: int,
+            max_gpus: int) -> dict:
+    """One segment's choice from its systems' entries (each with system, status, gpus, gpus_lo and, where
+    measured, headroom and headroom_hi): the first by ``key`` among those that meet, the runner-up the next,
+    and the best of the no-speculation arms ``no_spec`` (names), each margin with its noise flag."""
+    ranked = sorted(entries, key=key)
+    out = {"policy": None, "speculation": None, "gpus": None, "tied_with": [], "runner_up": None,
+           "margin_gpus": None, "margin_beyond_noise": None, "no_speculation": None,
+           "no_speculation_margin_gpus": None, "no_speculation_beyond_noise": None, "seeds": seeds}
+    if not ranked or ranked[0]["status"] not in _SIZED:
+        open_ = [e["system"] for e in ranked if e["status"] == UNRESOLVED_STATUS]
+        out["line"] = (f"no policy meets the SLA within {max_gpus} GPUs"
+                       + (f" ({', '.join(open_)} unresolved at {seeds} seed(s))" if open_ else ""))
+        return out
+    best = ranked[0]
+    tied = [e["system"] for e in tied_of([e for e in ranked if e["status"] in _SIZED and e["gpus"] == best["gpus"]])
+            if e is not best]
+    out.update(policy=best["system"], speculation=best["system"] not in no_spec, gpus=best["gpus"], tied_with=tied)
+    off = not out["speculation"]
+    gpus = f"{best['gpus']} GPU{'s' if best['gpus'] != 1 else ''}"
+    line = (f"turn speculation off ({best['system']}, {gpus})" if off else f"run {best['system']} ({gpus})")
+    if len(ranked) > 1:
+        other = ranked[1]
+        beyond = _beyond_noise(best, other, seeds, tied, headroom)
+        out.update(runner_up=other["system"], margin_beyond_noise=beyond,
+                   margin_gpus=other["gpus"] - best["gpus"] if other["status"] in _SIZED else None)
+        what = "the best speculating policy" if off and other["system"] not in no_spec else "the runner-up"
+        line += f"; against {what}: " + _against(best, other, beyond, tied, headroom, seeds, max_gpus)
+    else:
+        line += "; no other policy compared"
+    arms = [e for e in ranked if e["system"] in no_spec]
+    if not arms:
+        line += f"; no-speculation not compared (add it: {NO_SPECULATION_HINT})"
+    elif not off:
+        arm = arms[0]
+        beyond = _beyond_noise(best, arm, seeds, tied, headroom)
+        out.update(no_speculation=arm["system"], no_speculation_beyond_noise=beyond,
+                   no_speculation_margin_gpus=arm["gpus"] - best["gpus"] if arm["status"] in _SIZED else None)
+        line += "; against no speculation: " + _against(best, arm, beyond, tied, headroom, seeds, max_gpus)
+    else:
+        out["no_speculation"] = best["system"]
+    out["line"] = line
+    return out
+
+
+def plan_engine(doc: dict) -> dict:
+    """Which policy the engine should run for a plan's traffic (plan.json's ``engine``): the system its verdict
+    names (fewest GPUs at the SLA; at equal GPUs the most headroom, then the cheapest per token), "turn
+    speculation off" when that is a no-speculation arm (``no_speculation``: the systems that verify nothing), its
+    margins over the runner-up and over no speculation, and whether each exceeds the run-to-run noise of the
+    plan's seeds (``_beyond_noise``)."""
+    t = doc["target"]
+    entries = list(doc["systems"].values())
+    choice = _choose(entries, _plan_order, lambda rows: tied_at_best(rows, t.get("rate_tolerance", 0.05)), True,
+                     doc.get("no_speculation") or [], len(doc.get("seeds") or [doc.get("seed")]), t["max_gpus"])
+    return {"segment": None, "rate": doc.get("arrival_rate"), **choice}
+
+
+def day_engine(doc: dict) -> list[dict]:
+    """``plan_engine`` per segment of a day plan (day_plan.json's ``engine``). The peak's segments read the
+    peak's whole plan (headroom included); a lower rate's runs measure no headroom, so systems with as many GPUs
+    there are not told apart and the pick among them follows the peak plan's verdict order. A segment where
+    nothing arrives needs no policy."""
+    peak = doc["peak_plan"]
+    order = {e["system"]: i for i, e in enumerate(sorted(peak["systems"].values(), key=_plan_order))}
+    no_spec = doc.get("no_speculation") or peak.get("no_speculation") or []
+    seeds = len(doc.get("seeds") or [None])
+    max_gpus = doc["target"]["max_gpus"]
+    peak_rate = max(s["rate"] for s in doc["segments"])
+    at_peak = plan_engine(peak)
+    out = []
+    for seg in doc["segments"]:
+        rows = [r for r in doc["rows"] if r["segment"] == seg["segment"] and r["start"] == seg["start"]]
+        head = {"segment": seg["segment"], "rate": seg["rate"]}
+        if seg["rate"] <= 0:
+            out.append({**head, **_choose([], _plan_order, list, False, no_spec, seeds, max_gpus),
+                        "line": "nothing arrives: no GPUs, no policy"})
+        elif seg["rate"] == peak_rate:
+            out.append({**at_peak, **head})
+        else:
+            def key(r: dict) -> tuple:
+                return (0 if r["status"] in _SIZED else 1 if r["status"] == UNRESOLVED_STATUS else 2, r["gpus"],
+                        order.get(r["system"], len(order)))
+            out.append({**head, **_choose(rows, key, list, False, no_spec, seeds, max_gpus)})
+    return out
+
+
+def engine_lines(doc: dict) -> list[str]:
+    """The engine choice for a terminal or a report: a plan's one line, or a day plan's line per rate naming the
+    segments at it (segments at one rate share their plan, hence their choice)."""
+    engine = doc.get("engine") or []
+    if not engine:
+        return []
+    if engine[0]["segment"] is None:
+        return [f"Engine policy: {engine[0]['line']}."]
+    by_rate: dict[float, list[dict]] = {}
+    for e in engine:
+        by_rate.setdefault(e["rate"], []).append(e)
+    return ["Engine policy per segment:", *(
+        f"  {', '.join(e['segment'] for e in group)} ({rate:,.1f} requests/s): {group[0]['line']}"
+        for rate, group in by_rate.items())]

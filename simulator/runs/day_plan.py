@@ -31,16 +31,21 @@ from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario, Traffic
 from simulator.inputs.workload import read_azure_trace
 from simulator.outputs.summary import write_table_and_json
-from simulator.outputs.verdicts import MET, UNMET, UNRESOLVED_STATUS, day_verdict
+from simulator.outputs.verdicts import (
+    MET,
+    MET_AT_HIGHER_RATE,
+    UNMET,
+    UNRESOLVED_STATUS,
+    day_engine,
+    day_verdict,
+)
 from simulator.runs.backends import Backend, Task
 from simulator.runs.plan import Candidate, Planner, SystemPlan, Target
 from simulator.runs.replicates import unresolved
 
 DAY_S = 86400.0
-# a segment's count above every count that met at its rate, taken from a higher-rate segment (monotonicity)
-MET_AT_HIGHER_RATE = "met_at_higher_rate"
 DAY_COLUMNS = ["segment", "start", "duration", "rate", "system", "gpus", "decode_gpus", "prefill_gpus", "status",
-               "attainment", "ttft_p99", "why_unmet"]
+               "attainment", "ttft_p99", "why_unmet", "gpus_lo", "engine_pick"]
 SEGMENT_RUN_S = 40.0  # peak.yaml's stationary run: long enough past a warm-up of a fifth of it
 
 
@@ -306,7 +311,8 @@ class DayPlanner:
                 if rp is None:  # a segment where nothing arrives needs no GPUs
                     rows.append({"segment": seg.label, "start": seg.start_s, "duration": seg.duration_s,
                                  "rate": seg.rate, "system": name, "gpus": 0, "decode_gpus": 0, "prefill_gpus": 0,
-                                 "status": MET, "attainment": None, "ttft_p99": None, "why_unmet": None})
+                                 "status": MET, "attainment": None, "ttft_p99": None, "why_unmet": None,
+                                 "gpus_lo": 0})
                     continue
                 row = self._measured(rp, name, peak_doc)
                 status = rp.status[name]
@@ -317,7 +323,8 @@ class DayPlanner:
                              "prefill_gpus": (rp.prefill or 0) * p.prefill_gpr, "status": status,
                              "attainment": row.get("sla_attainment") if row else None,
                              "ttft_p99": row.get("ttft_p99") if row else None,
-                             "why_unmet": None if status in (MET, MET_AT_HIGHER_RATE) else self._why(rp, name)})
+                             "why_unmet": None if status in (MET, MET_AT_HIGHER_RATE) else self._why(rp, name),
+                             "gpus_lo": self._gpus_lo(rp, name, peak_doc)})
         baseline = peak_doc.get("baseline")
         systems = day_totals(rows, span, t.gpu_hour_cost, baseline)
         doc = {
@@ -342,9 +349,31 @@ class DayPlanner:
                       for r, rp in plans.items()],
             "peak_plan": peak_doc,
             "runs_executed": p.runs,
+            "no_speculation": peak_doc["no_speculation"],
         }
         doc["verdict"] = day_verdict(doc)
+        doc["engine"] = day_engine(doc)
+        picks = {(e["segment"], e["rate"]): e["policy"] for e in doc["engine"]}
+        for r in rows:
+            r["engine_pick"] = r["system"] == picks[(r["segment"], r["rate"])]
         return doc
+
+    def _gpus_lo(self, rp: RatePlan, system: str, peak_doc: dict) -> int:
+        """The fewest GPUs the seeds cannot rule out at this rate, as a plan's ``gpus_lo``: one decode replica
+        above the largest count that clearly failed, when a count between it and the answer was unresolved; else
+        the answer. The prefill pool is one for every system at a rate, so it moves no system against another."""
+        if rp.rate == self.peak:
+            return peak_doc["systems"][system]["gpus_lo"]
+        p = self.planner
+        n, plan = rp.decode[system], rp.plans.get(system)
+        trials = plan.trials if plan is not None else []
+        sized = rp.status[system] in (MET, MET_AT_HIGHER_RATE)
+        open_ = [t.replicas for t in trials if unresolved(t.why_not) and (not sized or t.replicas < n)]
+        if open_:
+            failed = [t.replicas for t in trials if t.why_not is not None and not unresolved(t.why_not)
+                      and t.replicas < min(open_)]
+            n = max(failed) + 1 if failed else 1
+        return n * p.gpr + (rp.prefill or 0) * p.prefill_gpr
 
     @staticmethod
     def _why(rp: RatePlan, system: str) -> str:

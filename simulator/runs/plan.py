@@ -34,6 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from hw_profile.tables.step_table import expected_error, table_kind
+from simulator.core.policies import resolve
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.inputs.hardware import load_target_table
@@ -41,7 +42,7 @@ from simulator.inputs.systems import SystemSpec, resolve_systems
 from simulator.outputs.frontier import default_baseline
 from simulator.outputs.metrics import overloaded
 from simulator.outputs.summary import write_table_and_json
-from simulator.outputs.verdicts import MET, UNMET, UNRESOLVED_STATUS, verdict
+from simulator.outputs.verdicts import MET, UNMET, UNRESOLVED_STATUS, plan_engine, verdict
 from simulator.runs.backends import Backend, Task, execute
 from simulator.runs.replicates import combine, judge, unresolved
 from simulator.runs.run import LoadPoint, RunSpec
@@ -468,14 +469,26 @@ class Planner:
             "runs_executed": self.runs,
             "table": table_facts(str(m.hardware.table), load_target_table(self.scn).meta),
             "systems": {r["system"]: {**r, "search": [t.log() for t in plans[r["system"]].trials]} for r in rows},
+            "no_speculation": [s.name for s in self.systems if not speculates(s)],
         }
         doc["verdict"] = verdict(doc)
+        doc["engine"] = [plan_engine(doc)]
         return doc
+
+
+def speculates(s: SystemSpec) -> bool:
+    """Whether a system verifies draft tokens at all: not without a drafter, nor with policy ``ar`` or
+    ``static-0`` (the no-speculation arm a plan's engine choice is measured against)."""
+    cls, implied = resolve(s.policy)
+    return not (s.drafter == "none" or cls.name == "ar" or (cls.name == "static" and {**implied, **s.params}.get("k") == 0))
 
 
 def plan_table(doc: dict) -> pd.DataFrame:
     df = pd.DataFrame([{k: v for k, v in e.items() if k != "search"} for e in doc["systems"].values()],
                       columns=PLAN_COLUMNS)
+    # the policy the engine should run (plan.json's engine); documents from before it have none
+    pick = ((doc.get("engine") or [{}])[0]).get("policy")
+    df["engine_pick"] = df["system"] == pick
     df["table_kind"] = (doc.get("table") or {}).get("kind", "unknown")  # what the GPU counts rest on
     df["table_expected_error"] = ((doc.get("table") or {}).get("expected_error") or {}).get("summary", "")
     return df
