@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 
 from simulator.outputs.html_table import table_html
 from simulator.outputs.summary import HEADROOM_RULE, TERMINAL_WIDTH, fit_width, headroom_text
-from simulator.outputs.verdicts import engine_lines
-from simulator.runs.plan import MET, UNRESOLVED_STATUS, plan_table
+from simulator.outputs.verdicts import MET, UNRESOLVED_STATUS, engine_lines
+from simulator.runs.plan import plan_table
 
 HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus": "decode GPUs",
            "prefill_gpus": "prefill GPUs", "replicas": "replicas", "prefill_replicas": "prefill replicas",
