@@ -303,10 +303,15 @@ def run_plan(bar, out: Path, plan: Callable[[], dict]) -> dict:
 
 
 def echo_plan_end(doc: dict, lines: list[str], quick: bool, runs: int, runner, files: str) -> None:
-    """A plan's table lines, verdict, the --quick caveat, and what ran where."""
+    """A plan's table lines, verdict, the policy the engine should run (per segment of a day plan), the --quick
+    caveat, and what ran where."""
+    from simulator.outputs.verdicts import engine_lines
+
     for line in lines:
         click.echo(line)
     click.echo("\n" + doc["verdict"])
+    for line in engine_lines(doc):
+        click.echo(line)
     if quick:
         click.echo("(--quick: short smoke runs; do not plan on these numbers)")
     click.echo(f"\n{runs} runs in {doc['wall_seconds']:.0f} s ({runner.kind}, {runner.jobs} jobs)\n{files}")

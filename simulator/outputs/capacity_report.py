@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 
 from simulator.outputs.html_table import table_html
 from simulator.outputs.summary import HEADROOM_RULE, TERMINAL_WIDTH, fit_width, headroom_text
-from simulator.runs.plan import MET, UNRESOLVED_STATUS, plan_table
+from simulator.outputs.verdicts import MET, UNRESOLVED_STATUS, engine_lines
+from simulator.runs.plan import plan_table
 
 HEADERS = {"system": "system", "status": "status", "gpus": "GPUs", "decode_gpus": "decode GPUs",
            "prefill_gpus": "prefill GPUs", "replicas": "replicas", "prefill_replicas": "prefill replicas",
@@ -84,7 +85,8 @@ def notes_html(doc: dict) -> str:
 def format_plan(doc: dict) -> pd.DataFrame:
     """The plan table as text: plan.csv's columns, with the headroom and the attainment as their intervals and
     the GPUs as a range where the seeds leave one open (the columns those come from are in plan.csv)."""
-    df = plan_table(doc).drop(columns=["why_unmet"])  # a sentence: printed under the table (unmet_lines)
+    # why_unmet: a sentence, printed under the table (unmet_lines); engine_pick: the engine line names it
+    df = plan_table(doc).drop(columns=["why_unmet", "engine_pick"])
     if doc.get("prefill") is None:
         df = df.drop(columns=["decode_gpus", "prefill_gpus", "prefill_replicas"])
     tol = doc["target"].get("rate_tolerance", 0.05)
@@ -214,7 +216,9 @@ def capacity_html(doc: dict) -> str:
                      + "</p>")
     notes.append(notes_html(doc))
     table = table_html(report_plan(doc))
+    engine = "".join(f"<p>{html.escape(line)}</p>" for line in engine_lines(doc))
     return f"""<p><strong>{html.escape(doc['verdict'])}</strong></p>
+{engine}
 <p class="meta">Per system, the fewest GPUs at which the scenario's open-loop traffic meets the SLA: at least
 {t['attainment']:.0%} of requests at or above {t['tps_per_user']:g} tok/s/user, TTFT p99 within {t['ttft_p99_s']:g} s,
 not saturated or overloaded (exponential-then-bisection search over replicas, at most {t['max_gpus']} GPUs). Max req/s per

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from simulator.outputs.html_table import table_html
 from simulator.outputs.summary import fit_width
-from simulator.runs.day_plan import MET_AT_HIGHER_RATE
+from simulator.outputs.verdicts import MET_AT_HIGHER_RATE, engine_lines
 
 NOTE_STATUS = {MET_AT_HIGHER_RATE: "sized at the next higher rate: every smaller count failed at this one"}
 
@@ -104,7 +104,11 @@ def day_html(doc: dict) -> str:
     table = table_html(day_summary(doc))
     span = ("a day" if abs(doc["days_per_span"] - 1) < 1e-9
             else f"a day (the traffic's {doc['span_s'] / 3600:g} h span repeated)")
+    lines = engine_lines(doc)
+    engine = (f"<p>{html.escape(lines[0])}</p><ul>" + "".join(f"<li>{html.escape(u.strip())}</li>" for u in lines[1:])
+              + "</ul>") if lines else ""
     return f"""<p><strong>{html.escape(doc['verdict'])}</strong></p>
+{engine}
 <p class="meta">Each segment of the traffic planned as stationary Poisson traffic at its mean rate, on
 {doc['segment_run_s']:g}-second runs, {len(doc['seeds'])} seed(s) each: the fewest GPUs at which at least
 {t['attainment']:.0%} of requests reach {t['tps_per_user']:g} tok/s/user with TTFT p99 within {t['ttft_p99_s']:g} s

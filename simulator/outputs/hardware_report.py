@@ -15,8 +15,8 @@ import plotly.graph_objects as go
 from simulator.outputs.capacity_report import why_unmet_html
 from simulator.outputs.html_table import table_html
 from simulator.outputs.summary import HEADROOM_RULE, TERMINAL_WIDTH, fit_width, headroom_text
+from simulator.outputs.verdicts import MET
 from simulator.runs.hardware_choice import hardware_table
-from simulator.runs.plan import MET
 
 # one colour per hardware option (the systems keep theirs in the capacity sections of each option's report)
 HARDWARE_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#7f7f7f"]

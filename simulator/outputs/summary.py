@@ -246,7 +246,7 @@ def format_headline(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def headroom_text(lo: float | None, hi: float | None, tolerance: float) -> str:
-    """A plan's headroom as the interval its verdict's tie rule reads (``plan.tied_at_best``): the most traffic
+    """A plan's headroom as the interval its verdict's tie rule reads (``verdicts.tied_at_best``): the most traffic
     seen to meet .. the least seen to fail clearly, minus one ("+24..+100%"); where nothing above failed
     clearly, the search's precision above the bound; "< -50%" where even the least traffic tried failed; one
     figure where both ends round alike."""

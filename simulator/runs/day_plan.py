@@ -31,24 +31,21 @@ from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario, Traffic
 from simulator.inputs.workload import read_azure_trace
 from simulator.outputs.summary import write_table_and_json
-from simulator.runs.backends import Backend, Task
-from simulator.runs.plan import (
+from simulator.outputs.verdicts import (
     MET,
+    MET_AT_HIGHER_RATE,
     UNMET,
     UNRESOLVED_STATUS,
-    Candidate,
-    Planner,
-    SystemPlan,
-    Target,
-    sla_phrase,
+    day_engine,
+    day_verdict,
 )
+from simulator.runs.backends import Backend, Task
+from simulator.runs.plan import Candidate, Planner, SystemPlan, Target
 from simulator.runs.replicates import unresolved
 
 DAY_S = 86400.0
-# a segment's count above every count that met at its rate, taken from a higher-rate segment (monotonicity)
-MET_AT_HIGHER_RATE = "met_at_higher_rate"
 DAY_COLUMNS = ["segment", "start", "duration", "rate", "system", "gpus", "decode_gpus", "prefill_gpus", "status",
-               "attainment", "ttft_p99", "why_unmet"]
+               "attainment", "ttft_p99", "why_unmet", "gpus_lo", "engine_pick"]
 SEGMENT_RUN_S = 40.0  # peak.yaml's stationary run: long enough past a warm-up of a fifth of it
 
 
@@ -314,7 +311,8 @@ class DayPlanner:
                 if rp is None:  # a segment where nothing arrives needs no GPUs
                     rows.append({"segment": seg.label, "start": seg.start_s, "duration": seg.duration_s,
                                  "rate": seg.rate, "system": name, "gpus": 0, "decode_gpus": 0, "prefill_gpus": 0,
-                                 "status": MET, "attainment": None, "ttft_p99": None, "why_unmet": None})
+                                 "status": MET, "attainment": None, "ttft_p99": None, "why_unmet": None,
+                                 "gpus_lo": 0})
                     continue
                 row = self._measured(rp, name, peak_doc)
                 status = rp.status[name]
@@ -325,7 +323,8 @@ class DayPlanner:
                              "prefill_gpus": (rp.prefill or 0) * p.prefill_gpr, "status": status,
                              "attainment": row.get("sla_attainment") if row else None,
                              "ttft_p99": row.get("ttft_p99") if row else None,
-                             "why_unmet": None if status in (MET, MET_AT_HIGHER_RATE) else self._why(rp, name)})
+                             "why_unmet": None if status in (MET, MET_AT_HIGHER_RATE) else self._why(rp, name),
+                             "gpus_lo": self._gpus_lo(rp, name, peak_doc)})
         baseline = peak_doc.get("baseline")
         systems = day_totals(rows, span, t.gpu_hour_cost, baseline)
         doc = {
@@ -350,9 +349,31 @@ class DayPlanner:
                       for r, rp in plans.items()],
             "peak_plan": peak_doc,
             "runs_executed": p.runs,
+            "no_speculation": peak_doc["no_speculation"],
         }
         doc["verdict"] = day_verdict(doc)
+        doc["engine"] = day_engine(doc)
+        picks = {(e["segment"], e["rate"]): e["policy"] for e in doc["engine"]}
+        for r in rows:
+            r["engine_pick"] = r["system"] == picks[(r["segment"], r["rate"])]
         return doc
+
+    def _gpus_lo(self, rp: RatePlan, system: str, peak_doc: dict) -> int:
+        """The fewest GPUs the seeds cannot rule out at this rate, as a plan's ``gpus_lo``: one decode replica
+        above the largest count that clearly failed, when a count between it and the answer was unresolved; else
+        the answer. The prefill pool is one for every system at a rate, so it moves no system against another."""
+        if rp.rate == self.peak:
+            return peak_doc["systems"][system]["gpus_lo"]
+        p = self.planner
+        n, plan = rp.decode[system], rp.plans.get(system)
+        trials = plan.trials if plan is not None else []
+        sized = rp.status[system] in (MET, MET_AT_HIGHER_RATE)
+        open_ = [t.replicas for t in trials if unresolved(t.why_not) and (not sized or t.replicas < n)]
+        if open_:
+            failed = [t.replicas for t in trials if t.why_not is not None and not unresolved(t.why_not)
+                      and t.replicas < min(open_)]
+            n = max(failed) + 1 if failed else 1
+        return n * p.gpr + (rp.prefill or 0) * p.prefill_gpr
 
     @staticmethod
     def _why(rp: RatePlan, system: str) -> str:
@@ -400,48 +421,6 @@ def day_totals(rows: list[dict], span_s: float, gpu_hour_cost: float, baseline: 
 
 def day_table(doc: dict) -> pd.DataFrame:
     return pd.DataFrame(doc["rows"], columns=DAY_COLUMNS)
-
-
-def day_verdict(doc: dict) -> str:
-    """One sentence: who needs the fewest GPU-hours over the day, at what cost, and the saving over the
-    baseline and over a fleet sized for the peak all day."""
-    t = doc["target"]
-    usd = t["gpu_hour_cost_usd"]
-    systems = list(doc["systems"].values())
-    rates = [s["rate"] for s in doc["segments"]]
-    days = doc["days_per_span"]
-    over = "a day" if abs(days - 1) < 1e-9 else f"a day (the {doc['span_s'] / 3600:g} h span repeated)"
-    sla = sla_phrase(t)
-    head = (f"Over {over} of {doc['scenario']} ({len(rates)} segments, {min(rates):,.1f}-{max(rates):,.1f} "
-            f"requests/s) with {sla}, ")
-    met = [e for e in systems if not e["unmet_segments"]]
-    if not met:
-        return head + f"no system meets the SLA in every segment within {t['max_gpus']} GPUs."
-    least = min(e["gpu_hours_per_day"] for e in met)
-    best = [e for e in met if e["gpu_hours_per_day"] <= least + 1e-9]
-    names = [e["system"] for e in best]
-    b = best[0]
-    who = (f"{names[0]} needs" if len(names) == 1
-           else f"{', '.join(names[:-1])} and {names[-1]} tie for")
-    fleet = ""
-    if len({(e["fewest_gpus"], e["peak_gpus"]) for e in best}) == 1:  # tied systems may follow different fleets
-        fleet = (f"; {b['fewest_gpus']}-{b['peak_gpus']} GPUs through the day, {b['static_gpu_hours_per_day']:,.0f} "
-                 "GPU-hours if sized for the peak all day")
-    text = (head + f"{who} the fewest GPU-hours: {b['gpu_hours_per_day']:,.0f} per day "
-            f"(${b['usd_per_day']:,.0f} at ${usd:g}/GPU-hour{fleet})")
-    base = doc["systems"].get(doc.get("baseline") or "")
-    if base is not None and base["system"] not in names:
-        if base["unmet_segments"]:
-            text += (f"; the baseline {base['system']} does not meet it in {len(base['unmet_segments'])} "
-                     f"segment(s) within {t['max_gpus']} GPUs")
-        else:
-            saved = base["gpu_hours_per_day"] - b["gpu_hours_per_day"]
-            text += (f"; that is {saved:,.0f} GPU-hours (${saved * usd:,.0f}, {saved / base['gpu_hours_per_day']:.0%})"
-                     f" a day fewer than {base['system']}'s {base['gpu_hours_per_day']:,.0f}")
-    unmet = [e["system"] for e in systems if e["unmet_segments"]]
-    if unmet and (base is None or base["system"] not in unmet or len(unmet) > 1):
-        text += f"; {', '.join(unmet)} miss the SLA in some segment (their GPU-hours are a lower bound)"
-    return text + "."
 
 
 def write_day_plan(out: Path, doc: dict) -> tuple[Path, Path]:

@@ -36,6 +36,7 @@ from pathlib import Path
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.outputs.summary import write_table_and_json
+from simulator.outputs.verdicts import fleet_sentence, verdict
 from simulator.runs.backends import Backend, Task
 from simulator.runs.plan import (
     PLAN_COLUMNS,
@@ -46,7 +47,6 @@ from simulator.runs.plan import (
     Trial,
     most_traffic,
     plan_table,
-    verdict,
 )
 from simulator.runs.replicates import unresolved
 
@@ -297,27 +297,6 @@ class FleetPlanner(Planner):
                     "probe_replicas": self.probe, "probe_share_lo": self.prefill_lo,
                     "probe_share_hi": self.prefill_hi, "replicas": prefill},
                 "systems": systems}
-
-
-def fleet_sentence(doc: dict) -> str:
-    """What the verdict adds for a fleet plan: the probe, and how the full-size confirmations came out."""
-    f = doc["fleet"]
-    done = {k: e["confirmation"] for k, e in f["systems"].items() if e["confirmation"]}
-    text = f"Capacity per replica probed on {f['probe_replicas']} replica(s)"
-    if not done:
-        return text + "; no system was confirmed at full size."
-    inside = [k for k, c in done.items() if c["within_prediction"]]
-    disagree = [k for k, c in done.items() if not c["agrees"]]
-    text += (f"; confirmed at full size for {len(done)} system(s): attainment within the probe's interval for "
-             f"{len(inside)} of {len(done)}")
-    outside = [k for k in done if k not in inside]
-    if outside:
-        text += " (outside: " + ", ".join(
-            f"{k} {done[k]['attainment']:.2%} vs {doc['systems'][k]['attainment_lo']:.2%}-"
-            f"{doc['systems'][k]['attainment_hi']:.2%}" for k in outside) + ")"
-    text += ("; the SLA verdict agrees with the probe's for all" if not disagree
-             else f"; the SLA verdict differs from the probe's for {', '.join(disagree)}")
-    return text + "."
 
 
 def fleet_lines(doc: dict) -> list[str]:

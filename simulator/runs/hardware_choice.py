@@ -17,7 +17,7 @@ scenario; and the prices are the planner's assumptions, not a property of the sc
 The ranking: met pairs first. At the SLA every met deployment serves the same traffic (at one seed every
 option and system sees the same arrivals), so the cost per million output tokens orders the pairs as their
 spend per hour does; the measured figure at equal spend differs only by which tokens fell in the measurement
-window (noise, as plan.py's verdict says of equal GPU counts), so pairs are ranked by USD per hour at the SLA,
+window (noise, as a plan's verdict says of equal GPU counts), so pairs are ranked by USD per hour at the SLA,
 equal spend by headroom (more first), and only then by the measured cost per million output tokens. Unmet
 pairs follow, each with why.
 """
@@ -36,8 +36,9 @@ import pandas as pd
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.outputs.summary import write_table_and_json
+from simulator.outputs.verdicts import MET, UNRESOLVED_STATUS, hardware_verdict
 from simulator.runs.backends import Backend, Task
-from simulator.runs.plan import MET, UNRESOLVED_STATUS, Planner, Target, load_phrase, sla_phrase, tied_at_best
+from simulator.runs.plan import Planner, Target
 
 SPEC_FORM = "NAME=TABLE.csv:USD_PER_GPU_HOUR, e.g. b200=scenarios/hardware/b200-qwen3-8b-bf16.csv:6.00"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under OUT/hardware/
@@ -246,118 +247,6 @@ def compare(scn: LoadedScenario, options: list[HardwareOption], plans: dict[str,
     }
     doc["verdict"] = hardware_verdict(doc)
     return doc
-
-
-# --- reading it -------------------------------------------------------------------------------------------------
-
-def _pair(r: dict) -> str:
-    split = f" ({r['prefill_gpus']} prefill + {r['decode_gpus']} decode)" if r["prefill_gpus"] else ""
-    return (f"{r['gpus']} {r['gpu']} GPU{'s' if r['gpus'] != 1 else ''}{split}, ${r['usd_per_hour']:,.2f}/hour, "
-            f"${r['cost_per_mtok']:.3f} per million output tokens")
-
-
-def _versus(best: dict, other: dict, what: str) -> str:
-    """What ``best`` saves over ``other``: in spend per hour, which at the SLA buys the same traffic (the
-    measured cost per token at equal spend differs only by the measurement window's tokens)."""
-    if other["usd_per_hour"] <= best["usd_per_hour"]:
-        return f"{what} ({other['system']}: {_pair(other)}) costs as much, with {other['headroom']:+.0%} headroom"
-    less = 1 - best["usd_per_hour"] / other["usd_per_hour"]
-    return (f"{less:.0%} less (${other['usd_per_hour'] - best['usd_per_hour']:,.2f}/hour for the same traffic) "
-            f"than {what} ({other['system']}: {_pair(other)})")
-
-
-# an estimate with fewer of its points on measured kernels than this rests mostly on the kernel roofline
-MOSTLY_ROOFLINE = 0.2
-
-
-def kinds_caveat(doc: dict) -> str:
-    """The sentences a hardware verdict ends with when an option's table is a roofline bound (its GPU counts are
-    lower bounds, not comparable with estimates or measurements) or an estimate priced mostly from the kernel
-    roofline beside one on measured kernels (too fast at low load: not an even comparison); "" when none is."""
-    options = doc.get("options") or []
-    return _bounds_caveat(options, doc.get("bounds_apart", True)) + _thin_estimates_caveat(options)
-
-
-def _thin_estimates_caveat(options: list[dict]) -> str:
-    shares = {o["name"]: (o.get("table_expected_error") or {}).get("inside_share") for o in options
-              if o.get("table_kind") == "estimate"}
-    shares = {name: s for name, s in shares.items() if isinstance(s, (int, float))}
-    thin = [name for name, s in shares.items() if s < MOSTLY_ROOFLINE]
-    if not thin or len(thin) == len(shares):
-        return ""
-    which = ", ".join(f"{name} ({shares[name]:.0%})" for name in thin)
-    return (f" The estimate of {which} prices few of its points from measured kernels (the kernel roofline the "
-            "rest), against "
-            + ", ".join(f"{n} ({s:.0%})" for n, s in shares.items() if n not in thin)
-            + ": a roofline is too fast at low load, so that comparison favours it; measure or calibrate it "
-            "(hw-profile calibrate --prior) before choosing it.")
-
-
-def _bounds_caveat(options: list[dict], bounds_apart: bool = True) -> str:
-    bounds = [o["name"] for o in options if o.get("table_kind") == "roofline"]
-    if not bounds:
-        return ""
-    others = sorted({o.get("table_kind", "unknown") for o in options if o["name"] not in bounds})
-    versus = f"; not comparable with the {' and '.join(others)} table(s) of the others" if others else ""
-    apart = "; ranked after the others" if others and bounds_apart else ""
-    return (f" {', '.join(bounds)} {'is a speed bound' if len(bounds) == 1 else 'are speed bounds'} (a roofline "
-            f"table: real steps are slower, so its GPU counts are lower bounds){versus}{apart}.")
-
-
-def hardware_verdict(doc: dict) -> str:
-    """One sentence: the cheapest pair (pairs at the same spend and headroom named as a tie), what it saves over
-    the best pair on the next cheapest hardware and over the baseline system on its own hardware; then what a
-    roofline option's figures are (``kinds_caveat``)."""
-    return _cheapest(doc) + kinds_caveat(doc)
-
-
-def _cheapest(doc: dict) -> str:
-    t = doc["target"]
-    sla = sla_phrase(t)
-    load = load_phrase(doc)
-    rows = doc["pairs"]
-    prices = ", ".join(f"{o['name']} at ${o['usd_per_gpu_hour']:.2f}" for o in doc["options"])
-    met = [r for r in rows if r["status"] == MET]
-    if not met:
-        best = max(rows, key=lambda r: r["attainment"] if r["attainment"] is not None else -1)
-        return (f"No (hardware, system) pair meets {sla} at {load} within {t['max_gpus']} GPUs (per GPU-hour: "
-                f"{prices}); the closest is {best['system']} on {best['hardware']} ({best['attainment']:.1%} of "
-                f"requests at the target with {best['gpus']} GPUs).")
-    best = met[0]
-    tol = t.get("rate_tolerance", 0.05)
-    # the same spend serves the same traffic: pairs whose headroom intervals reach the best's bound tie, as
-    # systems of equal GPUs do in each option's plan (ranked by spend, then headroom: the best leads them)
-    tied = tied_at_best([r for r in met if r["usd_per_hour"] == best["usd_per_hour"]], tol)
-    one_hw = len({r["hardware"] for r in tied}) == 1
-    names = [r["system"] if one_hw else f"{r['system']} on {r['hardware']}" for r in tied]
-    where = f" on {best['hardware']}" if one_hw else ""
-    n_seeds = len(doc.get("seeds") or [0])
-    precision = f"the search's {tol:.0%} precision" + (f" and {n_seeds} seeds" if n_seeds > 1 else "")
-    who = names[0] if len(names) == 1 else (f"{', '.join(names[:-1])} and {names[-1]} (tied: the same spend, "
-                                            f"each one's headroom interval reaching the best's bound at "
-                                            f"{precision})")
-    heads = sorted(r["headroom"] or 0 for r in tied)
-    head = f"{heads[-1]:+.0%}" if heads[-1] - heads[0] < 0.005 else f"{heads[0]:+.0%} to {heads[-1]:+.0%}"
-    text = (f"At {load} with {sla} (assumed per GPU-hour: {prices}), the cheapest is {who}{where}: "
-            f"{_pair(best)}, {head} headroom")
-    winners = {r["hardware"] for r in tied}
-    others = [o["name"] for o in doc["options"] if o["name"] not in winners]
-    other_best = [next((r for r in met if r["hardware"] == h), None) for h in others]
-    met_other = [r for r in other_best if r is not None]
-    if met_other:
-        nxt = min(met_other, key=lambda r: r["rank"])
-        text += "; " + _versus(best, nxt, f"the best on {nxt['hardware']}")
-    missing = [h for h, r in zip(others, other_best, strict=True) if r is None]
-    if missing:
-        text += f"; on {', '.join(missing)} no system meets it within {t['max_gpus']} GPUs"
-    base_name = doc.get("baseline")
-    base = next((r for r in rows if r["system"] == base_name and r["hardware"] == best["hardware"]), None)
-    if base is not None and all(base is not r for r in tied):
-        if base["status"] != MET:
-            text += f"; the baseline {base_name} does not meet it on {best['hardware']} within {t['max_gpus']} GPUs"
-        else:
-            text += "; " + _versus(best, base, f"the baseline on {best['hardware']}")
-    return text + "."
 
 
 def hardware_table(doc: dict) -> pd.DataFrame:

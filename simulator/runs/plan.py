@@ -33,20 +33,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from hw_profile.tables.step_table import TABLE_KINDS, expected_error, table_kind
+from hw_profile.tables.step_table import expected_error, table_kind
+from simulator.core.policies import resolve
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.inputs.hardware import load_target_table
 from simulator.inputs.systems import SystemSpec, resolve_systems
 from simulator.outputs.frontier import default_baseline
 from simulator.outputs.metrics import overloaded
-from simulator.outputs.summary import headroom_text, write_table_and_json
+from simulator.outputs.summary import write_table_and_json
+from simulator.outputs.verdicts import MET, UNMET, UNRESOLVED_STATUS, plan_engine, verdict
 from simulator.runs.backends import Backend, Task, execute
 from simulator.runs.replicates import combine, judge, unresolved
 from simulator.runs.run import LoadPoint, RunSpec
 from simulator.runs.sweep import Sweep
 
-MET, UNMET, UNRESOLVED_STATUS = "met", "unmet_at_max_gpus", "unresolved"
 PLAN_COLUMNS = ["system", "status", "gpus", "decode_gpus", "prefill_gpus", "replicas", "prefill_replicas",
                 "max_rate_per_replica", "headroom", "attainment", "ttft_p99", "tps_per_user_p10",
                 "throughput_per_gpu", "throughput_per_deployed_gpu", "cost_per_mtok", "why_unmet", "seeds", "attainment_lo", "attainment_hi",
@@ -468,14 +469,26 @@ class Planner:
             "runs_executed": self.runs,
             "table": table_facts(str(m.hardware.table), load_target_table(self.scn).meta),
             "systems": {r["system"]: {**r, "search": [t.log() for t in plans[r["system"]].trials]} for r in rows},
+            "no_speculation": [s.name for s in self.systems if not speculates(s)],
         }
         doc["verdict"] = verdict(doc)
+        doc["engine"] = [plan_engine(doc)]
         return doc
+
+
+def speculates(s: SystemSpec) -> bool:
+    """Whether a system verifies draft tokens at all: not without a drafter, nor with policy ``ar`` or
+    ``static-0`` (the no-speculation arm a plan's engine choice is measured against)."""
+    cls, implied = resolve(s.policy)
+    return not (s.drafter == "none" or cls.name == "ar" or (cls.name == "static" and {**implied, **s.params}.get("k") == 0))
 
 
 def plan_table(doc: dict) -> pd.DataFrame:
     df = pd.DataFrame([{k: v for k, v in e.items() if k != "search"} for e in doc["systems"].values()],
                       columns=PLAN_COLUMNS)
+    # the policy the engine should run (plan.json's engine); documents from before it have none
+    pick = ((doc.get("engine") or [{}])[0]).get("policy")
+    df["engine_pick"] = df["system"] == pick
     df["table_kind"] = (doc.get("table") or {}).get("kind", "unknown")  # what the GPU counts rest on
     df["table_expected_error"] = ((doc.get("table") or {}).get("expected_error") or {}).get("summary", "")
     return df
@@ -484,136 +497,6 @@ def plan_table(doc: dict) -> pd.DataFrame:
 def table_facts(path: str, meta: dict) -> dict:
     """What a plan records of the table its GPU counts rest on: where it is, its kind and how far to trust it."""
     return {"path": path, "kind": table_kind(meta), "expected_error": expected_error(meta)}
-
-
-def table_error_caveat(doc: dict, headroom: float | None) -> str:
-    """The sentence a verdict ends with when the table's own typical step-time error is larger than the
-    headroom the plan found: a step that much slower would eat it, so the count rests on the table, not the
-    seeds; "" otherwise (or when the table does not say how far to trust it)."""
-    error = ((doc.get("table") or {}).get("expected_error") or {})
-    median = error.get("step_median")
-    if not isinstance(median, (int, float)) or headroom is None or headroom >= median:
-        return ""
-    return (f" The step times are {error['summary']}: a typical step-time error ({median:.0%}) is larger than this "
-            f"headroom ({headroom:+.0%}), so the GPU count is limited by the table, not by the seeds; "
-            f"{error.get('narrow_it', 'calibrate it on measured steps (hw-profile calibrate --prior)')} narrows it.")
-
-
-def bound_caveat(doc: dict) -> str:
-    """The sentence a verdict ends with when its step times come from a roofline table (a speed bound), else ""."""
-    table = doc.get("table") or {}
-    if table.get("kind") != "roofline":
-        return ""
-    return (f" Its step times come from {table.get('path', 'the table')}, {TABLE_KINDS['roofline']}: real steps are "
-            "slower, so these GPU counts are a lower bound; plan on an estimate (hw-profile estimate) or a measured "
-            "table.")
-
-
-def load_phrase(doc: dict) -> str:
-    """The traffic a plan sized for: the scenario's rate, and the realised one when it differs (a Poisson
-    stream's window of one seed is not exactly its mean)."""
-    realised = doc.get("arrival_rate")
-    traffic = doc.get("traffic") or {}
-    nominal = traffic.get("rate") if traffic.get("kind") == "poisson" else None
-    if nominal:
-        text = f"{nominal:,.1f} requests/s"
-        if realised and abs(realised / nominal - 1) > 0.005:
-            n = len(doc.get("seeds") or [doc.get("seed")])
-            draws = "one seed" if n == 1 else f"{n} seeds, mean"
-            text += f" ({realised:,.1f} realised in the measured window: Poisson arrivals of {draws})"
-        return text
-    return f"{realised:,.1f} requests/s" if realised else "the scenario's traffic"
-
-
-def sla_phrase(t: dict) -> str:
-    """The SLA of a plan's ``target`` block, as its verdicts quote it."""
-    return f"{t['attainment']:.0%} of requests at >= {t['tps_per_user']:g} tok/s/user, TTFT p99 <= {t['ttft_p99_s']:g} s"
-
-
-def tied_at_best(rows: list[dict], tolerance: float) -> list[dict]:
-    """The rows (deployments serving the same traffic at the same cost) that could be at least as good as the
-    best headroom bound among them: their own bound reaches it, or the most headroom their data leave possible
-    does (the smallest multiplier seen to fail clearly, ``headroom_hi``; with several seeds an unresolved
-    stretch can lie between; else the search's precision above the bound)."""
-    def bound(e: dict) -> float:
-        return e["headroom"] or 0.0
-
-    def ceiling(e: dict) -> float:
-        hi = e.get("headroom_hi")
-        return hi if hi is not None and not math.isnan(hi) else (1 + bound(e)) * (1 + tolerance) - 1
-
-    top = max(bound(e) for e in rows)
-    return [e for e in rows if bound(e) >= top - 1e-9 or ceiling(e) > top + 1e-9]
-
-
-def verdict(doc: dict) -> str:
-    t = doc["target"]
-    rows = [e for e in doc["systems"].values()]
-    sla = sla_phrase(t)
-    load = load_phrase(doc)
-    met = [e for e in rows if e["status"] == MET]
-    if not met:
-        best = max(rows, key=lambda e: (e["attainment"] if e["attainment"] is not None else -1))
-        open_ = [e["system"] for e in rows if e["status"] == UNRESOLVED_STATUS]
-        tail = (f"; {', '.join(open_)} cannot be resolved at this precision (more --replicates)" if open_ else "")
-        return (f"No system meets {sla} at {load} within {t['max_gpus']} GPUs; the closest is {best['system']} "
-                f"({best['attainment']:.1%} of requests at the target with {best['gpus']} GPUs){tail}."
-                + bound_caveat(doc))
-    # equal GPUs serve the same traffic at the same cost: the headroom tells them apart, to the precision of
-    # its search; within that they tie (the cost per token at equal GPUs and traffic is measurement noise)
-    fewest_gpus = min(e["gpus"] for e in met)
-    contenders = [e for e in met if e["gpus"] == fewest_gpus]
-    tol = t.get("rate_tolerance", 0.05)
-    tied = tied_at_best(contenders, tol)
-    best = min(tied, key=lambda e: (-e["headroom"], e["cost_per_mtok"]))
-    split = (f" ({best['prefill_gpus']} prefill + {best['decode_gpus']} decode)" if best["prefill_gpus"] else "")
-    if len(tied) > 1:
-        n_seeds = max(e.get("seeds") or 1 for e in tied)
-        seeds_note = f" and {n_seeds} seeds" if n_seeds > 1 else ""
-        names = [e["system"] for e in tied]
-        costs = [e["cost_per_mtok"] for e in tied]
-        heads = [e["headroom"] for e in tied]
-        head = (f"{heads[0]:+.0%}" if max(heads) - min(heads) < 0.005 else f"{min(heads):+.0%} to {max(heads):+.0%}")
-        cost = (f"${min(costs):.3f}" if f"{min(costs):.3f}" == f"{max(costs):.3f}"
-                else f"${min(costs):.3f}-${max(costs):.3f}")
-        text = (f"At {load} with {sla}, {', '.join(names[:-1])} and {names[-1]} tie for the fewest GPUs: "
-                f"{fewest_gpus}{split}, with {head} headroom (not told apart: each one's interval reaches the "
-                f"best's bound at the search's {tol:.0%} precision{seeds_note}), at "
-                f"{cost} per million output tokens (${t['gpu_hour_cost_usd']:g}/GPU-hour)")
-    else:
-        text = (f"At {load} with {sla}, {best['system']} needs the fewest GPUs: {best['gpus']}{split}, with "
-                f"{best['headroom']:+.0%} headroom, at ${best['cost_per_mtok']:.3f} per million output tokens "
-                f"(${t['gpu_hour_cost_usd']:g}/GPU-hour)")
-    seeds = best.get("seeds") or 1
-    if seeds > 1 and best.get("attainment_lo") is not None:
-        text += (f"; attainment {best['attainment']:.1%} (95% interval {best['attainment_lo']:.1%}-"
-                 f"{best['attainment_hi']:.1%} over {seeds} seeds)")
-    if best.get("gpus_lo") is not None and best["gpus_lo"] < best["gpus"]:
-        text += (f"; between {best['gpus_lo']} and {best['gpus']} GPUs the SLA cannot be resolved at {seeds} "
-                 "seeds")
-    fewer_headroom = [e for e in contenders if e not in tied]
-    if fewer_headroom:
-        n = len(fewer_headroom)
-        text += (f"; {n} other system{'s need' if n > 1 else ' needs'} as many, with less headroom ("
-                 f"{'their intervals end' if n > 1 else 'its interval ends'} at or below the best's "
-                 f"{best['headroom']:+.0%}: " + ", ".join(
-                     f"{e['system']} {headroom_text(e['headroom'], e.get('headroom_hi'), tol)}" for e in fewer_headroom)
-                 + ")")
-    open_ = [e["system"] for e in rows if e["status"] == UNRESOLVED_STATUS]
-    if open_:
-        text += (f"; {', '.join(open_)} cannot be resolved within {t['max_gpus']} GPUs at this precision (no "
-                 "size clearly meets, not all clearly fail)")
-    base = doc["systems"].get(doc["baseline"]) if doc.get("baseline") else None
-    if base is not None and all(base is not e for e in tied):
-        if base["status"] != MET:
-            text += f"; the baseline {base['system']} does not meet it within {t['max_gpus']} GPUs"
-        elif base["gpus"] > fewest_gpus:
-            saved = base["gpus"] - fewest_gpus
-            text += (f"; that is {saved} GPU{'s' if saved != 1 else ''} ({saved / base['gpus']:.0%}) fewer than "
-                     f"{base['system']}'s {base['gpus']}")
-        else:
-            text += f"; the baseline {base['system']} needs as many, with {base['headroom']:+.0%} headroom"
-    return text + "." + bound_caveat(doc) + table_error_caveat(doc, best["headroom"])
 
 
 def write_plan(out: Path, doc: dict) -> tuple[Path, Path]:

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from simulator.errors import UserError
 from simulator.inputs.config import load_scenario
 from simulator.outputs.day_report import terminal_day
+from simulator.outputs.verdicts import day_verdict
 from simulator.runs.backends import Backend
 from simulator.runs.day_plan import (
     MET_AT_HIGHER_RATE,
     DayPlanner,
     day_totals,
-    day_verdict,
     segments_of,
     settle,
 )

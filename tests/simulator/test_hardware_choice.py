@@ -14,10 +14,10 @@ import pytest
 from simulator.errors import UserError
 from simulator.inputs.config import load_scenario
 from simulator.outputs.hardware_report import terminal_hardware, unmet_pair_lines
+from simulator.outputs.verdicts import hardware_verdict
 from simulator.runs.hardware_choice import (
     HardwareOption,
     check_options,
-    hardware_verdict,
     pair_row,
     parse_options,
     rank,
@@ -264,7 +264,7 @@ def test_a_bound_ranks_after_the_forecasts_it_is_compared_with():
 
 def test_a_comparison_that_mixes_a_bound_with_estimates_says_so():
     from hw_profile.tables.step_table import table_kind
-    from simulator.runs.hardware_choice import kinds_caveat
+    from simulator.outputs.verdicts import kinds_caveat
 
     assert [table_kind(m) for m in ({"kind": "analytic"}, {"kind": "estimate"}, {"kind": "calibrated-estimate"},
                                     {"kind": "smoothed", "smoothed": {"from_kind": "measured"}}, {})] == [

@@ -21,6 +21,7 @@ from hw_profile.tables.step_table import StepTimeGrid
 from simulator.core.prefill import PrefillPool
 from simulator.inputs.config import load_scenario
 from simulator.outputs.capacity_report import format_plan, unmet_lines
+from simulator.outputs.verdicts import verdict
 from simulator.runs.backends import Backend
 from simulator.runs.plan import (
     MET,
@@ -30,7 +31,6 @@ from simulator.runs.plan import (
     fewest,
     most_traffic,
     prefill_bound,
-    verdict,
 )
 from tests.conftest import ROOT
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from hw_profile.estimate.accuracy import DECODE_MEDIAN_ERROR
 from hw_profile.tables.step_table import StepTable
-from simulator.runs.plan import table_error_caveat, table_facts
+from simulator.outputs.verdicts import table_error_caveat
+from simulator.runs.plan import table_facts
 from tests.conftest import ROOT
 
 HARDWARE = ROOT / "scenarios" / "hardware"

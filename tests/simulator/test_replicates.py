@@ -11,8 +11,9 @@ import pytest
 
 from simulator.inputs.config import load_scenario
 from simulator.outputs.capacity_report import unmet_lines
+from simulator.outputs.verdicts import MET, verdict
 from simulator.runs.backends import Backend
-from simulator.runs.plan import MET, Planner, SystemPlan, Target, Trial, plan_table, verdict
+from simulator.runs.plan import Planner, SystemPlan, Target, Trial, plan_table
 from simulator.runs.replicates import combine, judge, unresolved
 from tests.simulator.test_plan import small_plan_scenario
 

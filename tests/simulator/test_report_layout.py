@@ -12,7 +12,7 @@ import pandas as pd
 from simulator.outputs.capacity_report import notes_html, report_plan, terminal_plan, unmet_lines
 from simulator.outputs.html_table import LONG_CELL, table_html
 from simulator.outputs.summary import HEADROOM_RULE, headroom_text
-from simulator.runs.plan import MET, UNMET, UNRESOLVED_STATUS, tied_at_best, verdict
+from simulator.outputs.verdicts import MET, UNMET, UNRESOLVED_STATUS, tied_at_best, verdict
 
 NAN = float("nan")
 
