@@ -22,17 +22,17 @@ policy reads it as SPS(B) and the clock advances by it at the B the policy chose
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import numpy as np
 
 from hw_profile.tables.step_table import ChunkAttention, StepTimeGrid
 
 
-@runtime_checkable
 class PricedOnGrid(Protocol):
     """An SPS(B) a compiled walker (the greedy) can price inside its walk instead of tabulating it: the grid's
-    arrays and this step's terms (``StepCost.walk_terms``)."""
+    arrays and this step's terms (``StepCost.walk_terms``). The greedy recognises it by that method, so a
+    researcher's own SPS with the same terms is walked the same way."""
 
     def walk_terms(self) -> tuple: ...
 
