@@ -36,6 +36,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 HERE = Path(__file__).resolve().parent
@@ -122,7 +123,7 @@ def load(path: Path = DATA) -> list[Comparison]:
         for name, arm in arms.items():
             aw = f"{where}.arms.{name}"
             _need(isinstance(arm, dict) and isinstance(arm.get("label"), str), aw, "a mapping with a 'label'")
-            for field in ("value", "al"):
+            for field in ("value", "al", "tpot_ms", "ttft_ms"):
                 v = arm.get(field)
                 _need(v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v > 0),
                       f"{aw}.{field}", "a positive number or null")
@@ -193,7 +194,7 @@ def estimate_args(run: dict, arm: dict) -> list[str]:
     opts = {**run["estimate"], **arm.get("estimate", {})}
     args = ["--model", run["model"], "--gpu", arm.get("gpu", run["gpu"]), "--engine", run["engine"],
             "--gpus", str(opts.get("gpus", 1))]
-    for key in ("ep", "parallel", "expert_dtype", "kv_dtype", "drafters"):
+    for key in ("ep", "parallel", "expert_dtype", "kv_dtype", "drafters", "kernels"):
         if key in opts:
             args += [f"--{key.replace('_', '-')}", str(opts[key])]
     for name, value in sorted(opts.get("costs", {}).items()):
@@ -269,7 +270,21 @@ def scenario_doc(c: Comparison, name: str, table_path: Path) -> dict:
 class ArmResult:
     throughput_per_gpu: float  # output tok/s per GPU, mean over seeds
     tau: float  # emitted tokens per request-step, mean over the seeds' runs
-    tpot_ms: float  # mean time per output token after the first, mean over the seeds' runs
+    tpot_ms: float  # mean time per output token after the first (``decode_times``), mean over the seeds' runs
+    ttft_ms: float  # mean time to first token (``decode_times``), mean over the seeds' runs
+
+
+def decode_times(req: dict, warmup: float, end: float) -> tuple[float, float]:
+    """(TPOT, TTFT) means in ms over the requests whose first token came inside the window [warmup, end]. A
+    request's TPOT is over the tokens it had when the run stopped, so the long requests still running count too
+    (the runs here stop at the window's end, without a drain); requests with one token have none."""
+    first, arrival, gen = req["first_token"], req["arrival"], req["generated"]
+    last = np.where(np.isnan(req["finish"]), end, req["finish"])
+    sel = ~np.isnan(first) & (first >= warmup) & (first < end)
+    many = sel & (gen > 1)
+    tpot = float(np.mean((last[many] - first[many]) / (gen[many] - 1))) * 1e3 if many.any() else float("nan")
+    ttft = float(np.mean(first[sel] - arrival[sel])) * 1e3 if sel.any() else float("nan")
+    return tpot, ttft
 
 
 def simulate(c: Comparison, name: str, cache: Path, work: Path, seeds: int) -> ArmResult:
@@ -280,9 +295,14 @@ def simulate(c: Comparison, name: str, cache: Path, work: Path, seeds: int) -> A
     scn_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     scn = load_scenario(scn_path)
     system = resolve_systems(scn)[0]
-    rows = [run_one(scn, RunSpec(system, LoadPoint(int(arm["concurrency"])), seed, False))[0] for seed in range(seeds)]
-    thr = sum(r["throughput_per_gpu"] for r in rows) / len(rows)
-    return ArmResult(thr, sum(r["tau"] for r in rows) / len(rows), 1e3 * sum(r["tpot_mean"] for r in rows) / len(rows))
+    rows, times = [], []
+    for seed in range(seeds):
+        row, sim = run_one(scn, RunSpec(system, LoadPoint(int(arm["concurrency"])), seed, False))
+        rows.append(row)
+        times.append(decode_times(sim.requests.frame(), row["warmup_s"], row["sim_seconds"]))
+    tpot, ttft = np.mean(times, axis=0)
+    return ArmResult(float(np.mean([r["throughput_per_gpu"] for r in rows])), float(np.mean([r["tau"] for r in rows])),
+                     float(tpot), float(ttft))
 
 
 def predict(comparisons: list[Comparison], cache: Path, seeds: int) -> tuple[list[dict], list[tuple]]:
@@ -332,6 +352,35 @@ def summary(rows: list[dict]) -> str:
             f"{len(numbered)}.")
 
 
+def _mean_length(spec) -> float | None:
+    if isinstance(spec, int):
+        return float(spec)
+    if isinstance(spec, dict) and spec.get("dist") == "fixed":
+        return float(spec["value"])
+    if isinstance(spec, dict) and spec.get("dist") == "uniform":
+        return (spec["low"] + spec["high"]) / 2.0
+    return None
+
+
+def in_metric(run: dict, output_per_gpu: float) -> float | None:
+    """A simulated output throughput in the source's metric: a "total" one also counts each request's prompt,
+    (prompt + output) / output times the output (Little's law over the closed loop's requests); None where the
+    workload's mean lengths are not known in closed form."""
+    if not run["metric"].startswith("total"):
+        return output_per_gpu
+    wl = run.get("workload", {})
+    prompt, output = _mean_length(wl.get("prompt", 512)), _mean_length(wl.get("output", 256))
+    return None if prompt is None or output is None else output_per_gpu * (prompt + output) / output
+
+
+def _finite(x: float) -> float | None:
+    return x if np.isfinite(x) else None
+
+
+def _num(x: float | None, fmt: str = ",.1f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
 def report(rows: list[dict], gaps: list[tuple], markdown: bool = True) -> str:
     lines = ["| run | arm A | arm B | measured ratio | predicted ratio | error | sign agrees |",
              "|---|---|---|---|---|---|---|"]
@@ -341,10 +390,10 @@ def report(rows: list[dict], gaps: list[tuple], markdown: bool = True) -> str:
         agrees = "-" if r["sign_agrees"] is None else ("yes" if r["sign_agrees"] else "no")
         lines.append(f"| {c.run['id']} ({c.kind}) | {c.arm(c.a)['label']} | {c.arm(c.b)['label']} | "
                      f"{_ratio(r['measured'], c.measured_sign())} | {r['predicted']:.2f}x | {err} | {agrees} |")
-    lines += ["", summary(rows), "", "Arms (output tok/s per GPU simulated; AL set from the arm marked *, the other "
-              "arm's AL as simulated):", "",
-              "| run | arm | measured | metric | simulated tok/s/GPU | AL measured | AL simulated |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", summary(rows), "", "Arms, each in its source's metric (AL: the one marked * set the acceptance of "
+              "its comparison; TPOT: mean ms per output token after the first):", "",
+              "| run | arm | metric | measured | simulated | TPOT ms measured | simulated | TTFT ms measured | "
+              "simulated | AL measured | simulated |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     seen = set()
     for r in rows:
         c = r["comparison"]
@@ -356,10 +405,11 @@ def report(rows: list[dict], gaps: list[tuple], markdown: bool = True) -> str:
                 continue
             seen.add(key)
             mark = "*" if name == c.al_from and arm["system"] != "ar" else ""
-            value = "-" if arm.get("value") is None else f"{arm['value']:,g}"
             al = "-" if arm.get("al") is None else f"{arm['al']:g}{mark}"
-            lines.append(f"| {c.run['id']} | {arm['label']} | {value} | {c.run['metric']} | "
-                         f"{res.throughput_per_gpu:,.1f} | {al} | {res.tau:.2f} |")
+            lines.append(f"| {c.run['id']} | {arm['label']} | {c.run['metric']} | {_num(arm.get('value'), ',g')} | "
+                         f"{_num(in_metric(c.run, res.throughput_per_gpu))} | {_num(arm.get('tpot_ms'), 'g')} | "
+                         f"{res.tpot_ms:.2f} | {_num(arm.get('ttft_ms'), 'g')} | {_num(_finite(res.ttft_ms), ',.0f')} | "
+                         f"{al} | {res.tau:.2f} |")
     lines += ["", "Not predicted (what is missing):", ""]
     for c, lacks in gaps:
         lines.append(f"- {c.run['id']} ({c.kind}: {c.arm(c.b)['label']} / {c.arm(c.a)['label']}): "
