@@ -275,13 +275,14 @@ class ArmResult:
 
 
 def decode_times(req: dict, warmup: float, end: float) -> tuple[float, float]:
-    """(TPOT, TTFT) means in ms over the requests whose first token came inside the window [warmup, end]. A
-    request's TPOT is over the tokens it had when the run stopped, so the long requests still running count too
-    (the runs here stop at the window's end, without a drain); requests with one token have none."""
-    first, arrival, gen = req["first_token"], req["arrival"], req["generated"]
-    last = np.where(np.isnan(req["finish"]), end, req["finish"])
+    """(TPOT, TTFT) means in ms. TPOT over the requests decoding during the window [warmup, end] (a first token
+    before its end, not finished before its start), each over the tokens it had when the run stopped, so the
+    long requests still running count too (the runs here stop at the window's end, without a drain); requests
+    with one token have none. TTFT over the requests whose first token came inside the window."""
+    first, arrival, gen, finish = req["first_token"], req["arrival"], req["generated"], req["finish"]
+    last = np.where(np.isnan(finish), end, finish)
     sel = ~np.isnan(first) & (first >= warmup) & (first < end)
-    many = sel & (gen > 1)
+    many = ~np.isnan(first) & (first < end) & (last > warmup) & (gen > 1)
     tpot = float(np.mean((last[many] - first[many]) / (gen[many] - 1))) * 1e3 if many.any() else float("nan")
     ttft = float(np.mean(first[sel] - arrival[sel])) * 1e3 if sel.any() else float("nan")
     return tpot, ttft
@@ -390,8 +391,8 @@ def report(rows: list[dict], gaps: list[tuple], markdown: bool = True) -> str:
         agrees = "-" if r["sign_agrees"] is None else ("yes" if r["sign_agrees"] else "no")
         lines.append(f"| {c.run['id']} ({c.kind}) | {c.arm(c.a)['label']} | {c.arm(c.b)['label']} | "
                      f"{_ratio(r['measured'], c.measured_sign())} | {r['predicted']:.2f}x | {err} | {agrees} |")
-    lines += ["", summary(rows), "", "Arms, each in its source's metric (AL: the one marked * set the acceptance of "
-              "its comparison; TPOT: mean ms per output token after the first):", "",
+    lines += ["", summary(rows), "", "Arms, each in its source's metric, once per AL it ran at (AL: the one marked * "
+              "set the acceptance of its comparison; TPOT: mean ms per output token after the first):", "",
               "| run | arm | metric | measured | simulated | TPOT ms measured | simulated | TTFT ms measured | "
               "simulated | AL measured | simulated |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     seen = set()
@@ -427,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=2, help="seeds per arm (default 2)")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "dspark-sim-spec-ab",
                     help="where the estimate tables are written once (default: the system's temp folder)")
-    ap.add_argument("--data", type=Path, default=DATA, help=argparse.SUPPRESS)
+    ap.add_argument("--data", type=Path, default=DATA, help="another data file of the same form (default: the bundled one)")
     args = ap.parse_args(argv)
     if args.seeds < 1:
         print("sim_to_real_spec: --seeds: expected 1 or more", file=sys.stderr)
