@@ -44,8 +44,10 @@ ROOT = HERE.parent
 DATA = HERE / "data" / "spec-runs" / "spec_runs.yaml"
 sys.path.insert(0, str(ROOT))
 
+from hw_profile.errors import HwProfileError  # noqa: E402
 from hw_profile.hardware.gpus import GPUS  # noqa: E402
 from hw_profile.hardware.shapes import SHAPES  # noqa: E402
+from simulator.errors import UserError  # noqa: E402
 from simulator.inputs.config import load_scenario  # noqa: E402
 from simulator.inputs.systems import resolve_systems  # noqa: E402
 from simulator.runs.run import LoadPoint, RunSpec, run_one  # noqa: E402
@@ -131,6 +133,10 @@ def load(path: Path = DATA) -> list[Comparison]:
             _need(c is None or (isinstance(c, int) and not isinstance(c, bool) and c > 0), f"{aw}.concurrency",
                   "a positive whole number or null")
             _need(arm.get("sign") in (None, 1, -1), f"{aw}.sign", "+1, -1 or absent")
+            if arm.get("system") not in (None, "ar"):
+                g = arm.get("gamma")
+                _need(isinstance(g, int) and not isinstance(g, bool) and g > 0, f"{aw}.gamma",
+                      f"the draft tokens of system {arm['system']!r}, a positive whole number")
         abs_ = run.get("ab")
         _need(isinstance(abs_, list) and abs_, f"{where}.ab", "a non-empty list of comparisons")
         for j, ab in enumerate(abs_):
@@ -177,8 +183,9 @@ def missing(c: Comparison) -> list[str]:
     ref = c.arm(c.al_from)
     if ref.get("system") != "ar" and ref.get("al") is None:
         out.append(f"arm {ref['label']!r}: acceptance length not published")
-    if not out and not run.get("estimate"):
-        out.append("no estimate settings in the data")
+    if not out:  # the source has everything; the data file must then say how to build it
+        out += [f"the data file gives no {field!r} for this run" for field in ("estimate", "acceptance")
+                if not isinstance(run.get(field), dict)]
     if c.excluded:
         out.append(c.excluded)
     if out and c.note:
@@ -219,7 +226,8 @@ def table(args: list[str], cache: Path) -> Path:
         cmd = [sys.executable, "-m", "hw_profile.cli", "estimate", *args, "--out", str(out)]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"hw-profile estimate {' '.join(args)} failed: {done.stderr.strip().splitlines()[-1:]}")
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise HwProfileError(f"hw-profile estimate {' '.join(args)}: {last}")
         print(f"  hw-profile estimate {' '.join(args)}", file=sys.stderr)
     return out
 
@@ -294,13 +302,16 @@ def simulate(c: Comparison, name: str, cache: Path, work: Path, seeds: int) -> A
     doc = scenario_doc(c, name, path)
     scn_path = work / f"{doc['name']}-al-{c.al_from}.yaml"
     scn_path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    scn = load_scenario(scn_path)
-    system = resolve_systems(scn)[0]
     rows, times = [], []
-    for seed in range(seeds):
-        row, sim = run_one(scn, RunSpec(system, LoadPoint(int(arm["concurrency"])), seed, False))
-        rows.append(row)
-        times.append(decode_times(sim.requests.frame(), row["warmup_s"], row["sim_seconds"]))
+    try:
+        scn = load_scenario(scn_path)
+        system = resolve_systems(scn)[0]
+        for seed in range(seeds):
+            row, sim = run_one(scn, RunSpec(system, LoadPoint(int(arm["concurrency"])), seed, False))
+            rows.append(row)
+            times.append(decode_times(sim.requests.frame(), row["warmup_s"], row["sim_seconds"]))
+    except UserError as exc:  # named by the data's run and arm, not by the scenario written for it
+        raise UserError(f"run {c.run['id']!r}, arm {name!r}: {str(exc).replace(f'{scn_path}: ', '')}") from None
     tpot, ttft = np.mean(times, axis=0)
     return ArmResult(float(np.mean([r["throughput_per_gpu"] for r in rows])), float(np.mean([r["tau"] for r in rows])),
                      float(tpot), float(ttft))
@@ -438,7 +449,11 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as exc:
         print(exc, file=sys.stderr)
         return 2
-    rows, gaps = predict(comparisons, args.cache, args.seeds)
+    try:
+        rows, gaps = predict(comparisons, args.cache, args.seeds)
+    except (UserError, HwProfileError) as exc:  # a scenario or a table the data ask for that cannot be built
+        print(f"sim_to_real_spec: {args.data}: {exc}", file=sys.stderr)
+        return 2
     print(report(rows, gaps, args.markdown))
     return 0
 

@@ -85,12 +85,10 @@ def _grid(path: Path) -> pd.Series:
     return df.set_index(["batch_tokens", "kv_tokens"])["step_ms"]
 
 
-def test_one_ab_end_to_end_where_every_step_is_cheaper(spec, capsys, tmp_path):
-    """A100 against H200 on the roofline: where the H200's target and drafter tables are cheaper at every point,
-    the same closed loop (same workload and acceptance streams) must run faster on it, whatever the measured
-    figures say; the measured ratio and the error are the data's."""
-    arm = {"system": "static-3", "gamma": 3, "concurrency": 4, "al": 3.0}
-    doc = {"runs": [{
+def tiny_doc(al: float = 3.0) -> dict:
+    """One A/B of Qwen3-0.6B on one A100 against one H200, priced on the roofline (a few seconds to estimate)."""
+    arm = {"system": "static-3", "gamma": 3, "concurrency": 4, "al": al}
+    return {"runs": [{
         "id": "tiny-gpus", "what": "a test A/B", "source": "example/repo PR #1", "model": "qwen3-0.6b",
         "gpu": "A100", "engine": "vllm", "metric": "output tok/s per GPU",
         "estimate": {"gpus": 1, "drafters": "dspark", "kernels": "roofline"},
@@ -100,6 +98,13 @@ def test_one_ab_end_to_end_where_every_step_is_cheaper(spec, capsys, tmp_path):
         "arms": {"a100": {"label": "A100", "value": 100.0, **arm},
                  "h200": {"label": "H200", "value": 80.0, "gpu": "H200", **arm}},
         "ab": [{"a": "a100", "b": "h200", "kind": "H200/A100", "al_from": "a"}]}]}
+
+
+def test_one_ab_end_to_end_where_every_step_is_cheaper(spec, capsys, tmp_path):
+    """A100 against H200 on the roofline: where the H200's target and drafter tables are cheaper at every point,
+    the same closed loop (same workload and acceptance streams) must run faster on it, whatever the measured
+    figures say; the measured ratio and the error are the data's."""
+    doc = tiny_doc()
     data = tmp_path / "runs.yaml"
     data.write_text(yaml.safe_dump(doc))
     cache = tmp_path / "cache"
@@ -120,3 +125,15 @@ def test_one_ab_end_to_end_where_every_step_is_cheaper(spec, capsys, tmp_path):
     assert agrees == "no"  # the data say 0.80x: the prediction's sign is physics', not the data's
     # the error is the predicted ratio over the data's (the printed ratio is rounded to two decimals)
     assert abs(float(error.rstrip("%")) - (predicted / 0.8 - 1) * 100) <= 1
+
+
+def test_a_scenario_that_cannot_be_built_is_one_line(spec, capsys, tmp_path):
+    # an acceptance length no block of 3 drafts can reach (at most 4 tokens a step)
+    data = tmp_path / "runs.yaml"
+    data.write_text(yaml.safe_dump(tiny_doc(al=4.5)))
+    assert spec.main(["--data", str(data), "--seeds", "1", "--cache", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    errors = [ln for ln in err.splitlines() if not ln.startswith("  ")]  # indented lines: progress
+    assert len(errors) == 1 and errors[0].startswith(f"sim_to_real_spec: {data}: run 'tiny-gpus', arm 'a100': ")
+    assert "acceptance.acceptance_length" in errors[0]
