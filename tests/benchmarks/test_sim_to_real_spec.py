@@ -1,0 +1,139 @@
+"""benchmarks/sim_to_real_spec.py: the public A/B data, the split between what the project can and cannot build,
+and one small A/B predicted end to end through the script's own command."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from hw_profile.hardware.gpus import GPUS
+from hw_profile.hardware.shapes import SHAPES
+
+ROOT = Path(__file__).resolve().parents[2]
+# a public source: owner/repo with a PR or issue number, or a repository's post path
+PUBLIC = re.compile(r"^[\w.-]+/[\w.-]+ ((PR|issue) #\d+|blog/\S+\.md)")
+
+
+@pytest.fixture(scope="module")
+def spec():
+    path = ROOT / "benchmarks" / "sim_to_real_spec.py"
+    loader = importlib.util.spec_from_file_location("sim_to_real_spec", path)
+    module = importlib.util.module_from_spec(loader)
+    sys.modules["sim_to_real_spec"] = module
+    loader.loader.exec_module(module)
+    yield module
+    sys.modules.pop("sim_to_real_spec", None)
+
+
+def test_every_run_parses_and_names_a_public_source(spec):
+    comparisons = spec.load()
+    runs = {c.run["id"]: c.run for c in comparisons}
+    assert len(runs) == len(yaml.safe_load(spec.DATA.read_text())["runs"])
+    for run in runs.values():
+        assert PUBLIC.match(run["source"]), run["source"]
+        assert "shared" not in run["source"]
+    text = spec.DATA.read_text() + (spec.DATA.parent / "README.md").read_text()
+    assert "/work/" not in text and "../shared" not in text
+
+
+def test_the_split_follows_the_deployment_and_the_numbers(spec):
+    for c in spec.load():
+        lacks = spec.missing(c)
+        run, arms = c.run, (c.arm(c.a), c.arm(c.b))
+        gpus = {a.get("gpu", run["gpu"]) for a in arms}
+        known = run["model"] in SHAPES and all(g in GPUS for g in gpus) and run["engine"] in spec.ENGINES
+        numbers = (all(a.get("concurrency") and a.get("system") for a in arms)
+                   and (c.arm(c.al_from)["system"] == "ar" or c.arm(c.al_from).get("al") is not None)
+                   and all(a.get("value") is not None for a in arms))
+        assert (lacks == []) == (known and numbers and not c.excluded), (c.key, lacks)
+        # each missing piece of the deployment is named
+        assert (run["model"] not in SHAPES) == any(line.startswith("model shape") for line in lacks)
+        assert any(g is not None and g not in GPUS for g in gpus) == any(
+            line.startswith("GPU: no ") for line in lacks)
+        assert (run["engine"] not in spec.ENGINES) == any(line.startswith("engine:") for line in lacks)
+
+
+def test_the_script_lists_each_comparison_it_cannot_build_once(spec, capsys, tmp_path):
+    # the Kimi-K3 runs: no shape (and TokenSpeed, or a GPU, the estimate lacks), so nothing is simulated
+    assert spec.main(["--markdown", "--runs", "kimi-k3", "--cache", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    wanted = [c for c in spec.load() if "kimi-k3" in c.run["id"]]
+    lines = [ln for ln in out.splitlines() if ln.startswith("- kimi-k3")]
+    assert len(lines) == len(wanted) > 0
+    assert all("no Kimi-K3 in hw_profile.hardware.shapes.SHAPES" in ln for ln in lines)
+    assert "Summary: sign right on 0 of 0" in out
+
+
+def test_a_mistake_in_the_data_is_one_line(spec, capsys, tmp_path):
+    doc = yaml.safe_load(spec.DATA.read_text())
+    del doc["runs"][1]["source"]
+    bad = tmp_path / "runs.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    assert spec.main(["--data", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{bad}: runs[1].source: expected a non-empty text"]
+
+
+def _grid(path: Path) -> pd.Series:
+    df = pd.read_csv(path, comment="#")
+    return df.set_index(["batch_tokens", "kv_tokens"])["step_ms"]
+
+
+def tiny_doc(al: float = 3.0) -> dict:
+    """One A/B of Qwen3-0.6B on one A100 against one H200, priced on the roofline (a few seconds to estimate)."""
+    arm = {"system": "static-3", "gamma": 3, "concurrency": 4, "al": al}
+    return {"runs": [{
+        "id": "tiny-gpus", "what": "a test A/B", "source": "example/repo PR #1", "model": "qwen3-0.6b",
+        "gpu": "A100", "engine": "vllm", "metric": "output tok/s per GPU",
+        "estimate": {"gpus": 1, "drafters": "dspark", "kernels": "roofline"},
+        "prefill": "disaggregated", "workload": {"prompt": 128, "output": 128},
+        "run": {"duration_s": 6.0, "warmup_s": 1.0},
+        "acceptance": {"profile": "paper-qwen3-8b", "drafter": "dspark"},
+        "arms": {"a100": {"label": "A100", "value": 100.0, **arm},
+                 "h200": {"label": "H200", "value": 80.0, "gpu": "H200", **arm}},
+        "ab": [{"a": "a100", "b": "h200", "kind": "H200/A100", "al_from": "a"}]}]}
+
+
+def test_one_ab_end_to_end_where_every_step_is_cheaper(spec, capsys, tmp_path):
+    """A100 against H200 on the roofline: where the H200's target and drafter tables are cheaper at every point,
+    the same closed loop (same workload and acceptance streams) must run faster on it, whatever the measured
+    figures say; the measured ratio and the error are the data's."""
+    doc = tiny_doc()
+    data = tmp_path / "runs.yaml"
+    data.write_text(yaml.safe_dump(doc))
+    cache = tmp_path / "cache"
+    assert spec.main(["--data", str(data), "--markdown", "--seeds", "1", "--cache", str(cache)]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("| tiny-gpus (H200/A100)"))
+    cells = [x.strip() for x in row.strip("|").split("|")]
+    measured, predicted, error, agrees = cells[3], float(cells[4].rstrip("x")), cells[5], cells[6]
+    assert measured == "0.80x"
+
+    # the cached tables the script priced the arms on (asking again writes nothing)
+    tables = {gpu: spec.table(spec.estimate_args(doc["runs"][0], {"gpu": gpu}), cache) for gpu in ("A100", "H200")}
+    for name in ("table.csv", "table.drafter-dspark.csv"):
+        slow, fast = (_grid(tables[g].with_name(name)) for g in ("A100", "H200"))
+        common = slow.index.intersection(fast.index)
+        assert len(common) > 100 and (fast[common] <= slow[common]).all()
+    assert predicted > 1.0
+    assert agrees == "no"  # the data say 0.80x: the prediction's sign is physics', not the data's
+    # the error is the predicted ratio over the data's (the printed ratio is rounded to two decimals)
+    assert abs(float(error.rstrip("%")) - (predicted / 0.8 - 1) * 100) <= 1
+
+
+def test_a_scenario_that_cannot_be_built_is_one_line(spec, capsys, tmp_path):
+    # an acceptance length no block of 3 drafts can reach (at most 4 tokens a step)
+    data = tmp_path / "runs.yaml"
+    data.write_text(yaml.safe_dump(tiny_doc(al=4.5)))
+    assert spec.main(["--data", str(data), "--seeds", "1", "--cache", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    errors = [ln for ln in err.splitlines() if not ln.startswith("  ")]  # indented lines: progress
+    assert len(errors) == 1 and errors[0].startswith(f"sim_to_real_spec: {data}: run 'tiny-gpus', arm 'a100': ")
+    assert "acceptance.acceptance_length" in errors[0]
