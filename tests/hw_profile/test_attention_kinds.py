@@ -1,0 +1,47 @@
+"""What a verified token's attention costs, by attention kind (docs/model.md, "By attention kind"): reads once per
+request, compute over the context per verified token, and, under compressed sparse attention, reads of its own
+that ride on B with the verified tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hw_profile.estimate.estimate import Deployment, attention_work, roofline_parts
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import get_shape
+
+
+def deployment(gpus: int = 1, dtype: str = "bf16") -> Deployment:
+    return Deployment(gpu=get_gpu("H200"), gpus=gpus, ep=1, dtype=dtype, parallel="tp", engine="vllm")
+
+
+def test_dense_and_latent_attention_read_a_requests_kv_once_however_many_tokens_it_verifies():
+    for model, gpus in (("qwen3-8b", 2), ("deepseek-v3", 8)):
+        shape = get_shape(model)
+        dep = deployment(gpus, "bf16" if model == "qwen3-8b" else "fp8")
+        per_kv, per_query_kv, per_query, _ = attention_work(shape, dep)
+        assert per_query == 0.0  # nothing per verified token beyond its compute over the context
+        split = 1 if model == "deepseek-v3" else gpus  # a latent cache is whole on every tensor-parallel GPU
+        assert per_kv == pytest.approx(shape.kv_read_bytes_per_token / split)
+        assert per_query_kv == pytest.approx(shape.attn_flops_per_kv_token / gpus)
+        k = np.array([1e6, 1e6])
+        reads = roofline_parts(shape, dep, np.array([64.0, 512.0]), k, floors=False)["attention"]
+        # at 1M context tokens over 64 requests the reads bound both: 8 tokens a request cost what 1 does
+        assert per_kv / dep.bandwidth > 512 * per_query_kv / 64 / dep.peak(dep.dtype)
+        assert reads[1] == pytest.approx(reads[0])
+
+
+def test_a_verified_token_of_compressed_sparse_attention_reads_its_own_rows():
+    shape = get_shape("deepseek-v4-flash")
+    dep = deployment(4, "fp8")
+    per_kv, _, per_query, _ = attention_work(shape, dep)
+    window_and_selected = 2.0 * shape.head_dim * (shape.csa_layers * shape.index_topk
+                                                  + shape.layers * shape.sliding_window)
+    assert shape.attn_read_bytes_per_query_token == window_and_selected
+    assert per_query > 0 and per_kv < shape.kv_bytes_per_token  # per context token: only index keys and HCA rows
+    b = np.array([64.0, 512.0])  # 64 requests verifying 1 and 8 tokens each
+    k = np.full(2, 64 * 8192.0)
+    parts = roofline_parts(shape, dep, b, k, floors=False)["attention"]
+    # each of the 448 extra tokens reads its own selected rows and window: at least their bytes at full bandwidth
+    assert parts[1] - parts[0] >= (b[1] - b[0]) * per_query / dep.bandwidth * 1e3 * (1 - 1e-9)
