@@ -96,9 +96,10 @@ LAYERLESS_PARTS = ("lm_head", "comm", "a2a")
 # kernel-level roofline adds them per launch, so that at low load it prices what kernels really take on GPUs the
 # database lacks.
 KERNEL_FLOOR_US = {"gemm": 4.3, "attention": 11.2, "moe": 24.4, "v4_attention": 54.8, "mhc": 26.8}
-# Inside one NVLink domain (an HGX board of 8, an NVL72 rack) the exchange runs over NVLink: its achieved bandwidth
-# (RooflineParams.nvlink_gb_s, scaled to the part) and a latency floor of tens of microseconds per layer
-# (NVSHMEM/IPC puts with no NIC in the path), taken as this many us for dispatch + combine.
+# Inside one NVLink domain (``GPU.nvlink_domain``: an HGX board of 8, an NVL72 rack) the exchange runs over NVLink:
+# its achieved bandwidth (RooflineParams.nvlink_gb_s, scaled to the part) and a latency floor of tens of
+# microseconds per layer (NVSHMEM/IPC puts with no NIC in the path), taken as this many us for dispatch + combine.
+# A group larger than the domain (any group of PCIe-only parts, whose domain is 1) is priced as across nodes.
 A2A_NVLINK_US = 60.0
 
 
@@ -232,7 +233,7 @@ def exchange_ms(shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray
     """One expert-parallel dispatch and combine of ``b`` tokens per rank in every MoE layer, ms per step."""
     b = np.asarray(b, dtype=float)
     volume = b * shape.hidden * A2A_BYTES_PER_VALUE * shape.experts_per_token * (dep.ep - 1) / dep.ep
-    if dep.ep <= nvlink_domain(dep.gpu):
+    if dep.ep <= dep.gpu.nvlink_domain:
         lat_us = dep.costs.a2a_us_per_layer if dep.costs.a2a_us_per_layer is not None else A2A_NVLINK_US
         # the latency is a floor; past it the exchange is bound by its volume over NVLink
         per_layer = np.maximum(lat_us * 1e-3, volume / (link_gb_s(dep.gpu, dep.roofline) * 1e9) * 1e3)
@@ -315,9 +316,9 @@ def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarr
             return exchange_ms(shape, dep, tokens)
     whole = exchange_at(b)
     if dep.costs.overlap == "fused":
-        if dep.ep > nvlink_domain(dep.gpu):
+        if dep.ep > dep.gpu.nvlink_domain:
             raise HwProfileError(f"--cost overlap=fused: the fused MoE kernel moves tokens over NVLink, so the "
-                                 f"expert-parallel group must fit one NVLink domain ({nvlink_domain(dep.gpu)} "
+                                 f"expert-parallel group must fit one NVLink domain ({dep.gpu.nvlink_domain} "
                                  f"{dep.gpu.name} GPUs); got --ep {dep.ep}. Use overlap=two-batch, single-batch "
                                  "or none")
         routed = routed_part(parts)
@@ -334,11 +335,6 @@ def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarr
         # never negative: a kernel is never cheaper per token at half the batch (clamped against interpolation)
         whole = np.where(splits, np.maximum(split - layers, 0.0), whole)
     return {**parts, "a2a": whole}
-
-
-def nvlink_domain(gpu: GPU) -> int:
-    """GPUs that share one NVLink fabric: a rack of 72 for Grace-Blackwell NVL72 parts, a board of 8 otherwise."""
-    return 72 if gpu.name.upper().startswith("GB") else 8
 
 
 def cuda_graphs(shape: ModelShape, dep: Deployment, costs: EngineCosts) -> CudaGraphs:
@@ -474,8 +470,7 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
     notes.append("kernels from a kernel-level roofline (no measured kernel data for this GPU/engine/model), each "
                  "launch paying the fixed latency measured kernels show on the GPUs the database covers (us: "
                  + ", ".join(f"{name} {us}" for name, us in KERNEL_FLOOR_US.items()) + ")"
-                 + ("; measured on NVIDIA parts and borrowed for this AMD part" if dep.gpu.name.upper().startswith("MI")
-                    else ""))
+                 + ("; measured on NVIDIA parts and borrowed for this AMD part" if dep.gpu.vendor == "amd" else ""))
     return Estimate(ms, parts, np.full(b.shape, "roofline", dtype=object), np.zeros(b.shape, bool),
                     [f"roofline: {dep.gpu.name} datasheet, comp_eff {dep.roofline.comp_eff}, "
                      f"mem_eff {dep.roofline.mem_eff}"], notes)

@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from hw_profile.errors import HwProfileError
+from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import ModelShape, dense_gemms
 from hw_profile.kernels.database import (
     GEMM_DTYPES,
@@ -453,7 +454,8 @@ def exchange_times(shape: ModelShape, gpu: str, engine: str, ep: int, tokens, da
     it did not measure, rack-scale NVLink parts): the estimate's own exchange then."""
     b = np.asarray(tokens, dtype=float)
     ctx = _Ctx.open(gpu, engine, "fp8", ep, b, data_dir)
-    if ep < GPUS_PER_NODE or ep % GPUS_PER_NODE or ctx.system.startswith("gb"):
+    # a rack-scale NVLink part (an NVL72) keeps the group's exchange on NVLink, not the measured nodes' RDMA
+    if ep < GPUS_PER_NODE or ep % GPUS_PER_NODE or get_gpu(gpu).nvlink_domain > GPUS_PER_NODE:
         return None
     rows = _exchange_rows(ctx, shape, ep // GPUS_PER_NODE)
     if rows is None:

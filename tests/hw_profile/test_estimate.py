@@ -2,6 +2,7 @@
 table set a scenario loads from ``hardware.table`` alone, and calibration on 1-3 points recovering known terms."""
 
 import itertools
+import json
 import math
 import shutil
 import sys
@@ -362,6 +363,34 @@ def test_fused_overlap_needs_one_nvlink_domain():
         estimate_points(shape, d, np.array([64.0]), np.array([64 * 4096.0]), "roofline")
     gb = v3_dp(64, gpu="GB200", overlap="fused")  # a rack of 72 shares NVLink
     assert estimate_points(*gb, np.array([64.0]), np.array([64 * 4096.0]), "roofline").parts["a2a"][0] > 0
+
+
+def test_where_an_exchange_runs_is_the_parts_nvlink_domain_not_its_name(tmp_path):
+    """The NVLink domain is a datum of the GPU entry: a group of PCIe-only L40S (domain 1) exchanges as across nodes
+    (DeepEP's latency plus the volume at the NIC's line rate), the same group of H800s on their board of 8 over
+    NVLink (400 GB/s: 200 GB/s achieved, above the 60 us floor at 1,024 tokens a rank); the fused kernel is refused on
+    the L40S, and a device file with an H800's datasheet runs it at EP 64 once it says its fabric spans 72 GPUs."""
+    shape, pcie = v3_dp(4, gpu="L40S")
+    b = np.array([1024.0])
+    volume = 1024 * 7168 * 3.0 * 8 * 3 / 4  # fp8 out, bf16 back, to 8 experts, 3 of 4 ranks remote
+    assert exchange_ms(shape, pcie, b)[0] == pytest.approx(
+        shape.moe_layers * (a2a_latency_us(4, pcie.costs) * 1e-3 + volume / 50e9 * 1e3), rel=1e-12)
+    board = replace(pcie, gpu=get_gpu("H800"))
+    assert volume / 200e9 > 60e-6
+    assert exchange_ms(shape, board, b)[0] == pytest.approx(shape.moe_layers * volume / 200e9 * 1e3, rel=1e-12)
+    with pytest.raises(HwProfileError, match=r"one NVLink domain \(1 L40S GPUs\)"):
+        estimate_points(*v3_dp(2, gpu="L40S", overlap="fused"), b, b * 4096, "roofline")
+    fields = {**get_gpu("H800").to_dict(), "name": "H800-RACK"}
+    for domain, runs in ((None, False), (72, True)):
+        path = tmp_path / f"rack-{domain}.json"
+        path.write_text(json.dumps(fields if domain is None else {**fields, "nvlink_domain": domain}))
+        shape, d = v3_dp(64, overlap="fused")
+        d = replace(d, gpu=get_gpu(str(path)))
+        if runs:
+            assert estimate_points(shape, d, b, b * 4096, "roofline").parts["a2a"][0] > 0
+        else:
+            with pytest.raises(HwProfileError, match=r"one NVLink domain \(8 H800-RACK GPUs\)"):
+                estimate_points(shape, d, b, b * 4096, "roofline")
 
 
 def test_overrides_and_their_errors():
