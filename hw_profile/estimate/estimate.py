@@ -64,7 +64,13 @@ from hw_profile.estimate.engine_costs import (
 )
 from hw_profile.hardware.gpus import GPU, GPUS
 from hw_profile.hardware.moe import routed_weight_params
-from hw_profile.hardware.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
+from hw_profile.hardware.shapes import (
+    COMPRESSED_SPARSE,
+    ModelShape,
+    dense_gemms,
+    drafter_attention_window,
+    drafter_shape,
+)
 from hw_profile.kernels.roofline import (
     DTYPE_BYTES,
     RooflineParams,
@@ -135,7 +141,7 @@ class Deployment:
 
 
 def default_parallel(shape: ModelShape, gpus: int, ep: int) -> str:
-    return "dp" if shape.is_moe and (shape.is_mla or shape.is_compressed) and ep > 1 and ep == gpus else "tp"
+    return "dp" if shape.is_moe and shape.latent_kv and ep > 1 and ep == gpus else "tp"
 
 
 def _bound(bytes_: np.ndarray, flops: np.ndarray, dep: Deployment, dtype: str) -> np.ndarray:
@@ -156,7 +162,7 @@ def attention_work(shape: ModelShape, dep: Deployment) -> tuple[float, float, fl
     bytes read per query token, and the type it computes in (its cache's: a bf16 cache runs bf16 kernels whatever
     the weights' dtype)."""
     g = dep.head_split
-    read_split = 1 if (shape.is_mla or shape.is_compressed) else g  # a latent cache is replicated over tp ranks
+    read_split = 1 if shape.latent_kv else g  # a latent cache is replicated over tp ranks
     kv_scale = kv_cache_bytes(shape) / 2.0
     return (shape.kv_read_bytes_per_token * kv_scale / read_split, shape.attn_flops_per_kv_token / g,
             shape.attn_read_bytes_per_query_token * kv_scale / read_split, "bf16" if kv_scale == 1.0 else dep.dtype)
@@ -183,8 +189,8 @@ def kernel_floor_ms(shape: ModelShape) -> dict[str, float]:
     gemms = sum(layers for *_, layers in dense_gemms(shape))
     us = KERNEL_FLOOR_US
     # a V4 layer's attention is one module (its projections inside) and its residual stream is mixed (mHC)
-    attention = us["v4_attention"] if shape.is_compressed else us["attention"]
-    mixing = shape.layers * us["mhc"] if shape.is_compressed else 0.0
+    attention = us["v4_attention"] if shape.attention_kind == COMPRESSED_SPARSE else us["attention"]
+    mixing = shape.layers * us["mhc"] if shape.hyper_connections else 0.0
     return {"dense": (gemms * us["gemm"] + mixing) * 1e-3, "lm_head": (us["gemm"] if shape.lm_head else 0.0) * 1e-3,
             "routed": shape.moe_layers * us["moe"] * 1e-3, "attention": shape.layers * attention * 1e-3}
 

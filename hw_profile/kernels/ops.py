@@ -48,7 +48,7 @@ import pandas as pd
 
 from hw_profile.errors import HwProfileError
 from hw_profile.hardware.gpus import get_gpu
-from hw_profile.hardware.shapes import ModelShape, dense_gemms
+from hw_profile.hardware.shapes import COMPRESSED_SPARSE, MLA, ModelShape, dense_gemms
 from hw_profile.kernels.database import (
     GEMM_DTYPES,
     KernelTimes,
@@ -129,8 +129,9 @@ def _pick(frame: pd.DataFrame, what: str, **eq) -> pd.DataFrame:
 # --- GEMM ---------------------------------------------------------------------------------------------------------
 
 def _gemm_dtype(shape: ModelShape, dtype: str) -> str:
-    # DeepSeek checkpoints are block-scaled fp8 (128 x 128 scales); dense Qwen3 fp8 is per-tensor
-    if dtype == "fp8" and (shape.is_mla or shape.is_compressed):
+    # a model that ships fp8 ships it block-scaled (DeepSeek's 128 x 128 scales); fp8 of a bf16 model (dense Qwen3)
+    # is per-tensor
+    if dtype == "fp8" and shape.checkpoint_dtype == "fp8":
         return "fp8_block"
     if dtype not in GEMM_DTYPES:
         raise HwProfileError(f"--dtype: expected one of {', '.join(sorted(GEMM_DTYPES))}, got {dtype!r}")
@@ -565,9 +566,10 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
 
     gemm = np.zeros(B.shape)
     gemm_list = dense_gemms(shape, gpus)
-    if shape.is_compressed:
+    kind = shape.attention_kind
+    if kind == COMPRESSED_SPARSE:
         attention = _v4_attention(ctx, shape, B, R, c)
-    elif shape.is_mla:
+    elif kind == MLA:
         attention, extra, module = _mla_attention(ctx, shape, R, q, c, B, gdtype)
         if module:  # the module row holds the projections; the swap in `extra` puts them at M = B
             gemm_list = [g for g in gemm_list if g[0] not in ("q_a+kv_a", "q_b", "o")]
@@ -575,14 +577,14 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
         else:
             attention = attention * shape.layers
             gemm = gemm + extra
-    else:
+    else:  # per-head caches: MHA, GQA and sliding windows (priced as full attention, as the roofline does)
         attention = _gqa_attention(ctx, shape, R, q, c) * shape.layers
     for name, n, k, count in gemm_list:
         gemm = gemm + _gemm(ctx, gdtype, B, n, k, name) * count
     parts = {"gemm": gemm, "attention": attention}
     if shape.is_moe:
         parts["moe"] = _moe(ctx, shape, B, ep)
-    if shape.is_compressed:
+    if shape.hyper_connections:
         parts["mhc"] = _mhc(ctx, shape, B)
     parts["comm"] = _allreduce(ctx, shape, B)
     parts["lm_head"] = (_gemm(ctx, "bfloat16", B, shape.vocab // gpus, shape.hidden, "LM head")
@@ -590,7 +592,7 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
 
     notes = [
         ("(a) Attention is priced per request: what grows with the context is read once per request (see the "
-         "DeepSeek-V4 note), not q times as by q x R one-query sequences." if shape.is_compressed else
+         "DeepSeek-V4 note), not q times as by q x R one-query sequences." if kind == COMPRESSED_SPARSE else
          "(a) Attention is priced per request: the decode kernel's time for R sequences over the context with q x "
          "the local query heads on the same KV heads (each request's KV read once, q x context of compute), not "
          "as q x R one-query sequences."),

@@ -496,7 +496,7 @@ def test_the_kv_cache_is_bf16_whatever_the_weights_unless_the_model_stores_fp8()
     assert v4_attn["bf16"] == pytest.approx(v4_bytes / (0.8 * 4.8e12) * 1e3, rel=1e-3)
     # its drafter (window-only layers, no compressed rows) keeps the fp8 cache
     drafter = drafter_shape(v4, 1)
-    assert not drafter.is_compressed and drafter.kv_dtype == "fp8"
+    assert drafter.attention_kind == "gqa" and drafter.kv_dtype == "fp8"
     d_attn = roofline_parts(drafter, dep("deepseek-v4-flash")[1], b, k, floors=False)["attention"][0]
     d_bytes = (4e6 * drafter.kv_read_bytes_per_token + drafter.attn_read_bytes_per_query_token) * 0.5
     assert d_attn == pytest.approx(d_bytes / (0.8 * 4.8e12) * 1e3, rel=1e-3)
