@@ -2,7 +2,8 @@
 the rules that correct the database's own model of a step.
 
 Per point (B new tokens over R requests, q = B/R query tokens each, ``context`` KV tokens per request), on
-``gpus`` tensor-parallel GPUs, experts split over ``ep`` expert-parallel groups (default: one per GPU):
+``gpus`` tensor-parallel GPUs, experts split over ``ep`` expert-parallel groups (default: one per GPU), each part
+named by its family (``hw_profile.kernels.families``, the names the kernel-level roofline's parts share):
 
 - ``gemm``: attention projections and dense MLPs / shared experts at M = B, their N or K split by ``gpus`` (the
   MLA down-projection of DeepSeek is replicated, as the engines run it), plus MLA's per-head absorption batched
@@ -59,6 +60,7 @@ from hw_profile.kernels.database import (
     system_of,
     versions,
 )
+from hw_profile.kernels.families import ATTENTION, COMBINE, COMM, DISPATCH, GEMM, LM_HEAD, MHC, MOE
 from hw_profile.kernels.grid import Grid
 
 # fp4 routed experts (DeepSeek-V4): MXFP4 weights with fp8 activations first (V4's own format), then NVFP4
@@ -462,7 +464,7 @@ def exchange_times(shape: ModelShape, gpu: str, engine: str, ep: int, tokens, da
     if rows is None:
         return None
     parts = {}
-    for half in ("dispatch", "combine"):
+    for half in (DISPATCH, COMBINE):
         v, ins = Grid.from_frame(rows, ["num_token"], value=f"{half}_avg_t_us").lookup(b)
         # never below the fewest tokens' time: a line continued down from the first two points would undercut it
         v = np.maximum(v, float(rows.loc[rows["num_token"].idxmin(), f"{half}_avg_t_us"]))
@@ -487,7 +489,7 @@ def gemm_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     for name, n, k, count in dense_gemms(shape, gpus):
         if name in names:
             total = total + _gemm(ctx, gdtype, B, n, k, name) * count
-    return ctx.times({"gemm": total})
+    return ctx.times({GEMM: total})
 
 
 def moe_times(shape: ModelShape, gpu: str, engine: str, dtype: str, ep: int, tokens, wide_ep: bool = False,
@@ -500,7 +502,7 @@ def moe_times(shape: ModelShape, gpu: str, engine: str, dtype: str, ep: int, tok
     if ep < 1 or gpus % ep:
         raise HwProfileError(f"--ep: expected a divisor of --gpus {gpus}, got {ep}")
     ctx = _Ctx.open(gpu, engine, dtype, gpus, B, data_dir)
-    return ctx.times({"moe": _moe(ctx, shape, B, ep, wide_ep)})
+    return ctx.times({MOE: _moe(ctx, shape, B, ep, wide_ep)})
 
 
 def _mhc(ctx, shape, B):
@@ -581,13 +583,13 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
         attention = _gqa_attention(ctx, shape, R, q, c) * shape.layers
     for name, n, k, count in gemm_list:
         gemm = gemm + _gemm(ctx, gdtype, B, n, k, name) * count
-    parts = {"gemm": gemm, "attention": attention}
+    parts = {GEMM: gemm, ATTENTION: attention}
     if shape.is_moe:
-        parts["moe"] = _moe(ctx, shape, B, ep)
+        parts[MOE] = _moe(ctx, shape, B, ep)
     if shape.hyper_connections:
-        parts["mhc"] = _mhc(ctx, shape, B)
-    parts["comm"] = _allreduce(ctx, shape, B)
-    parts["lm_head"] = (_gemm(ctx, "bfloat16", B, shape.vocab // gpus, shape.hidden, "LM head")
+        parts[MHC] = _mhc(ctx, shape, B)
+    parts[COMM] = _allreduce(ctx, shape, B)
+    parts[LM_HEAD] = (_gemm(ctx, "bfloat16", B, shape.vocab // gpus, shape.hidden, "LM head")
                         if shape.lm_head else np.zeros(B.shape))
 
     notes = [

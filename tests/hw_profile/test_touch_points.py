@@ -75,8 +75,8 @@ def test_a_gpu_the_database_cannot_stand_for_is_priced_by_its_own_datasheet(tmp_
     h200 = estimate_points(shape, Deployment(GPUS["H200"], costs=costs), B, K, kernels="roofline")
     assert (mine.ms < h200.ms).all() and set(mine.source) == {"roofline"}
     np.testing.assert_allclose(mine.parts["fixed"], h200.parts["fixed"])
-    floor = kernel_floor_ms(shape)["dense"]
-    np.testing.assert_allclose(mine.parts["dense"][0] - floor, (h200.parts["dense"][0] - floor) / 2, rtol=1e-12)
+    floor = kernel_floor_ms(shape)["gemm"]
+    np.testing.assert_allclose(mine.parts["gemm"][0] - floor, (h200.parts["gemm"][0] - floor) / 2, rtol=1e-12)
 
 
 def _device(tmp_path, fields: dict) -> str:
