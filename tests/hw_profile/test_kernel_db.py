@@ -5,6 +5,7 @@ The written latencies are closed forms that multilinear interpolation reproduces
 N x K; attention trilinear in heads, batch and KV), so every expected number below is computed by hand from them."""
 
 import importlib.util
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -442,6 +443,15 @@ def test_deepeps_measured_exchange_by_node_count(db_wide):
     for ep in (4, 12, 24):  # not whole 8-GPU nodes, or three nodes (not measured)
         assert ops.exchange_times(s, "H200", "sglang", ep, np.array([8.0]), data_dir=db_wide) is None
     assert ops.exchange_times(s, "H200", "vllm", 16, np.array([8.0]), data_dir=db_wide) is None
+
+
+def test_a_rack_scale_nvlink_part_keeps_its_exchange_off_the_measured_nodes(db_wide):
+    """The DeepEP rows time 8-GPU nodes over RDMA; a part whose NVLink domain spans a rack (``nvlink_domain`` 72: the
+    GB200) exchanges over NVLink instead, so the same rows under its system folder price nothing."""
+    shutil.copytree(db_wide / "h200_sxm", db_wide / "gb200")
+    tokens = np.array([8.0])
+    assert ops.exchange_times(TINY_MLA, "H200", "sglang", 16, tokens, data_dir=db_wide) is not None
+    assert ops.exchange_times(TINY_MLA, "GB200", "sglang", 16, tokens, data_dir=db_wide) is None
 
 
 def test_data_parallel_attention_takes_the_group_at_its_busiest_ranks_load(db_wide):
