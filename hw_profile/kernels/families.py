@@ -29,7 +29,7 @@ COMBINE = "combine"
 
 # what the engine adds around the kernels
 FIXED = "fixed"  # its host cost per step
-EAGER = "eager"  # launches of a step past the captured CUDA graphs, beyond the kernels' own time
+EAGER = "eager"  # what a step past the captured CUDA graphs adds up to the eager floor (launches + host cost)
 SAMPLING = "sampling"
 ENGINE_PARTS = (FIXED, EAGER, SAMPLING)
 
