@@ -220,7 +220,7 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
     layer_params = shape.dense_params - shape.head_params
     parts[GEMM] = _bound(np.full_like(b, layer_params * wb / g), 2.0 * layer_params * b / g, dep, dep.dtype)
     parts[LM_HEAD] = _bound(np.full_like(b, shape.head_params * wb / g), 2.0 * shape.head_params * b / g, dep,
-                              dep.dtype)
+                            dep.dtype)
     if shape.is_moe:
         k_exp, ep = shape.experts_per_token, dep.ep
         eb = expert_bytes(shape, dep.dtype)
@@ -244,7 +244,7 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
                 parts[family] = parts[family] + ms
     # tensor-parallel all-reduces; the expert-parallel exchange of ``dp`` is added by ``with_exchange``
     parts[COMM] = (np.zeros_like(b) if dep.parallel == "dp" else
-                     allreduce_s(shape, dep.gpu, b, dep.dtype, dep.gpus, dep.roofline) * 1e3)
+                   allreduce_s(shape, dep.gpu, b, dep.dtype, dep.gpus, dep.roofline) * 1e3)
     return parts
 
 
