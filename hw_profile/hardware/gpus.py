@@ -195,7 +195,8 @@ def get_gpu(name: str) -> GPU:
 
 def gpu_from_file(path: str | Path) -> GPU:
     """A device from a JSON object with GPU's fields (name, bf16_tflops, hbm_tb_s, memory_gb; tdp_w and idle_w
-    optional, absent meaning no energy estimate). A table sidecar with a ``device_peaks`` object also works."""
+    optional, absent meaning no energy estimate; vendor and nvlink_domain optional, but not kernel_db_system, which
+    only a ``GPUS`` entry names). A table sidecar with a ``device_peaks`` object also works."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
