@@ -87,7 +87,7 @@ def experts_roofline_us(frame: pd.DataFrame, gpu: str, model: str) -> np.ndarray
     for ep, b in zip(frame["num_gpus"], frame["batch_size_per_gpu"], strict=True):
         dep = deployment(gpu, "fp8", gpus=int(ep), ep=int(ep), parallel="dp")
         parts = roofline_parts(shape, dep, np.array([float(b)]), np.array([0.0]))
-        out.append(float(parts["routed"][0]) / shape.moe_layers * 1e3)
+        out.append(float(parts["moe"][0]) / shape.moe_layers * 1e3)
     return np.array(out)
 
 

@@ -477,15 +477,14 @@ def parts_by_source(m: Measurement) -> list[list[str]]:
     dep, shape = deployment(m), model_shape(m)
     b, k = np.array([m.requests * m.budget]), np.array([m.requests * m.context])
     roof, kern = (estimate_points(shape, dep, b, k, kernels=src) for src in ("roofline", "auto"))
-    families = [("dense GEMMs", "dense", "gemm"), ("attention", "attention", "attention"),
-                ("routed experts", "routed", "moe"), ("expert-parallel exchange", "a2a", "a2a"),
-                ("LM head", "lm_head", "lm_head"), ("engine (fixed, sampling)", ("fixed", "sampling"),
-                                                     ("fixed", "sampling"))]
+    families = [("dense GEMMs", ("gemm",)), ("attention", ("attention",)), ("routed experts", ("moe",)),
+                ("expert-parallel exchange", ("a2a",)), ("LM head", ("lm_head",)),
+                ("engine (fixed, sampling)", ("fixed", "sampling"))]
 
     def total(parts, keys):
-        return sum(float(np.ravel(parts.get(key, 0.0))[0]) for key in ((keys,) if isinstance(keys, str) else keys))
+        return sum(float(np.ravel(parts.get(key, 0.0))[0]) for key in keys)
 
-    out = [[name, f"{total(roof.parts, r):.1f}", f"{total(kern.parts, c):.1f}"] for name, r, c in families]
+    out = [[name, f"{total(roof.parts, keys):.1f}", f"{total(kern.parts, keys):.1f}"] for name, keys in families]
     out.append(["step", f"{roof.ms[0]:.1f}", f"{kern.ms[0]:.1f}"])
     return out
 

@@ -353,7 +353,7 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
     if not shape.is_moe and ep > 1:
         raise HwProfileError(f"--ep: {shape.name} has no experts; leave --ep out")
     if dtype is None:
-        dtype = "fp8" if shape.is_mla or shape.is_compressed else "bf16"
+        dtype = shape.checkpoint_dtype
     mode = default_parallel(shape, gpus, ep) if parallel == "auto" else parallel
     if mode == "dp" and not shape.is_moe:
         raise HwProfileError("--parallel dp: data-parallel attention with expert parallelism needs an MoE model")

@@ -80,9 +80,9 @@ def cases() -> list[dict]:
         launches = {"gemm": sum(layers for *_, layers in dense_gemms(shape, gpus)) + 1,  # + the LM head
                     "attention": shape.layers, "moe": shape.moe_layers}
         excess = {
-            "gemm": measured["gemm"][0] + measured["lm_head"][0] - roof["dense"][0] - roof["lm_head"][0],
+            "gemm": measured["gemm"][0] + measured["lm_head"][0] - roof["gemm"][0] - roof["lm_head"][0],
             "attention": measured["attention"][0] - roof["attention"][0],
-            "moe": measured["moe"][0] - roof["routed"][0] if shape.is_moe else np.nan,
+            "moe": measured["moe"][0] - roof["moe"][0] if shape.is_moe else np.nan,
         }
         rows.append({"gpu": gpu, "engine": engine, "model": model, "dtype": dtype, "launches": launches,
                      **{f: excess[f] / launches[f] * 1e3 if launches[f] else np.nan for f in FAMILIES},
@@ -100,7 +100,7 @@ def v4_cases() -> list[dict]:
             np.array([1.0]), [(m, 8, "fp8") for m in V4_MODELS]):
         # the roofline's dense part holds the attention projections, which the measured module contains
         projections = shape.layers * shape.attn_params_per_layer / (shape.dense_params - shape.head_params)
-        module = measured["attention"][0] - roof["attention"][0] - projections * roof["dense"][0]
+        module = measured["attention"][0] - roof["attention"][0] - projections * roof["gemm"][0]
         rows.append({"gpu": gpu, "engine": engine, "model": model,
                      "v4_attention": module / shape.layers * 1e3, "mhc": measured["mhc"][0] / shape.layers * 1e3})
     return rows

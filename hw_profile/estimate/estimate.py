@@ -15,7 +15,8 @@ The kernels come from the best source available, recorded per point in the table
   dense GEMMs (attention projections, dense and shared MLPs, router, LM head), the routed experts (weights of the
   experts the step touches; FLOPs scaled by the busiest expert-parallel rank's load), attention (KV reads once per
   request; compute for every verified token over its request's context), and communication (tensor-parallel
-  all-reduces, or expert-parallel dispatch and combine). Each launch also pays the fixed latency measured kernels
+  all-reduces, or expert-parallel dispatch and combine), each part named as the measured kernels name the same
+  family (``hw_profile.kernels.families``). Each launch also pays the fixed latency measured kernels
   show above their roofline at one token (``KERNEL_FLOOR_US``, from ``tools.kernel_floors``);
 - ``kernels:<twin>``: for a GPU the database lacks whose datasheet a covered GPU shares (``kernel_twin``: the
   H800 is an H100 with a slower NVLink), that GPU's measured kernels, communication priced on this GPU's links;
@@ -65,7 +66,26 @@ from hw_profile.estimate.engine_costs import (
 from hw_profile.hardware.dtypes import kv_cache_bytes
 from hw_profile.hardware.gpus import GPU, GPUS
 from hw_profile.hardware.moe import routed_weight_params
-from hw_profile.hardware.shapes import ModelShape, dense_gemms, drafter_attention_window, drafter_shape
+from hw_profile.hardware.shapes import (
+    COMPRESSED_SPARSE,
+    ModelShape,
+    dense_gemms,
+    drafter_attention_window,
+    drafter_shape,
+)
+from hw_profile.kernels.families import (
+    A2A,
+    ATTENTION,
+    COMM,
+    EAGER,
+    FIXED,
+    GEMM,
+    LAYERLESS,
+    LM_HEAD,
+    MHC,
+    MOE,
+    SAMPLING,
+)
 from hw_profile.kernels.roofline import (
     DTYPE_BYTES,
     RooflineParams,
@@ -90,17 +110,16 @@ MARKOV_RANK = 256  # DSpark's Markov head (paper 5.1)
 DSPARK_LAYERS_MOE = 3  # DSpark's V4 drafter: three MoE layers with a 128-token window (paper 5.1)
 DSPARK_LAYERS_DENSE = 5  # the dense drafter the project's Qwen3 tables use
 A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and expert copy
-# parts of a step outside its layers: the LM head, the tensor-parallel all-reduces, the exchange itself
-LAYERLESS_PARTS = ("lm_head", "comm", "a2a")
 # What a measured kernel costs above its roofline at one token (us): a GEMM, one layer's decode attention, one
 # layer's fused MoE; for DeepSeek-V4, one layer's attention module and its hyper-connection mixing. Medians from
 # the kernel database over the GPUs it covers (``tools.kernel_floors``, which recomputes them); the
 # kernel-level roofline adds them per launch, so that at low load it prices what kernels really take on GPUs the
 # database lacks.
-KERNEL_FLOOR_US = {"gemm": 4.3, "attention": 11.2, "moe": 24.4, "v4_attention": 54.8, "mhc": 26.8}
-# Inside one NVLink domain (an HGX board of 8, an NVL72 rack) the exchange runs over NVLink: its achieved bandwidth
-# (RooflineParams.nvlink_gb_s, scaled to the part) and a latency floor of tens of microseconds per layer
-# (NVSHMEM/IPC puts with no NIC in the path), taken as this many us for dispatch + combine.
+KERNEL_FLOOR_US = {GEMM: 4.3, ATTENTION: 11.2, MOE: 24.4, "v4_attention": 54.8, MHC: 26.8}
+# Inside one NVLink domain (``GPU.nvlink_domain``: an HGX board of 8, an NVL72 rack) the exchange runs over NVLink:
+# its achieved bandwidth (RooflineParams.nvlink_gb_s, scaled to the part) and a latency floor of tens of
+# microseconds per layer (NVSHMEM/IPC puts with no NIC in the path), taken as this many us for dispatch + combine.
+# A group larger than the domain (any group of PCIe-only parts, whose domain is 1) is priced as across nodes.
 A2A_NVLINK_US = 60.0
 
 
@@ -136,7 +155,7 @@ class Deployment:
 
 
 def default_parallel(shape: ModelShape, gpus: int, ep: int) -> str:
-    return "dp" if shape.is_moe and (shape.is_mla or shape.is_compressed) and ep > 1 and ep == gpus else "tp"
+    return "dp" if shape.is_moe and shape.latent_kv and ep > 1 and ep == gpus else "tp"
 
 
 def _bound(bytes_: np.ndarray, flops: np.ndarray, dep: Deployment, dtype: str) -> np.ndarray:
@@ -149,7 +168,7 @@ def attention_work(shape: ModelShape, dep: Deployment) -> tuple[float, float, fl
     bytes read per query token, and the type it computes in (its cache's: a bf16 cache runs bf16 kernels whatever
     the weights' dtype)."""
     g = dep.head_split
-    read_split = 1 if (shape.is_mla or shape.is_compressed) else g  # a latent cache is replicated over tp ranks
+    read_split = 1 if shape.latent_kv else g  # a latent cache is replicated over tp ranks
     kv_scale = kv_cache_bytes(shape) / 2.0
     return (shape.kv_read_bytes_per_token * kv_scale / read_split, shape.attn_flops_per_kv_token / g,
             shape.attn_read_bytes_per_query_token * kv_scale / read_split, "bf16" if kv_scale == 1.0 else dep.dtype)
@@ -176,10 +195,11 @@ def kernel_floor_ms(shape: ModelShape) -> dict[str, float]:
     gemms = sum(layers for *_, layers in dense_gemms(shape))
     us = KERNEL_FLOOR_US
     # a V4 layer's attention is one module (its projections inside) and its residual stream is mixed (mHC)
-    attention = us["v4_attention"] if shape.is_compressed else us["attention"]
-    mixing = shape.layers * us["mhc"] if shape.is_compressed else 0.0
-    return {"dense": (gemms * us["gemm"] + mixing) * 1e-3, "lm_head": (us["gemm"] if shape.lm_head else 0.0) * 1e-3,
-            "routed": shape.moe_layers * us["moe"] * 1e-3, "attention": shape.layers * attention * 1e-3}
+    attention = us["v4_attention"] if shape.attention_kind == COMPRESSED_SPARSE else us[ATTENTION]
+    # the roofline prices no mixing of its own: its floor is booked with the dense GEMMs (``ROOFLINE_HOLDS``)
+    mixing = shape.layers * us[MHC] if shape.hyper_connections else 0.0
+    return {GEMM: (gemms * us[GEMM] + mixing) * 1e-3, LM_HEAD: (us[GEMM] if shape.lm_head else 0.0) * 1e-3,
+            MOE: shape.moe_layers * us[MOE] * 1e-3, ATTENTION: shape.layers * attention * 1e-3}
 
 
 def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarray,
@@ -192,9 +212,9 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
     g = dep.head_split
     parts: dict[str, np.ndarray] = {}
     layer_params = shape.dense_params - shape.head_params
-    parts["dense"] = _bound(np.full_like(b, layer_params * wb / g), 2.0 * layer_params * b / g, dep, dep.dtype)
-    parts["lm_head"] = _bound(np.full_like(b, shape.head_params * wb / g), 2.0 * shape.head_params * b / g, dep,
-                              dep.dtype)
+    parts[GEMM] = _bound(np.full_like(b, layer_params * wb / g), 2.0 * layer_params * b / g, dep, dep.dtype)
+    parts[LM_HEAD] = _bound(np.full_like(b, shape.head_params * wb / g), 2.0 * shape.head_params * b / g, dep,
+                            dep.dtype)
     if shape.is_moe:
         k_exp, ep = shape.experts_per_token, dep.ep
         eb = expert_bytes(shape, dep.dtype)
@@ -207,18 +227,18 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
             routed_bytes = routed_weight_params(shape, b, gpus=dep.gpus, ep=ep) * eb
             routed_flops = 2.0 * shape.moe_layers * k_exp * shape.expert_params * b / dep.gpus
             imb = imbalance_factor(b * k_exp, ep, dep.costs)
-        parts["routed"] = _bound(routed_bytes, routed_flops * imb, dep, expert_compute_dtype(shape, dep.dtype))
+        parts[MOE] = _bound(routed_bytes, routed_flops * imb, dep, expert_compute_dtype(shape, dep.dtype))
     per_kv, per_query_kv, per_query, attn_dtype = attention_work(shape, dep)
     attn_bytes = k * per_kv + b * per_query
     attn_flops = per_query_kv * k * attention_queries(b, dep.costs) + shape.attn_flops_per_query_token * b / g
-    parts["attention"] = _bound(attn_bytes, attn_flops, dep, attn_dtype)
+    parts[ATTENTION] = _bound(attn_bytes, attn_flops, dep, attn_dtype)
     if floors:
         for family, ms in kernel_floor_ms(shape).items():
             if family in parts:
                 parts[family] = parts[family] + ms
     # tensor-parallel all-reduces; the expert-parallel exchange of ``dp`` is added by ``with_exchange``
-    parts["comm"] = (np.zeros_like(b) if dep.parallel == "dp" else
-                     allreduce_s(shape, dep.gpu, b, dep.dtype, dep.gpus, dep.roofline) * 1e3)
+    parts[COMM] = (np.zeros_like(b) if dep.parallel == "dp" else
+                   allreduce_s(shape, dep.gpu, b, dep.dtype, dep.gpus, dep.roofline) * 1e3)
     return parts
 
 
@@ -226,7 +246,7 @@ def exchange_ms(shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray
     """One expert-parallel dispatch and combine of ``b`` tokens per rank in every MoE layer, ms per step."""
     b = np.asarray(b, dtype=float)
     volume = b * shape.hidden * A2A_BYTES_PER_VALUE * shape.experts_per_token * (dep.ep - 1) / dep.ep
-    if dep.ep <= nvlink_domain(dep.gpu):
+    if dep.ep <= dep.gpu.nvlink_domain:
         lat_us = dep.costs.a2a_us_per_layer if dep.costs.a2a_us_per_layer is not None else A2A_NVLINK_US
         # the latency is a floor; past it the exchange is bound by its volume over NVLink
         per_layer = np.maximum(lat_us * 1e-3, volume / (link_gb_s(dep.gpu, dep.roofline) * 1e9) * 1e3)
@@ -239,9 +259,8 @@ def exchange_ms(shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray
 
 
 def routed_part(parts: dict[str, np.ndarray]) -> np.ndarray | float:
-    """The routed experts' part of a step's parts, whichever source priced them (``routed`` from the roofline,
-    ``moe`` from the kernel database); 0 for a dense model."""
-    return parts.get("routed", parts.get("moe", 0.0))
+    """The routed experts' part of a step's parts, whichever source priced them; 0 for a dense model."""
+    return parts.get(MOE, 0.0)
 
 
 def dispatch_and_combine(exchange: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -256,8 +275,8 @@ def two_batch_ms(half: dict[str, np.ndarray], exchange_half: np.ndarray) -> np.n
     GEMMs), its combine under the other's core attention, and its routed experts between the two,
     exposed (they need the dispatched tokens and feed the combine) (``dispatch_and_combine``)."""
     routed = routed_part(half)
-    attention = half["attention"]
-    dense = sum(v for key, v in half.items() if key not in (*LAYERLESS_PARTS, "routed", "moe", "attention"))
+    attention = half[ATTENTION]
+    dense = sum(v for key, v in half.items() if key not in (*LAYERLESS, MOE, ATTENTION))
     dispatch, combine = dispatch_and_combine(exchange_half)
     return 2.0 * (np.maximum(dispatch, dense) + routed + np.maximum(combine, attention))
 
@@ -309,9 +328,9 @@ def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarr
             return exchange_ms(shape, dep, tokens)
     whole = exchange_at(b)
     if dep.costs.overlap == "fused":
-        if dep.ep > nvlink_domain(dep.gpu):
+        if dep.ep > dep.gpu.nvlink_domain:
             raise HwProfileError(f"--cost overlap=fused: the fused MoE kernel moves tokens over NVLink, so the "
-                                 f"expert-parallel group must fit one NVLink domain ({nvlink_domain(dep.gpu)} "
+                                 f"expert-parallel group must fit one NVLink domain ({dep.gpu.nvlink_domain} "
                                  f"{dep.gpu.name} GPUs); got --ep {dep.ep}. Use overlap=two-batch, single-batch "
                                  "or none")
         routed = routed_part(parts)
@@ -320,19 +339,14 @@ def with_exchange(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndarr
         shared = shared_experts_ms(shape, dep, b) if shared_at is None else shared_at(b)
         whole = single_batch_ms(whole, routed_part(parts), shared)
     elif dep.costs.overlap == "two-batch":
-        layers = sum(v for key, v in parts.items() if key not in LAYERLESS_PARTS)
+        layers = sum(v for key, v in parts.items() if key not in LAYERLESS)
         splits = b >= two_batch_min_tokens(dep.costs)
         # points that cannot be split are looked up whole (a kernel lookup needs a token) and their result unused
         half_b, half_k = np.where(splits, b / 2.0, b), np.where(splits, k / 2.0, k)
         split = two_batch_ms(parts_at(half_b, half_k), exchange_at(half_b))
         # never negative: a kernel is never cheaper per token at half the batch (clamped against interpolation)
         whole = np.where(splits, np.maximum(split - layers, 0.0), whole)
-    return {**parts, "a2a": whole}
-
-
-def nvlink_domain(gpu: GPU) -> int:
-    """GPUs that share one NVLink fabric: a rack of 72 for Grace-Blackwell NVL72 parts, a board of 8 otherwise."""
-    return 72 if gpu.name.upper().startswith("GB") else 8
+    return {**parts, A2A: whole}
 
 
 def cuda_graphs(shape: ModelShape, dep: Deployment, costs: EngineCosts) -> CudaGraphs:
@@ -360,7 +374,7 @@ def engine_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, costs: Engin
     graphs = cuda_graphs(shape, dep, costs)
     graph_ms = sum(kernels.values()) + fixed + sampling
     eager = (b > graphs.largest) & (graph_ms < graphs.eager_floor_ms)
-    return {"fixed": fixed, "eager": np.where(eager, graphs.eager_floor_ms - graph_ms, 0.0), "sampling": sampling}
+    return {FIXED: fixed, EAGER: np.where(eager, graphs.eager_floor_ms - graph_ms, 0.0), SAMPLING: sampling}
 
 
 class Advice(str):
@@ -447,9 +461,9 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
                                   lambda bb, kk: dict(_kernel_lookup(db, shape, dep, bb, kk).parts),
                                   None if exchange is None else exchange[1],
                                   lambda bb: _measured_shared_experts(db, shape, dep, bb))
-            if "a2a" in parts and exchange is not None:
+            if A2A in parts and exchange is not None:
                 notes.append(f"{exchange[0].notes[0]}; overlap={dep.costs.overlap}")
-            elif "a2a" in parts:
+            elif A2A in parts:
                 notes.append("expert-parallel dispatch/combine priced by the estimate (DeepEP's figures across "
                              f"nodes, NVLink inside one domain; overlap={dep.costs.overlap}), not the kernel database")
             parts.update(engine_parts(shape, dep, b, costs, parts))
@@ -468,16 +482,15 @@ def estimate_points(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.nda
     notes.append("kernels from a kernel-level roofline (no measured kernel data for this GPU/engine/model), each "
                  "launch paying the fixed latency measured kernels show on the GPUs the database covers (us: "
                  + ", ".join(f"{name} {us}" for name, us in KERNEL_FLOOR_US.items()) + ")"
-                 + ("; measured on NVIDIA parts and borrowed for this AMD part" if dep.gpu.name.upper().startswith("MI")
-                    else ""))
+                 + ("; measured on NVIDIA parts and borrowed for this AMD part" if dep.gpu.vendor == "amd" else ""))
     return Estimate(ms, parts, np.full(b.shape, "roofline", dtype=object), np.zeros(b.shape, bool),
                     [f"roofline: {dep.gpu.name} datasheet, comp_eff {dep.roofline.comp_eff}, "
                      f"mem_eff {dep.roofline.mem_eff}"], notes)
 
 
-# roofline part -> the measured parts that price the same kernels
-SIBLING_FAMILIES = {"dense": ("gemm", "mhc"), "attention": ("attention",), "routed": ("moe",),
-                    "lm_head": ("lm_head",), "comm": ("comm",)}
+# roofline family -> the measured families it holds, where not just its own: the roofline books V4's mixing with
+# the dense GEMMs (``kernel_floor_ms``)
+ROOFLINE_HOLDS = {GEMM: (GEMM, MHC)}
 
 
 def sibling_parts(shape: ModelShape, dep: Deployment, sibling: GPU, db: KernelSource, b: np.ndarray,
@@ -492,10 +505,9 @@ def sibling_parts(shape: ModelShape, dep: Deployment, sibling: GPU, db: KernelSo
     measured = kt.parts
     theirs = roofline_parts(shape, ref, b, k, floors=False)
     parts = roofline_parts(shape, dep, b, k, floors=False)
-    for family, keys in SIBLING_FAMILIES.items():
-        if family in parts:
-            excess = sum(measured.get(key, 0.0) for key in keys) - theirs[family]
-            parts[family] = np.maximum(parts[family] + excess, 0.0)
+    for family in list(parts):
+        excess = sum(measured.get(key, 0.0) for key in ROOFLINE_HOLDS.get(family, (family,))) - theirs[family]
+        parts[family] = np.maximum(parts[family] + excess, 0.0)
     return parts, kt
 
 
@@ -583,8 +595,8 @@ def kernel_times(db: KernelSource, shape: ModelShape, dep: Deployment, b, reques
     busiest = imbalance_factor(group_tokens * shape.experts_per_token, dep.ep, dep.costs)
     group = db.moe_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.ep, group_tokens * busiest,
                          wide_ep=dp and dep.engine == "sglang", gpus=dep.ep if dp else dep.table_gpus)
-    parts = {key: v for key, v in own.parts.items() if key != "moe"}
-    parts["moe"] = group.parts["moe"]
+    parts = {key: v for key, v in own.parts.items() if key != MOE}
+    parts[MOE] = group.parts[MOE]
     note = (f"data-parallel attention: attention, dense GEMMs and head from the one-GPU step at the rank's own "
             f"tokens; routed experts from the {dep.ep}-GPU expert-parallel group at {dep.ep}x the tokens, at its "
             "busiest rank's load" if dp else
@@ -623,7 +635,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
     bb, kk = np.meshgrid(b_axis, k_axis)
     est = estimate_points(shape, dep, bb.ravel(), kk.ravel(), kernels=kernels, costs=costs, sibling=sibling)
     # the points are steps replayed at their own size: the eager floor is the lookup's to apply (``cuda_graphs``)
-    ms, note = padded_envelope((est.ms - est.parts.get("eager", 0.0)).reshape(bb.shape))
+    ms, note = padded_envelope((est.ms - est.parts.get(EAGER, 0.0)).reshape(bb.shape))
     notes = [*est.notes, note] if note else est.notes
     rows = {"batch_tokens": bb.ravel(), "kv_tokens": kk.ravel(), "status": "ok", "step_ms": ms.ravel(),
             "step_ms_p10": ms.ravel(), "step_ms_p90": ms.ravel(), "repeats": 0, "throttled": False,

@@ -60,6 +60,16 @@ weights are then unpacked to the wider type the part multiplies in).
 ``idle_w`` is not a datasheet figure: 90 W is what an idle H100/H200 SXM board typically reports; the other parts
 use the same fraction of their board power (about 13%). It only shapes the energy estimate at low load.
 
+Beside its figures, each entry says where the part sits, as data rather than rules on its name:
+
+- ``vendor`` (``VENDORS``): the AMD parts' kernel floors are borrowed from NVIDIA parts, and the estimate says so;
+- ``nvlink_domain``: GPUs that share one NVLink (or Infinity Fabric) fabric, across which an expert-parallel
+  exchange runs without a NIC: 72 for the Grace-Blackwell NVL72 parts (GB200, GB300, a rack of 72), 8 for an
+  HGX/OAM board of 8 (the SXM and OAM parts), 1 for PCIe-only parts (L40S, RTX-PRO-6000, B60: no NVLink at all);
+- ``kernel_db_system``: the folder of aiconfigurator-core's measured kernel database that holds this part's kernels
+  (the SXM board's where the database has both), None where it has none. A part the database measures is
+  therefore this entry alone: ``hw_profile.kernels.database`` maps systems to GPUs by reading it.
+
 A device that is not listed (another GPU, or the CPU a table was measured on) can be given as a JSON file with the
 fields of ``GPU`` (see ``gpu_from_file``); ``hw-profile peaks`` writes one for the machine at hand.
 """
@@ -86,6 +96,10 @@ class GPU:
     tf32_tflops: float | None = None  # dense; what fp32 matmuls reach with TF32 enabled (serving stacks enable it)
     nvlink_gb_s: float | None = None  # datasheet NVLink bandwidth (bidirectional, per GPU)
     fp4_tflops: float | None = None  # dense; None: no FP4 tensor cores
+    vendor: str | None = None  # one of VENDORS; None: not stated (a device file may leave it out)
+    # GPUs sharing one NVLink fabric; a device file that does not say is taken for a board of 8, as HGX parts are
+    nvlink_domain: int = 8
+    kernel_db_system: str | None = None  # the kernel database's system folder for this part; None: not measured
 
     def peak_tflops(self, dtype: str) -> float:
         """Dense matmul peak for weights and activations in ``dtype``. fp4 on a part without FP4 cores runs at its
@@ -99,40 +113,63 @@ class GPU:
         return self.bf16_tflops
 
     def to_dict(self) -> dict:
-        """The fields, leaving out optional ones that are unset (so older sidecars read the same)."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """The datasheet's figures, leaving out optional ones that are unset (so older sidecars read the same). Where
+        the part sits (``PLACEMENT``: vendor, NVLink domain, kernel-database system) is left out too: a sidecar
+        records the rates a table was priced at, and a device file written from it is then a part the kernel
+        database does not measure (its twin's kernels price it, ``kernel_twin``)."""
+        return {k: v for k, v in asdict(self).items() if v is not None and k not in PLACEMENT}
+
+
+VENDORS = ("nvidia", "amd", "intel")
+# GPU's fields that say where a part sits rather than how fast it is (see ``GPU.to_dict``)
+PLACEMENT = ("vendor", "nvlink_domain", "kernel_db_system")
 
 
 GPUS: dict[str, GPU] = {
     "A100": GPU("A100", bf16_tflops=312.0, hbm_tb_s=2.039, memory_gb=80, tdp_w=400, idle_w=52,
-                fp8_tflops=None, tf32_tflops=156.0, nvlink_gb_s=600),
+                fp8_tflops=None, tf32_tflops=156.0, nvlink_gb_s=600,
+                vendor="nvidia", nvlink_domain=8, kernel_db_system="a100_sxm"),
     "H100": GPU("H100", bf16_tflops=989.4, hbm_tb_s=3.35, memory_gb=80, tdp_w=700, idle_w=90,
-                fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=900),
+                fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=900,
+                vendor="nvidia", nvlink_domain=8, kernel_db_system="h100_sxm"),
     "H200": GPU("H200", bf16_tflops=989.4, hbm_tb_s=4.8, memory_gb=141, tdp_w=700, idle_w=90,
-                fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=900),
+                fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=900,
+                vendor="nvidia", nvlink_domain=8, kernel_db_system="h200_sxm"),
     "H800": GPU("H800", bf16_tflops=989.4, hbm_tb_s=3.35, memory_gb=80, tdp_w=700, idle_w=90,
-                fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=400),
+                fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=400,
+                vendor="nvidia", nvlink_domain=8),
     "H20": GPU("H20", bf16_tflops=148.0, hbm_tb_s=4.0, memory_gb=96, tdp_w=400, idle_w=52,
-               fp8_tflops=296.0, tf32_tflops=74.0, nvlink_gb_s=900),
+               fp8_tflops=296.0, tf32_tflops=74.0, nvlink_gb_s=900,
+               vendor="nvidia", nvlink_domain=8),
     "H20-141G": GPU("H20-141G", bf16_tflops=148.0, hbm_tb_s=4.8, memory_gb=141, tdp_w=400, idle_w=52,
-                    fp8_tflops=296.0, tf32_tflops=74.0, nvlink_gb_s=900),
+                    fp8_tflops=296.0, tf32_tflops=74.0, nvlink_gb_s=900,
+                    vendor="nvidia", nvlink_domain=8),
     "B200": GPU("B200", bf16_tflops=2250.0, hbm_tb_s=8.0, memory_gb=180, tdp_w=1000, idle_w=130,
-                fp8_tflops=4500.0, tf32_tflops=1100.0, nvlink_gb_s=1800, fp4_tflops=9000.0),
+                fp8_tflops=4500.0, tf32_tflops=1100.0, nvlink_gb_s=1800, fp4_tflops=9000.0,
+                vendor="nvidia", nvlink_domain=8, kernel_db_system="b200_sxm"),
     "B300": GPU("B300", bf16_tflops=2250.0, hbm_tb_s=8.0, memory_gb=288, tdp_w=1100, idle_w=143,
-                fp8_tflops=4500.0, tf32_tflops=1125.0, nvlink_gb_s=1800, fp4_tflops=13500.0),
+                fp8_tflops=4500.0, tf32_tflops=1125.0, nvlink_gb_s=1800, fp4_tflops=13500.0,
+                vendor="nvidia", nvlink_domain=8, kernel_db_system="b300_sxm"),
     "GB300": GPU("GB300", bf16_tflops=2500.0, hbm_tb_s=8.0, memory_gb=288, tdp_w=1400, idle_w=182,
-                 fp8_tflops=5000.0, tf32_tflops=1250.0, nvlink_gb_s=1800, fp4_tflops=15000.0),
+                 fp8_tflops=5000.0, tf32_tflops=1250.0, nvlink_gb_s=1800, fp4_tflops=15000.0,
+                 vendor="nvidia", nvlink_domain=72, kernel_db_system="gb300"),
     "GB200": GPU("GB200", bf16_tflops=2500.0, hbm_tb_s=8.0, memory_gb=186, tdp_w=1200, idle_w=156,
-                 fp8_tflops=5000.0, tf32_tflops=1250.0, nvlink_gb_s=1800, fp4_tflops=10000.0),
+                 fp8_tflops=5000.0, tf32_tflops=1250.0, nvlink_gb_s=1800, fp4_tflops=10000.0,
+                 vendor="nvidia", nvlink_domain=72, kernel_db_system="gb200"),
     "L40S": GPU("L40S", bf16_tflops=366.5, hbm_tb_s=0.864, memory_gb=48, tdp_w=350, idle_w=46,
-                fp8_tflops=733.0, tf32_tflops=183.0),
+                fp8_tflops=733.0, tf32_tflops=183.0,
+                vendor="nvidia", nvlink_domain=1, kernel_db_system="l40s"),
     "RTX-PRO-6000": GPU("RTX-PRO-6000", bf16_tflops=500.0, hbm_tb_s=1.6, memory_gb=96, tdp_w=600, idle_w=78,
-                        fp8_tflops=1000.0, fp4_tflops=2000.0),
-    "B60": GPU("B60", bf16_tflops=98.5, hbm_tb_s=0.456, memory_gb=24, tdp_w=200, idle_w=26),
+                        fp8_tflops=1000.0, fp4_tflops=2000.0,
+                        vendor="nvidia", nvlink_domain=1, kernel_db_system="rtx_pro_6000_server"),
+    "B60": GPU("B60", bf16_tflops=98.5, hbm_tb_s=0.456, memory_gb=24, tdp_w=200, idle_w=26,
+               vendor="intel", nvlink_domain=1, kernel_db_system="b60"),
     "MI300X": GPU("MI300X", bf16_tflops=1307.4, hbm_tb_s=5.3, memory_gb=192, tdp_w=750, idle_w=98,
-                  fp8_tflops=2614.9, tf32_tflops=653.7, nvlink_gb_s=896),
+                  fp8_tflops=2614.9, tf32_tflops=653.7, nvlink_gb_s=896,
+                  vendor="amd", nvlink_domain=8),
     "MI355X": GPU("MI355X", bf16_tflops=2516.6, hbm_tb_s=8.0, memory_gb=288, tdp_w=1400, idle_w=182,
-                  fp8_tflops=5033.2, tf32_tflops=157.3, nvlink_gb_s=1075, fp4_tflops=10066.4),
+                  fp8_tflops=5033.2, tf32_tflops=157.3, nvlink_gb_s=1075, fp4_tflops=10066.4,
+                  vendor="amd", nvlink_domain=8),
 }
 
 # Other spellings of a name (after upper-casing, with "_" and spaces read as "-")
@@ -158,7 +195,8 @@ def get_gpu(name: str) -> GPU:
 
 def gpu_from_file(path: str | Path) -> GPU:
     """A device from a JSON object with GPU's fields (name, bf16_tflops, hbm_tb_s, memory_gb; tdp_w and idle_w
-    optional, absent meaning no energy estimate). A table sidecar with a ``device_peaks`` object also works."""
+    optional, absent meaning no energy estimate; vendor and nvlink_domain optional, but not kernel_db_system, which
+    only a ``GPUS`` entry names). A table sidecar with a ``device_peaks`` object also works."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -168,6 +206,10 @@ def gpu_from_file(path: str | Path) -> GPU:
         data = data["device_peaks"]
     if not isinstance(data, dict):
         raise HwProfileError(f"{path}: a device file must hold a JSON object")
+    if "kernel_db_system" in data:
+        raise HwProfileError(f"{path}: field 'kernel_db_system' is read from GPUS entries only (the kernel database "
+                             "is looked up by GPU name); add an entry in hw_profile/hardware/gpus.py for a part it "
+                             "measures, or leave the field out")
     known = {f.name for f in fields(GPU)}
     kwargs = {k: v for k, v in data.items() if k in known}
     kwargs.setdefault("tdp_w", math.nan)
@@ -181,4 +223,9 @@ def gpu_from_file(path: str | Path) -> GPU:
     for key in ("tdp_w", "idle_w"):
         if kwargs[key] is None:
             kwargs[key] = math.nan
+    if kwargs.get("vendor") is not None and kwargs["vendor"] not in VENDORS:
+        raise HwProfileError(f"{path}: field 'vendor' must be one of {', '.join(VENDORS)}, got {kwargs['vendor']!r}")
+    domain = kwargs.get("nvlink_domain", 8)
+    if isinstance(domain, bool) or not isinstance(domain, int) or domain < 1:
+        raise HwProfileError(f"{path}: field 'nvlink_domain' must be a positive whole number of GPUs, got {domain!r}")
     return GPU(**kwargs)

@@ -4,19 +4,22 @@ Numbers are the public configs of each model (config.json on the model's card). 
 generic transformer a drafter is timed as: some layers built like the target's (width, attention, MLP or MoE block), plus
 the (shared) LM head.
 
-Beyond the dense GQA transformer (Qwen3), a shape can describe:
+Beyond the dense GQA transformer (Qwen3), a shape can describe the kinds below; ``attention_kind`` names its
+attention (``ATTENTION_KINDS``: ``mha``, ``gqa``, ``sliding-window``, ``mla``, ``compressed-sparse``), and the step
+models read what a kind means from the shape (KV bytes per token, reads and FLOPs per context and per query token,
+``latent_kv``, ``checkpoint_dtype``, ``hyper_connections``, ``dense_gemms``) rather than from its fields:
 
 - **Mixture of experts** (``experts > 0``): every layer after the first ``dense_layers`` replaces its MLP by
   ``experts`` routed experts (SwiGLU, width ``expert_intermediate``), of which each token uses
   ``experts_per_token``, plus ``shared_experts`` that every token uses. ``matmul_params`` is then the *active*
   parameter count (what one token multiplies through); ``total_params`` is what is stored.
-- **Multi-head latent attention** (MLA, ``kv_lora_rank > 0``, DeepSeek-V2/V3): keys and values are compressed to a
+- **Multi-head latent attention** (``mla``, ``kv_lora_rank > 0``, DeepSeek-V2/V3): keys and values are compressed to a
   latent of ``kv_lora_rank`` plus a shared rotary key of ``qk_rope_head_dim``. ``head_dim`` is then the per-head
   non-rotary query/key width (``qk_nope_head_dim``). KV cache per token and layer is the latent plus the rotary
   key, ``kv_lora_rank + qk_rope_head_dim`` values, and attention is counted in the weight-absorbed form serving
   engines use for decode (FlashMLA, vLLM, SGLang): each query head scores against the latent directly. See
   ``kv_bytes_per_token`` and ``attn_flops_per_kv_token``.
-- **Compressed sparse attention** (DeepSeek-V4, ``csa_layers + hca_layers > 0``): one shared KV head of
+- **Compressed sparse attention** (``compressed-sparse``, DeepSeek-V4, ``csa_layers + hca_layers > 0``): one shared KV head of
   ``head_dim`` (rotary part included) per layer; every layer attends to its last ``sliding_window`` tokens
   uncompressed, and ``csa_layers`` layers also to compressed KV rows, one per ``csa_ratio`` tokens, of which a
   lightning indexer (``index_heads`` x ``index_head_dim``, scanning one small key per compressed row) selects the
@@ -28,7 +31,7 @@ Beyond the dense GQA transformer (Qwen3), a shape can describe:
   alone cannot carry. The window's rows (``sliding_window`` per request and layer) are counted per query token,
   an upper bound when a request verifies several tokens that share them. Routed experts may be stored in a
   narrower type than the rest (``expert_dtype``, fp4 in V4).
-- **Sliding-window attention** (Gemma 3): all but every ``sliding_pattern``-th layer attend to the last
+- **Sliding-window attention** (``sliding-window``, Gemma 3): all but every ``sliding_pattern``-th layer attend to the last
   ``sliding_window`` tokens only. The profiler builds it faithfully; the roofline, whose K axis is the sum of
   contexts and cannot tell how it splits over requests, counts every layer as full attention (an upper bound on
   KV reads at contexts beyond the window).
@@ -41,6 +44,14 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from hw_profile.errors import HwProfileError
+
+# Attention kinds (``ModelShape.attention_kind``)
+MHA = "mha"
+GQA = "gqa"
+SLIDING_WINDOW = "sliding-window"
+MLA = "mla"
+COMPRESSED_SPARSE = "compressed-sparse"
+ATTENTION_KINDS = (MHA, GQA, SLIDING_WINDOW, MLA, COMPRESSED_SPARSE)
 
 
 @dataclass(frozen=True)
@@ -88,12 +99,39 @@ class ModelShape:
         return self.experts > 0
 
     @property
-    def is_mla(self) -> bool:
-        return self.kv_lora_rank > 0
+    def attention_kind(self) -> str:
+        """How the layers attend (one of ``ATTENTION_KINDS``; the module docstring describes each): compressed
+        sparse attention where any layer reads compressed rows, else MLA where keys and values are a latent, else
+        Gemma's interleaved sliding windows, else multi-head attention (a KV head per query head) or grouped-query
+        attention (fewer, down to one: a DeepSeek-V4 drafter's window-only layers are one shared KV head)."""
+        if self.csa_layers + self.hca_layers > 0:
+            return COMPRESSED_SPARSE
+        if self.kv_lora_rank > 0:
+            return MLA
+        if self.sliding_window and self.sliding_pattern:
+            return SLIDING_WINDOW
+        return MHA if self.kv_heads == self.heads else GQA
 
     @property
-    def is_compressed(self) -> bool:
-        return self.csa_layers + self.hca_layers > 0
+    def latent_kv(self) -> bool:
+        """The KV cache is one copy for all query heads (MLA's latent, compressed sparse attention's rows), so
+        tensor parallelism cannot split it: every rank holds and reads all of it. Per-head caches (MHA, GQA, sliding
+        windows) split over the ranks by KV head."""
+        return self.attention_kind in (MLA, COMPRESSED_SPARSE)
+
+    @property
+    def checkpoint_dtype(self) -> str:
+        """The type the model's public weights ship in, which ``hw-profile estimate`` prices by default: fp8 for
+        DeepSeek's latent- and compressed-attention models (V3, V4, Kimi-K2, whose checkpoints are fp8 with 128 x 128
+        block scales), bf16 for the others."""
+        return "fp8" if self.latent_kv else "bf16"
+
+    @property
+    def hyper_connections(self) -> bool:
+        """Whether each layer's residual stream is mixed by DeepSeek-V4's hyper-connections (mHC), as priced: with
+        V4's compressed attention only. A V4 drafter's window-only layers go without it (a simplification the
+        estimate has made since V4 was added)."""
+        return self.attention_kind == COMPRESSED_SPARSE
 
     def _compressed_attn_params(self) -> int:
         """All layers' attention parameters of a compressed-sparse-attention model (DeepSeek-V4)."""
@@ -112,9 +150,9 @@ class ModelShape:
     def attn_params_per_layer(self) -> int:
         # V4's attention (low-rank queries, one shared KV head, grouped low-rank output) also in layers that only
         # see the window (a V4 drafter's): the same projections without compressors or indexer
-        if self.is_compressed or self.o_groups:
+        if self.attention_kind == COMPRESSED_SPARSE or self.o_groups:
             return self._compressed_attn_params() // self.layers
-        if self.is_mla:
+        if self.attention_kind == MLA:
             qk = self.head_dim + self.qk_rope_head_dim
             if self.q_lora_rank:
                 q = self.hidden * self.q_lora_rank + self.q_lora_rank * self.heads * qk
@@ -186,10 +224,10 @@ class ModelShape:
         no serving engine stores that). Compressed sparse attention: per CSA layer a row of ``head_dim`` plus an
         index key of ``index_head_dim`` per ``csa_ratio`` tokens, per HCA layer a row per ``hca_ratio`` tokens (the
         window's ``sliding_window`` rows per request and layer are bounded and not counted here)."""
-        if self.is_compressed:
+        if self.attention_kind == COMPRESSED_SPARSE:
             return 2.0 * (self.csa_layers * (self.head_dim + self.index_head_dim) / self.csa_ratio
                           + self.hca_layers * self.head_dim / self.hca_ratio)
-        if self.is_mla:
+        if self.attention_kind == MLA:
             return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * 2.0
         return 2.0 * self.layers * self.kv_heads * self.head_dim * 2.0
 
@@ -200,7 +238,7 @@ class ModelShape:
         or compressed cache is one copy for all heads, so every GPU holds all of it), and ``kv_bytes_per_token``,
         the same over all the table's GPUs. One owner of this fact: the simulator sizes the KV pool from it."""
         total = self.kv_bytes_per_token * value_bytes / 2.0
-        if self.is_mla or self.is_compressed or tp <= 1:
+        if self.latent_kv or tp <= 1:
             per_gpu = total
         else:
             per_gpu = total * max(self.kv_heads // tp, 1) / self.kv_heads
@@ -212,7 +250,7 @@ class ModelShape:
         its whole cache (``kv_bytes_per_token``) except under compressed sparse attention, where per context token
         only the indexer's keys (CSA) and the heavily compressed rows (HCA) are read; the selected rows are a cost
         per query token (``attn_read_bytes_per_query_token``)."""
-        if self.is_compressed:
+        if self.attention_kind == COMPRESSED_SPARSE:
             return 2.0 * (self.csa_layers * self.index_head_dim / self.csa_ratio
                           + self.hca_layers * self.head_dim / self.hca_ratio)
         return self.kv_bytes_per_token
@@ -222,7 +260,7 @@ class ModelShape:
         """KV bytes (2-byte precision) each query token reads beyond ``kv_read_bytes_per_token``: under compressed
         sparse attention, the ``index_topk`` selected rows of each CSA layer and the window of every layer
         (contexts assumed longer than both). Zero for other attention kinds."""
-        if not self.is_compressed:
+        if self.attention_kind != COMPRESSED_SPARSE:
             return 0.0
         return 2.0 * self.head_dim * (self.csa_layers * self.index_topk + self.layers * self.sliding_window)
 
@@ -231,7 +269,7 @@ class ModelShape:
         """Attention FLOPs per query token that do not grow with the context: scores and weighted sums over the
         selected rows and the window under compressed sparse attention (one KV head shared by all query heads).
         Zero for other attention kinds."""
-        if not self.is_compressed:
+        if self.attention_kind != COMPRESSED_SPARSE:
             return 0.0
         rows = self.csa_layers * self.index_topk + self.layers * self.sliding_window
         return 4.0 * self.heads * self.head_dim * rows
@@ -244,10 +282,10 @@ class ModelShape:
         latent and the rotary key (2 x (kv_lora_rank + rope)) and sums the latent (2 x kv_lora_rank). Compressed
         sparse attention: the indexer scores every compressed row of a CSA layer (2 x index heads x index dim per
         ``csa_ratio`` tokens) and HCA layers attend to every compressed row."""
-        if self.is_compressed:
+        if self.attention_kind == COMPRESSED_SPARSE:
             return (self.csa_layers * 2.0 * self.index_heads * self.index_head_dim / self.csa_ratio
                     + self.hca_layers * 4.0 * self.heads * self.head_dim / self.hca_ratio)
-        if self.is_mla:
+        if self.attention_kind == MLA:
             return self.layers * self.heads * (4.0 * self.kv_lora_rank + 2.0 * self.qk_rope_head_dim)
         return 4.0 * self.layers * self.heads * self.head_dim
 
@@ -428,9 +466,10 @@ def dense_gemms(shape: ModelShape, tp: int = 1) -> list[tuple[str, int, int, int
     projections, dense MLPs and shared experts (routed experts and attention itself are priced apart)."""
     h, L = shape.hidden, shape.layers
     out: list[tuple[str, int, int, int]] = []
-    if shape.is_compressed:
+    kind = shape.attention_kind
+    if kind == COMPRESSED_SPARSE:
         pass  # V4's attention projections are inside its measured attention modules
-    elif shape.is_mla:
+    elif kind == MLA:
         qk = shape.head_dim + shape.qk_rope_head_dim
         out.append(("q_a+kv_a", shape.q_lora_rank + shape.kv_lora_rank + shape.qk_rope_head_dim, h, L))
         out.append(("q_b", shape.heads * qk // tp, shape.q_lora_rank, L))
@@ -470,7 +509,7 @@ def drafter_shape(target: ModelShape, layers: int, vocab: int | None = None, nam
     layers are not what a drafter copies. Under compressed sparse attention (DeepSeek-V4) the drafter's layers
     attend to the ``sliding_window`` only, with no compressed rows (the paper's V4 drafter, section 5.1); a
     table of such a drafter records ``attention_window`` so that the simulator caps the KV tokens it reads."""
-    window_only = dict(csa_layers=0, hca_layers=0) if target.is_compressed else {}
+    window_only = dict(csa_layers=0, hca_layers=0) if target.attention_kind == COMPRESSED_SPARSE else {}
     return replace(target, name=name or f"{target.name}-drafter-{layers}l", layers=layers, vocab=vocab or target.vocab,
                    dense_layers=0, **window_only)
 
@@ -478,4 +517,4 @@ def drafter_shape(target: ModelShape, layers: int, vocab: int | None = None, nam
 def drafter_attention_window(target: ModelShape) -> int:
     """KV tokens per request a drafter of ``target`` reads (``drafter_shape``): the window under compressed sparse
     attention, else 0 (all of them)."""
-    return target.sliding_window if target.is_compressed else 0
+    return target.sliding_window if target.attention_kind == COMPRESSED_SPARSE else 0

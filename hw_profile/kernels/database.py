@@ -25,26 +25,23 @@ import numpy as np
 import pandas as pd
 
 from hw_profile.errors import HwProfileError
+from hw_profile.hardware.gpus import GPUS
 from hw_profile.kernels.grid import Grid
 
 PACKAGE = "aiconfigurator_core"
 MISSING_EXTRA = "the kernel database needs the optional extra: pip install 'dspark-sim[kernels]'"
 ENGINES = ("vllm", "sglang", "trtllm")
 
-# Our GPU names -> the database's system folders (SXM boards where the database has both).
-SYSTEMS: dict[str, str] = {
-    "A100": "a100_sxm",
-    "H100": "h100_sxm",
-    "H200": "h200_sxm",
-    "B200": "b200_sxm",
-    "B300": "b300_sxm",
-    "GB200": "gb200",
-    "GB300": "gb300",
-    "L40S": "l40s",
-    "RTX-PRO-6000": "rtx_pro_6000_server",
-    "B60": "b60",
-}
-_GPU_OF_SYSTEM = {v: k for k, v in SYSTEMS.items()}
+
+def systems() -> dict[str, str]:
+    """Our GPU names -> the database's system folders: each datasheet entry's ``kernel_db_system``
+    (``hw_profile.hardware.gpus``), read when asked, so that an entry added there is covered with no edit here."""
+    return {name: gpu.kernel_db_system for name, gpu in GPUS.items() if gpu.kernel_db_system}
+
+
+def _gpu_of_system() -> dict[str, str]:
+    return {system: name for name, system in systems().items()}
+
 
 # A GEMM whose time lies this far above another engine's time for the same (M, N, K) on the same GPU, and by at
 # least FLOOR_EXCESS_MS, is taken for a measurement floor, not a kernel property (issue (c)).
@@ -133,9 +130,10 @@ def engine_version(base: Path, system: str, engine: str) -> str | None:
 def coverage(data_dir=None) -> list[tuple[str, str, str]]:
     """(our GPU name, engine, version) for every pair with GEMM and attention data (GQA or MLA)."""
     base = resolve_dir(data_dir)
+    gpu_of_system = _gpu_of_system()
     out = []
     for sysdir in sorted(p for p in base.iterdir() if p.is_dir()):
-        gpu = _GPU_OF_SYSTEM.get(sysdir.name)
+        gpu = gpu_of_system.get(sysdir.name)
         if gpu is None:
             continue
         for engine in ENGINES:
@@ -160,7 +158,7 @@ def system_of(gpu: str, engine: str, data_dir=None) -> tuple[Path, str, str]:
     cov = coverage(base)
     for g, e, v in cov:
         if g == gpu.upper() and e == engine.lower():
-            return base, SYSTEMS[g], v
+            return base, GPUS[g].kernel_db_system, v
     listed = ", ".join(f"{g}/{e} {v}" for g, e, v in cov) or "nothing"
     raise HwProfileError(f"kernel database has no {gpu}/{engine} data; it covers: {listed}")
 
@@ -277,10 +275,9 @@ def _floor_note(dtype, engine, version, system, grid, mesh, hit, ref, against: s
 def _roofline_grid(system: str, dtype: str, mesh) -> np.ndarray | None:
     """A GEMM's time on the datasheet roofline at the roofline model's achieved efficiencies, and never under
     ``GEMM_MIN_MS``; None where the GPU or dtype is not one the datasheet table knows."""
-    from hw_profile.hardware.gpus import GPUS
     from hw_profile.kernels.roofline import RooflineParams
 
-    gpu = GPUS.get(_GPU_OF_SYSTEM.get(system, ""))
+    gpu = GPUS.get(_gpu_of_system().get(system, ""))
     width = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0}.get(dtype)
     if gpu is None or width is None:
         return None

@@ -2,7 +2,8 @@
 the rules that correct the database's own model of a step.
 
 Per point (B new tokens over R requests, q = B/R query tokens each, ``context`` KV tokens per request), on
-``gpus`` tensor-parallel GPUs, experts split over ``ep`` expert-parallel groups (default: one per GPU):
+``gpus`` tensor-parallel GPUs, experts split over ``ep`` expert-parallel groups (default: one per GPU), each part
+named by its family (``hw_profile.kernels.families``, the names the kernel-level roofline's parts share):
 
 - ``gemm``: attention projections and dense MLPs / shared experts at M = B, their N or K split by ``gpus`` (the
   MLA down-projection of DeepSeek is replicated, as the engines run it), plus MLA's per-head absorption batched
@@ -47,7 +48,8 @@ import numpy as np
 import pandas as pd
 
 from hw_profile.errors import HwProfileError
-from hw_profile.hardware.shapes import ModelShape, dense_gemms
+from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.shapes import COMPRESSED_SPARSE, MLA, ModelShape, dense_gemms
 from hw_profile.kernels.database import (
     GEMM_DTYPES,
     KernelTimes,
@@ -58,6 +60,7 @@ from hw_profile.kernels.database import (
     system_of,
     versions,
 )
+from hw_profile.kernels.families import ATTENTION, COMBINE, COMM, DISPATCH, GEMM, LM_HEAD, MHC, MOE
 from hw_profile.kernels.grid import Grid
 
 # fp4 routed experts (DeepSeek-V4): MXFP4 weights with fp8 activations first (V4's own format), then NVFP4
@@ -128,8 +131,9 @@ def _pick(frame: pd.DataFrame, what: str, **eq) -> pd.DataFrame:
 # --- GEMM ---------------------------------------------------------------------------------------------------------
 
 def _gemm_dtype(shape: ModelShape, dtype: str) -> str:
-    # DeepSeek checkpoints are block-scaled fp8 (128 x 128 scales); dense Qwen3 fp8 is per-tensor
-    if dtype == "fp8" and (shape.is_mla or shape.is_compressed):
+    # a model that ships fp8 ships it block-scaled (DeepSeek's 128 x 128 scales); fp8 of a bf16 model (dense Qwen3)
+    # is per-tensor
+    if dtype == "fp8" and shape.checkpoint_dtype == "fp8":
         return "fp8_block"
     if dtype not in GEMM_DTYPES:
         raise HwProfileError(f"--dtype: expected one of {', '.join(sorted(GEMM_DTYPES))}, got {dtype!r}")
@@ -453,13 +457,14 @@ def exchange_times(shape: ModelShape, gpu: str, engine: str, ep: int, tokens, da
     it did not measure, rack-scale NVLink parts): the estimate's own exchange then."""
     b = np.asarray(tokens, dtype=float)
     ctx = _Ctx.open(gpu, engine, "fp8", ep, b, data_dir)
-    if ep < GPUS_PER_NODE or ep % GPUS_PER_NODE or ctx.system.startswith("gb"):
+    # a rack-scale NVLink part (an NVL72) keeps the group's exchange on NVLink, not the measured nodes' RDMA
+    if ep < GPUS_PER_NODE or ep % GPUS_PER_NODE or get_gpu(gpu).nvlink_domain > GPUS_PER_NODE:
         return None
     rows = _exchange_rows(ctx, shape, ep // GPUS_PER_NODE)
     if rows is None:
         return None
     parts = {}
-    for half in ("dispatch", "combine"):
+    for half in (DISPATCH, COMBINE):
         v, ins = Grid.from_frame(rows, ["num_token"], value=f"{half}_avg_t_us").lookup(b)
         # never below the fewest tokens' time: a line continued down from the first two points would undercut it
         v = np.maximum(v, float(rows.loc[rows["num_token"].idxmin(), f"{half}_avg_t_us"]))
@@ -484,7 +489,7 @@ def gemm_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     for name, n, k, count in dense_gemms(shape, gpus):
         if name in names:
             total = total + _gemm(ctx, gdtype, B, n, k, name) * count
-    return ctx.times({"gemm": total})
+    return ctx.times({GEMM: total})
 
 
 def moe_times(shape: ModelShape, gpu: str, engine: str, dtype: str, ep: int, tokens, wide_ep: bool = False,
@@ -497,7 +502,7 @@ def moe_times(shape: ModelShape, gpu: str, engine: str, dtype: str, ep: int, tok
     if ep < 1 or gpus % ep:
         raise HwProfileError(f"--ep: expected a divisor of --gpus {gpus}, got {ep}")
     ctx = _Ctx.open(gpu, engine, dtype, gpus, B, data_dir)
-    return ctx.times({"moe": _moe(ctx, shape, B, ep, wide_ep)})
+    return ctx.times({MOE: _moe(ctx, shape, B, ep, wide_ep)})
 
 
 def _mhc(ctx, shape, B):
@@ -563,9 +568,10 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
 
     gemm = np.zeros(B.shape)
     gemm_list = dense_gemms(shape, gpus)
-    if shape.is_compressed:
+    kind = shape.attention_kind
+    if kind == COMPRESSED_SPARSE:
         attention = _v4_attention(ctx, shape, B, R, c)
-    elif shape.is_mla:
+    elif kind == MLA:
         attention, extra, module = _mla_attention(ctx, shape, R, q, c, B, gdtype)
         if module:  # the module row holds the projections; the swap in `extra` puts them at M = B
             gemm_list = [g for g in gemm_list if g[0] not in ("q_a+kv_a", "q_b", "o")]
@@ -573,22 +579,22 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
         else:
             attention = attention * shape.layers
             gemm = gemm + extra
-    else:
+    else:  # per-head caches: MHA, GQA and sliding windows (priced as full attention, as the roofline does)
         attention = _gqa_attention(ctx, shape, R, q, c) * shape.layers
     for name, n, k, count in gemm_list:
         gemm = gemm + _gemm(ctx, gdtype, B, n, k, name) * count
-    parts = {"gemm": gemm, "attention": attention}
+    parts = {GEMM: gemm, ATTENTION: attention}
     if shape.is_moe:
-        parts["moe"] = _moe(ctx, shape, B, ep)
-    if shape.is_compressed:
-        parts["mhc"] = _mhc(ctx, shape, B)
-    parts["comm"] = _allreduce(ctx, shape, B)
-    parts["lm_head"] = (_gemm(ctx, "bfloat16", B, shape.vocab // gpus, shape.hidden, "LM head")
+        parts[MOE] = _moe(ctx, shape, B, ep)
+    if shape.hyper_connections:
+        parts[MHC] = _mhc(ctx, shape, B)
+    parts[COMM] = _allreduce(ctx, shape, B)
+    parts[LM_HEAD] = (_gemm(ctx, "bfloat16", B, shape.vocab // gpus, shape.hidden, "LM head")
                         if shape.lm_head else np.zeros(B.shape))
 
     notes = [
         ("(a) Attention is priced per request: what grows with the context is read once per request (see the "
-         "DeepSeek-V4 note), not q times as by q x R one-query sequences." if shape.is_compressed else
+         "DeepSeek-V4 note), not q times as by q x R one-query sequences." if kind == COMPRESSED_SPARSE else
          "(a) Attention is priced per request: the decode kernel's time for R sequences over the context with q x "
          "the local query heads on the same KV heads (each request's KV read once, q x context of compute), not "
          "as q x R one-query sequences."),

@@ -34,7 +34,7 @@ def test_a_v4_drafter_layer_keeps_the_targets_moe_block():
     ffn = d.matmul_params - d.layers * d.attn_params_per_layer - d.head_params
     per_layer = (v4.shared_experts + v4.experts_per_token) * v4.expert_params + v4.hidden * v4.experts
     assert ffn == 3 * per_layer > 0
-    assert (d.moe_layers, d.dense_layers, d.is_compressed) == (3, 0, False)
+    assert (d.moe_layers, d.dense_layers, d.attention_kind) == (3, 0, "gqa")
     # its window-only attention keeps V4's projections (low-rank queries, one KV head, grouped low-rank output),
     # without the compressors and indexer: not a 64-head full-rank GQA layer (2.5x the parameters)
     q = v4.hidden * v4.q_lora_rank + v4.q_lora_rank * v4.heads * v4.head_dim

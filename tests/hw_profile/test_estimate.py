@@ -2,6 +2,7 @@
 table set a scenario loads from ``hardware.table`` alone, and calibration on 1-3 points recovering known terms."""
 
 import itertools
+import json
 import math
 import shutil
 import sys
@@ -195,7 +196,7 @@ def test_two_micro_batches_when_the_exchange_dominates():
     b, k = np.array([128.0]), np.array([128 * 4096.0])
     est = estimate_points(shape, d, b, k, "roofline")
     half = roofline_parts(shape, d, b / 2, k / 2)
-    expected = 2 * exchange_ms(shape, d, b / 2) + 2 * half["routed"]
+    expected = 2 * exchange_ms(shape, d, b / 2) + 2 * half["moe"]
     assert _layers(est.parts) + est.parts["a2a"] == pytest.approx(expected, rel=1e-12)
 
 
@@ -208,7 +209,7 @@ def test_two_micro_batches_when_compute_dominates():
     est = estimate_points(shape, d, b, k, "roofline")
     half = roofline_parts(shape, d, b / 2, k / 2)
     x = exchange_ms(shape, d, b / 2)
-    assert x / 3 < half["dense"] and 2 * x / 3 < half["attention"]  # the case this test is about
+    assert x / 3 < half["gemm"] and 2 * x / 3 < half["attention"]  # the case this test is about
     layers = _layers(est.parts) + est.parts["a2a"]
     assert layers == pytest.approx(2 * _layers(half), rel=1e-12)
     assert _layers(est.parts) < layers < 2 * _layers(est.parts)
@@ -244,10 +245,10 @@ def test_a_single_batch_hides_dispatch_under_shared_experts_and_combine_under_th
     est = estimate_points(shape, d, b, k, "roofline")
     whole = exchange_ms(shape, d, b)
     shared_ms = shared_experts_ms(shape, d, b)
-    expected = single_batch_ms(whole, est.parts["routed"], shared_ms)
+    expected = single_batch_ms(whole, est.parts["moe"], shared_ms)
     np.testing.assert_allclose(est.parts["a2a"], expected, rtol=1e-12)
     assert np.all(est.parts["a2a"] <= whole)
-    assert np.all(est.parts["a2a"] >= whole - shared_ms - est.parts["routed"] / 3.0 - 1e-12)
+    assert np.all(est.parts["a2a"] >= whole - shared_ms - est.parts["moe"] / 3.0 - 1e-12)
     # the shared experts by hand: one expert's weights per MoE layer, fp8, read at 0.8 x 4.0 TB/s on one H20
     assert shared_ms[0] == pytest.approx(shape.moe_layers * shape.expert_params / (0.8 * 4.0e12) * 1e3, rel=1e-9)
 
@@ -276,7 +277,7 @@ def test_fused_overlap_prices_the_exchange_inside_the_moe_layer():
     shape, d = v3_dp(8, gpu="H200", overlap="fused", fused_waves=4.0)
     b, k = np.array([1.0, 64.0, 512.0]), np.array([4096.0, 64 * 4096.0, 512 * 4096.0])
     est = estimate_points(shape, d, b, k, "roofline")
-    routed, whole = est.parts["routed"], exchange_ms(shape, d, b)
+    routed, whole = est.parts["moe"], exchange_ms(shape, d, b)
     assert np.allclose(est.parts["a2a"] + routed, fused_moe_ms(routed, whole, 4.0), rtol=1e-12)
     unfused = estimate_points(shape, replace(d, costs=replace(d.costs, overlap="none")), b, k, "roofline")
     assert np.all(est.ms < unfused.ms) and np.all(est.parts["a2a"] > 0)
@@ -317,8 +318,8 @@ def test_a_single_batch_layer_hides_its_dispatch_under_the_shared_experts_as_mea
     shape, d = v3_dp(16, gpu="H200", overlap="single-batch")
     parts = roofline_parts(shape, d, b, k)
     out = with_exchange(shape, d, b, k, parts, lambda bb, kk: roofline_parts(shape, d, bb, kk), None, shared)
-    np.testing.assert_allclose(out["a2a"], single_batch_ms(exchange_ms(shape, d, b), parts["routed"], shared(b)))
-    assert not np.allclose(out["a2a"], single_batch_ms(exchange_ms(shape, d, b), parts["routed"],
+    np.testing.assert_allclose(out["a2a"], single_batch_ms(exchange_ms(shape, d, b), parts["moe"], shared(b)))
+    assert not np.allclose(out["a2a"], single_batch_ms(exchange_ms(shape, d, b), parts["moe"],
                                                        shared_experts_ms(shape, d, b)))
 
 
@@ -362,6 +363,34 @@ def test_fused_overlap_needs_one_nvlink_domain():
         estimate_points(shape, d, np.array([64.0]), np.array([64 * 4096.0]), "roofline")
     gb = v3_dp(64, gpu="GB200", overlap="fused")  # a rack of 72 shares NVLink
     assert estimate_points(*gb, np.array([64.0]), np.array([64 * 4096.0]), "roofline").parts["a2a"][0] > 0
+
+
+def test_where_an_exchange_runs_is_the_parts_nvlink_domain_not_its_name(tmp_path):
+    """The NVLink domain is a datum of the GPU entry: a group of PCIe-only L40S (domain 1) exchanges as across nodes
+    (DeepEP's latency plus the volume at the NIC's line rate), the same group of H800s on their board of 8 over
+    NVLink (400 GB/s: 200 GB/s achieved, above the 60 us floor at 1,024 tokens a rank); the fused kernel is refused on
+    the L40S, and a device file with an H800's datasheet runs it at EP 64 once it says its fabric spans 72 GPUs."""
+    shape, pcie = v3_dp(4, gpu="L40S")
+    b = np.array([1024.0])
+    volume = 1024 * 7168 * 3.0 * 8 * 3 / 4  # fp8 out, bf16 back, to 8 experts, 3 of 4 ranks remote
+    assert exchange_ms(shape, pcie, b)[0] == pytest.approx(
+        shape.moe_layers * (a2a_latency_us(4, pcie.costs) * 1e-3 + volume / 50e9 * 1e3), rel=1e-12)
+    board = replace(pcie, gpu=get_gpu("H800"))
+    assert volume / 200e9 > 60e-6
+    assert exchange_ms(shape, board, b)[0] == pytest.approx(shape.moe_layers * volume / 200e9 * 1e3, rel=1e-12)
+    with pytest.raises(HwProfileError, match=r"one NVLink domain \(1 L40S GPUs\)"):
+        estimate_points(*v3_dp(2, gpu="L40S", overlap="fused"), b, b * 4096, "roofline")
+    fields = {**get_gpu("H800").to_dict(), "name": "H800-RACK"}
+    for domain, runs in ((None, False), (72, True)):
+        path = tmp_path / f"rack-{domain}.json"
+        path.write_text(json.dumps(fields if domain is None else {**fields, "nvlink_domain": domain}))
+        shape, d = v3_dp(64, overlap="fused")
+        d = replace(d, gpu=get_gpu(str(path)))
+        if runs:
+            assert estimate_points(shape, d, b, b * 4096, "roofline").parts["a2a"][0] > 0
+        else:
+            with pytest.raises(HwProfileError, match=r"one NVLink domain \(8 H800-RACK GPUs\)"):
+                estimate_points(shape, d, b, b * 4096, "roofline")
 
 
 def test_overrides_and_their_errors():
@@ -425,7 +454,7 @@ def test_parts_add_up_and_the_fixed_cost_is_paid_once():
     # a single stream of a dense 8B model on one H200 reads its weights once: 16.4 GB at 0.8 x 4.8 TB/s, plus the
     # fixed latency of its 36 x 4 GEMMs and the LM head
     weights_ms = shape.dense_params * 2 / (0.8 * 4.8e12) * 1e3
-    assert est.parts["dense"][0] + est.parts["lm_head"][0] == pytest.approx(weights_ms + 145 * 4.3e-3)
+    assert est.parts["gemm"][0] + est.parts["lm_head"][0] == pytest.approx(weights_ms + 145 * 4.3e-3)
     assert np.all(np.diff(est.ms) > 0)
 
 
@@ -436,7 +465,7 @@ def test_each_verified_token_attends_to_the_context():
     one = roofline_parts(shape, replace(d, costs=EngineCosts(verify_tokens_per_request=1.0)), b, k, floors=False)
     four = roofline_parts(shape, replace(d, costs=EngineCosts(verify_tokens_per_request=4.0)), b, k, floors=False)
     assert four["attention"][0] == pytest.approx(4 * one["attention"][0], rel=1e-9)
-    assert four["dense"][0] == one["dense"][0]
+    assert four["gemm"][0] == one["gemm"][0]
 
 
 def test_latent_cache_is_read_whole_by_every_tensor_parallel_rank():
@@ -467,7 +496,7 @@ def test_the_kv_cache_is_bf16_whatever_the_weights_unless_the_model_stores_fp8()
     assert v4_attn["bf16"] == pytest.approx(v4_bytes / (0.8 * 4.8e12) * 1e3, rel=1e-3)
     # its drafter (window-only layers, no compressed rows) keeps the fp8 cache
     drafter = drafter_shape(v4, 1)
-    assert not drafter.is_compressed and drafter.kv_dtype == "fp8"
+    assert drafter.attention_kind == "gqa" and drafter.kv_dtype == "fp8"
     d_attn = roofline_parts(drafter, dep("deepseek-v4-flash")[1], b, k, floors=False)["attention"][0]
     d_bytes = (4e6 * drafter.kv_read_bytes_per_token + drafter.attn_read_bytes_per_query_token) * 0.5
     assert d_attn == pytest.approx(d_bytes / (0.8 * 4.8e12) * 1e3, rel=1e-3)
@@ -498,7 +527,7 @@ def test_the_experts_type_a_deployment_runs_sets_their_bytes_and_their_arithmeti
     bytes at the 16-bit rate (half the fp8 rate on an H20); an fp8 checkpoint a byte at the fp8 rate."""
     shape, d = dep("deepseek-v4-flash", "H20", gpus=8, ep=8, parallel="dp", dtype="fp8")
     b, k = np.array([1.0, 4096.0]), np.array([0.0, 0.0])  # one token (reads), 4,096 a rank (arithmetic)
-    routed = {x: roofline_parts(replace(shape, expert_dtype=x), d, b, k, floors=False)["routed"]
+    routed = {x: roofline_parts(replace(shape, expert_dtype=x), d, b, k, floors=False)["moe"]
               for x in ("fp4", "w4a16", "fp8")}
     assert routed["w4a16"][0] == pytest.approx(routed["fp4"][0], rel=1e-12)
     assert routed["fp8"][0] == pytest.approx(2 * routed["fp4"][0], rel=1e-12)
@@ -558,12 +587,12 @@ def test_each_kernel_family_pays_its_launches_fixed_latency():
     Qwen3-8B launches 36 x 4 dense GEMMs and an LM head, 36 attentions; DeepSeek-V3 also 58 fused MoE layers."""
     us = KERNEL_FLOOR_US
     for model, added_us in (
-        ("qwen3-8b", {"dense": 144 * us["gemm"], "lm_head": us["gemm"], "attention": 36 * us["attention"]}),
-        ("deepseek-v3", {"dense": (61 * 3 + 3 * 2 + 58 * 2) * us["gemm"], "lm_head": us["gemm"],
-                         "attention": 61 * us["attention"], "routed": 58 * us["moe"]}),
+        ("qwen3-8b", {"gemm": 144 * us["gemm"], "lm_head": us["gemm"], "attention": 36 * us["attention"]}),
+        ("deepseek-v3", {"gemm": (61 * 3 + 3 * 2 + 58 * 2) * us["gemm"], "lm_head": us["gemm"],
+                         "attention": 61 * us["attention"], "moe": 58 * us["moe"]}),
         # V4's attention projections are inside its module; its shared experts are GEMMs; each layer mixes (mHC)
-        ("deepseek-v4-flash", {"dense": 43 * 2 * us["gemm"] + 43 * us["mhc"], "lm_head": us["gemm"],
-                               "attention": 43 * us["v4_attention"], "routed": 43 * us["moe"]}),
+        ("deepseek-v4-flash", {"gemm": 43 * 2 * us["gemm"] + 43 * us["mhc"], "lm_head": us["gemm"],
+                               "attention": 43 * us["v4_attention"], "moe": 43 * us["moe"]}),
     ):
         shape, d = dep(model, dtype="fp8")
         b, k = np.array([1.0, 512.0]), np.array([4096.0, 512 * 4096.0])
@@ -612,9 +641,8 @@ def test_a_gpu_with_a_covered_gpus_datasheet_takes_its_measured_kernels_on_its_o
         shape, ours = dep("qwen3-8b", "H800", gpus=gpus, engine="sglang", costs=engine_defaults("sglang"))
         mine, theirs = estimate_points(shape, ours, b, k), estimate_points(shape, replace(ours, gpu=h100), b, k)
         assert set(mine.source) == {"kernels:H100"} and set(theirs.source) == {"kernels"}
-        for ours_key, their_key in (("dense", "gemm"), ("attention", "attention"), ("lm_head", "lm_head"),
-                                    ("fixed", "fixed"), ("sampling", "sampling")):
-            np.testing.assert_allclose(mine.parts[ours_key], theirs.parts[their_key], rtol=1e-12, err_msg=ours_key)
+        for family in ("gemm", "attention", "lm_head", "fixed", "sampling"):
+            np.testing.assert_allclose(mine.parts[family], theirs.parts[family], rtol=1e-12, err_msg=family)
         if gpus == 1:
             np.testing.assert_allclose(mine.ms, theirs.ms, rtol=1e-12)
         else:

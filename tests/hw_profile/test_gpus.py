@@ -3,10 +3,13 @@ and an unknown name lists the known ones."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from hw_profile.hardware.gpus import ALIASES, GPUS, get_gpu, gpu_names
+from hw_profile.errors import HwProfileError
+from hw_profile.hardware.gpus import ALIASES, GPUS, PLACEMENT, VENDORS, get_gpu, gpu_from_file, gpu_names
 from hw_profile.hardware.shapes import get_shape
 from hw_profile.kernels.roofline import step_time_ms
 
@@ -69,3 +72,35 @@ def test_unknown_name_lists_the_known_ones_and_aliases():
     for name in [*GPUS, *ALIASES]:
         assert name in message
     assert gpu_names() == sorted([*GPUS, *ALIASES])
+
+
+def test_where_each_part_sits_is_data_on_its_entry():
+    """Vendor, NVLink domain and kernel-database system are fields of every entry: the NVL72 parts share a rack of
+    72, the PCIe-only parts (no NVLink figure on their datasheet) a domain of one, every other part a board of 8; the
+    AMD parts are the MI ones; no two entries claim one database system."""
+    for name, g in GPUS.items():
+        assert g.vendor in VENDORS
+        pcie_only = g.nvlink_gb_s is None
+        assert g.nvlink_domain == (1 if pcie_only else 72 if name in ("GB200", "GB300") else 8), name
+    assert {n for n, g in GPUS.items() if g.vendor == "amd"} == {"MI300X", "MI355X"}
+    assert {n for n, g in GPUS.items() if g.vendor == "intel"} == {"B60"}
+    systems = [g.kernel_db_system for g in GPUS.values() if g.kernel_db_system]
+    assert len(systems) == len(set(systems))
+
+
+def test_a_sidecars_gpu_block_holds_the_datasheet_and_a_device_file_can_say_where_it_sits(tmp_path):
+    """``to_dict`` (what a sidecar records) leaves the placement out, so a device file written from it is a part
+    of its own; a device file may state its vendor and NVLink domain, each checked, but not a database system."""
+    h200 = GPUS["H200"].to_dict()
+    assert not set(PLACEMENT) & set(h200) and h200["hbm_tb_s"] == 4.8
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(h200))
+    plain = gpu_from_file(path)
+    assert (plain.vendor, plain.nvlink_domain, plain.kernel_db_system) == (None, 8, None)
+    path.write_text(json.dumps({**h200, "vendor": "amd", "nvlink_domain": 16}))
+    assert (gpu_from_file(path).vendor, gpu_from_file(path).nvlink_domain) == ("amd", 16)
+    for bad, field in (({"vendor": "acme"}, "vendor"), ({"nvlink_domain": 0}, "nvlink_domain"),
+                       ({"nvlink_domain": 2.5}, "nvlink_domain"), ({"kernel_db_system": "h200_sxm"}, "kernel_db_system")):
+        path.write_text(json.dumps({**h200, **bad}))
+        with pytest.raises(HwProfileError, match=f"dev.json: field '{field}'"):
+            gpu_from_file(path)

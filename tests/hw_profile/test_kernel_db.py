@@ -5,6 +5,7 @@ The written latencies are closed forms that multilinear interpolation reproduces
 N x K; attention trilinear in heads, batch and KV), so every expected number below is computed by hand from them."""
 
 import importlib.util
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -444,6 +445,15 @@ def test_deepeps_measured_exchange_by_node_count(db_wide):
     assert ops.exchange_times(s, "H200", "vllm", 16, np.array([8.0]), data_dir=db_wide) is None
 
 
+def test_a_rack_scale_nvlink_part_keeps_its_exchange_off_the_measured_nodes(db_wide):
+    """The DeepEP rows time 8-GPU nodes over RDMA; a part whose NVLink domain spans a rack (``nvlink_domain`` 72: the
+    GB200) exchanges over NVLink instead, so the same rows under its system folder price nothing."""
+    shutil.copytree(db_wide / "h200_sxm", db_wide / "gb200")
+    tokens = np.array([8.0])
+    assert ops.exchange_times(TINY_MLA, "H200", "sglang", 16, tokens, data_dir=db_wide) is not None
+    assert ops.exchange_times(TINY_MLA, "GB200", "sglang", 16, tokens, data_dir=db_wide) is None
+
+
 def test_data_parallel_attention_takes_the_group_at_its_busiest_ranks_load(db_wide):
     """Under dp the rank's own step prices attention and the dense part on one GPU; the experts come from the
     group's DeepEP kernel at ep x the tokens x the busiest rank's load (the kernel's time at that load, not its time
@@ -516,14 +526,33 @@ def test_a_sibling_passes_its_measured_excess_to_a_gpu_the_database_lacks(db):
     dep = Deployment(replace(h200, name="H200-twin"), gpus=1, ep=1, dtype="bf16", parallel="tp", engine="vllm",
                      costs=engine_defaults("vllm"))
     twin, kt = sibling_parts(TINY, dep, h200, src, b, k)
-    for family, key in (("dense", "gemm"), ("attention", "attention"), ("lm_head", "lm_head")):
-        np.testing.assert_allclose(twin[family], kt.parts[key], rtol=1e-12)
+    for family in ("gemm", "attention", "lm_head"):
+        np.testing.assert_allclose(twin[family], kt.parts[family], rtol=1e-12)
     half = replace(dep, gpu=replace(h200, name="H200-half", hbm_tb_s=h200.hbm_tb_s / 2))
     slow, _ = sibling_parts(TINY, half, h200, src, b, k)
     theirs, ours = (roofline_parts(TINY, d, b, k, floors=False) for d in (replace(dep, gpu=h200), half))
     np.testing.assert_allclose(slow["attention"] - kt.parts["attention"], ours["attention"] - theirs["attention"],
                                rtol=1e-9)
     assert (ours["attention"] > theirs["attention"]).all()  # the slower part pays more than the sibling measured
+
+
+def test_measured_kernels_and_the_roofline_name_a_steps_parts_alike(db_wide):
+    """One vocabulary (``hw_profile.kernels.families``): an estimate's parts carry the same names whether the
+    measured kernels or the kernel-level roofline priced them, dense or MoE, and each is a family or an engine
+    part."""
+    from hw_profile.estimate.engine_costs import engine_defaults
+    from hw_profile.estimate.estimate import Deployment, estimate_points
+    from hw_profile.hardware.gpus import get_gpu
+    from hw_profile.kernels.families import ENGINE_PARTS, KERNEL_FAMILIES
+
+    b = np.array([1.0, 8.0])
+    for shape, engine in ((TINY, "vllm"), (TINY_MLA, "sglang")):
+        dep = Deployment(get_gpu("H200"), engine=engine, costs=engine_defaults(engine))
+        measured = estimate_points(shape, dep, b, b * 1024, source=MeasuredKernels(data_dir=db_wide))
+        roofline = estimate_points(shape, dep, b, b * 1024, kernels="roofline")
+        assert set(measured.source) == {"kernels"}, measured.notes
+        assert set(measured.parts) == set(roofline.parts) <= {*KERNEL_FAMILIES, *ENGINE_PARTS}
+        assert ("moe" in measured.parts) == shape.is_moe
 
 
 HAS_AIC = importlib.util.find_spec("aiconfigurator_core") is not None

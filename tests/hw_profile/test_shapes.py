@@ -6,6 +6,7 @@ import pytest
 
 from hw_profile.errors import HwProfileError
 from hw_profile.hardware.shapes import (
+    ATTENTION_KINDS,
     SHAPES,
     ModelShape,
     drafter_shape,
@@ -38,7 +39,7 @@ def test_dense_qwen3_8b_counts_by_hand():
 
 def test_deepseek_v3_is_671b_total_37b_active():
     s = get_shape("deepseek-v3")
-    assert s.is_moe and s.is_mla
+    assert s.is_moe and s.attention_kind == "mla"
     assert s.total_params == pytest.approx(671e9, rel=0.005)
     # active: 37B with the embedding (the model card's figure), 36.6B of it matmul work
     assert s.matmul_params + s.hidden * s.vocab == pytest.approx(37.5e9, rel=0.01)
@@ -71,6 +72,29 @@ def test_gemma_alias_and_sliding_window():
     assert shape_from_config({"text_config": cfg}).sliding_pattern == 6
 
 
+def test_each_attention_kind_and_what_the_step_models_read_of_it():
+    """``attention_kind`` names every library shape's attention, and what a kind means is the shape's to say: a
+    latent or compressed cache is one copy on every tensor-parallel rank (and its model ships fp8), a per-head cache
+    splits by KV head; Gemma's sliding windows are priced as full attention (every layer's K and V per token)."""
+    kinds = {name: s.attention_kind for name, s in SHAPES.items()}
+    assert {kinds["qwen3-8b"], kinds["qwen3-30b-a3b"], kinds["gemma3-12b"], kinds["deepseek-v3"], kinds["kimi-k2"],
+            kinds["deepseek-v4-pro"]} == {"gqa", "sliding-window", "mla", "compressed-sparse"}
+    assert (kinds["gemma3-12b"], kinds["kimi-k2"], kinds["deepseek-v4-flash"]) == ("sliding-window", "mla",
+                                                                                  "compressed-sparse")
+    mha = ModelShape("llama-2-7b", layers=32, hidden=4096, heads=32, kv_heads=32, head_dim=128, intermediate=11008,
+                     vocab=32000)
+    assert mha.attention_kind == "mha" and set(kinds.values()) | {"mha"} == set(ATTENTION_KINDS)
+    for name, s in SHAPES.items():
+        latent = s.attention_kind in ("mla", "compressed-sparse")
+        assert (s.latent_kv, s.checkpoint_dtype) == (latent, "fp8" if latent else "bf16"), name
+        facts = s.kv_cache_facts(2.0, 8, 8)
+        per_head = s.kv_bytes_per_token * max(s.kv_heads // 8, 1) / s.kv_heads
+        assert facts["kv_bytes_per_token_per_gpu"] == (s.kv_bytes_per_token if latent else per_head), name
+    gemma = get_shape("gemma3-12b")
+    assert gemma.kv_bytes_per_token == 2 * 48 * 8 * 256 * 2 == gemma.kv_read_bytes_per_token
+    assert gemma.attn_flops_per_kv_token == 4 * 48 * 16 * 256 and gemma.attn_read_bytes_per_query_token == 0
+
+
 def test_layers_override_and_moe_drafter_of_moe():
     ds = get_shape("deepseek-v3")
     cut = with_layers(ds, 4)
@@ -79,7 +103,7 @@ def test_layers_override_and_moe_drafter_of_moe():
     with pytest.raises(HwProfileError, match="--layers"):
         with_layers(ds, 0)
     d = drafter_shape(ds, 1)  # one MoE layer, as DeepSeek's MTP module is
-    assert d.is_moe and d.layers == 1 and d.is_mla and (d.dense_layers, d.moe_layers) == (0, 1)
+    assert d.is_moe and d.layers == 1 and d.attention_kind == "mla" and (d.dense_layers, d.moe_layers) == (0, 1)
     moe_block = (d.shared_experts + d.experts_per_token) * d.expert_params + d.hidden * d.experts
     assert d.matmul_params == d.attn_params_per_layer + moe_block + d.hidden * d.vocab
     q = drafter_shape(get_shape("qwen3-8b"), 2)

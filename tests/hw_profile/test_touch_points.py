@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -16,9 +17,10 @@ from hw_profile.estimate.engine_costs import DEFAULTS, EngineCosts, engine_defau
 from hw_profile.estimate.estimate import Deployment, estimate_points, kernel_floor_ms, kernel_twin
 from hw_profile.hardware.gpus import GPUS, get_gpu
 from hw_profile.hardware.shapes import get_shape, shape_from_config
-from hw_profile.kernels.database import KernelTimes
+from hw_profile.kernels.database import KernelTimes, coverage, covers
 from hw_profile.kernels.source import MeasuredKernels
 from hw_profile.tables.step_table import StepTable
+from tests.hw_profile.test_kernel_db import TINY, db  # noqa: F401 (db: the written kernel database, a fixture)
 
 needs_kernel_db = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
                                      reason="needs the kernels extra (aiconfigurator-core)")
@@ -47,6 +49,20 @@ def test_a_gpu_added_from_its_datasheet_alone_is_priced_with_its_twins_measured_
     assert set(oem.points["source"]) == {"kernels:H200"} and set(h200.points["source"]) == {"kernels"}
 
 
+def test_a_gpu_the_database_measures_is_its_datasheet_entry_alone(db, monkeypatch):  # noqa: F811 (the fixture)
+    """A part the kernel database measures needs only its ``GPUS`` entry, naming the database's system folder: the
+    database then covers it and the estimate prices it from that folder's kernels. Here a new part "X9" whose
+    folder holds the written H200 data: covered, and priced to the bit as the H200 is from the same rows."""
+    shutil.copytree(db / "h200_sxm", db / "x9_sxm")
+    monkeypatch.setitem(GPUS, "X9", replace(GPUS["H200"], name="X9", kernel_db_system="x9_sxm"))
+    assert ("X9", "vllm", "0.24.0") in coverage(db) and covers("x9", "vllm", db)
+    source = MeasuredKernels(data_dir=db)
+    x9, h200 = (estimate_points(TINY, Deployment(GPUS[name], costs=engine_defaults("vllm")), B, K, source=source)
+                for name in ("X9", "H200"))
+    assert set(x9.source) == {"kernels"} and "x9_sxm / vllm 0.24.0" in x9.sources[0]
+    np.testing.assert_array_equal(x9.ms, h200.ms)
+
+
 def test_a_gpu_the_database_cannot_stand_for_is_priced_by_its_own_datasheet(tmp_path):
     """A part with a datasheet of its own (twice the H200's memory bandwidth) gets the kernel-level roofline: every
     step is faster than the H200's roofline, a single stream's weight reads (memory-bound) take half the time beyond
@@ -59,8 +75,8 @@ def test_a_gpu_the_database_cannot_stand_for_is_priced_by_its_own_datasheet(tmp_
     h200 = estimate_points(shape, Deployment(GPUS["H200"], costs=costs), B, K, kernels="roofline")
     assert (mine.ms < h200.ms).all() and set(mine.source) == {"roofline"}
     np.testing.assert_allclose(mine.parts["fixed"], h200.parts["fixed"])
-    floor = kernel_floor_ms(shape)["dense"]
-    np.testing.assert_allclose(mine.parts["dense"][0] - floor, (h200.parts["dense"][0] - floor) / 2, rtol=1e-12)
+    floor = kernel_floor_ms(shape)["gemm"]
+    np.testing.assert_allclose(mine.parts["gemm"][0] - floor, (h200.parts["gemm"][0] - floor) / 2, rtol=1e-12)
 
 
 def _device(tmp_path, fields: dict) -> str:
