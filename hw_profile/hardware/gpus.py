@@ -65,7 +65,10 @@ Beside its figures, each entry says where the part sits, as data rather than rul
 - ``vendor`` (``VENDORS``): the AMD parts' kernel floors are borrowed from NVIDIA parts, and the estimate says so;
 - ``nvlink_domain``: GPUs that share one NVLink (or Infinity Fabric) fabric, across which an expert-parallel
   exchange runs without a NIC: 72 for the Grace-Blackwell NVL72 parts (GB200, GB300, a rack of 72), 8 for an
-  HGX/OAM board of 8 (the SXM and OAM parts), 1 for PCIe-only parts (L40S, RTX-PRO-6000, B60: no NVLink at all);
+  HGX/OAM board of 8 (the SXM and OAM parts). The PCIe-only parts (L40S, RTX-PRO-6000, B60) say 8 too, the GPUs
+  of one node, which exchange over PCIe: the estimate has no PCIe exchange model and prices theirs at the NVLink
+  rates of the rule this field replaced (a known gap, kept so that no table changed with the move to data; a
+  device file may set 1 to price such a node's exchange as across nodes instead);
 - ``kernel_db_system``: the folder of aiconfigurator-core's measured kernel database that holds this part's kernels
   (the SXM board's where the database has both), None where it has none. A part the database measures is
   therefore this entry alone: ``hw_profile.kernels.database`` maps systems to GPUs by reading it.
@@ -158,12 +161,12 @@ GPUS: dict[str, GPU] = {
                  vendor="nvidia", nvlink_domain=72, kernel_db_system="gb200"),
     "L40S": GPU("L40S", bf16_tflops=366.5, hbm_tb_s=0.864, memory_gb=48, tdp_w=350, idle_w=46,
                 fp8_tflops=733.0, tf32_tflops=183.0,
-                vendor="nvidia", nvlink_domain=1, kernel_db_system="l40s"),
+                vendor="nvidia", nvlink_domain=8, kernel_db_system="l40s"),
     "RTX-PRO-6000": GPU("RTX-PRO-6000", bf16_tflops=500.0, hbm_tb_s=1.6, memory_gb=96, tdp_w=600, idle_w=78,
                         fp8_tflops=1000.0, fp4_tflops=2000.0,
-                        vendor="nvidia", nvlink_domain=1, kernel_db_system="rtx_pro_6000_server"),
+                        vendor="nvidia", nvlink_domain=8, kernel_db_system="rtx_pro_6000_server"),
     "B60": GPU("B60", bf16_tflops=98.5, hbm_tb_s=0.456, memory_gb=24, tdp_w=200, idle_w=26,
-               vendor="intel", nvlink_domain=1, kernel_db_system="b60"),
+               vendor="intel", nvlink_domain=8, kernel_db_system="b60"),
     "MI300X": GPU("MI300X", bf16_tflops=1307.4, hbm_tb_s=5.3, memory_gb=192, tdp_w=750, idle_w=98,
                   fp8_tflops=2614.9, tf32_tflops=653.7, nvlink_gb_s=896,
                   vendor="amd", nvlink_domain=8),

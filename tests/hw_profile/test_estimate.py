@@ -366,21 +366,25 @@ def test_fused_overlap_needs_one_nvlink_domain():
 
 
 def test_where_an_exchange_runs_is_the_parts_nvlink_domain_not_its_name(tmp_path):
-    """The NVLink domain is a datum of the GPU entry: a group of PCIe-only L40S (domain 1) exchanges as across nodes
-    (DeepEP's latency plus the volume at the NIC's line rate), the same group of H800s on their board of 8 over
-    NVLink (400 GB/s: 200 GB/s achieved, above the 60 us floor at 1,024 tokens a rank); the fused kernel is refused on
-    the L40S, and a device file with an H800's datasheet runs it at EP 64 once it says its fabric spans 72 GPUs."""
-    shape, pcie = v3_dp(4, gpu="L40S")
+    """The NVLink domain is a datum of the GPU entry: a group of GPUs whose device file says they share no fabric
+    (domain 1) exchanges as across nodes (DeepEP's latency plus the volume at the NIC's line rate), the same group
+    of H800s on their board of 8 over NVLink (400 GB/s: 200 GB/s achieved, above the 60 us floor at 1,024 tokens a
+    rank); the fused kernel is refused on the first, and a device file with an H800's datasheet runs it at EP 64
+    once it says its fabric spans 72 GPUs."""
+    h800 = get_gpu("H800").to_dict()
+    (tmp_path / "alone.json").write_text(json.dumps({**h800, "name": "H800-ALONE", "nvlink_domain": 1}))
+    shape, board = v3_dp(4, gpu="H800")
+    alone = replace(board, gpu=get_gpu(str(tmp_path / "alone.json")))
     b = np.array([1024.0])
     volume = 1024 * 7168 * 3.0 * 8 * 3 / 4  # fp8 out, bf16 back, to 8 experts, 3 of 4 ranks remote
-    assert exchange_ms(shape, pcie, b)[0] == pytest.approx(
-        shape.moe_layers * (a2a_latency_us(4, pcie.costs) * 1e-3 + volume / 50e9 * 1e3), rel=1e-12)
-    board = replace(pcie, gpu=get_gpu("H800"))
+    assert exchange_ms(shape, alone, b)[0] == pytest.approx(
+        shape.moe_layers * (a2a_latency_us(4, alone.costs) * 1e-3 + volume / 50e9 * 1e3), rel=1e-12)
     assert volume / 200e9 > 60e-6
     assert exchange_ms(shape, board, b)[0] == pytest.approx(shape.moe_layers * volume / 200e9 * 1e3, rel=1e-12)
-    with pytest.raises(HwProfileError, match=r"one NVLink domain \(1 L40S GPUs\)"):
-        estimate_points(*v3_dp(2, gpu="L40S", overlap="fused"), b, b * 4096, "roofline")
-    fields = {**get_gpu("H800").to_dict(), "name": "H800-RACK"}
+    fused_alone = replace(v3_dp(2, overlap="fused")[1], gpu=alone.gpu)
+    with pytest.raises(HwProfileError, match=r"one NVLink domain \(1 H800-ALONE GPUs\)"):
+        estimate_points(shape, fused_alone, b, b * 4096, "roofline")
+    fields = {**h800, "name": "H800-RACK"}
     for domain, runs in ((None, False), (72, True)):
         path = tmp_path / f"rack-{domain}.json"
         path.write_text(json.dumps(fields if domain is None else {**fields, "nvlink_domain": domain}))

@@ -76,12 +76,11 @@ def test_unknown_name_lists_the_known_ones_and_aliases():
 
 def test_where_each_part_sits_is_data_on_its_entry():
     """Vendor, NVLink domain and kernel-database system are fields of every entry: the NVL72 parts share a rack of
-    72, the PCIe-only parts (no NVLink figure on their datasheet) a domain of one, every other part a board of 8; the
-    AMD parts are the MI ones; no two entries claim one database system."""
+    72, every other part a board (or, PCIe-only, a node) of 8; the AMD parts are the MI ones; no two entries claim
+    one database system."""
     for name, g in GPUS.items():
         assert g.vendor in VENDORS
-        pcie_only = g.nvlink_gb_s is None
-        assert g.nvlink_domain == (1 if pcie_only else 72 if name in ("GB200", "GB300") else 8), name
+        assert g.nvlink_domain == (72 if name in ("GB200", "GB300") else 8), name
     assert {n for n, g in GPUS.items() if g.vendor == "amd"} == {"MI300X", "MI355X"}
     assert {n for n, g in GPUS.items() if g.vendor == "intel"} == {"B60"}
     systems = [g.kernel_db_system for g in GPUS.values() if g.kernel_db_system]
