@@ -119,7 +119,7 @@ KERNEL_FLOOR_US = {GEMM: 4.3, ATTENTION: 11.2, MOE: 24.4, "v4_attention": 54.8, 
 # Inside one NVLink domain (``GPU.nvlink_domain``: an HGX board of 8, an NVL72 rack) the exchange runs over NVLink:
 # its achieved bandwidth (RooflineParams.nvlink_gb_s, scaled to the part) and a latency floor of tens of
 # microseconds per layer (NVSHMEM/IPC puts with no NIC in the path), taken as this many us for dispatch + combine.
-# A group larger than the domain (any group of PCIe-only parts, whose domain is 1) is priced as across nodes.
+# A group larger than the domain is priced as across nodes (PCIe-only parts: see ``GPU.nvlink_domain``).
 A2A_NVLINK_US = 60.0
 
 
