@@ -288,11 +288,12 @@ def test_a_scheduler_one_step_ahead_admits_a_new_request_a_step_later(tmp_path):
 def test_the_engine_costs_outside_the_forward_come_from_the_table_unless_the_scenario_sets_them(tmp_path):
     """An estimate's sidecar records request_ms and whether the engine schedules a step ahead; a measured table
     (no engine costs) has neither; the scenario's engine.request_ms / engine.schedule_ahead win."""
+    from hw_profile.tables.table_set import TableSet
     from simulator.inputs.hardware import request_ms, schedule_ahead
 
     rows = [{"batch_tokens": 1, "kv_tokens": 0, "status": "ok", "step_ms": 1.0}]
-    est = StepTable.from_points(rows, meta={"engine_costs": {"request_ms": 10.0, "overlap_schedule": True}})
-    measured = StepTable.from_points(rows, meta={"kind": "measured"})
+    est = TableSet(StepTable.from_points(rows, meta={"engine_costs": {"request_ms": 10.0, "overlap_schedule": True}}))
+    measured = TableSet(StepTable.from_points(rows, meta={"kind": "measured"}))
     assert request_ms(est, None) == 10.0 and schedule_ahead(est, None) is True
     assert request_ms(measured, None) == 0.0 and schedule_ahead(measured, None) is False
     assert request_ms(est, 2.5) == 2.5 and schedule_ahead(est, False) is False
