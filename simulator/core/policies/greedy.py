@@ -30,7 +30,7 @@ from numba import njit
 
 import hw_profile.tables.step_table
 from hw_profile.tables.cuda_graphs import NO_GRAPHS
-from hw_profile.tables.step_table import k_rows, priced_step_ms_at, step_ms_at, verify_ms_at
+from hw_profile.tables.step_table import graph_batch, k_rows, step_ms_at, verify_ms_at
 from simulator.core.policies import candidate_order
 from simulator.core.policies.candidate_order import descending_stable
 
@@ -120,11 +120,13 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, veri
         if tabulated:
             rate = rates[0]
         else:
-            if staired:
-                t, seg, at = priced_step_ms_at(b_axis, ms, lo, hi, w, float(rows) + prefill, att_rows, prompts, seg,
-                                               at, sizes, per_request, floor)
-            else:
-                t, seg = step_ms_at(b_axis, ms, lo, hi, w, float(rows) + prefill, seg)
+            b = float(rows) + prefill
+            eager = False
+            if staired:  # the B the step replays at (``priced_step_ms_at``, unrolled to keep one lookup here)
+                b, eager, at = graph_batch(b, att_rows, prompts, sizes, per_request, at)
+            t, seg = step_ms_at(b_axis, ms, lo, hi, w, b, seg)
+            if eager and t < floor:
+                t = floor
             t += verify_ms_at(float(rows), att_rows, att_k, q_table, att_kv, att_query)
             rate = 1000.0 / (t + fixed)
         best = float(rows) * rate
@@ -135,11 +137,12 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, veri
             if tabulated:
                 rate = rates[n]
             else:
+                b = float(rows + n) + prefill
                 if staired:
-                    t, seg, at = priced_step_ms_at(b_axis, ms, lo, hi, w, float(rows + n) + prefill, att_rows,
-                                                   prompts, seg, at, sizes, per_request, floor)
-                else:  # no captured graphs: the plain rule, without the stairs' bookkeeping in the hot loop
-                    t, seg = step_ms_at(b_axis, ms, lo, hi, w, float(rows + n) + prefill, seg)
+                    b, eager, at = graph_batch(b, att_rows, prompts, sizes, per_request, at)
+                t, seg = step_ms_at(b_axis, ms, lo, hi, w, b, seg)
+                if eager and t < floor:
+                    t = floor
                 t += verify_ms_at(float(rows + n), att_rows, att_k, q_table, att_kv, att_query)
                 rate = 1000.0 / (t + fixed)
             theta = (float(rows) + gained) * rate
