@@ -44,6 +44,7 @@ from hw_profile.hardware.shapes import ModelShape, drafter_shape, get_shape, rea
 from hw_profile.measure.load import LoadWatch, relative_spread
 from hw_profile.measure.telemetry import NvmlSampler, PointTelemetry
 from hw_profile.tables.step_table import StepTable, table_meta
+from hw_profile.tables.table_set import TableSet
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 GIB = 1024**3
@@ -508,8 +509,8 @@ def _write(records: dict, meta: dict, out: Path) -> StepTable:
     meta["points_ok"] = sum(r["status"] == "ok" for r in rows)
     meta["points_skipped"] = sum(r["status"] != "ok" for r in rows)
     table = StepTable.from_points(rows, dict(meta))
-    if rows:
-        table.write(out)
+    if rows:  # after every point, so a stopped run resumes from what it wrote
+        TableSet(table).write(out)
     return table
 
 

@@ -14,8 +14,9 @@ On disk a set is what the tables have always been, so every table written before
 JSON sidecar, the sidecar's ``drafter_tables`` naming each drafter's CSV beside it (``{"mtp": {"table":
 "NAME.drafter-mtp.csv"}, "dspark": {"table": ..., "sequential_head": {...}, "attention_window": W}}``). The
 format of each CSV and sidecar is in ``hw_profile.tables.step_table``; docs/hw-profile.md has it for users.
-``TableSet.write`` is the one writer (``hw-profile estimate`` and ``calibrate --prior`` write sets; ``sps`` and
-``analytic`` a set of one table) and ``TableSet.read`` the one reader the simulator uses.
+``TableSet.write`` is the one writer (``hw-profile estimate`` and ``calibrate --prior`` write sets; ``sps``,
+``analytic`` and ``calibrate`` from telemetry a set of one table) and ``TableSet.read`` the one reader the
+simulator uses (the bundled tables' regeneration scripts in ``tools/`` keep their own file names).
 """
 
 from __future__ import annotations
