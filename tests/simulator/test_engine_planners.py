@@ -260,3 +260,25 @@ def test_every_built_in_policy_runs_under_the_invariant_checker():
     policies = [s["policy"] if isinstance(s, dict) else SHORTHANDS.get(s, (None, s))[1] for s in ALL_SYSTEMS]
     covered = {resolve(p)[0] for p in policies}
     assert set(REGISTRY.values()) <= covered
+
+
+def test_sglang_profiles_the_batch_sizes_its_table_says_the_engine_captures():
+    """As the engine derives its table from its captured graphs: a table that records capture by requests (an
+    SGLang estimate's cuda_graphs) is profiled at those sizes, one captured by tokens or none at the default list,
+    and batch_sizes given wins over both."""
+    from dataclasses import replace
+
+    from hw_profile.tables.cuda_graphs import CudaGraphs
+    from simulator.core.policies.engines import CAPTURE_BATCH_SIZES
+
+    grid = jagged_grid()
+    by_requests = replace(grid, graphs=CudaGraphs((1, 2, 3, 5, 8), "requests", 0.0))
+    by_tokens = replace(grid, graphs=CudaGraphs((1, 2, 3, 5, 8), "tokens", 0.0))
+    policy = SglangCompact()
+    assert policy.profiled_sizes(by_requests).tolist() == [1, 2, 3, 5, 8]
+    assert policy.profiled_sizes(by_tokens).tolist() == list(CAPTURE_BATCH_SIZES)
+    assert policy.profiled_sizes(grid).tolist() == list(CAPTURE_BATCH_SIZES)
+    assert SglangCompact(batch_sizes=[2, 4]).profiled_sizes(by_requests).tolist() == [2, 4]
+    sps = StepCost(by_requests, kv=0.0, prefill=0, fixed_ms=0.0, rows=1, verify_kv=0.0, draft=None)
+    bs, _, _ = policy.profile(sps, 2)
+    assert sorted(set(bs.tolist())) == [1, 2, 3, 5, 8] and len(bs) == 5 * 3

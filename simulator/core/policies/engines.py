@@ -30,7 +30,8 @@ from simulator.core.policies.greedy import greedy_prefix_lengths, top_k_prefix_l
 #: the context (tokens per request) engines profile their cost tables at (vLLM's
 #: VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN default)
 PROFILE_CONTEXT = 8192
-#: batch sizes an SGLang-like engine captures CUDA graphs at (1, 2, 4, 8, then steps of 16): the table's points
+#: batch sizes an SGLang-like engine captures CUDA graphs at (1, 2, 4, 8, then steps of 16): the profile's points
+#: when the run's table records no capture by requests
 CAPTURE_BATCH_SIZES = (1, 2, 4, 8, *range(16, 257, 16))
 #: the context of the dummy requests in a table derived from captured CUDA graphs (ASSUMED: capture fills each
 #: dummy sequence with a token or so, so the table prices weights and matrix work, hardly any attention)
@@ -197,7 +198,7 @@ class SglangCompact(Policy):
 
     The planner's cost model is T(bs, K) = bias + alpha * bs + theta * (bs + K) (alpha: the draft and the part of
     attention trimming does not reduce; theta: the cost of a verified token), fitted by least squares
-    (``fit_cost_model``) to the profiled table: dummy steps at each of ``batch_sizes`` requests holding
+    (``fit_cost_model``) to the profiled table: dummy steps at each profiled batch size (``profiled_sizes``) holding
     ``profile_context`` tokens, verifying 0..gamma drafts each, priced by the run's own step-time table and drafter
     cost. The default context is that of a table derived from the captured graphs (``CAPTURE_CONTEXT``, assumed);
     a table profiled at a real context takes ``profile_context``. The table has no context axis, so the planner is
@@ -215,16 +216,16 @@ class SglangCompact(Policy):
     sync_stall = True
 
     def __init__(self, table: bool = True, profile_context: int = CAPTURE_CONTEXT,
-                 batch_sizes: list[int] | tuple[int, ...] = CAPTURE_BATCH_SIZES):
+                 batch_sizes: list[int] | tuple[int, ...] | None = None):
         if not isinstance(table, bool):
             raise ValueError(f"table must be true or false, got {table!r}")
         if int(profile_context) != profile_context or profile_context < 1:
             raise ValueError(f"profile_context must be a positive integer, got {profile_context!r}")
         try:
-            sizes = np.unique(np.asarray(batch_sizes, dtype=np.int64))
+            sizes = None if batch_sizes is None else np.unique(np.asarray(batch_sizes, dtype=np.int64))
         except (TypeError, ValueError):
             raise ValueError(f"batch_sizes must be a list of positive integers, got {batch_sizes!r}") from None
-        if sizes.ndim != 1 or len(sizes) < 2 or sizes[0] < 1:
+        if sizes is not None and (sizes.ndim != 1 or len(sizes) < 2 or sizes[0] < 1):
             raise ValueError(f"batch_sizes needs at least two positive batch sizes, got {batch_sizes!r}")
         self.table = table
         self.context = int(profile_context)
@@ -256,11 +257,23 @@ class SglangCompact(Policy):
 
         return greedy_prefix_lengths(view.confidence, rate, early_stop=True)
 
+    def profiled_sizes(self, grid: StepTimeGrid) -> np.ndarray:
+        """The batch sizes the engine profiles: ``batch_sizes`` as given, else the sizes the run's table says the
+        engine captures by request count (its ``cuda_graphs``, as the engine derives its table from its captured
+        graphs), else ``CAPTURE_BATCH_SIZES``."""
+        if self.batch_sizes is not None:
+            return self.batch_sizes
+        graphs = grid.graphs
+        if graphs is not None and graphs.counts == "requests" and len(graphs.sizes) >= 2:
+            return np.asarray(graphs.sizes, dtype=np.int64)
+        return np.asarray(CAPTURE_BATCH_SIZES, dtype=np.int64)
+
     def profile(self, sps: StepCost, gamma: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The profiled points the fit reads: (batch sizes, draft tokens verified in all, step ms)."""
-        bs, k = (x.ravel() for x in np.meshgrid(self.batch_sizes, np.arange(gamma + 1), indexing="ij"))
+        sizes = self.profiled_sizes(sps.grid)
+        bs, k = (x.ravel() for x in np.meshgrid(sizes, np.arange(gamma + 1), indexing="ij"))
         ms = dummy_step_ms(sps.grid, bs * (k + 1), bs, self.context)
-        draft = _draft_ms(sps.draft, self.batch_sizes, gamma, self.context)
+        draft = _draft_ms(sps.draft, sizes, gamma, self.context)
         return bs, bs * k, ms + np.repeat(draft, gamma + 1)
 
 
