@@ -35,15 +35,6 @@ def _read(path: Path, field: str) -> StepTable:
         raise UserError(f"{field}: {exc}") from None
 
 
-def default_kv_capacity(table: StepTable | TableSet, gpus: int, utilization: float = 0.9,
-                        max_batch_tokens: int = 8192, max_running: int = 256) -> int | None:
-    """KV tokens one replica holds, as vLLM sizes its pool from the set's memory facts
-    (``hw_profile.tables.table_set.MemoryFacts.kv_capacity``); None without GPU memory and model shape."""
-    tables = table if isinstance(table, TableSet) else TableSet(table)
-    memory = tables.memory(gpus)
-    return None if memory is None else memory.kv_capacity(gpus, utilization, max_batch_tokens, max_running)
-
-
 def load_target_table(scn: LoadedScenario) -> StepTable:
     return _read(scn.resolve(scn.model.hardware.table), "hardware.table")
 
@@ -69,8 +60,9 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
         draft[name] = DraftCost(kind, dt.table.grid, float(head.get("per_position_ms", 0.0)),
                                 float(head.get("per_row_position_ms", 0.0)), dt.attention_window)
     eng = scn.model.engine
-    kv = eng.kv_capacity_tokens or default_kv_capacity(tables, hw.gpus_per_replica, eng.gpu_memory_utilization,
-                                                       eng.max_batch_tokens, eng.max_running)
+    memory = tables.memory(hw.gpus_per_replica)  # None without GPU memory and model shape in the sidecar
+    kv = eng.kv_capacity_tokens or (memory.kv_capacity(hw.gpus_per_replica, eng.gpu_memory_utilization,
+                                                       eng.max_batch_tokens, eng.max_running) if memory else None)
     if kv is None:
         raise UserError(
             f"{scn.path}: engine.kv_capacity_tokens: required, since table {hw.table} does not record its GPU "
