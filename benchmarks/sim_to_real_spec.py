@@ -156,8 +156,8 @@ def missing(c: Comparison) -> list[str]:
     then the numbers the prediction needs from the source, then a comparison left out on purpose."""
     run, out = c.run, []
     if run["model"] not in SHAPES:
-        out.append(f"model shape: no {run['model']} in hw_profile.hardware.shapes.SHAPES (its layer, attention and "
-                   "expert fields are not pinned here)")
+        gap = run.get("shape_gap") or "its layer, attention and expert fields are not pinned here"
+        out.append(f"model shape: no {run['model']} in hw_profile.hardware.shapes.SHAPES ({gap})")
     gpus = {arm.get("gpu", run["gpu"]) for arm in (c.arm(c.a), c.arm(c.b))}
     for gpu in sorted(gpus, key=str):
         if gpu is None:
@@ -235,13 +235,18 @@ def table(args: list[str], cache: Path) -> Path:
 # --- the arms --------------------------------------------------------------------------------------------------
 
 
+def layout(run: dict, arm: dict) -> tuple[int, int]:
+    """(replicas, GPUs per replica) of an arm: a data-parallel table prices one GPU a row, a tensor-parallel one the
+    estimate's ``gpus``."""
+    est = {**run["estimate"], **arm.get("estimate", {})}
+    return int(run.get("replicas", 1)), 1 if est.get("parallel") == "dp" else int(est.get("gpus", 1))
+
+
 def scenario_doc(c: Comparison, name: str, table_path: Path) -> dict:
     """The closed-loop scenario of arm ``name`` of ``c``: its table, concurrency and system, the run's workload,
     and acceptance scaled to the AL of arm ``c.al_from``."""
     run, arm, ref = c.run, c.arm(name), c.arm(c.al_from)
-    est = {**run["estimate"], **arm.get("estimate", {})}
-    replicas = int(run.get("replicas", 1))
-    gpus_per_replica = 1 if est.get("parallel") == "dp" else int(est.get("gpus", 1))
+    replicas, gpus_per_replica = layout(run, arm)
     acc = run["acceptance"]
     drafter = arm.get("drafter") or acc["drafter"]
     gamma = int(arm.get("gamma") or ref.get("gamma") or 1)
@@ -374,11 +379,16 @@ def _mean_length(spec) -> float | None:
     return None
 
 
-def in_metric(run: dict, output_per_gpu: float) -> float | None:
-    """A simulated output throughput in the source's metric: a "total" one also counts each request's prompt,
-    (prompt + output) / output times the output (Little's law over the closed loop's requests); None where the
-    workload's mean lengths are not known in closed form."""
-    if not run["metric"].startswith("total"):
+def in_metric(run: dict, arm: dict, output_per_gpu: float) -> float | None:
+    """A simulated output throughput in the source's metric: per GPU (or rank) where it says so, else over the
+    deployment's GPUs; a "total" one also counts each request's prompt, (prompt + output) / output times the output
+    (Little's law over the closed loop's requests); None where the workload's mean lengths are not known in closed
+    form."""
+    metric = run["metric"]
+    if not metric.endswith(("per GPU", "per rank")):
+        replicas, gpus_per_replica = layout(run, arm)
+        output_per_gpu *= replicas * gpus_per_replica
+    if not metric.startswith("total"):
         return output_per_gpu
     wl = run.get("workload", {})
     prompt, output = _mean_length(wl.get("prompt", 512)), _mean_length(wl.get("output", 256))
@@ -419,7 +429,7 @@ def report(rows: list[dict], gaps: list[tuple], markdown: bool = True) -> str:
             mark = "*" if name == c.al_from and arm["system"] != "ar" else ""
             al = "-" if arm.get("al") is None else f"{arm['al']:g}{mark}"
             lines.append(f"| {c.run['id']} | {arm['label']} | {c.run['metric']} | {_num(arm.get('value'), ',g')} | "
-                         f"{_num(in_metric(c.run, res.throughput_per_gpu))} | {_num(arm.get('tpot_ms'), 'g')} | "
+                         f"{_num(in_metric(c.run, arm, res.throughput_per_gpu))} | {_num(arm.get('tpot_ms'), 'g')} | "
                          f"{res.tpot_ms:.2f} | {_num(arm.get('ttft_ms'), 'g')} | {_num(_finite(res.ttft_ms), ',.0f')} | "
                          f"{al} | {res.tau:.2f} |")
     lines += ["", "Not predicted (what is missing):", ""]

@@ -342,6 +342,18 @@ SHAPES: dict[str, ModelShape] = {
                           vocab=163840, family="deepseek_v3", experts=384, experts_per_token=8, shared_experts=1,
                           expert_intermediate=2048, dense_layers=1, kv_lora_rank=512, q_lora_rank=1536,
                           qk_rope_head_dim=64, v_head_dim=128),
+    # GLM-5.2 (zai-org; model_type glm_moe_dsa): the config values a public vLLM port pins for the GLM-5.2
+    # checkpoint (jinhuang12/vllm-neuron, vllm_neuron/model/glm_moe_dsa/config.py), which are GLM-5's defaults in
+    # transformers' GlmMoeDsaConfig: 78 layers (first 3 dense, width 12288), 256 routed experts + 1 shared, 8 per
+    # token, width 2048, MLA (q_lora_rank 2048, kv_lora_rank 512, qk_nope 192, qk_rope 64, v 256), 64 heads, a
+    # 154,880-token vocabulary, one MTP layer (not counted), fp8 weights in 128 x 128 blocks. Its DeepSeek-V3.2-style
+    # sparse attention (an indexer of 32 x 128 selecting the top 2,048 context tokens per query token) is NOT priced:
+    # the shape attends as plain MLA, every context token read once per request, which is what the selection reads
+    # at contexts up to 2,048 tokens and an over-count beyond them (docs/model.md, "By attention kind").
+    "glm-5.2": ModelShape("glm-5.2", layers=78, hidden=6144, heads=64, kv_heads=64, head_dim=192, intermediate=12288,
+                          vocab=154880, family="glm_moe_dsa", experts=256, experts_per_token=8, shared_experts=1,
+                          expert_intermediate=2048, dense_layers=3, kv_lora_rank=512, q_lora_rank=2048,
+                          qk_rope_head_dim=64, v_head_dim=256),
     # deepseek-ai/DeepSeek-V4-Flash config.json: 43 layers, hidden 4096, 64 query heads over one 512-wide KV head
     # (rotary 64 inside), q_lora_rank 1024, output in 8 groups of rank 1024, 256 routed experts (fp4) + 1 shared,
     # 6 per token, width 2048 (the first 3 hash-routed, still experts), compress_ratios [0, 0] + [4, 128] x 20 +

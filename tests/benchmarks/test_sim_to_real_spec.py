@@ -139,3 +139,20 @@ def test_a_scenario_that_cannot_be_built_is_one_line(spec, capsys, tmp_path):
     errors = [ln for ln in err.splitlines() if not ln.startswith("  ")]  # indented lines: progress
     assert len(errors) == 1 and errors[0].startswith(f"sim_to_real_spec: {data}: run 'tiny-gpus', arm 'a100': ")
     assert "acceptance.acceptance_length" in errors[0]
+
+
+def test_a_simulated_figure_is_put_in_the_sources_metric(spec):
+    """Per GPU (or rank) as simulated; a deployment's total over its GPUs; a "total" metric adds the prompts by
+    Little's law over the closed loop (prompt + output tokens per output token)."""
+    tp4 = {"estimate": {"gpus": 4, "parallel": "tp"}, "workload": {"prompt": 1024, "output": 2048}}
+    dp16 = {"estimate": {"gpus": 16, "parallel": "dp"}, "replicas": 16, "workload": {"prompt": 1024, "output": 2048}}
+    arm = {}
+    assert spec.in_metric({**tp4, "metric": "output tok/s per GPU"}, arm, 100.0) == 100.0
+    assert spec.in_metric({**dp16, "metric": "output tok/s per rank"}, arm, 100.0) == 100.0
+    assert spec.in_metric({**tp4, "metric": "output tok/s"}, arm, 100.0) == 400.0
+    assert spec.in_metric({**dp16, "metric": "output tok/s"}, arm, 100.0) == 1600.0
+    assert spec.in_metric({**tp4, "metric": "total tok/s per GPU"}, arm, 100.0) == pytest.approx(150.0)
+    uniform = {**tp4, "workload": {"prompt": {"dist": "uniform", "low": 1, "high": 8191}, "output": 1024}}
+    assert spec.in_metric({**uniform, "metric": "total tok/s"}, arm, 100.0) == pytest.approx(400.0 * 5120 / 1024)
+    # an arm's own estimate options (another GPU count) win over the run's
+    assert spec.in_metric({**tp4, "metric": "output tok/s"}, {"estimate": {"gpus": 8}}, 100.0) == 800.0

@@ -119,6 +119,7 @@ def test_unknown_shape_names_the_choices():
     ("qwen3-30b-a3b", 30.5e9, 3.3e9),  # the model cards' totals and activated parameters
     ("qwen3-235b-a22b", 235e9, 22e9),
     ("kimi-k2", 1.0e12, 32e9),
+    ("glm-5.2", 744e9, 40e9),  # GLM-5's announced size; GLM-5.2 keeps its architecture (the pinned config)
 ])
 def test_moe_builtins_match_their_cards(name, total, active):
     s = get_shape(name)
