@@ -104,6 +104,7 @@ def device_and_shape(gpu: str, model: str, gpus: int):
     return device, shape
 
 
+EXPERT_DTYPES = ("auto", "fp4", "fp8", "w4a16")  # --expert-dtype of analytic and estimate
 EXPERT_DTYPE_HELP = ("the routed experts' type; auto: the model's own (fp4 for DeepSeek-V4, at the fp8 rate); fp4: an "
                      "fp4 checkpoint of another model (NVFP4, MXFP4), priced as V4's; fp8: an fp8 checkpoint; w4a16: "
                      "fp4 weights in 16-bit arithmetic (Marlin, on parts without FP4 tensor cores)")
@@ -225,7 +226,7 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
 @click.option("--markov-rank", type=int, default=256, show_default=True,
               help="with --drafter-layers: DSpark's sequential Markov head rank, recorded with its confidence head "
               "as the table's sequential_head (charged to the dspark drafter only; 0: none)")
-@click.option("--expert-dtype", type=click.Choice(["auto", "fp4", "fp8", "w4a16"]), default="auto", show_default=True,
+@click.option("--expert-dtype", type=click.Choice(EXPERT_DTYPES), default="auto", show_default=True,
               help=EXPERT_DTYPE_HELP)
 @click.option("--max-batch-tokens", type=int, default=16384, show_default=True)
 @click.option("--max-kv-tokens", type=int, default=4_194_304, show_default=True)
@@ -311,7 +312,7 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
 @click.option("--kv-dtype", type=click.Choice(["auto", "bf16", "fp8"]), default="auto", show_default=True,
               help="the KV cache's type; auto: the model's own (fp8 for DeepSeek-V4), else bf16 as the engines' "
                    "default (--kv-cache-dtype auto)")
-@click.option("--expert-dtype", type=click.Choice(["auto", "fp4", "fp8", "w4a16"]), default="auto", show_default=True,
+@click.option("--expert-dtype", type=click.Choice(EXPERT_DTYPES), default="auto", show_default=True,
               help=EXPERT_DTYPE_HELP)
 @click.option("--parallel", type=click.Choice(["auto", "tp", "dp"]), default="auto", show_default=True,
               help="dp: data-parallel attention with EP, one table row per GPU (DeepSeek-style decode); "

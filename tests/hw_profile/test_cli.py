@@ -89,6 +89,19 @@ def test_analytic_takes_the_experts_type_a_deployment_serves(tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1 and "qwen3-8b has no experts" in err
 
 
+def test_an_fp4_checkpoint_of_another_moe_model_reads_half_the_expert_bytes(tmp_path, capsys):
+    """--expert-dtype fp4 on GLM-5.2 (an fp8 checkpoint): the routed experts stored at half a byte, so a one-token
+    step, which reads the experts it routes to, is cheaper; everything else as at auto."""
+    base = ["analytic", "--gpu", "B200", "--model", "glm-5.2", "--gpus", "8", "--dtype", "fp8"]
+    tables = {}
+    for kind in ("auto", "fp4"):
+        code, _, err = run([*base, "--expert-dtype", kind, "--out", str(tmp_path / f"{kind}.csv")], capsys)
+        assert code == 0, err
+        tables[kind] = StepTable.read(tmp_path / f"{kind}.csv")
+    assert [t.meta["model_shape"].get("expert_dtype", "") for t in tables.values()] == ["", "fp4"]
+    assert tables["fp4"].grid.step_ms(1, 0) < tables["auto"].grid.step_ms(1, 0)
+
+
 def test_sps_on_cpu(tiny_config, tmp_path, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "t.csv"
