@@ -74,14 +74,20 @@ def test_analytic_warns_when_weights_do_not_fit(tmp_path, capsys):
     assert json.loads((tmp_path / "d.json").read_text())["fits_in_memory"] is False
 
 
-def test_analytic_takes_the_experts_type_a_deployment_serves(tmp_path, capsys):
-    """--expert-dtype, as on estimate: V4-Pro's fp4 experts served from an fp8 checkpoint read twice the bytes."""
-    base = ["analytic", "--gpu", "H200", "--model", "deepseek-v4-pro", "--gpus", "8", "--dtype", "fp8"]
+def tables_by_expert_dtype(base: list[str], kinds: tuple[str, ...], tmp_path, capsys) -> dict[str, StepTable]:
+    """The table ``base`` writes at each ``--expert-dtype`` of ``kinds``."""
     tables = {}
-    for kind in ("auto", "fp8"):
+    for kind in kinds:
         code, _, err = run([*base, "--expert-dtype", kind, "--out", str(tmp_path / f"{kind}.csv")], capsys)
         assert code == 0, err
         tables[kind] = StepTable.read(tmp_path / f"{kind}.csv")
+    return tables
+
+
+def test_analytic_takes_the_experts_type_a_deployment_serves(tmp_path, capsys):
+    """--expert-dtype, as on estimate: V4-Pro's fp4 experts served from an fp8 checkpoint read twice the bytes."""
+    base = ["analytic", "--gpu", "H200", "--model", "deepseek-v4-pro", "--gpus", "8", "--dtype", "fp8"]
+    tables = tables_by_expert_dtype(base, ("auto", "fp8"), tmp_path, capsys)
     assert [t.meta["model_shape"]["expert_dtype"] for t in tables.values()] == ["fp4", "fp8"]
     assert tables["fp8"].grid.step_ms(1, 0) > 1.1 * tables["auto"].grid.step_ms(1, 0)
     code, _, err = run(["analytic", "--gpu", "H200", "--model", "qwen3-8b", "--expert-dtype", "fp8",
@@ -93,11 +99,7 @@ def test_an_fp4_checkpoint_of_another_moe_model_reads_half_the_expert_bytes(tmp_
     """--expert-dtype fp4 on GLM-5.2 (an fp8 checkpoint): the routed experts stored at half a byte, so a one-token
     step, which reads the experts it routes to, is cheaper; everything else as at auto."""
     base = ["analytic", "--gpu", "B200", "--model", "glm-5.2", "--gpus", "8", "--dtype", "fp8"]
-    tables = {}
-    for kind in ("auto", "fp4"):
-        code, _, err = run([*base, "--expert-dtype", kind, "--out", str(tmp_path / f"{kind}.csv")], capsys)
-        assert code == 0, err
-        tables[kind] = StepTable.read(tmp_path / f"{kind}.csv")
+    tables = tables_by_expert_dtype(base, ("auto", "fp4"), tmp_path, capsys)
     assert [t.meta["model_shape"].get("expert_dtype", "") for t in tables.values()] == ["", "fp4"]
     assert tables["fp4"].grid.step_ms(1, 0) < tables["auto"].grid.step_ms(1, 0)
 
