@@ -5,7 +5,7 @@ generic transformer a drafter is timed as: some layers built like the target's (
 the (shared) LM head.
 
 Beyond the dense GQA transformer (Qwen3), a shape can describe the kinds below; ``attention_kind`` names its
-attention (``ATTENTION_KINDS``: ``mha``, ``gqa``, ``sliding-window``, ``mla``, ``compressed-sparse``), and the step
+attention (``ATTENTION_KINDS``: ``mha``, ``gqa``, ``sliding-window``, ``mla``, ``dsa``, ``compressed-sparse``), and the
 models read what a kind means from the shape (KV bytes per token, reads and FLOPs per context and per query token,
 ``latent_kv``, ``checkpoint_dtype``, ``hyper_connections``, ``dense_gemms``) rather than from its fields:
 
@@ -19,6 +19,14 @@ models read what a kind means from the shape (KV bytes per token, reads and FLOP
   key, ``kv_lora_rank + qk_rope_head_dim`` values, and attention is counted in the weight-absorbed form serving
   engines use for decode (FlashMLA, vLLM, SGLang): each query head scores against the latent directly. See
   ``kv_bytes_per_token`` and ``attn_flops_per_kv_token``.
+- **DeepSeek sparse attention** (``dsa``, DeepSeek-V3.2 and GLM-5, MLA with ``index_topk > 0``): MLA whose queries
+  each read only the ``index_topk`` latent rows a lightning indexer selects for them (``index_heads`` x
+  ``index_head_dim``, scanning one small key per context token of every layer). The cache holds the latent, the
+  rotary key and the index key per token and layer. What grows with the context is the indexer's scan (its keys
+  read once per request: ``kv_read_bytes_per_token``; its scores per query token: ``attn_flops_per_kv_token``); the
+  selected rows are read and attended per query token (``attn_read_bytes_per_query_token``,
+  ``attn_flops_per_query_token``), contexts assumed longer than ``index_topk`` (an upper bound below it, which the
+  measured modules of ``hw_profile.kernels.ops`` do not share: they are looked up at the real context).
 - **Compressed sparse attention** (``compressed-sparse``, DeepSeek-V4, ``csa_layers + hca_layers > 0``): one shared KV head of
   ``head_dim`` (rotary part included) per layer; every layer attends to its last ``sliding_window`` tokens
   uncompressed, and ``csa_layers`` layers also to compressed KV rows, one per ``csa_ratio`` tokens, of which a
@@ -50,8 +58,9 @@ MHA = "mha"
 GQA = "gqa"
 SLIDING_WINDOW = "sliding-window"
 MLA = "mla"
+DSA = "dsa"
 COMPRESSED_SPARSE = "compressed-sparse"
-ATTENTION_KINDS = (MHA, GQA, SLIDING_WINDOW, MLA, COMPRESSED_SPARSE)
+ATTENTION_KINDS = (MHA, GQA, SLIDING_WINDOW, MLA, DSA, COMPRESSED_SPARSE)
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,8 @@ class ModelShape:
     # sliding-window attention: every `sliding_pattern`-th layer is global, the others see `sliding_window` tokens
     sliding_window: int = 0
     sliding_pattern: int = 0
-    # compressed sparse attention (DeepSeek-V4); csa_layers == hca_layers == 0: not used
+    # compressed sparse attention (DeepSeek-V4); csa_layers == hca_layers == 0: not used. Its indexer fields
+    # (index_*) also describe DeepSeek sparse attention's (MLA with index_topk > 0)
     csa_layers: int = 0
     hca_layers: int = 0
     csa_ratio: int = 4
@@ -101,13 +111,14 @@ class ModelShape:
     @property
     def attention_kind(self) -> str:
         """How the layers attend (one of ``ATTENTION_KINDS``; the module docstring describes each): compressed
-        sparse attention where any layer reads compressed rows, else MLA where keys and values are a latent, else
+        sparse attention where any layer reads compressed rows, else DeepSeek sparse attention where a latent's rows
+        are selected by an indexer, else MLA where keys and values are a latent, else
         Gemma's interleaved sliding windows, else multi-head attention (a KV head per query head) or grouped-query
         attention (fewer, down to one: a DeepSeek-V4 drafter's window-only layers are one shared KV head)."""
         if self.csa_layers + self.hca_layers > 0:
             return COMPRESSED_SPARSE
         if self.kv_lora_rank > 0:
-            return MLA
+            return DSA if self.index_topk > 0 else MLA
         if self.sliding_window and self.sliding_pattern:
             return SLIDING_WINDOW
         return MHA if self.kv_heads == self.heads else GQA
@@ -117,7 +128,7 @@ class ModelShape:
         """The KV cache is one copy for all query heads (MLA's latent, compressed sparse attention's rows), so
         tensor parallelism cannot split it: every rank holds and reads all of it. Per-head caches (MHA, GQA, sliding
         windows) split over the ranks by KV head."""
-        return self.attention_kind in (MLA, COMPRESSED_SPARSE)
+        return self.attention_kind in (MLA, DSA, COMPRESSED_SPARSE)
 
     @property
     def checkpoint_dtype(self) -> str:
@@ -146,13 +157,21 @@ class ModelShape:
         return (self.layers * (q + kv + o) + self.csa_layers * (csa_comp + indexer)
                 + self.hca_layers * hca_comp)
 
+    def _indexer_params(self) -> int:
+        """A DeepSeek-sparse-attention layer's indexer: index queries from the query latent, one index key and the
+        per-head weights from the hidden state (0 for other kinds)."""
+        if self.attention_kind != DSA:
+            return 0
+        q_in = self.q_lora_rank or self.hidden
+        return q_in * self.index_heads * self.index_head_dim + self.hidden * (self.index_head_dim + self.index_heads)
+
     @property
     def attn_params_per_layer(self) -> int:
         # V4's attention (low-rank queries, one shared KV head, grouped low-rank output) also in layers that only
         # see the window (a V4 drafter's): the same projections without compressors or indexer
         if self.attention_kind == COMPRESSED_SPARSE or self.o_groups:
             return self._compressed_attn_params() // self.layers
-        if self.attention_kind == MLA:
+        if self.attention_kind in (MLA, DSA):
             qk = self.head_dim + self.qk_rope_head_dim
             if self.q_lora_rank:
                 q = self.hidden * self.q_lora_rank + self.q_lora_rank * self.heads * qk
@@ -161,7 +180,7 @@ class ModelShape:
             kv_a = self.hidden * (self.kv_lora_rank + self.qk_rope_head_dim)
             kv_b = self.kv_lora_rank * self.heads * (self.head_dim + self.v_head_dim)
             o = self.heads * self.v_head_dim * self.hidden
-            return q + kv_a + kv_b + o
+            return q + kv_a + kv_b + o + self._indexer_params()
         q = self.hidden * self.heads * self.head_dim
         kv = 2 * self.hidden * self.kv_heads * self.head_dim
         o = self.heads * self.head_dim * self.hidden
@@ -223,7 +242,10 @@ class ModelShape:
         expanded per-head K and V would be ``heads x (qk_head_dim + v_head_dim)``, 71x more for DeepSeek-V3, and
         no serving engine stores that). Compressed sparse attention: per CSA layer a row of ``head_dim`` plus an
         index key of ``index_head_dim`` per ``csa_ratio`` tokens, per HCA layer a row per ``hca_ratio`` tokens (the
-        window's ``sliding_window`` rows per request and layer are bounded and not counted here)."""
+        window's ``sliding_window`` rows per request and layer are bounded and not counted here). DeepSeek sparse
+        attention: MLA's latent and rotary key plus the indexer's key of ``index_head_dim``."""
+        if self.attention_kind == DSA:
+            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim + self.index_head_dim) * 2.0
         if self.attention_kind == COMPRESSED_SPARSE:
             return 2.0 * (self.csa_layers * (self.head_dim + self.index_head_dim) / self.csa_ratio
                           + self.hca_layers * self.head_dim / self.hca_ratio)
@@ -249,7 +271,10 @@ class ModelShape:
         """Bytes of KV cache a step reads per context token (2-byte precision), once per request. Every layer reads
         its whole cache (``kv_bytes_per_token``) except under compressed sparse attention, where per context token
         only the indexer's keys (CSA) and the heavily compressed rows (HCA) are read; the selected rows are a cost
-        per query token (``attn_read_bytes_per_query_token``)."""
+        per query token (``attn_read_bytes_per_query_token``); under DeepSeek sparse attention only the index keys
+        are, the selected latent rows likewise a cost per query token."""
+        if self.attention_kind == DSA:
+            return 2.0 * self.layers * self.index_head_dim
         if self.attention_kind == COMPRESSED_SPARSE:
             return 2.0 * (self.csa_layers * self.index_head_dim / self.csa_ratio
                           + self.hca_layers * self.head_dim / self.hca_ratio)
@@ -259,7 +284,10 @@ class ModelShape:
     def attn_read_bytes_per_query_token(self) -> float:
         """KV bytes (2-byte precision) each query token reads beyond ``kv_read_bytes_per_token``: under compressed
         sparse attention, the ``index_topk`` selected rows of each CSA layer and the window of every layer
-        (contexts assumed longer than both). Zero for other attention kinds."""
+        (contexts assumed longer than both); under DeepSeek sparse attention the ``index_topk`` selected latent rows
+        of every layer. Zero for other attention kinds."""
+        if self.attention_kind == DSA:
+            return 2.0 * self.layers * self.index_topk * (self.kv_lora_rank + self.qk_rope_head_dim)
         if self.attention_kind != COMPRESSED_SPARSE:
             return 0.0
         return 2.0 * self.head_dim * (self.csa_layers * self.index_topk + self.layers * self.sliding_window)
@@ -267,8 +295,11 @@ class ModelShape:
     @property
     def attn_flops_per_query_token(self) -> float:
         """Attention FLOPs per query token that do not grow with the context: scores and weighted sums over the
-        selected rows and the window under compressed sparse attention (one KV head shared by all query heads).
-        Zero for other attention kinds."""
+        selected rows and the window under compressed sparse attention (one KV head shared by all query heads);
+        under DeepSeek sparse attention MLA's absorbed scores and sums over the ``index_topk`` selected rows. Zero for
+        other attention kinds."""
+        if self.attention_kind == DSA:
+            return self.layers * self.heads * (4.0 * self.kv_lora_rank + 2.0 * self.qk_rope_head_dim) * self.index_topk
         if self.attention_kind != COMPRESSED_SPARSE:
             return 0.0
         rows = self.csa_layers * self.index_topk + self.layers * self.sliding_window
@@ -281,7 +312,10 @@ class ModelShape:
         GQA: scores and weighted sum, 2 x 2 x heads x head_dim. MLA in absorbed form: each head scores against the
         latent and the rotary key (2 x (kv_lora_rank + rope)) and sums the latent (2 x kv_lora_rank). Compressed
         sparse attention: the indexer scores every compressed row of a CSA layer (2 x index heads x index dim per
-        ``csa_ratio`` tokens) and HCA layers attend to every compressed row."""
+        ``csa_ratio`` tokens) and HCA layers attend to every compressed row. DeepSeek sparse attention: its indexer
+        scores every context token (2 x index heads x index dim per layer); the attention proper is per query."""
+        if self.attention_kind == DSA:
+            return self.layers * 2.0 * self.index_heads * self.index_head_dim
         if self.attention_kind == COMPRESSED_SPARSE:
             return (self.csa_layers * 2.0 * self.index_heads * self.index_head_dim / self.csa_ratio
                     + self.hca_layers * 4.0 * self.heads * self.head_dim / self.hca_ratio)
@@ -336,6 +370,13 @@ SHAPES: dict[str, ModelShape] = {
                               experts=256, experts_per_token=8, shared_experts=1, expert_intermediate=2048,
                               dense_layers=3, kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
                               v_head_dim=128),
+    # deepseek-ai/DeepSeek-V3.2 config.json: DeepSeek-V3's architecture plus DeepSeek sparse attention, an indexer of
+    # 64 heads x 128 selecting the top 2,048 context tokens per query token in every layer
+    "deepseek-v3.2": ModelShape("deepseek-v3.2", layers=61, hidden=7168, heads=128, kv_heads=128, head_dim=128,
+                                intermediate=18432, vocab=129280, family="deepseek_v32",
+                                experts=256, experts_per_token=8, shared_experts=1, expert_intermediate=2048,
+                                dense_layers=3, kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
+                                v_head_dim=128, index_heads=64, index_head_dim=128, index_topk=2048),
     # moonshotai/Kimi-K2-Instruct config.json: DeepSeek-V3's architecture with 64 heads, 384 routed experts (8 per
     # token, width 2048) + 1 shared, one leading dense layer, a 163,840-token vocabulary
     "kimi-k2": ModelShape("kimi-k2", layers=61, hidden=7168, heads=64, kv_heads=64, head_dim=128, intermediate=18432,
@@ -346,14 +387,13 @@ SHAPES: dict[str, ModelShape] = {
     # checkpoint (jinhuang12/vllm-neuron, vllm_neuron/model/glm_moe_dsa/config.py), which are GLM-5's defaults in
     # transformers' GlmMoeDsaConfig: 78 layers (first 3 dense, width 12288), 256 routed experts + 1 shared, 8 per
     # token, width 2048, MLA (q_lora_rank 2048, kv_lora_rank 512, qk_nope 192, qk_rope 64, v 256), 64 heads, a
-    # 154,880-token vocabulary, one MTP layer (not counted), fp8 weights in 128 x 128 blocks. Its DeepSeek-V3.2-style
-    # sparse attention (an indexer of 32 x 128 selecting the top 2,048 context tokens per query token) is NOT priced:
-    # the shape attends as plain MLA, every context token read once per request, which is what the selection reads
-    # at contexts up to 2,048 tokens and an over-count beyond them (docs/model.md, "By attention kind").
+    # 154,880-token vocabulary, one MTP layer (not counted), fp8 weights in 128 x 128 blocks, and DeepSeek-V3.2's
+    # sparse attention: index_topk 2,048 as the port pins it, an indexer of 32 heads x 128 (index_n_heads and
+    # index_head_dim: GlmMoeDsaConfig's defaults, which the port does not pin).
     "glm-5.2": ModelShape("glm-5.2", layers=78, hidden=6144, heads=64, kv_heads=64, head_dim=192, intermediate=12288,
                           vocab=154880, family="glm_moe_dsa", experts=256, experts_per_token=8, shared_experts=1,
                           expert_intermediate=2048, dense_layers=3, kv_lora_rank=512, q_lora_rank=2048,
-                          qk_rope_head_dim=64, v_head_dim=256),
+                          qk_rope_head_dim=64, v_head_dim=256, index_heads=32, index_head_dim=128, index_topk=2048),
     # deepseek-ai/DeepSeek-V4-Flash config.json: 43 layers, hidden 4096, 64 query heads over one 512-wide KV head
     # (rotary 64 inside), q_lora_rank 1024, output in 8 groups of rank 1024, 256 routed experts (fp4) + 1 shared,
     # 6 per token, width 2048 (the first 3 hash-routed, still experts), compress_ratios [0, 0] + [4, 128] x 20 +
@@ -443,6 +483,9 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
                 qk_rope_head_dim=int(cfg["qk_rope_head_dim"]),
                 v_head_dim=int(cfg["v_head_dim"]),
             )
+        if mla and cfg.get("index_topk"):  # DeepSeek sparse attention (DeepSeek-V3.2, GLM-5)
+            mla.update(index_topk=int(cfg["index_topk"]), index_heads=int(cfg.get("index_n_heads") or 0),
+                       index_head_dim=int(cfg.get("index_head_dim") or 0))
         sliding = {}
         if cfg.get("sliding_window") and (cfg.get("layer_types") or cfg.get("sliding_window_pattern")
                                           or cfg.get("_sliding_window_pattern")):
@@ -481,11 +524,14 @@ def dense_gemms(shape: ModelShape, tp: int = 1) -> list[tuple[str, int, int, int
     kind = shape.attention_kind
     if kind == COMPRESSED_SPARSE:
         pass  # V4's attention projections are inside its measured attention modules
-    elif kind == MLA:
+    elif kind in (MLA, DSA):
         qk = shape.head_dim + shape.qk_rope_head_dim
         out.append(("q_a+kv_a", shape.q_lora_rank + shape.kv_lora_rank + shape.qk_rope_head_dim, h, L))
         out.append(("q_b", shape.heads * qk // tp, shape.q_lora_rank, L))
         out.append(("o", h, shape.heads * shape.v_head_dim // tp, L))
+        if kind == DSA:  # the engines replicate the indexer's projections on every tensor-parallel rank
+            out.append(("index q", shape.index_heads * shape.index_head_dim, shape.q_lora_rank or h, L))
+            out.append(("index k+w", shape.index_head_dim + shape.index_heads, h, L))
     else:
         kv_local = max(1, shape.kv_heads // tp)
         out.append(("qkv", (shape.heads // tp + 2 * kv_local) * shape.head_dim, h, L))

@@ -20,6 +20,9 @@ named by its family (``hw_profile.kernels.families``, the names the kernel-level
   B tokens up to the context where those per-query reads saturate (CSA: ratio x top-k, HCA: the window) plus its
   growth beyond that at R requests. Its fp4 experts need fp4 MoE rows (none on Hopper); ``mhc`` is its
   hyper-connection mixing, one pre and one post per layer at B tokens.
+- DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): the measured DSA decode module, projections and indexer inside,
+  priced as V4's modules are with the saturation context at the top-k: each query token reads its own selected rows,
+  the indexer's scan of every index key grows with the context and is shared by a request's tokens.
 - ``moe``: the routed experts' fused kernel at B tokens for this (hidden, width, top-k, experts, tp, ep) as
   measured, under balanced routing. ``moe_times`` prices an expert-parallel group's experts alone, from SGLang's
   DeepEP expert kernel where asked and measured (``wide_ep``).
@@ -49,7 +52,7 @@ import pandas as pd
 
 from hw_profile.errors import HwProfileError
 from hw_profile.hardware.gpus import get_gpu
-from hw_profile.hardware.shapes import COMPRESSED_SPARSE, MLA, ModelShape, dense_gemms
+from hw_profile.hardware.shapes import COMPRESSED_SPARSE, DSA, MLA, ModelShape, dense_gemms
 from hw_profile.kernels.database import (
     GEMM_DTYPES,
     KernelTimes,
@@ -63,6 +66,8 @@ from hw_profile.kernels.database import (
 from hw_profile.kernels.families import ATTENTION, COMBINE, COMM, DISPATCH, GEMM, LM_HEAD, MHC, MOE
 from hw_profile.kernels.grid import Grid
 
+# the projections DeepSeek sparse attention's measured module times inside it (their names in ``dense_gemms``)
+DSA_MODULE_GEMMS = ("q_a+kv_a", "q_b", "o", "index q", "index k+w")
 # fp4 routed experts (DeepSeek-V4): MXFP4 weights with fp8 activations first (V4's own format), then NVFP4
 FP4_MOE_DTYPES = ("w4a8_mxfp4_mxfp8", "nvfp4", "w4a16_mxfp4")
 
@@ -286,6 +291,46 @@ def _mla_attention(ctx, shape, R, q, c, B, gdtype):
     return t_1 + growth, (p_b - p_r) * shape.layers, True
 
 
+def _own_reads_then_shared(ctx, grid: Grid, h, B, R, c, sat: float, what: str) -> np.ndarray:
+    """A sparse attention module measured one query token per sequence (``grid`` over heads, sequences, KV), for B
+    query tokens of R requests over c KV tokens, when each query token reads its own rows up to ``sat`` context
+    tokens and what grows beyond that is shared by its request: M(B, min(c, sat)) + M(R, c) - M(R, min(c, sat))."""
+    c_sat = np.minimum(c, float(sat))
+    parts = []
+    for b, kv in ((B, c_sat), (R, c), (R, c_sat)):
+        v, ins = grid.lookup(h, b, kv)
+        parts.append(ctx.take(what, v, ins))
+    return parts[0] + parts[1] - parts[2]
+
+
+def _dsa_attention(ctx, shape, B, R, c, gdtype):
+    """DeepSeek sparse attention (DeepSeek-V3.2, GLM-5) from the measured decode module (projections, indexer and
+    sparse MLA inside), all layers. Each query token reads its own ``index_topk`` selected rows; what grows beyond
+    them (the indexer's scan of every index key) is shared by a request's tokens (``_own_reads_then_shared``)."""
+    tab = ctx.table("sparse_attention", "dsa_generation_module_perf")
+    if tab is None:
+        raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no DeepSeek sparse attention decode "
+                             "module data")
+    variant = "glm-5" if shape.family == "glm_moe_dsa" else "deepseek-v3.2"
+    rows = tab[tab["model"].str.lower().str.contains(variant, regex=False)]
+    if rows.empty:
+        raise HwProfileError(f"kernel database: no sparse attention rows for {shape.name} on {ctx.system}/"
+                             f"{ctx.engine} (models: {sorted(set(tab['model']))})")
+    gt = gdtype if (rows["gemm_type"] == gdtype).any() else "bfloat16"
+    rows = _pick(rows, "DeepSeek sparse attention module", gemm_type=gt,
+                 kv_cache_dtype=_kv_dtype(ctx, rows, shape))
+    models = sorted(set(rows["model"]))
+    model = next((m for m in models if shape.name.lower() in m.lower()), models[0])
+    heads = shape.heads // ctx.gpus
+    rows = densest(_pick(rows[rows["model"] == model], "DeepSeek sparse attention module", num_heads=heads))
+    ctx.note(f"DeepSeek sparse attention: the measured decode module of {model} ({gt} GEMMs, "
+             f"{rows['kv_cache_dtype'].iloc[0]} KV; projections and indexer inside) at B tokens up to the context "
+             f"where a query's own reads saturate (its top {shape.index_topk} rows), and its growth beyond it at R "
+             "requests: the indexer's scan is read once per request.")
+    return shape.layers * _own_reads_then_shared(ctx, _head_grid(rows), np.full(B.shape, float(heads)), B, R, c,
+                                                 shape.index_topk, "DeepSeek sparse attention module")
+
+
 def _v4_attention(ctx, shape, B, R, c):
     """DeepSeek-V4 decode attention from the measured CSA and HCA modules (projections, compressor, indexer and
     sparse attention inside), all layers.
@@ -312,13 +357,8 @@ def _v4_attention(ctx, shape, B, R, c):
             raise HwProfileError(f"kernel database: no DeepSeek-V4 {kind.upper()} rows for {shape.name} on "
                                  f"{ctx.system}/{ctx.engine} (models: {sorted(set(tab['model']))})")
         rows = densest(_pick(rows, f"DeepSeek-V4 {kind.upper()} module", num_heads=heads))
-        grid = _head_grid(rows)
-        c_sat = np.minimum(c, float(sat))
-        parts = []
-        for b, kv in ((B, c_sat), (R, c), (R, c_sat)):
-            v, ins = grid.lookup(h, b, kv)
-            parts.append(ctx.take(f"V4 {kind.upper()} module", v, ins))
-        total = total + layers * (parts[0] + parts[1] - parts[2])
+        total = total + layers * _own_reads_then_shared(ctx, _head_grid(rows), h, B, R, c, sat,
+                                                        f"V4 {kind.upper()} module")
     ctx.note(f"DeepSeek-V4 attention: the measured CSA and HCA decode modules ({rows['kv_cache_dtype'].iloc[0]} "
              f"KV, as V4 stores it; the {window_only} window-only layers priced as HCA layers, as the package does) "
              "at B tokens up to the context where each query's own reads (top-k rows, window) saturate, and their "
@@ -571,6 +611,9 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     kind = shape.attention_kind
     if kind == COMPRESSED_SPARSE:
         attention = _v4_attention(ctx, shape, B, R, c)
+    elif kind == DSA:
+        attention = _dsa_attention(ctx, shape, B, R, c, gdtype)
+        gemm_list = [g for g in gemm_list if g[0] not in DSA_MODULE_GEMMS]
     elif kind == MLA:
         attention, extra, module = _mla_attention(ctx, shape, R, q, c, B, gdtype)
         if module:  # the module row holds the projections; the swap in `extra` puts them at M = B
@@ -594,7 +637,7 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
 
     notes = [
         ("(a) Attention is priced per request: what grows with the context is read once per request (see the "
-         "DeepSeek-V4 note), not q times as by q x R one-query sequences." if kind == COMPRESSED_SPARSE else
+         "DeepSeek-V4 note), not q times as by q x R one-query sequences." if kind in (COMPRESSED_SPARSE, DSA) else
          "(a) Attention is priced per request: the decode kernel's time for R sequences over the context with q x "
          "the local query heads on the same KV heads (each request's KV read once, q x context of compute), not "
          "as q x R one-query sequences."),

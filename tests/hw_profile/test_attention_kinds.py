@@ -45,3 +45,19 @@ def test_a_verified_token_of_compressed_sparse_attention_reads_its_own_rows():
     parts = roofline_parts(shape, dep, b, k, floors=False)["attention"]
     # each of the 448 extra tokens reads its own selected rows and window: at least their bytes at full bandwidth
     assert parts[1] - parts[0] >= (b[1] - b[0]) * per_query / dep.bandwidth * 1e3 * (1 - 1e-9)
+
+
+def test_a_verified_token_of_deepseek_sparse_attention_reads_its_own_selected_rows():
+    """GLM-5.2 (DeepSeek sparse attention): per context token only the index keys are read, once per request; each
+    verified token reads its own top-2,048 latent rows, so 448 more verified tokens cost at least their rows' bytes
+    (the roofline assumes contexts longer than the top-k)."""
+    shape = get_shape("glm-5.2")
+    dep = deployment(4, "fp8")
+    per_kv, _, per_query, _ = attention_work(shape, dep)
+    kv_scale = 1.0  # a bf16 cache, the engines' default
+    assert per_kv == pytest.approx(2.0 * shape.layers * shape.index_head_dim * kv_scale)  # whole on every rank
+    assert per_query == pytest.approx(2.0 * shape.layers * 2048 * (512 + 64) * kv_scale)
+    b = np.array([64.0, 512.0])
+    k = np.full(2, 64 * 8192.0)
+    parts = roofline_parts(shape, dep, b, k, floors=False)["attention"]
+    assert parts[1] - parts[0] >= (b[1] - b[0]) * per_query / dep.bandwidth * 1e3 * (1 - 1e-9)

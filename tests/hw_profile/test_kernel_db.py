@@ -315,6 +315,52 @@ def test_v4_without_fp4_experts_is_one_line(db_v4):
     assert "\n" not in str(exc.value) and "no fp4 expert data" in str(exc.value) and "fp8_block" in str(exc.value)
 
 
+# DeepSeek sparse attention: TINY_MLA plus an indexer of 2 x 8 selecting the top 16 context tokens
+TINY_DSA = replace(TINY_MLA, name="tiny-dsa", family="deepseek_v32", index_heads=2, index_head_dim=8, index_topk=16)
+
+
+def dsa_ms(b, kv):
+    return 0.015 + 3e-5 * b + 2e-7 * b * kv
+
+
+@pytest.fixture
+def db_dsa(db):
+    """The DSA decode module for DeepSeek-V3.2 (as written) and GLM-5 (twice as slow: another model's rows)."""
+    rows = [dict(framework="VLLM", version="0.24.0", device="NVIDIA H200", op_name="dsa_generation_module",
+                 kernel_source="FLASHMLA_SPARSE", model=m, architecture="x", mla_dtype="bfloat16",
+                 kv_cache_dtype="bfloat16", gemm_type="bfloat16", num_heads=4, batch_size=b, isl=1, tp_size=1,
+                 step=kv - 1, latency=dsa_ms(b, kv) * (2 if "GLM" in m else 1))
+            for m in ("deepseek-ai/DeepSeek-V3.2", "zai-org/GLM-5") for b in (1, 4, 16) for kv in (8, 16, 1024, 4096)]
+    _write(db / "h200_sxm/sparse_attention/vllm/0.24.0/dsa_generation_module_perf.parquet", rows)
+    return db
+
+
+def test_dsa_query_tokens_read_their_own_top_k_and_share_the_indexer_scan(db_dsa):
+    """16 tokens from 4 requests over 4096: the module at 16 tokens over the top-k's 16 context tokens, plus its
+    growth from 16 to 4096 at 4 requests; the attention projections and the indexer's are inside the module (only
+    the dense MLP and the shared expert stay GEMMs). Under the top-k, every query token pays its whole context."""
+    s = TINY_DSA
+    r = _step(db_dsa, [16, 16], [4, 4], [4096, 8], shape=s)
+    assert r.inside.all()
+    long = dsa_ms(16, 16) + dsa_ms(4, 4096) - dsa_ms(4, 16)
+    assert r.parts["attention"][0] == pytest.approx(s.layers * long, rel=1e-9)
+    assert r.parts["attention"][1] == pytest.approx(s.layers * dsa_ms(16, 8), rel=1e-9)
+    assert r.parts["attention"][0] < s.layers * dsa_ms(16, 4096)  # what 16 one-token sequences would cost
+    m = 16
+    dense_mlp = gemm_ms(m, 2 * 128, 64) + gemm_ms(m, 64, 128)
+    shared = gemm_ms(m, 2 * 32, 64) + gemm_ms(m, 64, 32)
+    assert r.parts["gemm"][0] == pytest.approx(1 * dense_mlp + 1 * shared, rel=1e-9)
+    assert any("DeepSeek-V3.2" in n and "top 16 rows" in n for n in r.notes)
+    glm = _step(db_dsa, [16], [4], [4096], shape=replace(s, family="glm_moe_dsa"))
+    assert glm.parts["attention"][0] == pytest.approx(2 * s.layers * long, rel=1e-9)  # GLM-5's own rows
+
+
+def test_dsa_without_its_module_is_one_line(db):
+    with pytest.raises(HwProfileError) as exc:
+        _step(db, [1], [1], [64], shape=TINY_DSA)
+    assert "\n" not in str(exc.value) and "no DeepSeek sparse attention decode module data" in str(exc.value)
+
+
 def test_gemm_floor_without_another_engine_falls_back_to_the_roofline(tmp_path):
     """(c) where no other engine measured the dtype: a floored cell is held against the GEMM's H200 roofline (at the
     roofline model's efficiencies, never under GEMM_MIN_MS) and replaced by it."""

@@ -1,6 +1,7 @@
 """Model shapes: parameter counts and KV bytes against the public configs, computed by hand."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -9,6 +10,7 @@ from hw_profile.hardware.shapes import (
     ATTENTION_KINDS,
     SHAPES,
     ModelShape,
+    dense_gemms,
     drafter_shape,
     get_shape,
     shape_from_config,
@@ -81,11 +83,12 @@ def test_each_attention_kind_and_what_the_step_models_read_of_it():
             kinds["deepseek-v4-pro"]} == {"gqa", "sliding-window", "mla", "compressed-sparse"}
     assert (kinds["gemma3-12b"], kinds["kimi-k2"], kinds["deepseek-v4-flash"]) == ("sliding-window", "mla",
                                                                                   "compressed-sparse")
+    assert kinds["glm-5.2"] == kinds["deepseek-v3.2"] == "dsa"
     mha = ModelShape("llama-2-7b", layers=32, hidden=4096, heads=32, kv_heads=32, head_dim=128, intermediate=11008,
                      vocab=32000)
     assert mha.attention_kind == "mha" and set(kinds.values()) | {"mha"} == set(ATTENTION_KINDS)
     for name, s in SHAPES.items():
-        latent = s.attention_kind in ("mla", "compressed-sparse")
+        latent = s.attention_kind in ("mla", "dsa", "compressed-sparse")
         assert (s.latent_kv, s.checkpoint_dtype) == (latent, "fp8" if latent else "bf16"), name
         facts = s.kv_cache_facts(2.0, 8, 8)
         per_head = s.kv_bytes_per_token * max(s.kv_heads // 8, 1) / s.kv_heads
@@ -93,6 +96,27 @@ def test_each_attention_kind_and_what_the_step_models_read_of_it():
     gemma = get_shape("gemma3-12b")
     assert gemma.kv_bytes_per_token == 2 * 48 * 8 * 256 * 2 == gemma.kv_read_bytes_per_token
     assert gemma.attn_flops_per_kv_token == 4 * 48 * 16 * 256 and gemma.attn_read_bytes_per_query_token == 0
+
+
+def test_deepseek_sparse_attention_reads_index_keys_per_context_token_and_selected_rows_per_query_token():
+    """DeepSeek-V3.2 is V3 plus an indexer (64 x 128, top 2,048) in every layer: its cache adds the 128-wide index
+    key; per context token a step reads only index keys and scores them (2 x 64 x 128 a layer); each query token reads
+    and attends its 2,048 selected latent rows, MLA's absorbed work over them."""
+    v3, v32 = get_shape("deepseek-v3"), get_shape("deepseek-v3.2")
+    assert v32.kv_bytes_per_token == v3.kv_bytes_per_token + 61 * 128 * 2
+    assert v32.kv_read_bytes_per_token == 61 * 128 * 2
+    assert v32.attn_flops_per_kv_token == 61 * 2 * 64 * 128
+    assert v32.attn_read_bytes_per_query_token == 61 * 2048 * (512 + 64) * 2
+    assert v32.attn_flops_per_query_token == 61 * 128 * (4 * 512 + 2 * 64) * 2048
+    # the indexer's projections: index queries from the 1536-wide query latent, the key and head weights from hidden
+    indexer = 1536 * 64 * 128 + 7168 * (128 + 64)
+    assert v32.attn_params_per_layer == v3.attn_params_per_layer + indexer
+    assert v32.total_params - v3.total_params == 61 * indexer
+    gemms = {name: (n, k, layers) for name, n, k, layers in dense_gemms(v32, 8)}
+    assert gemms["index q"] == (64 * 128, 1536, 61) and gemms["index k+w"] == (128 + 64, 7168, 61)  # not split
+    cfg = {**DEEPSEEK_V3_CONFIG, "model_type": "deepseek_v32", "index_topk": 2048, "index_n_heads": 64,
+           "index_head_dim": 128}
+    assert shape_from_config(cfg, "deepseek-v3.2") == replace(v32, name="deepseek-v3.2")
 
 
 def test_layers_override_and_moe_drafter_of_moe():
