@@ -229,8 +229,10 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
             imb = imbalance_factor(b * k_exp, ep, dep.costs)
         parts[MOE] = _bound(routed_bytes, routed_flops * imb, dep, expert_compute_dtype(shape, dep.dtype))
     per_kv, per_query_kv, per_query, attn_dtype = attention_work(shape, dep)
-    attn_bytes = k * per_kv + b * per_query
-    attn_flops = per_query_kv * k * attention_queries(b, dep.costs) + shape.attn_flops_per_query_token * b / g
+    queries = attention_queries(b, dep.costs)
+    attended = shape.attended_kv(k, b / queries)  # windowed layers read their window of each request at most
+    attn_bytes = attended * per_kv + b * per_query
+    attn_flops = per_query_kv * attended * queries + shape.attn_flops_per_query_token * b / g
     parts[ATTENTION] = _bound(attn_bytes, attn_flops, dep, attn_dtype)
     if floors:
         for family, ms in kernel_floor_ms(shape).items():

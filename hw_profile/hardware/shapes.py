@@ -40,9 +40,10 @@ models read what a kind means from the shape (KV bytes per token, reads and FLOP
   an upper bound when a request verifies several tokens that share them. Routed experts may be stored in a
   narrower type than the rest (``expert_dtype``, fp4 in V4).
 - **Sliding-window attention** (``sliding-window``, Gemma 3): all but every ``sliding_pattern``-th layer attend to the last
-  ``sliding_window`` tokens only. The profiler builds it faithfully; the roofline, whose K axis is the sum of
-  contexts and cannot tell how it splits over requests, counts every layer as full attention (an upper bound on
-  KV reads at contexts beyond the window).
+  ``sliding_window`` tokens only. The profiler builds it faithfully. A step over R requests reads at most
+  ``sliding_window`` tokens per request in a windowed layer (``attended_kv``), which the estimate applies at the
+  requests its table assumes and the kernel database at each request's context; ``hw-profile analytic``, whose K
+  axis carries no request count, counts every layer as full attention (an upper bound beyond the window).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+
+import numpy as np
 
 from hw_profile.errors import HwProfileError
 
@@ -265,6 +268,24 @@ class ModelShape:
         else:
             per_gpu = total * max(self.kv_heads // tp, 1) / self.kv_heads
         return {"kv_bytes_per_token_per_gpu": per_gpu, "kv_bytes_per_token": per_gpu * gpus}
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers that attend to the last ``sliding_window`` tokens only (every ``sliding_pattern``-th is global);
+        0 unless the attention kind is sliding-window (a compressed-sparse model's window is priced per query
+        token instead)."""
+        if self.attention_kind != SLIDING_WINDOW:
+            return 0
+        return self.layers - self.layers // self.sliding_pattern
+
+    def attended_kv(self, kv_tokens, requests):
+        """The KV tokens a step's attention reads per layer, averaged over the layers, when ``kv_tokens`` of context
+        are spread over ``requests`` requests evenly: all of them, except that a windowed layer reads at most its
+        window per request (elementwise over arrays)."""
+        if not self.windowed_layers:
+            return kv_tokens
+        share = self.windowed_layers / self.layers
+        return kv_tokens * (1.0 - share) + np.minimum(kv_tokens, np.asarray(requests) * self.sliding_window) * share
 
     @property
     def kv_read_bytes_per_token(self) -> float:

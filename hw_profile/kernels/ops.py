@@ -622,8 +622,11 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
         else:
             attention = attention * shape.layers
             gemm = gemm + extra
-    else:  # per-head caches: MHA, GQA and sliding windows (priced as full attention, as the roofline does)
-        attention = _gqa_attention(ctx, shape, R, q, c) * shape.layers
+    else:  # per-head caches: MHA, GQA and sliding windows, whose windowed layers read their window at most
+        local = shape.windowed_layers
+        attention = _gqa_attention(ctx, shape, R, q, c) * (shape.layers - local)
+        if local:
+            attention = attention + _gqa_attention(ctx, shape, R, q, np.minimum(c, shape.sliding_window)) * local
     for name, n, k, count in gemm_list:
         gemm = gemm + _gemm(ctx, gdtype, B, n, k, name) * count
     parts = {GEMM: gemm, ATTENTION: attention}

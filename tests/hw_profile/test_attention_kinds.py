@@ -61,3 +61,20 @@ def test_a_verified_token_of_deepseek_sparse_attention_reads_its_own_selected_ro
     k = np.full(2, 64 * 8192.0)
     parts = roofline_parts(shape, dep, b, k, floors=False)["attention"]
     assert parts[1] - parts[0] >= (b[1] - b[0]) * per_query / dep.bandwidth * 1e3 * (1 - 1e-9)
+
+
+def test_a_windowed_layer_reads_at_most_its_window_of_each_request():
+    """Gemma 3 (40 of 48 layers see the last 1,024 tokens): 8 requests verifying 2 tokens each (16 tokens, the
+    table's q) over 8 x 512 context tokens read all of it in every layer; over 8 x 32,768 the 40 windowed layers read
+    8 x 1,024, so the step reads 8/48 of the context plus 40/48 of eight windows."""
+    shape = get_shape("gemma3-12b")
+    dep = deployment(1, "bf16")
+    per_kv, per_query_kv, _, _ = attention_work(shape, dep)
+    b = np.array([16.0, 16.0])
+    k = np.array([8 * 512.0, 8 * 32768.0])
+    got = roofline_parts(shape, dep, b, k, floors=False)["attention"]
+    attended = np.array([8 * 512.0, 8 * 32768.0 * 8 / 48 + 8 * 1024.0 * 40 / 48])
+    want = np.maximum(attended * per_kv / dep.bandwidth, 2 * attended * per_query_kv / dep.peak("bf16")) * 1e3
+    assert got == pytest.approx(want, rel=1e-12)
+    full = roofline_parts(get_shape("qwen3-8b"), dep, b, k, floors=False)["attention"]
+    assert full[1] / full[0] == pytest.approx(64.0)  # without windows the same step reads 64x the context

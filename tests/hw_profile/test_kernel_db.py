@@ -361,6 +361,17 @@ def test_dsa_without_its_module_is_one_line(db):
     assert "\n" not in str(exc.value) and "no DeepSeek sparse attention decode module data" in str(exc.value)
 
 
+def test_a_windowed_layer_is_looked_up_at_its_window(db):
+    """TINY with its first layer windowed at 1,024 tokens (every second layer global): over 4,096 context tokens
+    the global layer's attention is the kernel's at 4,096, the windowed one's at 1,024; under the window both
+    read the whole context."""
+    s = replace(TINY, name="tiny-sw", sliding_window=1024, sliding_pattern=2)
+    r = _step(db, [4, 4], [4, 4], [4096, 1024], shape=s)
+    assert r.inside.all()
+    np.testing.assert_allclose(r.parts["attention"], [attn_ms(4, 4, 4096) + attn_ms(4, 4, 1024),
+                                                      2 * attn_ms(4, 4, 1024)], rtol=1e-9)
+
+
 def test_gemm_floor_without_another_engine_falls_back_to_the_roofline(tmp_path):
     """(c) where no other engine measured the dtype: a floored cell is held against the GEMM's H200 roofline (at the
     roofline model's efficiencies, never under GEMM_MIN_MS) and replaced by it."""
