@@ -13,6 +13,8 @@ The medians over every covered (GPU, engine) of ``GPUS`` and the models of ``MOD
 DeepSeek-V4's attention is a module (projections, compressor, indexer, sparse attention), measured where the
 database has it (Blackwell parts): its excess over the roofline of its attention and projections, per layer, is
 ``v4_attention``, and its hyper-connection mixing, which the roofline does not price at all, is ``mhc`` per layer.
+DeepSeek sparse attention's decode module (projections, indexer, sparse MLA; DeepSeek-V3.2 and GLM-5.2, Hopper
+and Blackwell) gives ``dsa_attention`` the same way.
 
     python -m tools.kernel_floors   # needs the kernels extra; about 30 s on a 2-core machine
 
@@ -23,8 +25,12 @@ steps, against that GPU's measured kernels at 1, 8, 64 and 256 tokens.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from hw_profile.hardware.shapes import ModelShape
 
 GPUS = ("A100", "H100", "H200", "B200", "B300", "GB200", "GB300")
 # (model, tensor-parallel GPUs, dtype): dense and MoE, GQA and MLA, bf16 and fp8
@@ -35,6 +41,8 @@ CONTEXT = 2048
 TOKENS = (1.0, 8.0, 64.0, 256.0)  # one request per token: plain decoding
 FAMILIES = ("gemm", "attention", "moe")
 V4_FAMILIES = ("v4_attention", "mhc")
+DSA_MODELS = ("deepseek-v3.2", "glm-5.2")  # on 8 tensor-parallel GPUs, fp8
+DSA_FAMILIES = ("dsa_attention",)
 
 
 def _measured_and_roofline(tokens: np.ndarray, models, among: tuple[str, ...] | None = None) -> list[tuple]:
@@ -92,18 +100,31 @@ def cases() -> list[dict]:
     return rows
 
 
-def v4_cases() -> list[dict]:
-    """One row per covered (GPU, engine, V4 model) with V4 module data: the measured module's excess over the
-    roofline of its attention and projections, and the measured mixing, us per layer, at one token."""
-    rows = []
+def _module_cases(models: tuple[str, ...], family: str) -> list[tuple[dict, ModelShape, dict]]:
+    """For every covered (GPU, engine) and model of ``models`` (8 tensor-parallel GPUs, fp8) whose attention the
+    database measures as a module, projections inside: a row with the module's excess over the roofline of its
+    attention and projections, us per layer at one token, under ``family``; with the shape and measured parts."""
+    out = []
     for gpu, engine, model, _, shape, _, measured, roof in _measured_and_roofline(
-            np.array([1.0]), [(m, 8, "fp8") for m in V4_MODELS]):
+            np.array([1.0]), [(m, 8, "fp8") for m in models]):
         # the roofline's dense part holds the attention projections, which the measured module contains
         projections = shape.layers * shape.attn_params_per_layer / (shape.dense_params - shape.head_params)
         module = measured["attention"][0] - roof["attention"][0] - projections * roof["gemm"][0]
-        rows.append({"gpu": gpu, "engine": engine, "model": model,
-                     "v4_attention": module / shape.layers * 1e3, "mhc": measured["mhc"][0] / shape.layers * 1e3})
-    return rows
+        out.append(({"gpu": gpu, "engine": engine, "model": model, family: module / shape.layers * 1e3}, shape,
+                    measured))
+    return out
+
+
+def v4_cases() -> list[dict]:
+    """One row per covered (GPU, engine, V4 model) with V4 module data: the measured module's excess over the
+    roofline of its attention and projections, and the measured mixing, us per layer, at one token."""
+    return [{**row, "mhc": measured["mhc"][0] / shape.layers * 1e3}
+            for row, shape, measured in _module_cases(V4_MODELS, "v4_attention")]
+
+
+def dsa_cases() -> list[dict]:
+    """The same for DeepSeek sparse attention's decode module (DeepSeek-V3.2, GLM-5.2): ``dsa_attention``."""
+    return [row for row, _, _ in _module_cases(DSA_MODELS, "dsa_attention")]
 
 
 def medians(rows: list[dict], families: tuple[str, ...] = FAMILIES) -> dict[str, float]:
@@ -138,6 +159,10 @@ def main() -> int:
     v4 = v4_cases()
     print(f"DeepSeek-V4 modules: {len(v4)} (GPU, engine, model) cases")
     for family, us in medians(v4, V4_FAMILIES).items():
+        print(f"{family}: {us:.1f} us per layer (KERNEL_FLOOR_US: {KERNEL_FLOOR_US[family]})")
+    dsa = dsa_cases()
+    print(f"DeepSeek sparse attention modules: {len(dsa)} (GPU, engine, model) cases")
+    for family, us in medians(dsa, DSA_FAMILIES).items():
         print(f"{family}: {us:.1f} us per layer (KERNEL_FLOOR_US: {KERNEL_FLOOR_US[family]})")
     check = leave_one_gpu_out(rows)
     print("leave one GPU out, the roofline's step over the measured kernels' (median |log ratio|):")

@@ -68,6 +68,8 @@ from hw_profile.hardware.gpus import GPU, GPUS
 from hw_profile.hardware.moe import routed_weight_params
 from hw_profile.hardware.shapes import (
     COMPRESSED_SPARSE,
+    DSA,
+    DSA_MODULE_GEMMS,
     ModelShape,
     dense_gemms,
     drafter_attention_window,
@@ -111,11 +113,12 @@ DSPARK_LAYERS_MOE = 3  # DSpark's V4 drafter: three MoE layers with a 128-token 
 DSPARK_LAYERS_DENSE = 5  # the dense drafter the project's Qwen3 tables use
 A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and expert copy
 # What a measured kernel costs above its roofline at one token (us): a GEMM, one layer's decode attention, one
-# layer's fused MoE; for DeepSeek-V4, one layer's attention module and its hyper-connection mixing. Medians from
+# layer's fused MoE; for DeepSeek-V4, one layer's attention module and its hyper-connection mixing; for DeepSeek
+# sparse attention (DeepSeek-V3.2, GLM-5.2), one layer's attention module, projections inside. Medians from
 # the kernel database over the GPUs it covers (``tools.kernel_floors``, which recomputes them); the
 # kernel-level roofline adds them per launch, so that at low load it prices what kernels really take on GPUs the
 # database lacks.
-KERNEL_FLOOR_US = {GEMM: 4.3, ATTENTION: 11.2, MOE: 24.4, "v4_attention": 54.8, MHC: 26.8}
+KERNEL_FLOOR_US = {GEMM: 4.3, ATTENTION: 11.2, MOE: 24.4, "v4_attention": 54.8, MHC: 26.8, "dsa_attention": 78.1}
 # Inside one NVLink domain (``GPU.nvlink_domain``: an HGX board of 8, an NVL72 rack) the exchange runs over NVLink:
 # its achieved bandwidth (RooflineParams.nvlink_gb_s, scaled to the part) and a latency floor of tens of
 # microseconds per layer (NVSHMEM/IPC puts with no NIC in the path), taken as this many us for dispatch + combine.
@@ -192,10 +195,12 @@ def attention_queries(b: np.ndarray, costs: EngineCosts) -> np.ndarray:
 def kernel_floor_ms(shape: ModelShape) -> dict[str, float]:
     """Per family, the fixed latency of a step's kernels (``KERNEL_FLOOR_US`` per launch), ms. The same on every
     tensor-parallel GPU: each launches every kernel."""
-    gemms = sum(layers for *_, layers in dense_gemms(shape))
+    # a V4 layer's attention is one module (its projections inside) and its residual stream is mixed (mHC); a DSA
+    # layer's attention is one module too, its projections and indexer inside
+    kind = shape.attention_kind
+    gemms = sum(layers for name, *_, layers in dense_gemms(shape) if not (kind == DSA and name in DSA_MODULE_GEMMS))
     us = KERNEL_FLOOR_US
-    # a V4 layer's attention is one module (its projections inside) and its residual stream is mixed (mHC)
-    attention = us["v4_attention"] if shape.attention_kind == COMPRESSED_SPARSE else us[ATTENTION]
+    attention = {COMPRESSED_SPARSE: us["v4_attention"], DSA: us["dsa_attention"]}.get(kind, us[ATTENTION])
     # the roofline prices no mixing of its own: its floor is booked with the dense GEMMs (``ROOFLINE_HOLDS``)
     mixing = shape.layers * us[MHC] if shape.hyper_connections else 0.0
     return {GEMM: (gemms * us[GEMM] + mixing) * 1e-3, LM_HEAD: (us[GEMM] if shape.lm_head else 0.0) * 1e-3,

@@ -64,6 +64,9 @@ MLA = "mla"
 DSA = "dsa"
 COMPRESSED_SPARSE = "compressed-sparse"
 ATTENTION_KINDS = (MHA, GQA, SLIDING_WINDOW, MLA, DSA, COMPRESSED_SPARSE)
+# a DeepSeek-sparse-attention layer's projections (their names in ``dense_gemms``): the engines' measured attention
+# module runs them inside it, so the kernel database prices them with it
+DSA_MODULE_GEMMS = ("q_a+kv_a", "q_b", "o", "index q", "index k+w")
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ import pandas as pd
 
 from hw_profile.errors import HwProfileError
 from hw_profile.hardware.gpus import get_gpu
-from hw_profile.hardware.shapes import COMPRESSED_SPARSE, DSA, MLA, ModelShape, dense_gemms
+from hw_profile.hardware.shapes import COMPRESSED_SPARSE, DSA, DSA_MODULE_GEMMS, MLA, ModelShape, dense_gemms
 from hw_profile.kernels.database import (
     GEMM_DTYPES,
     KernelTimes,
@@ -66,8 +66,6 @@ from hw_profile.kernels.database import (
 from hw_profile.kernels.families import ATTENTION, COMBINE, COMM, DISPATCH, GEMM, LM_HEAD, MHC, MOE
 from hw_profile.kernels.grid import Grid
 
-# the projections DeepSeek sparse attention's measured module times inside it (their names in ``dense_gemms``)
-DSA_MODULE_GEMMS = ("q_a+kv_a", "q_b", "o", "index q", "index k+w")
 # fp4 routed experts (DeepSeek-V4): MXFP4 weights with fp8 activations first (V4's own format), then NVFP4
 FP4_MOE_DTYPES = ("w4a8_mxfp4_mxfp8", "nvfp4", "w4a16_mxfp4")
 

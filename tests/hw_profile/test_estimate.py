@@ -588,7 +588,8 @@ def test_estimate_cli_says_when_sglang_speculates_without_its_overlap_scheduler(
 
 def test_each_kernel_family_pays_its_launches_fixed_latency():
     """The kernel-level roofline adds per launch what measured kernels cost above their roofline at one token:
-    Qwen3-8B launches 36 x 4 dense GEMMs and an LM head, 36 attentions; DeepSeek-V3 also 58 fused MoE layers."""
+    Qwen3-8B launches 36 x 4 dense GEMMs and an LM head, 36 attentions; DeepSeek-V3 also 58 fused MoE layers;
+    DeepSeek-V4 and GLM-5.2 one attention module a layer, their projections inside."""
     us = KERNEL_FLOOR_US
     for model, added_us in (
         ("qwen3-8b", {"gemm": 144 * us["gemm"], "lm_head": us["gemm"], "attention": 36 * us["attention"]}),
@@ -597,6 +598,9 @@ def test_each_kernel_family_pays_its_launches_fixed_latency():
         # V4's attention projections are inside its module; its shared experts are GEMMs; each layer mixes (mHC)
         ("deepseek-v4-flash", {"gemm": 43 * 2 * us["gemm"] + 43 * us["mhc"], "lm_head": us["gemm"],
                                "attention": 43 * us["v4_attention"], "moe": 43 * us["moe"]}),
+        # a DSA layer's projections and indexer are inside its module: only the dense MLPs and shared experts remain
+        ("glm-5.2", {"gemm": (3 * 2 + 75 * 2) * us["gemm"], "lm_head": us["gemm"],
+                     "attention": 78 * us["dsa_attention"], "moe": 75 * us["moe"]}),
     ):
         shape, d = dep(model, dtype="fp8")
         b, k = np.array([1.0, 512.0]), np.array([4096.0, 512 * 4096.0])
@@ -620,10 +624,18 @@ def test_a_roofline_estimate_says_its_kernels_pay_measured_floors():
 @pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
                     reason="the kernel database (dspark-sim[kernels]) is not installed")
 def test_the_kernel_floors_are_what_the_kernel_database_measures():
-    from tools.kernel_floors import V4_FAMILIES, cases, leave_one_gpu_out, medians, v4_cases
+    from tools.kernel_floors import (
+        DSA_FAMILIES,
+        V4_FAMILIES,
+        cases,
+        dsa_cases,
+        leave_one_gpu_out,
+        medians,
+        v4_cases,
+    )
 
     rows = cases()
-    floors = {**medians(rows), **medians(v4_cases(), V4_FAMILIES)}
+    floors = {**medians(rows), **medians(v4_cases(), V4_FAMILIES), **medians(dsa_cases(), DSA_FAMILIES)}
     for key, us in KERNEL_FLOOR_US.items():
         assert floors[key] == pytest.approx(us, abs=0.05), key
     # floors from the other GPUs bring each GPU's roofline within about 10% of its measured kernels at every load
