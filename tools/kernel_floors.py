@@ -156,14 +156,11 @@ def main() -> int:
     print(f"kernel database: aiconfigurator-core {package_version()}; {len(rows)} (GPU, engine, model) cases")
     for family, us in medians(rows).items():
         print(f"{family}: {us:.1f} us per launch (KERNEL_FLOOR_US: {KERNEL_FLOOR_US[family]})")
-    v4 = v4_cases()
-    print(f"DeepSeek-V4 modules: {len(v4)} (GPU, engine, model) cases")
-    for family, us in medians(v4, V4_FAMILIES).items():
-        print(f"{family}: {us:.1f} us per layer (KERNEL_FLOOR_US: {KERNEL_FLOOR_US[family]})")
-    dsa = dsa_cases()
-    print(f"DeepSeek sparse attention modules: {len(dsa)} (GPU, engine, model) cases")
-    for family, us in medians(dsa, DSA_FAMILIES).items():
-        print(f"{family}: {us:.1f} us per layer (KERNEL_FLOOR_US: {KERNEL_FLOOR_US[family]})")
+    for label, modules, families in (("DeepSeek-V4 modules", v4_cases(), V4_FAMILIES),
+                                     ("DeepSeek sparse attention modules", dsa_cases(), DSA_FAMILIES)):
+        print(f"{label}: {len(modules)} (GPU, engine, model) cases")
+        for family, us in medians(modules, families).items():
+            print(f"{family}: {us:.1f} us per layer (KERNEL_FLOOR_US: {KERNEL_FLOOR_US[family]})")
     check = leave_one_gpu_out(rows)
     print("leave one GPU out, the roofline's step over the measured kernels' (median |log ratio|):")
     for label, errs in check.items():
