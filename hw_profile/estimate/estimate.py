@@ -627,10 +627,13 @@ def chunk_attention(shape: ModelShape, dep: Deployment) -> dict:
     ns per (chunk token, token it attends to), compute-bound (hundreds of queries per request). Its GEMMs are T's at
     the step's total tokens: one forward (``simulator.core.forward``)."""
     _, per_query_kv, _, dtype = attention_work(shape, dep)
-    return {
+    block = {
         "ns_per_token_kv": per_query_kv / dep.peak(dtype) * 1e9,
         "source": f"compute-bound roofline of the attention on {dep.gpu.name} ({dtype}, comp_eff {dep.roofline.comp_eff})",
     }
+    if shape.windowed_layers:  # those layers' tokens attend to the window at most (every layer does the same work)
+        block.update(window=shape.sliding_window, windowed_share=shape.windowed_layers / shape.layers)
+    return block
 
 
 def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str = "auto",

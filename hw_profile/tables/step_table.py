@@ -122,10 +122,16 @@ class ChunkAttention:
     step's total tokens (``simulator.core.forward``); what T cannot see is the chunk's causal attention: token i of
     a chunk of c tokens whose request already holds p tokens attends to p + i earlier tokens, c * (p + c / 2)
     pairs in all, C nanoseconds each (compute-bound: hundreds of queries per request).
+
+    A model with sliding-window layers (Gemma 3) adds ``window`` (W tokens) and ``windowed_share`` (s, the share of
+    the work per pair done in windowed layers): there token i attends to min(p + i, W) tokens, so a chunk's pairs
+    are (1 - s) x c (p + c / 2) + s x (the integral of min(p + i, W) over i in [0, c)).
     """
 
     ns_per_token_kv: float
     source: str = ""
+    window: float = 0.0
+    windowed_share: float = 0.0
 
     @classmethod
     def from_meta(cls, meta: dict, where: str) -> ChunkAttention | None:
@@ -134,21 +140,35 @@ class ChunkAttention:
         if isinstance(block, dict):  # the retired per-token GEMM price is no longer part of the block
             meta = {PREFILL_COST: {k: v for k, v in block.items() if k != "us_per_token"}}
         read = _number_block(meta, PREFILL_COST, {"ns_per_token_kv": 0.0}, where)
-        return None if read is None else cls(*read)
+        if read is None:
+            return None
+        if "window" not in block and "windowed_share" not in block:
+            return cls(*read)
+        window = _number_block({PREFILL_COST: block}, PREFILL_COST, {"window": 1.0, "windowed_share": 0.0}, where)
+        if window[1] > 1.0:
+            raise TableError(f"{where}: {PREFILL_COST}.windowed_share must be at most 1, got {window[1]!r}")
+        return cls(*read, window=window[0], windowed_share=window[1])
+
+    def _pairs2(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
+        """Twice each chunk's attention pairs (exact integers without windowed layers)."""
+        c = np.asarray(chunks, dtype=np.int64)
+        p = np.asarray(cached, dtype=np.int64)
+        full = c * (2 * p + c)
+        if not self.windowed_share:
+            return full
+        w = self.window
+        under = np.clip(w - p, 0.0, c)  # the chunk's tokens whose p + i is still under the window
+        windowed = 2.0 * under * p + under * under + 2.0 * (c - under) * w
+        return (1.0 - self.windowed_share) * full + self.windowed_share * windowed
 
     def ms(self, chunks: np.ndarray, cached: np.ndarray) -> float:
         """Milliseconds of attention for prompt chunks of ``chunks`` tokens whose requests hold ``cached`` tokens
         before them (arrays of one length; rows with a zero chunk cost nothing)."""
-        c = np.asarray(chunks, dtype=np.int64)
-        p = np.asarray(cached, dtype=np.int64)
-        pairs2 = int((c * (2 * p + c)).sum())  # twice the attention pairs, exact in integers
-        return pairs2 * self.ns_per_token_kv / 2e6
+        return self._pairs2(chunks, cached).sum().item() * self.ns_per_token_kv / 2e6
 
     def each_ms(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
         """``ms`` of each chunk on its own (an array)."""
-        c = np.asarray(chunks, dtype=np.int64)
-        p = np.asarray(cached, dtype=np.int64)
-        return c * (2 * p + c) * self.ns_per_token_kv / 2e6
+        return self._pairs2(chunks, cached) * self.ns_per_token_kv / 2e6
 
 
 @dataclass(frozen=True)

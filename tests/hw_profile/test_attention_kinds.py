@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hw_profile.estimate.estimate import Deployment, attention_work, roofline_parts
+from hw_profile.estimate.estimate import Deployment, attention_work, chunk_attention, roofline_parts
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import get_shape
 
@@ -78,3 +78,11 @@ def test_a_windowed_layer_reads_at_most_its_window_of_each_request():
     assert got == pytest.approx(want, rel=1e-12)
     full = roofline_parts(get_shape("qwen3-8b"), dep, b, k, floors=False)["attention"]
     assert full[1] / full[0] == pytest.approx(64.0)  # without windows the same step reads 64x the context
+
+
+def test_a_prompt_chunk_of_a_windowed_model_is_priced_with_its_window():
+    """The estimate's prefill block tells the simulator which share of the chunk attention is windowed: 40 of
+    Gemma 3's 48 layers at 1,024 tokens; a model without windows writes no window."""
+    block = chunk_attention(get_shape("gemma3-12b"), deployment())
+    assert (block["window"], block["windowed_share"]) == (1024, 40 / 48)
+    assert "window" not in chunk_attention(get_shape("qwen3-8b"), deployment())
