@@ -34,7 +34,10 @@ per-step cost and per-token scale of a written table. All times are per step of 
   vLLM counts tokens: 1, 2, 4, then every 8 to 248, then every 16 from 256 to min(2 x max_num_seqs, 512)
   (its ``cudagraph_capture_sizes``; 512 with the default max_num_seqs). SGLang counts requests: 1, 2, 4, 8, then
   every 8 from 16 to 160, and on to 256 on a GPU with more than 80 GB (its ``cuda_graph_bs`` without speculation;
-  while speculating it captures 1-8, every 2 to 32, every 16 to 160: set ``--capture-sizes`` for that).
+  while speculating it captures 1-8, every 2 to 32, every 16 to 160: set ``--capture-sizes`` for that). vLLM
+  started with k draft tokens (``spec_tokens``, its ``num_speculative_tokens``) rounds each size up to a multiple of
+  k + 1 and drops those past its largest (its ``adjust_cudagraph_sizes_for_spec_decode``; the largest,
+  min(max_num_seqs x (k + 1) x 2, 512), stays 512 at the default max_num_seqs).
   TensorRT-LLM counts requests: 1, 2, 4, then every 8 to 128, with padding on (``cuda_graph_config``; without
   padding a batch of another size runs eagerly). These are the engines' defaults as their sources state them at the
   versions docs/hw-profile.md names; a deployment that sets its own sizes sets them here.
@@ -133,6 +136,7 @@ class EngineCosts:
     scheduler_ms: float = SCHEDULER_MS
     graph_max_batch: int = 512
     capture_sizes: tuple[int, ...] | None = None  # None: the engine's default list up to graph_max_batch
+    spec_tokens: int = 0  # draft tokens a vLLM deployment is started with (num_speculative_tokens); 0: none
     launch_us: float = 5.0
     kernels_per_layer: float | None = None  # None: 14 for dense layers, 24 for MoE layers
     sample_passes: float = 6.0
@@ -198,13 +202,23 @@ def default_capture_sizes(engine: str, memory_gb: float | None = None) -> tuple[
 def capture_sizes(costs: EngineCosts, memory_gb: float | None = None) -> tuple[int, ...]:
     """The sizes the engine replays: ``capture_sizes`` as set, else its default list cut at ``graph_max_batch``
     (which joins the list if it falls between two of its sizes, as an engine adds its largest batch; past the list's
-    end it changes nothing: the engine captures no more than its list)."""
+    end it changes nothing: the engine captures no more than its list). A vLLM deployment started with
+    ``spec_tokens`` = k draft tokens captures only multiples of k + 1 (every decode step verifies k + 1 tokens a
+    request): each size rounded up to one, those past the largest dropped, k + 1 itself if none is left."""
     if costs.capture_sizes is not None:
         return costs.capture_sizes
     top = max(int(costs.graph_max_batch), 1)
     full = default_capture_sizes(costs.engine, memory_gb)
     sizes = [s for s in full if s <= top]
-    return tuple([*sizes, top] if top < full[-1] and (not sizes or sizes[-1] != top) else sizes)
+    sizes = [*sizes, top] if top < full[-1] and (not sizes or sizes[-1] != top) else sizes
+    q = int(costs.spec_tokens) + 1
+    if costs.engine != "vllm" or q <= 1:
+        return tuple(sizes)
+    if q > top:
+        raise HwProfileError(f"--cost spec_tokens: {q} tokens a request exceed the largest captured size ({top} "
+                             "tokens, graph_max_batch)")
+    rounded = sorted({r for r in (-(-s // q) * q for s in sizes) if r <= top})
+    return tuple(rounded) or (q,)
 
 
 def engine_defaults(engine: str) -> EngineCosts:
@@ -230,7 +244,7 @@ def with_overrides(costs: EngineCosts, items: list[str] | tuple[str, ...]) -> En
                 value = _BOOL_WORDS[text.lower()]
             elif key == "moe_imbalance" and text == "auto":
                 value = "auto"
-            elif key == "graph_max_batch":
+            elif key in ("graph_max_batch", "spec_tokens"):
                 value = int(text)
             else:
                 value = float(text)

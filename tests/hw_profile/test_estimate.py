@@ -74,6 +74,22 @@ def test_capture_lists_are_the_engines_defaults_cut_at_graph_max_batch():
         EngineCosts(capture_sizes=(4, 2))
 
 
+def test_vllm_speculating_captures_multiples_of_its_tokens_per_request():
+    """vLLM started with k draft tokens rounds each default size up to a multiple of k + 1 and drops those past its
+    largest: DSpark-16 captures 17, 34, ..., 510; k = 5 skips 30 (24 and 32 round to 24 and 36); other engines and
+    k = 0 keep their lists."""
+    vllm = engine_defaults("vllm")
+    assert capture_sizes(replace(vllm, spec_tokens=16)) == tuple(range(17, 511, 17))
+    k5 = capture_sizes(with_overrides(vllm, ["spec_tokens=5"]))
+    assert k5[:6] == (6, 12, 18, 24, 36, 42) and k5[-1] == 498 and all(s % 6 == 0 for s in k5)
+    assert capture_sizes(replace(vllm, spec_tokens=0)) == capture_sizes(vllm)
+    sglang = engine_defaults("sglang")
+    assert capture_sizes(replace(sglang, spec_tokens=5), memory_gb=141) == capture_sizes(sglang, memory_gb=141)
+    assert capture_sizes(replace(vllm, graph_max_batch=20, spec_tokens=16)) == (17,)
+    with pytest.raises(HwProfileError, match="spec_tokens"):
+        capture_sizes(replace(vllm, graph_max_batch=16, spec_tokens=16))
+
+
 def test_sampling_reads_the_logits_once_per_pass_per_verified_token():
     costs = EngineCosts(sample_passes=6.0)
     ms = sampling_ms(np.array([1.0, 8.0]), vocab=150_000, bandwidth_bytes_s=4e12, costs=costs)
