@@ -204,7 +204,7 @@ def capture_sizes(costs: EngineCosts, memory_gb: float | None = None) -> tuple[i
     (which joins the list if it falls between two of its sizes, as an engine adds its largest batch; past the list's
     end it changes nothing: the engine captures no more than its list). A vLLM deployment started with
     ``spec_tokens`` = k draft tokens captures only multiples of k + 1 (every decode step verifies k + 1 tokens a
-    request): each size rounded up to one, those past the largest dropped, k + 1 itself if none is left."""
+    request): each size rounded up to one, those past the largest dropped."""
     if costs.capture_sizes is not None:
         return costs.capture_sizes
     top = max(int(costs.graph_max_batch), 1)
@@ -217,8 +217,7 @@ def capture_sizes(costs: EngineCosts, memory_gb: float | None = None) -> tuple[i
     if q > top:
         raise HwProfileError(f"--cost spec_tokens: {q} tokens a request exceed the largest captured size ({top} "
                              "tokens, graph_max_batch)")
-    rounded = sorted({r for r in (-(-s // q) * q for s in sizes) if r <= top})
-    return tuple(rounded) or (q,)
+    return tuple(sorted({r for r in (-(-s // q) * q for s in sizes) if r <= top}))
 
 
 def engine_defaults(engine: str) -> EngineCosts:
