@@ -69,7 +69,6 @@ from hw_profile.hardware.moe import routed_weight_params
 from hw_profile.hardware.shapes import (
     COMPRESSED_SPARSE,
     DSA,
-    DSA_MODULE_GEMMS,
     ModelShape,
     dense_gemms,
     drafter_attention_window,
@@ -195,12 +194,11 @@ def attention_queries(b: np.ndarray, costs: EngineCosts) -> np.ndarray:
 def kernel_floor_ms(shape: ModelShape) -> dict[str, float]:
     """Per family, the fixed latency of a step's kernels (``KERNEL_FLOOR_US`` per launch), ms. The same on every
     tensor-parallel GPU: each launches every kernel."""
-    # a V4 layer's attention is one module (its projections inside) and its residual stream is mixed (mHC); a DSA
-    # layer's attention is one module too, its projections and indexer inside
-    kind = shape.attention_kind
-    gemms = sum(layers for name, *_, layers in dense_gemms(shape) if not (kind == DSA and name in DSA_MODULE_GEMMS))
+    gemms = sum(layers for *_, layers in dense_gemms(shape))
     us = KERNEL_FLOOR_US
-    attention = {COMPRESSED_SPARSE: us["v4_attention"], DSA: us["dsa_attention"]}.get(kind, us[ATTENTION])
+    # a V4 or DSA layer's attention is one module, its projections inside; a V4 layer's residual stream is mixed (mHC)
+    attention = {COMPRESSED_SPARSE: us["v4_attention"], DSA: us["dsa_attention"]}.get(shape.attention_kind,
+                                                                                       us[ATTENTION])
     # the roofline prices no mixing of its own: its floor is booked with the dense GEMMs (``ROOFLINE_HOLDS``)
     mixing = shape.layers * us[MHC] if shape.hyper_connections else 0.0
     return {GEMM: (gemms * us[GEMM] + mixing) * 1e-3, LM_HEAD: (us[GEMM] if shape.lm_head else 0.0) * 1e-3,

@@ -64,9 +64,6 @@ MLA = "mla"
 DSA = "dsa"
 COMPRESSED_SPARSE = "compressed-sparse"
 ATTENTION_KINDS = (MHA, GQA, SLIDING_WINDOW, MLA, DSA, COMPRESSED_SPARSE)
-# a DeepSeek-sparse-attention layer's projections (their names in ``dense_gemms``): the engines' measured attention
-# module runs them inside it, so the kernel database prices them with it
-DSA_MODULE_GEMMS = ("q_a+kv_a", "q_b", "o", "index q", "index k+w")
 
 
 @dataclass(frozen=True)
@@ -546,16 +543,13 @@ def dense_gemms(shape: ModelShape, tp: int = 1) -> list[tuple[str, int, int, int
     h, L = shape.hidden, shape.layers
     out: list[tuple[str, int, int, int]] = []
     kind = shape.attention_kind
-    if kind == COMPRESSED_SPARSE:
-        pass  # V4's attention projections are inside its measured attention modules
-    elif kind in (MLA, DSA):
+    if kind in (COMPRESSED_SPARSE, DSA):
+        pass  # V4's and DSA's attention projections (DSA's indexer too) are inside their measured attention modules
+    elif kind == MLA:
         qk = shape.head_dim + shape.qk_rope_head_dim
         out.append(("q_a+kv_a", shape.q_lora_rank + shape.kv_lora_rank + shape.qk_rope_head_dim, h, L))
         out.append(("q_b", shape.heads * qk // tp, shape.q_lora_rank, L))
         out.append(("o", h, shape.heads * shape.v_head_dim // tp, L))
-        if kind == DSA:  # the engines replicate the indexer's projections on every tensor-parallel rank
-            out.append(("index q", shape.index_heads * shape.index_head_dim, shape.q_lora_rank or h, L))
-            out.append(("index k+w", shape.index_head_dim + shape.index_heads, h, L))
     else:
         kv_local = max(1, shape.kv_heads // tp)
         out.append(("qkv", (shape.heads // tp + 2 * kv_local) * shape.head_dim, h, L))

@@ -52,7 +52,7 @@ import pandas as pd
 
 from hw_profile.errors import HwProfileError
 from hw_profile.hardware.gpus import get_gpu
-from hw_profile.hardware.shapes import COMPRESSED_SPARSE, DSA, DSA_MODULE_GEMMS, MLA, ModelShape, dense_gemms
+from hw_profile.hardware.shapes import COMPRESSED_SPARSE, DSA, MLA, ModelShape, dense_gemms
 from hw_profile.kernels.database import (
     GEMM_DTYPES,
     KernelTimes,
@@ -611,7 +611,6 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
         attention = _v4_attention(ctx, shape, B, R, c)
     elif kind == DSA:
         attention = _dsa_attention(ctx, shape, B, R, c, gdtype)
-        gemm_list = [g for g in gemm_list if g[0] not in DSA_MODULE_GEMMS]
     elif kind == MLA:
         attention, extra, module = _mla_attention(ctx, shape, R, q, c, B, gdtype)
         if module:  # the module row holds the projections; the swap in `extra` puts them at M = B
