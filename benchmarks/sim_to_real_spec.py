@@ -45,6 +45,7 @@ DATA = HERE / "data" / "spec-runs" / "spec_runs.yaml"
 sys.path.insert(0, str(ROOT))
 
 from hw_profile.errors import HwProfileError  # noqa: E402
+from hw_profile.estimate.estimate import ESTIMATE_DRAFTERS  # noqa: E402
 from hw_profile.hardware.gpus import GPUS  # noqa: E402
 from hw_profile.hardware.shapes import SHAPES  # noqa: E402
 from simulator.errors import UserError  # noqa: E402
@@ -53,7 +54,6 @@ from simulator.inputs.systems import resolve_systems  # noqa: E402
 from simulator.runs.run import LoadPoint, RunSpec, run_one  # noqa: E402
 
 ENGINES = ("vllm", "sglang", "trtllm")  # what `hw-profile estimate --engine` prices
-ESTIMATE_DRAFTERS = ("mtp", "dspark")  # what `hw-profile estimate --drafters` writes
 WITHIN = 0.15  # the summary counts predicted ratios within this of the measured one
 DEFAULT_RUN = {"duration_s": 60.0, "warmup_s": 15.0}
 
@@ -179,7 +179,7 @@ def missing(c: Comparison) -> list[str]:
         if arm.get("system") not in (None, "ar") and drafter is not None and drafter not in ESTIMATE_DRAFTERS \
                 and drafter not in tables:
             out.append(f"arm {arm['label']!r}: no {drafter} drafter table (hw-profile estimate writes "
-                       f"{' and '.join(ESTIMATE_DRAFTERS)} only)")
+                       f"{', '.join(ESTIMATE_DRAFTERS)} only)")
     ref = c.arm(c.al_from)
     if ref.get("system") != "ar" and ref.get("al") is None:
         out.append(f"arm {ref['label']!r}: acceptance length not published")

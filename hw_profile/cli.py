@@ -318,7 +318,7 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
               help="dp: data-parallel attention with EP, one table row per GPU (DeepSeek-style decode); "
                    "auto picks dp for MLA/V4 MoE models when --ep equals --gpus")
 @click.option("--drafters", default="mtp,dspark", show_default=True, help="drafter tables to write beside the "
-              "target's (comma list of mtp, dspark; empty for none)")
+              "target's (comma list of mtp, dspark, eagle3, dflash; empty for none)")
 @click.option("--kernels", type=click.Choice(["auto", "db", "roofline"]), default="auto", show_default=True,
               help="db: require the kernel database (pip install 'dspark-sim[kernels]'); roofline: never use it")
 @click.option("--sibling", default=None, help="for a GPU the kernel database lacks: a GPU it covers (same engine) "

@@ -110,6 +110,10 @@ if TYPE_CHECKING:  # the kernel database's reader is imported only where it is u
 MARKOV_RANK = 256  # DSpark's Markov head (paper 5.1)
 DSPARK_LAYERS_MOE = 3  # DSpark's V4 drafter: three MoE layers with a 128-token window (paper 5.1)
 DSPARK_LAYERS_DENSE = 5  # the dense drafter the project's Qwen3 tables use
+DFLASH_LAYERS = 5  # z-lab's DFlash drafters of Qwen3-4B and -8B: five dense layers, the target's head
+EAGLE3_LAYERS = 1  # EAGLE-3: one dense decoder layer ...
+EAGLE3_DRAFT_VOCAB = 32_000  # ... and its own head over a reduced draft vocabulary (SpecForge's default)
+ESTIMATE_DRAFTERS = ("mtp", "dspark", "eagle3", "dflash")  # what --drafters knows
 A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and expert copy
 # What a measured kernel costs above its roofline at one token (us): a GEMM, one layer's decode attention, one
 # layer's fused MoE; for DeepSeek-V4, one layer's attention module and its hyper-connection mixing; for DeepSeek
@@ -592,8 +596,9 @@ def kernel_times(db: KernelSource, shape: ModelShape, dep: Deployment, b, reques
     (a time multiplied by it would charge a weight-bound kernel too)."""
     b = np.asarray(b, dtype=float)
     dp = dep.parallel == "dp" and shape.is_moe and dep.ep > 1
+    ep = dep.ep if shape.is_moe else 1  # a dense drafter of an expert-parallel target has no experts to spread
     own = (db.step_times(shape, dep.gpu.name, dep.engine, dep.dtype, 1, 1, b, requests, context) if dp else
-           db.step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, dep.ep, b, requests, context))
+           db.step_times(shape, dep.gpu.name, dep.engine, dep.dtype, dep.table_gpus, ep, b, requests, context))
     if not shape.is_moe or dep.ep <= 1:
         return own
     group_tokens = b * (dep.ep if dp else 1)
@@ -712,17 +717,29 @@ def _stored_bytes_per_gpu(shape: ModelShape, dep: Deployment) -> float:
 def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[ModelShape, dict]]:
     """The drafters' shapes (``drafter_shape``: layers built like the target's) and their sidecar entries: MTP is
     one layer; DSpark three MoE layers (V4) or five dense layers, plus its rank-256 Markov head. Under compressed
-    attention both read only the 128-token window (V4's MTP and DSpark layers are window-only)."""
+    attention both read only the 128-token window (V4's MTP and DSpark layers are window-only). EAGLE-3 and DFlash
+    drafters are dense layers whatever the target: EAGLE-3 one, with a head over its 32,000-token draft vocabulary;
+    DFlash five, with the target's head. How they fuse the target's hidden states is not priced (EAGLE-3's first
+    layer reads the embedding beside the fused feature; both project several target layers' states to one), as
+    in the project's embedded eagle3 and dflash tables."""
     out: dict[str, tuple[ModelShape, dict]] = {}
     window = drafter_attention_window(target)
     for name in drafters:
+        dense, vocab = False, None
         if name == "mtp":
             layers = 1
         elif name == "dspark":
             layers = DSPARK_LAYERS_MOE if target.is_moe else DSPARK_LAYERS_DENSE
+        elif name == "eagle3":
+            layers, dense, vocab = EAGLE3_LAYERS, True, EAGLE3_DRAFT_VOCAB
+        elif name == "dflash":
+            layers, dense = DFLASH_LAYERS, True
         else:
-            raise HwProfileError(f"--drafters: unknown drafter {name!r}; known: mtp, dspark")
-        shape = drafter_shape(target, layers, name=f"{target.name}-{name}-{layers}l")
+            raise HwProfileError(f"--drafters: unknown drafter {name!r}; known: {', '.join(ESTIMATE_DRAFTERS)}")
+        try:
+            shape = drafter_shape(target, layers, vocab=vocab, name=f"{target.name}-{name}-{layers}l", dense=dense)
+        except HwProfileError as exc:
+            raise HwProfileError(f"--drafters {name}: {exc}") from None
         out[name] = (shape, {"attention_window": window} if window else {})
     return out
 

@@ -574,7 +574,8 @@ def with_layers(shape: ModelShape, layers: int) -> ModelShape:
                    layers=layers, dense_layers=min(shape.dense_layers, layers))
 
 
-def drafter_shape(target: ModelShape, layers: int, vocab: int | None = None, name: str | None = None) -> ModelShape:
+def drafter_shape(target: ModelShape, layers: int, vocab: int | None = None, name: str | None = None,
+                  dense: bool = False) -> ModelShape:
     """A drafter's backbone: ``layers`` layers built like the target's, of its width, and an LM head over
     ``vocab`` tokens (the target's unless the drafter keeps a reduced vocabulary, as Eagle3 does).
 
@@ -584,10 +585,18 @@ def drafter_shape(target: ModelShape, layers: int, vocab: int | None = None, nam
     a dense drafter of it would have no feed-forward block). ``dense_layers`` is 0: the target's leading dense
     layers are not what a drafter copies. Under compressed sparse attention (DeepSeek-V4) the drafter's layers
     attend to the ``sliding_window`` only, with no compressed rows (the paper's V4 drafter, section 5.1); a
-    table of such a drafter records ``attention_window`` so that the simulator caps the KV tokens it reads."""
-    window_only = dict(csa_layers=0, hca_layers=0) if target.attention_kind == COMPRESSED_SPARSE else {}
+    table of such a drafter records ``attention_window`` so that the simulator caps the KV tokens it reads.
+
+    ``dense``: the layers' feed-forward block is a dense MLP of the target's ``intermediate`` whatever the target
+    (EAGLE-3's and DFlash's drafters are dense decoder layers, also those trained for MoE targets); a target
+    without a dense width (DeepSeek-V4) has no such drafter."""
+    changes = dict(csa_layers=0, hca_layers=0) if target.attention_kind == COMPRESSED_SPARSE else {}
+    if dense and target.is_moe:
+        if target.intermediate <= 0:
+            raise HwProfileError(f"{target.name} has no dense MLP width (intermediate) to build a dense drafter of")
+        changes.update(experts=0, experts_per_token=0, shared_experts=0, expert_intermediate=0, expert_dtype="")
     return replace(target, name=name or f"{target.name}-drafter-{layers}l", layers=layers, vocab=vocab or target.vocab,
-                   dense_layers=0, **window_only)
+                   dense_layers=0, **changes)
 
 
 def drafter_attention_window(target: ModelShape) -> int:

@@ -119,3 +119,50 @@ def test_a_measured_dspark_drafter_table_times_its_heads(tiny_config, tmp_path, 
         (head["per_position_ms"], head["per_row_position_ms"]))
     cfg.markov_rank = 0
     assert "sequential_head" not in profile(cfg, tmp_path / "n.csv", progress=False, log=lambda s: None).table.meta
+
+
+def test_eagle3_and_dflash_drafters_are_dense_whatever_the_target():
+    """EAGLE-3 is one dense layer with a 32,000-token head, DFlash five dense layers with the target's head; of an
+    MoE target both take its dense MLP width, and a target without one (DeepSeek-V4) has neither."""
+    from hw_profile.errors import HwProfileError
+    from hw_profile.estimate.estimate import drafter_shapes
+
+    qwen_moe = get_shape("qwen3-30b-a3b")
+    shapes = drafter_shapes(qwen_moe, ["mtp", "eagle3", "dflash"])
+    mtp, eagle3, dflash = (shapes[name][0] for name in ("mtp", "eagle3", "dflash"))
+    assert mtp.is_moe and not eagle3.is_moe and not dflash.is_moe
+    assert (eagle3.layers, eagle3.vocab, dflash.layers, dflash.vocab) == (1, 32_000, 5, qwen_moe.vocab)
+    layer = qwen_moe.attn_params_per_layer + 3 * qwen_moe.hidden * qwen_moe.intermediate
+    assert eagle3.matmul_params == layer + qwen_moe.hidden * 32_000
+    assert dflash.matmul_params == 5 * layer + qwen_moe.head_params
+    # an MoE layer's active parameters (MTP's) are not a dense layer's: the two drafters differ in what they read
+    assert mtp.matmul_params != layer + qwen_moe.head_params
+    # of a dense target, EAGLE-3 is the target's layer under a smaller head
+    q8 = get_shape("qwen3-8b")
+    e = drafter_shapes(q8, ["eagle3"])["eagle3"][0]
+    assert e.matmul_params == q8.attn_params_per_layer + q8.mlp_params_per_layer + q8.hidden * 32_000
+    for name in ("eagle3", "dflash"):
+        with pytest.raises(HwProfileError, match=f"--drafters {name}: deepseek-v4-flash has no dense MLP width"):
+            drafter_shapes(get_shape("deepseek-v4-flash"), [name])
+    with pytest.raises(HwProfileError, match="known: mtp, dspark, eagle3, dflash"):
+        drafter_shapes(q8, ["medusa"])
+
+
+def test_an_estimated_eagle3_table_drives_an_eagle3_system(tmp_path, scenario_file):
+    """`hw-profile estimate --drafters eagle3,dflash` writes both tables beside the target's and names them in its
+    sidecar, so a scenario's eagle3 system drafts at the table's price: gamma passes of one token a request."""
+    out = tmp_path / "q.csv"
+    with pytest.raises(SystemExit) as exc:
+        main(["estimate", "--model", "qwen3-8b", "--gpu", "H20", "--kernels", "roofline", "--drafters",
+              "eagle3,dflash", "--max-batch-tokens", "256", "--max-kv-tokens", "100000", "--out", str(out)])
+        raise SystemExit(0)
+    assert not exc.value.code
+    meta = json.loads((tmp_path / "q.json").read_text())["drafter_tables"]
+    assert set(meta) == {"eagle3", "dflash"}
+    eagle3, dflash = (StepTable.read(tmp_path / meta[n]["table"]) for n in ("eagle3", "dflash"))
+    assert eagle3.meta["model_shape"]["vocab"] == 32_000 and eagle3.meta["model_shape"]["layers"] == 1
+    assert dflash.meta["model_shape"]["layers"] == 5
+    # five layers and the full head read more than one layer and a 32k head, at any size
+    assert dflash.grid.step_ms(1, 0) > eagle3.grid.step_ms(1, 0) > 0
+    hw = load_hardware(load_scenario(scenario_file(hardware={"table": str(out)})), {"eagle3", "dflash"})
+    assert hw.draft["eagle3"].ms(8, 3, 4000.0) == pytest.approx(3 * eagle3.grid.lookup(8, 4000.0, 8))
