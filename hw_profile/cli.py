@@ -273,10 +273,10 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
         params = drafter_params(params, drafter_layers, target.layers)
     table = analytic_table(shape, device, dtype=dtype, gpus=gpus, params=params, name=name, ep=ep,
                            b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens))
-    from hw_profile.kernels.roofline import stored_weight_bytes
+    from hw_profile.kernels.roofline import stored_weight_bytes, stored_weight_bytes_per_gpu
 
     weights_gb = stored_weight_bytes(shape, dtype) / 1e9
-    table.meta["weights_gb_per_gpu"] = round(weights_gb / gpus, 2)
+    table.meta["weights_gb_per_gpu"] = round(stored_weight_bytes_per_gpu(shape, dtype, gpus) / 1e9, 2)
     if drafter_layers is not None:
         table.meta["drafter_of"] = {"model": target.name, "layers": target.layers}
         if drafter_attention_window(target):

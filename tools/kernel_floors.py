@@ -105,10 +105,13 @@ def _module_cases(models: tuple[str, ...], family: str) -> list[tuple[dict, Mode
     database measures as a module, projections inside: a row with the module's excess over the roofline of its
     attention and projections, us per layer at one token, under ``family``; with the shape and measured parts."""
     out = []
-    for gpu, engine, model, _, shape, _, measured, roof in _measured_and_roofline(
+    for gpu, engine, model, _, shape, tp, measured, roof in _measured_and_roofline(
             np.array([1.0]), [(m, 8, "fp8") for m in models]):
-        # the roofline's dense part holds the attention projections, which the measured module contains
-        projections = shape.layers * shape.attn_params_per_layer / (shape.dense_params - shape.head_params)
+        # the roofline's dense part holds the attention projections, which the measured module contains; a GPU
+        # holds a share of them and DSA's replicated indexer whole
+        rep = shape.replicated_params
+        projections = (((shape.layers * shape.attn_params_per_layer - rep) / tp + rep)
+                       / (shape.dense_params_per_gpu(tp) - shape.head_params / tp))
         module = measured["attention"][0] - roof["attention"][0] - projections * roof["gemm"][0]
         out.append(({"gpu": gpu, "engine": engine, "model": model, family: module / shape.layers * 1e3}, shape,
                     measured))

@@ -97,7 +97,7 @@ from hw_profile.kernels.roofline import (
     expert_compute_dtype,
     link_gb_s,
     markov_head_costs,
-    stored_weight_bytes,
+    stored_weight_bytes_per_gpu,
 )
 from hw_profile.tables.cuda_graphs import CudaGraphs
 from hw_profile.tables.step_table import StepTable, VerifyAttention, table_meta
@@ -121,7 +121,7 @@ A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and e
 # the kernel database over the GPUs it covers (``tools.kernel_floors``, which recomputes them); the
 # kernel-level roofline adds them per launch, so that at low load it prices what kernels really take on GPUs the
 # database lacks.
-KERNEL_FLOOR_US = {GEMM: 4.3, ATTENTION: 11.2, MOE: 24.4, "v4_attention": 54.8, MHC: 26.8, "dsa_attention": 78.1}
+KERNEL_FLOOR_US = {GEMM: 4.3, ATTENTION: 11.2, MOE: 24.4, "v4_attention": 54.8, MHC: 26.8, "dsa_attention": 76.5}
 # Inside one NVLink domain (``GPU.nvlink_domain``: an HGX board of 8, an NVL72 rack) the exchange runs over NVLink:
 # its achieved bandwidth (RooflineParams.nvlink_gb_s, scaled to the part) and a latency floor of tens of
 # microseconds per layer (NVSHMEM/IPC puts with no NIC in the path), taken as this many us for dispatch + combine.
@@ -218,8 +218,8 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
     wb = DTYPE_BYTES[dep.dtype]
     g = dep.head_split
     parts: dict[str, np.ndarray] = {}
-    layer_params = shape.dense_params - shape.head_params
-    parts[GEMM] = _bound(np.full_like(b, layer_params * wb / g), 2.0 * layer_params * b / g, dep, dep.dtype)
+    layer_params = shape.dense_params_per_gpu(g) - shape.head_params / g  # per GPU: DSA's indexer whole on each
+    parts[GEMM] = _bound(np.full_like(b, layer_params * wb), 2.0 * layer_params * b, dep, dep.dtype)
     parts[LM_HEAD] = _bound(np.full_like(b, shape.head_params * wb / g), 2.0 * shape.head_params * b / g, dep,
                             dep.dtype)
     if shape.is_moe:
@@ -711,7 +711,7 @@ def padded_envelope(ms: np.ndarray) -> tuple[np.ndarray, str]:
 def _stored_bytes_per_gpu(shape: ModelShape, dep: Deployment) -> float:
     if dep.parallel == "dp" and shape.is_moe:
         return stored_bytes_per_gpu(shape, dep.ep, dep.dtype)
-    return stored_weight_bytes(shape, dep.dtype) / dep.gpus
+    return stored_weight_bytes_per_gpu(shape, dep.dtype, dep.gpus)
 
 
 def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[ModelShape, dict]]:

@@ -221,6 +221,18 @@ class ModelShape:
         )
 
     @property
+    def replicated_params(self) -> int:
+        """Matmul parameters (among ``dense_params``) that every tensor-parallel rank holds and multiplies whole
+        instead of a share: DeepSeek sparse attention's indexer, whose projections vLLM and SGLang replicate; 0 for
+        other kinds."""
+        return self.layers * self._indexer_params()
+
+    def dense_params_per_gpu(self, tp: int) -> float:
+        """``dense_params`` one of ``tp`` tensor-parallel GPUs holds and reads: a share of the split ones and the
+        replicated ones whole."""
+        return (self.dense_params - self.replicated_params) / tp + self.replicated_params
+
+    @property
     def matmul_params(self) -> int:
         """Parameters every new token multiplies through (the embedding lookup is not a matmul). For an MoE model,
         the active parameters: the dense part plus ``experts_per_token`` routed experts per MoE layer."""

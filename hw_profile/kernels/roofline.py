@@ -19,7 +19,8 @@ Mixture of experts (``shape.is_moe``, see ``hw_profile.hardware.moe``): the weig
 dense MLPs, shared experts, router, head) plus, per MoE layer, only the experts the step's B tokens touch,
 E x (1 - (1 - k/E)^B) in expectation; FLOPs use the active parameters (k experts per token). So an MoE step's
 bytes grow with B until every expert is touched, and SPS falls in B well before a dense model's would.
-Parallelism: attention, dense MLPs, shared experts and the head are tensor-parallel over ``gpus``; routed experts
+Parallelism: attention, dense MLPs, shared experts and the head are tensor-parallel over ``gpus`` (DeepSeek sparse
+attention's indexer is replicated, ``ModelShape.replicated_params``, as the engines build it); routed experts
 are expert-parallel over ``ep`` groups (default ``gpus``: one group per GPU) and tensor-parallel inside a group.
 Every GPU holds all B hidden states after the attention all-reduce, so an MoE layer ends in the same all-reduce as
 a dense MLP (no all-to-all: DeepSeek's data-parallel attention with all-to-all dispatch is not modelled), and the
@@ -88,14 +89,20 @@ def stored_weight_bytes(shape: ModelShape, dtype: str) -> float:
     return (shape.total_params - routed) * DTYPE_BYTES[dtype] + routed * expert_bytes(shape, dtype)
 
 
+def stored_weight_bytes_per_gpu(shape: ModelShape, dtype: str, gpus: int) -> float:
+    """Bytes one of ``gpus`` tensor-parallel GPUs stores: a share of every weight, the replicated ones whole."""
+    replicated = shape.replicated_params * DTYPE_BYTES[dtype]
+    return (stored_weight_bytes(shape, dtype) - replicated) / gpus + replicated
+
+
 def weight_bytes(shape: ModelShape, batch_tokens: np.ndarray | float, dtype: str = "bf16", gpus: int = 1,
                  ep: int | None = None) -> np.ndarray:
     """Weight bytes one GPU reads in a step of B tokens (elementwise over B)."""
     b = np.asarray(batch_tokens, dtype=float)
     wbytes = DTYPE_BYTES[dtype]
     if not shape.is_moe:
-        return np.full_like(b, shape.matmul_params * wbytes / gpus)
-    return (shape.dense_params / gpus * wbytes
+        return np.full_like(b, shape.dense_params_per_gpu(gpus) * wbytes)
+    return (shape.dense_params_per_gpu(gpus) * wbytes
             + routed_weight_params(shape, b, gpus=gpus, ep=ep) * expert_bytes(shape, dtype))
 
 
@@ -132,10 +139,11 @@ def step_time_ms(
         per_gpu_weights = weight_bytes(shape, b, dtype=dtype, gpus=gpus, ep=ep)
         bytes_read = per_gpu_weights * gpus
     else:
-        bytes_read = shape.matmul_params * wbytes
+        bytes_read = shape.dense_params_per_gpu(gpus) * gpus * wbytes
     kv_read, attn_flops = attention_bytes_flops(shape, b, k, dtype)
     bytes_read = bytes_read + kv_read
-    flops = 2.0 * shape.matmul_params * b + attn_flops
+    # every GPU multiplies the replicated weights (DSA's indexer) by all the step's tokens
+    flops = 2.0 * (shape.matmul_params + shape.replicated_params * (gpus - 1)) * b + attn_flops
     t_mem = bytes_read / (gpus * gpu.hbm_tb_s * 1e12 * params.mem_eff)
     t_comp = flops / (gpus * gpu.peak_tflops(dtype) * 1e12 * params.comp_eff)
     t_comm = allreduce_s(shape, gpu, b, dtype, gpus, params)

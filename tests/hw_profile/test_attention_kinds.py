@@ -4,6 +4,8 @@ that ride on B with the verified tokens."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -61,6 +63,28 @@ def test_a_verified_token_of_deepseek_sparse_attention_reads_its_own_selected_ro
     k = np.full(2, 64 * 8192.0)
     parts = roofline_parts(shape, dep, b, k, floors=False)["attention"]
     assert parts[1] - parts[0] >= (b[1] - b[0]) * per_query / dep.bandwidth * 1e3 * (1 - 1e-9)
+
+
+def test_deepseek_sparse_attentions_indexer_is_whole_on_every_tensor_parallel_gpu():
+    """The engines replicate DSA's indexer projections: on 4 GPUs each reads, multiplies and stores all 0.73B of
+    GLM-5.2's, beside a quarter of the other weights; one GPU and models without an indexer are unchanged."""
+    from hw_profile.kernels.roofline import stored_weight_bytes, stored_weight_bytes_per_gpu, weight_bytes
+
+    glm, v3 = get_shape("glm-5.2"), get_shape("deepseek-v3")
+    rep = glm.replicated_params
+    assert rep == glm.layers * (2048 * 32 * 128 + 6144 * (128 + 32)) and v3.replicated_params == 0
+    assert glm.dense_params_per_gpu(4) == pytest.approx((glm.dense_params - rep) / 4 + rep)
+    assert glm.dense_params_per_gpu(1) == glm.dense_params and v3.dense_params_per_gpu(8) == v3.dense_params / 8
+    assert stored_weight_bytes_per_gpu(glm, "fp8", 4) == pytest.approx((stored_weight_bytes(glm, "fp8") - rep) / 4
+                                                                        + rep)
+    # the roofline's GEMM family at a weight-bound size reads those bytes on each GPU
+    dep = deployment(4, "fp8")
+    gemm = roofline_parts(glm, dep, np.array([1.0]), np.array([0.0]), floors=False)["gemm"][0]
+    assert gemm == pytest.approx((glm.dense_params_per_gpu(4) - glm.head_params / 4) / dep.bandwidth * 1e3)
+    # against the same model without its indexer (plain MLA), each of 4 GPUs reads the whole indexer more
+    plain = replace(glm, index_topk=0, index_heads=0, index_head_dim=0)
+    assert plain.attention_kind == "mla" and plain.replicated_params == 0
+    assert weight_bytes(glm, 1.0, "fp8", gpus=4) - weight_bytes(plain, 1.0, "fp8", gpus=4) == pytest.approx(rep)
 
 
 def test_a_windowed_layer_reads_at_most_its_window_of_each_request():
