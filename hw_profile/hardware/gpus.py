@@ -46,6 +46,11 @@ AMD Instinct (OAM modules; AMD quotes dense and sparse rates separately, dense i
 - MI300X: "AMD Instinct MI300X" datasheet: BF16 1,307.4 TFLOPS (2,614.9 with sparsity), FP8 2,614.9 (5,229.8),
   TF32 653.7; 192 GB HBM3 at 5.3 TB/s; 750 W; Infinity Fabric 7 links x 128 GB/s = 896 GB/s (in the NVLink
   field: the all-reduce link of an 8-GPU node). No FP4.
+- MI325X: "AMD Instinct MI325X" datasheet: the MI300X's compute (BF16 1,307.4 TFLOPS, FP8 2,614.9, TF32 653.7) with
+  256 GB HBM3E at 6 TB/s; 1,000 W; the MI300X's Infinity Fabric (896 GB/s). No FP4.
+- MI350X: "AMD Instinct MI350X" (CDNA 4, the air-cooled MI355X: the same die at 2.2 GHz against 2.4, 1,000 W): the
+  MI355X's rates x 2.2 / 2.4, BF16 2,306.9 TFLOPS, FP8 4,613.8, MXFP4 9,227.5 (AMD's material: 2.3, 4.6 and 9.2
+  PFLOPS), FP32 matrix 144.2; 288 GB HBM3E at 8 TB/s; the MI355X's Infinity Fabric.
 - MI355X: "AMD Instinct MI355X" datasheet (CDNA 4): BF16 2,516.6 TFLOPS dense (5,033.2 sparse), FP8 5,033.2
   (10,066.4), MXFP4/MXFP6 10,066.4 dense (20.1 PFLOPS is with sparsity); 288 GB HBM3E at 8 TB/s; 1,400 W
   (liquid-cooled); Infinity Fabric 7 links x 153.6 GB/s = 1,075 GB/s. CDNA 4 has no TF32 matrix rate: the fp32
@@ -53,7 +58,7 @@ AMD Instinct (OAM modules; AMD quotes dense and sparse rates separately, dense i
   launch material rounds them to 2.5, 5 and 10 PFLOPS).
 
 FP4 (``fp4_tflops``, dense) is set for the parts with FP4 tensor/matrix cores (B200, B300, GB200, GB300,
-RTX-PRO-6000, MI355X) and None
+RTX-PRO-6000, MI350X, MI355X) and None
 elsewhere; ``peak_tflops("fp4")`` falls back to the FP8 rate, then the 16-bit rate, on a part without it (FP4
 weights are then unpacked to the wider type the part multiplies in).
 
@@ -170,6 +175,12 @@ GPUS: dict[str, GPU] = {
     "MI300X": GPU("MI300X", bf16_tflops=1307.4, hbm_tb_s=5.3, memory_gb=192, tdp_w=750, idle_w=98,
                   fp8_tflops=2614.9, tf32_tflops=653.7, nvlink_gb_s=896,
                   vendor="amd", nvlink_domain=8),
+    "MI325X": GPU("MI325X", bf16_tflops=1307.4, hbm_tb_s=6.0, memory_gb=256, tdp_w=1000, idle_w=130,
+                  fp8_tflops=2614.9, tf32_tflops=653.7, nvlink_gb_s=896,
+                  vendor="amd", nvlink_domain=8),
+    "MI350X": GPU("MI350X", bf16_tflops=2306.9, hbm_tb_s=8.0, memory_gb=288, tdp_w=1000, idle_w=130,
+                  fp8_tflops=4613.8, tf32_tflops=144.2, nvlink_gb_s=1075, fp4_tflops=9227.5,
+                  vendor="amd", nvlink_domain=8),
     "MI355X": GPU("MI355X", bf16_tflops=2516.6, hbm_tb_s=8.0, memory_gb=288, tdp_w=1400, idle_w=182,
                   fp8_tflops=5033.2, tf32_tflops=157.3, nvlink_gb_s=1075, fp4_tflops=10066.4,
                   vendor="amd", nvlink_domain=8),
@@ -177,7 +188,7 @@ GPUS: dict[str, GPU] = {
 
 # Other spellings of a name (after upper-casing, with "_" and spaces read as "-")
 ALIASES: dict[str, str] = {"H20-141GB": "H20-141G", "H20-141": "H20-141G", "RTX-PRO-6000-SERVER": "RTX-PRO-6000",
-                           "ARC-PRO-B60": "B60"}
+                           "ARC-PRO-B60": "B60", "MI325": "MI325X"}
 
 
 def gpu_names() -> list[str]:

@@ -13,7 +13,7 @@ from hw_profile.hardware.gpus import ALIASES, GPUS, PLACEMENT, VENDORS, get_gpu,
 from hw_profile.hardware.shapes import get_shape
 from hw_profile.kernels.roofline import step_time_ms
 
-FP4_PARTS = {"B200", "B300", "GB300", "MI355X", "GB200", "RTX-PRO-6000"}
+FP4_PARTS = {"B200", "B300", "GB300", "MI350X", "MI355X", "GB200", "RTX-PRO-6000"}
 
 
 @pytest.mark.parametrize("name", sorted(GPUS))
@@ -81,7 +81,7 @@ def test_where_each_part_sits_is_data_on_its_entry():
     for name, g in GPUS.items():
         assert g.vendor in VENDORS
         assert g.nvlink_domain == (72 if name in ("GB200", "GB300") else 8), name
-    assert {n for n, g in GPUS.items() if g.vendor == "amd"} == {"MI300X", "MI355X"}
+    assert {n for n, g in GPUS.items() if g.vendor == "amd"} == {"MI300X", "MI325X", "MI350X", "MI355X"}
     assert {n for n, g in GPUS.items() if g.vendor == "intel"} == {"B60"}
     systems = [g.kernel_db_system for g in GPUS.values() if g.kernel_db_system]
     assert len(systems) == len(set(systems))
@@ -103,3 +103,14 @@ def test_a_sidecars_gpu_block_holds_the_datasheet_and_a_device_file_can_say_wher
         path.write_text(json.dumps({**h200, **bad}))
         with pytest.raises(HwProfileError, match=f"dev.json: field '{field}'"):
             gpu_from_file(path)
+
+
+def test_the_amd_refreshes_are_their_siblings_compute_with_their_own_memory_and_clock():
+    """MI325X: the MI300X's rates with 256 GB at 6 TB/s; MI350X: the MI355X's die at 2.2 GHz against 2.4 (every
+    rate x 11/12) with the same 288 GB at 8 TB/s; the name a public run uses, MI325, reads as the MI325X."""
+    mi300, mi325, mi350, mi355 = (get_gpu(n) for n in ("MI300X", "MI325", "MI350X", "MI355X"))
+    assert mi325.name == "MI325X" and (mi325.memory_gb, mi325.hbm_tb_s) == (256, 6.0)
+    assert (mi325.bf16_tflops, mi325.fp8_tflops, mi325.fp4_tflops) == (mi300.bf16_tflops, mi300.fp8_tflops, None)
+    for field in ("bf16_tflops", "fp8_tflops", "fp4_tflops", "tf32_tflops"):
+        assert getattr(mi350, field) == pytest.approx(getattr(mi355, field) * 2.2 / 2.4, abs=0.05), field
+    assert (mi350.memory_gb, mi350.hbm_tb_s, mi350.tdp_w) == (288, 8.0, 1000)
