@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from hw_profile.errors import HwProfileError  # noqa: E402
 from hw_profile.estimate.estimate import ESTIMATE_DRAFTERS  # noqa: E402
-from hw_profile.hardware.gpus import GPUS  # noqa: E402
+from hw_profile.hardware.gpus import get_gpu  # noqa: E402
 from hw_profile.hardware.shapes import SHAPES  # noqa: E402
 from simulator.errors import UserError  # noqa: E402
 from simulator.inputs.config import load_scenario  # noqa: E402
@@ -151,6 +151,15 @@ def load(path: Path = DATA) -> list[Comparison]:
     return out
 
 
+def _known_gpu(name: str) -> bool:
+    """Whether the estimate has ``name``, under any of its spellings (``get_gpu``'s aliases)."""
+    try:
+        get_gpu(name)
+    except KeyError:
+        return False
+    return True
+
+
 def missing(c: Comparison) -> list[str]:
     """What the project lacks to predict ``c`` (empty: it can): the deployment first (model shape, GPU, engine),
     then the numbers the prediction needs from the source, then a comparison left out on purpose."""
@@ -162,7 +171,7 @@ def missing(c: Comparison) -> list[str]:
     for gpu in sorted(gpus, key=str):
         if gpu is None:
             out.append("GPU: not stated in the source")
-        elif gpu not in GPUS:
+        elif not _known_gpu(gpu):
             out.append(f"GPU: no {gpu} in hw_profile.hardware.gpus.GPUS")
     if run["engine"] not in ENGINES:
         out.append(f"engine: {run['engine']} (hw-profile estimate prices {', '.join(ENGINES)})")
