@@ -381,6 +381,23 @@ SHAPES: dict[str, ModelShape] = {
                            intermediate=12288, vocab=151936),
     "qwen3-14b": ModelShape("qwen3-14b", layers=40, hidden=5120, heads=40, kv_heads=8, head_dim=128,
                             intermediate=17408, vocab=151936),
+    "qwen3-32b": ModelShape("qwen3-32b", layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128,
+                            intermediate=25600, vocab=151936),
+    # meta-llama/Llama-3.1-8B-Instruct and -70B-Instruct config.json (Llama-3.3-70B is the 70B's architecture):
+    # GQA with 8 KV heads of 128, a 128,256-token vocabulary
+    "llama-3.1-8b": ModelShape("llama-3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
+                               intermediate=14336, vocab=128256, family="llama"),
+    "llama-3.1-70b": ModelShape("llama-3.1-70b", layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128,
+                                intermediate=28672, vocab=128256, family="llama"),
+    # openai/gpt-oss-120b and -20b config.json: 36 (24) layers alternating a 128-token sliding window and full
+    # attention, 64 query / 8 KV heads of 64, 128 (32) routed experts of width 2880, 4 per token, stored in MXFP4.
+    # Not priced: the attention sinks and the projections' biases
+    "gpt-oss-120b": ModelShape("gpt-oss-120b", layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64,
+                               intermediate=2880, vocab=201088, family="gpt_oss", experts=128, experts_per_token=4,
+                               expert_intermediate=2880, sliding_window=128, sliding_pattern=2, expert_dtype="fp4"),
+    "gpt-oss-20b": ModelShape("gpt-oss-20b", layers=24, hidden=2880, heads=64, kv_heads=8, head_dim=64,
+                              intermediate=2880, vocab=201088, family="gpt_oss", experts=32, experts_per_token=4,
+                              expert_intermediate=2880, sliding_window=128, sliding_pattern=2, expert_dtype="fp4"),
     # Qwen/Qwen3-30B-A3B config.json: 48 layers, all MoE (128 experts, 8 per token, width 768, no shared expert),
     # GQA 32 query / 4 KV heads of 128
     "qwen3-30b-a3b": ModelShape("qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128,
@@ -456,7 +473,7 @@ SHAPES: dict[str, ModelShape] = {
 # Names that resolve to another entry. Google's Gemma 4 family (ai.google.dev/gemma/docs/core) has E2B, E4B, a
 # 26B MoE and a 31B dense model, no 12B; "gemma4-12b" (the name the profiling issue asked for) therefore resolves
 # to the 12B Gemma whose config is public, Gemma 3 12B, and tables record the resolved name.
-ALIASES: dict[str, str] = {"gemma4-12b": "gemma3-12b"}
+ALIASES: dict[str, str] = {"gemma4-12b": "gemma3-12b", "llama-3.3-70b": "llama-3.1-70b"}
 
 
 def shape_names() -> list[str]:
@@ -490,7 +507,8 @@ def read_config(path: str | Path) -> dict:
 
 
 def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
-    """Read the fields a transformers config uses (Qwen3/Llama-style, Gemma 3, Qwen3-MoE/Mixtral, DeepSeek-V2/V3)."""
+    """Read the fields a transformers config uses (Qwen3/Llama-style, Gemma 3, Qwen3-MoE/Mixtral, gpt-oss,
+    DeepSeek-V2/V3/V3.2)."""
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]
     try:
@@ -508,6 +526,9 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
                 expert_intermediate=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
                 dense_layers=int(cfg.get("first_k_dense_replace") or len(mlp_only)),
             )
+            quant = cfg.get("quantization_config")
+            if isinstance(quant, dict) and quant.get("quant_method") == "mxfp4":  # gpt-oss: the experts alone
+                moe["expert_dtype"] = "fp4"
         mla = {}
         if cfg.get("kv_lora_rank"):
             mla = dict(

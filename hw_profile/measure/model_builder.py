@@ -95,6 +95,8 @@ def transformers_config(shape: ModelShape, base: dict | None = None, max_positio
             sliding_window=shape.sliding_window or 4096,
             layer_types=layer_types,
         )
+    if shape.family == "llama":
+        return AutoConfig.for_model("llama", **common, head_dim=shape.head_dim)
     if shape.family != "qwen3":
         raise HwProfileError(
             f"--model {shape.name}: no built-in transformers recipe for family {shape.family!r}; "

@@ -66,3 +66,15 @@ def test_attention_choices(tiny_model, tiny_config):
     except ImportError:
         with pytest.raises(HwProfileError, match="--attn flash_attention_2"):
             mb.build_model(get_shape(str(tiny_config)), "fp32", "cpu", attention="flash_attention_2")
+
+
+def test_a_llama_shape_builds_its_own_architecture_and_an_unknown_family_asks_for_a_config():
+    from dataclasses import replace
+
+    from hw_profile.errors import HwProfileError
+
+    cfg = mb.transformers_config(replace(get_shape("llama-3.1-8b"), layers=2), max_positions=256)
+    assert (cfg.model_type, cfg.num_key_value_heads, cfg.intermediate_size, cfg.vocab_size) == (
+        "llama", 8, 14336, 128256)
+    with pytest.raises(HwProfileError, match=r"pass the model's config\.json"):
+        mb.transformers_config(get_shape("gpt-oss-20b"))

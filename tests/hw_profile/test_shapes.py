@@ -150,3 +150,32 @@ def test_moe_builtins_match_their_cards(name, total, active):
     assert s.total_params == pytest.approx(total, rel=0.03)
     # the cards count the embedding among activated parameters; matmul_params leaves it out
     assert s.matmul_params + s.vocab * s.hidden == pytest.approx(active, rel=0.05)
+
+
+@pytest.mark.parametrize("name, total, active", [
+    ("llama-3.1-8b", 8.03e9, None),  # the model cards' sizes
+    ("llama-3.3-70b", 70.6e9, None),
+    ("qwen3-32b", 32.8e9, None),
+    ("gpt-oss-120b", 116.83e9, 5.13e9),  # OpenAI's card counts the unembedding as active, not the embedding
+    ("gpt-oss-20b", 20.91e9, 3.61e9),
+])
+def test_deployed_builtins_match_their_cards(name, total, active):
+    s = get_shape(name)
+    assert s.total_params == pytest.approx(total, rel=0.005)
+    if active is not None:
+        assert s.matmul_params == pytest.approx(active, rel=0.01)
+    if name.startswith("gpt-oss"):  # alternating 128-token windows, experts stored in MXFP4
+        assert (s.attention_kind, s.windowed_layers * 2, s.expert_dtype) == ("sliding-window", s.layers, "fp4")
+
+
+def test_a_gpt_oss_config_reads_as_the_builtin():
+    """gpt-oss's config.json: experts under num_local_experts at intermediate_size, windows from layer_types
+    (sliding first), and MXFP4 experts from its quantization_config."""
+    cfg = {"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
+           "num_local_experts": 128, "num_experts_per_tok": 4, "num_attention_heads": 64, "num_key_value_heads": 8,
+           "head_dim": 64, "sliding_window": 128, "vocab_size": 201088, "tie_word_embeddings": False,
+           "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(36)],
+           "quantization_config": {"quant_method": "mxfp4"}}
+    assert shape_from_config(cfg, name="gpt-oss-120b") == get_shape("gpt-oss-120b")
+    del cfg["quantization_config"]
+    assert shape_from_config(cfg, name="gpt-oss-120b").expert_dtype == ""
