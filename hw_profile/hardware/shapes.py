@@ -5,8 +5,8 @@ generic transformer a drafter is timed as: some layers built like the target's (
 the (shared) LM head.
 
 Beyond the dense GQA transformer (Qwen3), a shape can describe the kinds below; ``attention_kind`` names its
-attention (``ATTENTION_KINDS``: ``mha``, ``gqa``, ``sliding-window``, ``mla``, ``dsa``, ``compressed-sparse``), and the
-models read what a kind means from the shape (KV bytes per token, reads and FLOPs per context and per query token,
+attention (``ATTENTION_KINDS``: ``mha``, ``gqa``, ``sliding-window``, ``mla``, ``dsa``, ``compressed-sparse``,
+``gated-deltanet``), and the models read what a kind means from the shape (KV bytes per token, reads and FLOPs per context and per query token,
 ``latent_kv``, ``checkpoint_dtype``, ``hyper_connections``, ``dense_gemms``) rather than from its fields:
 
 - **Mixture of experts** (``experts > 0``): every layer after the first ``dense_layers`` replaces its MLP by
@@ -39,6 +39,16 @@ models read what a kind means from the shape (KV bytes per token, reads and FLOP
   alone cannot carry. The window's rows (``sliding_window`` per request and layer) are counted per query token,
   an upper bound when a request verifies several tokens that share them. Routed experts may be stored in a
   narrower type than the rest (``expert_dtype``, fp4 in V4).
+- **Gated DeltaNet hybrids** (``gated-deltanet``, Qwen3-Next and Qwen3.5, ``linear_interval > 0``): every
+  ``linear_interval``-th layer is full GQA attention (its query projection doubled by an output gate); the others
+  are linear attention, a recurrent state of ``linear_value_heads`` x ``linear_key_head_dim`` x
+  ``linear_value_head_dim`` values per request and layer (plus a short convolution's last ``linear_conv_kernel - 1``
+  inputs) instead of a KV cache. Only the full layers' keys and values are cached and read per context token; each
+  query token reads and writes its layers' states (``attn_read_bytes_per_query_token``: engines keep each verified
+  position's state to roll back to, so a verified token pays its own write; its read is once per request, so
+  several verified tokens of a request are an upper bound) and spends 6 x heads x key x value
+  FLOPs a layer on the delta rule (``attn_flops_per_query_token``). ``state_bytes_per_request`` is the memory a
+  request holds whatever its context.
 - **Sliding-window attention** (``sliding-window``, Gemma 3): all but every ``sliding_pattern``-th layer attend to the last
   ``sliding_window`` tokens only. The profiler builds it faithfully. A step over R requests reads at most
   ``sliding_window`` tokens per request in a windowed layer (``attended_kv``), which the estimate applies at the
@@ -63,7 +73,8 @@ SLIDING_WINDOW = "sliding-window"
 MLA = "mla"
 DSA = "dsa"
 COMPRESSED_SPARSE = "compressed-sparse"
-ATTENTION_KINDS = (MHA, GQA, SLIDING_WINDOW, MLA, DSA, COMPRESSED_SPARSE)
+GATED_DELTANET = "gated-deltanet"
+ATTENTION_KINDS = (MHA, GQA, SLIDING_WINDOW, MLA, DSA, COMPRESSED_SPARSE, GATED_DELTANET)
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,13 @@ class ModelShape:
     index_topk: int = 0
     o_lora_rank: int = 0
     o_groups: int = 0
+    # Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): every `linear_interval`-th layer full attention, the others linear
+    linear_interval: int = 0
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 4
     expert_dtype: str = ""  # routed experts' type where narrower than the rest ("fp4"; a deployment: "fp8", "w4a16")
     kv_dtype: str = ""  # the KV cache's type where the model or the deployment fixes it (V4: "fp8"); "" = bf16
 
@@ -118,6 +136,8 @@ class ModelShape:
         are selected by an indexer, else MLA where keys and values are a latent, else
         Gemma's interleaved sliding windows, else multi-head attention (a KV head per query head) or grouped-query
         attention (fewer, down to one: a DeepSeek-V4 drafter's window-only layers are one shared KV head)."""
+        if self.linear_interval > 0:
+            return GATED_DELTANET
         if self.csa_layers + self.hca_layers > 0:
             return COMPRESSED_SPARSE
         if self.kv_lora_rank > 0:
@@ -169,11 +189,48 @@ class ModelShape:
         return q_in * self.index_heads * self.index_head_dim + self.hidden * (self.index_head_dim + self.index_heads)
 
     @property
+    def full_attention_layers(self) -> int:
+        """Layers that cache keys and values: all but a Gated DeltaNet hybrid's linear layers."""
+        return self.layers // self.linear_interval if self.linear_interval else self.layers
+
+    @property
+    def linear_attention_layers(self) -> int:
+        return self.layers - self.full_attention_layers
+
+    @property
+    def _linear_conv_channels(self) -> int:
+        """Channels of a linear layer's short convolution: its queries, keys and values."""
+        return (2 * self.linear_key_heads * self.linear_key_head_dim
+                + self.linear_value_heads * self.linear_value_head_dim)
+
+    @property
+    def state_bytes_per_request(self) -> float:
+        """Bytes (2-byte precision) a request holds whatever its context: a Gated DeltaNet hybrid's recurrent
+        states and convolution inputs, all linear layers; 0 for other kinds."""
+        per_layer = (self.linear_value_heads * self.linear_key_head_dim * self.linear_value_head_dim
+                     + (self.linear_conv_kernel - 1) * self._linear_conv_channels)
+        return 2.0 * self.linear_attention_layers * per_layer
+
+    def _gated_deltanet_attn_params(self) -> int:
+        """All layers' attention parameters of a Gated DeltaNet hybrid: full layers' gated queries (2 x heads),
+        keys, values and output; linear layers' query-key-value-gate and beta-alpha projections, convolution
+        and output."""
+        full = (2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_heads * self.head_dim
+                + self.heads * self.head_dim * self.hidden)
+        value_width = self.linear_value_heads * self.linear_value_head_dim
+        linear = (self.hidden * (2 * self.linear_key_heads * self.linear_key_head_dim + 2 * value_width)
+                  + self.hidden * 2 * self.linear_value_heads + self.linear_conv_kernel * self._linear_conv_channels
+                  + value_width * self.hidden)
+        return self.full_attention_layers * full + self.linear_attention_layers * linear
+
+    @property
     def attn_params_per_layer(self) -> int:
         # V4's attention (low-rank queries, one shared KV head, grouped low-rank output) also in layers that only
         # see the window (a V4 drafter's): the same projections without compressors or indexer
         if self.attention_kind == COMPRESSED_SPARSE or self.o_groups:
             return self._compressed_attn_params() // self.layers
+        if self.attention_kind == GATED_DELTANET:  # the mean over full and linear layers (to a parameter a layer)
+            return self._gated_deltanet_attn_params() // self.layers
         if self.attention_kind in (MLA, DSA):
             qk = self.head_dim + self.qk_rope_head_dim
             if self.q_lora_rank:
@@ -252,8 +309,9 @@ class ModelShape:
     def kv_bytes_per_token(self) -> float:
         """Bytes of KV cache per context token, all layers, in 2-byte precision.
 
-        GQA: K and V, ``kv_heads x head_dim`` each. MLA: the compressed latent plus the shared rotary key,
-        ``kv_lora_rank + qk_rope_head_dim`` values, one copy for all heads (what FlashMLA/vLLM/SGLang cache; the
+        GQA: K and V, ``kv_heads x head_dim`` each (of a Gated DeltaNet hybrid's full layers only). MLA: the
+        compressed latent plus the shared rotary key, ``kv_lora_rank + qk_rope_head_dim`` values, one copy for all
+        heads (what FlashMLA/vLLM/SGLang cache; the
         expanded per-head K and V would be ``heads x (qk_head_dim + v_head_dim)``, 71x more for DeepSeek-V3, and
         no serving engine stores that). Compressed sparse attention: per CSA layer a row of ``head_dim`` plus an
         index key of ``index_head_dim`` per ``csa_ratio`` tokens, per HCA layer a row per ``hca_ratio`` tokens (the
@@ -266,7 +324,7 @@ class ModelShape:
                           + self.hca_layers * self.head_dim / self.hca_ratio)
         if self.attention_kind == MLA:
             return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * 2.0
-        return 2.0 * self.layers * self.kv_heads * self.head_dim * 2.0
+        return 2.0 * self.full_attention_layers * self.kv_heads * self.head_dim * 2.0
 
     def kv_cache_facts(self, value_bytes: float, tp: int, gpus: int) -> dict[str, float]:
         """The sidecar's KV facts for a cache of ``value_bytes`` per value on a table of ``gpus`` GPUs whose
@@ -321,6 +379,8 @@ class ModelShape:
         of every layer. Zero for other attention kinds."""
         if self.attention_kind == DSA:
             return 2.0 * self.layers * self.index_topk * (self.kv_lora_rank + self.qk_rope_head_dim)
+        if self.attention_kind == GATED_DELTANET:  # read the state, write the token's own
+            return 2.0 * self.state_bytes_per_request
         if self.attention_kind != COMPRESSED_SPARSE:
             return 0.0
         return 2.0 * self.head_dim * (self.csa_layers * self.index_topk + self.layers * self.sliding_window)
@@ -333,6 +393,10 @@ class ModelShape:
         other attention kinds."""
         if self.attention_kind == DSA:
             return self.layers * self.heads * (4.0 * self.kv_lora_rank + 2.0 * self.qk_rope_head_dim) * self.index_topk
+        if self.attention_kind == GATED_DELTANET:  # the delta rule: S k, the rank-one update of S, S q
+            return (self.linear_attention_layers * (6.0 * self.linear_value_heads * self.linear_key_head_dim
+                                                    * self.linear_value_head_dim
+                                                    + 2.0 * self.linear_conv_kernel * self._linear_conv_channels))
         if self.attention_kind != COMPRESSED_SPARSE:
             return 0.0
         rows = self.csa_layers * self.index_topk + self.layers * self.sliding_window
@@ -342,8 +406,9 @@ class ModelShape:
     def attn_flops_per_kv_token(self) -> float:
         """FLOPs of attention per query token per context token, all layers.
 
-        GQA: scores and weighted sum, 2 x 2 x heads x head_dim. MLA in absorbed form: each head scores against the
-        latent and the rotary key (2 x (kv_lora_rank + rope)) and sums the latent (2 x kv_lora_rank). Compressed
+        GQA: scores and weighted sum, 2 x 2 x heads x head_dim (a Gated DeltaNet hybrid's full layers only). MLA
+        in absorbed form: each head scores against the latent and the rotary key (2 x (kv_lora_rank + rope)) and
+        sums the latent (2 x kv_lora_rank). Compressed
         sparse attention: the indexer scores every compressed row of a CSA layer (2 x index heads x index dim per
         ``csa_ratio`` tokens) and HCA layers attend to every compressed row. DeepSeek sparse attention: its indexer
         scores every context token (2 x index heads x index dim per layer); the attention proper is per query."""
@@ -354,7 +419,7 @@ class ModelShape:
                     + self.hca_layers * 4.0 * self.heads * self.head_dim / self.hca_ratio)
         if self.attention_kind == MLA:
             return self.layers * self.heads * (4.0 * self.kv_lora_rank + 2.0 * self.qk_rope_head_dim)
-        return 4.0 * self.layers * self.heads * self.head_dim
+        return 4.0 * self.full_attention_layers * self.heads * self.head_dim
 
     def to_dict(self) -> dict:
         """All fields, leaving out the optional ones (MoE, MLA, sliding window, family) at their defaults, so a
@@ -368,7 +433,8 @@ _OPTIONAL = {
     "family", "experts", "experts_per_token", "shared_experts", "expert_intermediate", "dense_layers",
     "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_pattern",
     "csa_layers", "hca_layers", "csa_ratio", "hca_ratio", "index_heads", "index_head_dim", "index_topk",
-    "o_lora_rank", "o_groups", "expert_dtype", "kv_dtype",
+    "o_lora_rank", "o_groups", "expert_dtype", "kv_dtype", "linear_interval", "linear_key_heads",
+    "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
 }
 
 SHAPES: dict[str, ModelShape] = {
@@ -383,6 +449,14 @@ SHAPES: dict[str, ModelShape] = {
                             intermediate=17408, vocab=151936),
     "qwen3-32b": ModelShape("qwen3-32b", layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128,
                             intermediate=25600, vocab=151936),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct config.json: 48 layers, three Gated DeltaNet layers to one gated full-attention
+    # layer (full_attention_interval 4; GQA 16 query / 2 KV heads of 256; linear 16 key / 32 value heads of 128,
+    # a 4-wide convolution), 512 routed experts of width 512 (10 per token) + one shared expert of the same width
+    "qwen3-next-80b-a3b": ModelShape("qwen3-next-80b-a3b", layers=48, hidden=2048, heads=16, kv_heads=2, head_dim=256,
+                                     intermediate=5120, vocab=151936, family="qwen3_next", experts=512,
+                                     experts_per_token=10, shared_experts=1, expert_intermediate=512,
+                                     linear_interval=4, linear_key_heads=16, linear_value_heads=32,
+                                     linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel=4),
     # meta-llama/Llama-3.1-8B-Instruct and -70B-Instruct config.json (Llama-3.3-70B is the 70B's architecture):
     # GQA with 8 KV heads of 128, a 128,256-token vocabulary
     "llama-3.1-8b": ModelShape("llama-3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
@@ -526,6 +600,9 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
                 expert_intermediate=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
                 dense_layers=int(cfg.get("first_k_dense_replace") or len(mlp_only)),
             )
+            shared_width = int(cfg.get("shared_expert_intermediate_size") or 0)
+            if shared_width and not moe["shared_experts"]:  # Qwen3-Next, Qwen3.5: one shared expert of its own width
+                moe["shared_experts"] = max(1, round(shared_width / moe["expert_intermediate"]))
             quant = cfg.get("quantization_config")
             if isinstance(quant, dict) and quant.get("quant_method") == "mxfp4":  # gpt-oss: the experts alone
                 moe["expert_dtype"] = "fp4"
@@ -549,6 +626,16 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
                 pattern = types.index("full_attention") + 1 if "full_attention" in types else 0
             if pattern:
                 sliding = dict(sliding_window=int(cfg["sliding_window"]), sliding_pattern=int(pattern))
+        linear = {}
+        types = list(cfg.get("layer_types") or [])
+        interval = cfg.get("full_attention_interval") or (
+            types.index("full_attention") + 1 if "linear_attention" in types and "full_attention" in types else 0)
+        if interval and cfg.get("linear_num_value_heads"):  # Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5)
+            linear = dict(linear_interval=int(interval), linear_key_heads=int(cfg["linear_num_key_heads"]),
+                          linear_value_heads=int(cfg["linear_num_value_heads"]),
+                          linear_key_head_dim=int(cfg["linear_key_head_dim"]),
+                          linear_value_head_dim=int(cfg["linear_value_head_dim"]),
+                          linear_conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4))
         head_dim = cfg.get("qk_nope_head_dim") if mla else cfg.get("head_dim")
         return ModelShape(
             name=str(cfg.get("_name_or_path") or (name if name != "custom" else None) or cfg.get("model_type")
@@ -565,6 +652,7 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
             **moe,
             **mla,
             **sliding,
+            **linear,
         )
     except KeyError as exc:
         raise KeyError(f"config lacks {exc.args[0]!r}, which a model shape needs") from None
@@ -583,6 +671,15 @@ def dense_gemms(shape: ModelShape, tp: int = 1) -> list[tuple[str, int, int, int
         out.append(("q_a+kv_a", shape.q_lora_rank + shape.kv_lora_rank + shape.qk_rope_head_dim, h, L))
         out.append(("q_b", shape.heads * qk // tp, shape.q_lora_rank, L))
         out.append(("o", h, shape.heads * shape.v_head_dim // tp, L))
+    elif kind == GATED_DELTANET:
+        full, linear = shape.full_attention_layers, shape.linear_attention_layers
+        kv_local = max(1, shape.kv_heads // tp)
+        out.append(("gated q+kv", (2 * shape.heads // tp + 2 * kv_local) * shape.head_dim, h, full))
+        out.append(("o", h, shape.heads * shape.head_dim // tp, full))
+        value_width = shape.linear_value_heads * shape.linear_value_head_dim
+        qkvz = 2 * shape.linear_key_heads * shape.linear_key_head_dim + 2 * value_width + 2 * shape.linear_value_heads
+        out.append(("linear qkvz+ba", qkvz // tp, h, linear))
+        out.append(("linear out", h, value_width // tp, linear))
     else:
         kv_local = max(1, shape.kv_heads // tp)
         out.append(("qkv", (shape.heads // tp + 2 * kv_local) * shape.head_dim, h, L))
@@ -620,10 +717,14 @@ def drafter_shape(target: ModelShape, layers: int, vocab: int | None = None, nam
     attend to the ``sliding_window`` only, with no compressed rows (the paper's V4 drafter, section 5.1); a
     table of such a drafter records ``attention_window`` so that the simulator caps the KV tokens it reads.
 
+    A Gated DeltaNet hybrid's drafter layers are full attention (Qwen3-Next's MTP layer is).
+
     ``dense``: the layers' feed-forward block is a dense MLP of the target's ``intermediate`` whatever the target
     (EAGLE-3's and DFlash's drafters are dense decoder layers, also those trained for MoE targets); a target
     without a dense width (DeepSeek-V4) has no such drafter."""
     changes = dict(csa_layers=0, hca_layers=0) if target.attention_kind == COMPRESSED_SPARSE else {}
+    if target.attention_kind == GATED_DELTANET:  # Qwen3-Next's MTP layer, as EAGLE-3's, attends in full
+        changes["linear_interval"] = 0
     if dense and target.is_moe:
         if target.intermediate <= 0:
             raise HwProfileError(f"{target.name} has no dense MLP width (intermediate) to build a dense drafter of")

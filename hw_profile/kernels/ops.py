@@ -52,7 +52,7 @@ import pandas as pd
 
 from hw_profile.errors import HwProfileError
 from hw_profile.hardware.gpus import get_gpu
-from hw_profile.hardware.shapes import COMPRESSED_SPARSE, DSA, MLA, ModelShape, dense_gemms
+from hw_profile.hardware.shapes import COMPRESSED_SPARSE, DSA, GATED_DELTANET, MLA, ModelShape, dense_gemms
 from hw_profile.kernels.database import (
     GEMM_DTYPES,
     KernelTimes,
@@ -604,9 +604,11 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     q = B / R
     gdtype = _gemm_dtype(shape, dtype)
 
+    kind = shape.attention_kind
+    if kind == GATED_DELTANET:
+        raise HwProfileError(f"kernel database: no Gated DeltaNet (linear attention) kernels for {shape.name}")
     gemm = np.zeros(B.shape)
     gemm_list = dense_gemms(shape, gpus)
-    kind = shape.attention_kind
     if kind == COMPRESSED_SPARSE:
         attention = _v4_attention(ctx, shape, B, R, c)
     elif kind == DSA:

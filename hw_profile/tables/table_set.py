@@ -82,10 +82,12 @@ class MemoryFacts:
     def kv_capacity(self, gpus: int, utilization: float = 0.9, max_batch_tokens: int = 8192,
                     max_running: int = 256) -> int | None:
         """KV tokens one replica holds, as vLLM sizes its pool: on each GPU, ``utilization`` x its memory less the
-        weights it stores, the activation peak of a forward at the batch-token cap (``activation_peak_bytes``) and
-        the runtime (``RUNTIME_BYTES_PER_GPU``), divided by the KV bytes one token holds there; None when nothing
-        is left."""
-        free = (self.memory_gb * 1e9 * utilization - self.weight_bytes_per_gpu
+        weights it stores, the activation peak of a forward at the batch-token cap (``activation_peak_bytes``), the
+        runtime (``RUNTIME_BYTES_PER_GPU``) and, for a Gated DeltaNet hybrid, ``max_running`` requests' recurrent
+        states (``ModelShape.state_bytes_per_request``, split over the GPUs with the heads), divided by the KV bytes
+        one token holds there; None when nothing is left."""
+        states = max_running * self.shape.state_bytes_per_request / gpus
+        free = (self.memory_gb * 1e9 * utilization - self.weight_bytes_per_gpu - states
                 - activation_peak_bytes(self.shape, gpus, max_batch_tokens, max_running) - RUNTIME_BYTES_PER_GPU)
         per_token = self.kv_bytes_per_token_per_gpu
         return int(free / per_token) if free > 0 and per_token > 0 else None

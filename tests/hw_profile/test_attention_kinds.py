@@ -110,3 +110,42 @@ def test_a_prompt_chunk_of_a_windowed_model_is_priced_with_its_window():
     block = chunk_attention(get_shape("gemma3-12b"), deployment())
     assert (block["window"], block["windowed_share"]) == (1024, 40 / 48)
     assert "window" not in chunk_attention(get_shape("qwen3-8b"), deployment())
+
+
+def test_a_gated_deltanet_hybrid_caches_only_its_full_layers_and_pays_its_states_per_token():
+    """Qwen3-Next: 12 full GQA layers of 48 cache keys and values; each of the 36 linear layers holds a 32 x 128 x
+    128 state and a 4-wide convolution's last 3 inputs per request, read and written by every query token."""
+    qn = get_shape("qwen3-next-80b-a3b")
+    assert (qn.attention_kind, qn.full_attention_layers, qn.linear_attention_layers) == ("gated-deltanet", 12, 36)
+    assert qn.kv_bytes_per_token == 2 * 12 * 2 * 256 * 2.0
+    state = 2.0 * 36 * (32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128))
+    assert qn.state_bytes_per_request == state and qn.attn_read_bytes_per_query_token == 2 * state
+    assert qn.attn_flops_per_query_token == 36 * (6.0 * 32 * 128 * 128 + 2 * 4 * (2 * 16 * 128 + 32 * 128))
+    assert qn.attn_flops_per_kv_token == 4.0 * 12 * 16 * 256
+    # the roofline's attention: what grows with the context is a quarter of the same model attending in full
+    full = replace(qn, linear_interval=0)
+    dep = deployment(1, "bf16")
+    b, k = np.array([64.0, 64.0]), np.array([64 * 1024.0, 64 * 8192.0])
+    grow = np.diff(roofline_parts(qn, dep, b, k, floors=False)["attention"])[0]
+    grow_full = np.diff(roofline_parts(full, dep, b, k, floors=False)["attention"])[0]
+    assert grow == pytest.approx(grow_full / 4)
+    # and a step of more tokens pays their states' traffic: 64 more tokens at least 64 x 2 x the state's bytes
+    more = roofline_parts(qn, dep, np.array([64.0, 128.0]), np.array([0.0, 0.0]), floors=False)["attention"]
+    assert more[1] - more[0] >= 64 * 2 * state / dep.bandwidth * 1e3 * (1 - 1e-9)
+
+
+def test_a_gated_deltanet_drafter_attends_in_full_and_its_states_take_kv_room():
+    from hw_profile.hardware.shapes import drafter_shape
+    from hw_profile.tables.table_set import MemoryFacts
+
+    qn = get_shape("qwen3-next-80b-a3b")
+    mtp = drafter_shape(qn, 1)
+    assert (mtp.attention_kind, mtp.full_attention_layers, mtp.state_bytes_per_request) == ("gqa", 1, 0.0)
+    facts = MemoryFacts(141.0, 20e9, qn.kv_bytes_per_token, qn)
+    one, many = (facts.kv_capacity(1, max_running=r, max_batch_tokens=256) for r in (1, 257))
+    plain = MemoryFacts(141.0, 20e9, qn.kv_bytes_per_token, replace(qn, linear_interval=0))
+    # 256 more running requests take their states out of the pool (beyond what the activation peak takes)
+    lost_to_states = 256 * qn.state_bytes_per_request / qn.kv_bytes_per_token
+    other = (plain.kv_capacity(1, max_running=1, max_batch_tokens=256)
+             - plain.kv_capacity(1, max_running=257, max_batch_tokens=256))
+    assert one - many == pytest.approx(lost_to_states + other, abs=2)

@@ -1090,3 +1090,19 @@ def test_the_infersim_kernel_comparison_in_the_docs_is_what_the_benchmark_prints
     assert float(mla_h800[3].split("x")[0]) == pytest.approx(1.0, abs=0.1)
     h20 = {int(r[1]): float(r[3].split("x")[0]) for r in by_m if r[0] == "H20"}
     assert h20[16] < 0.8 and min(h20[m] for m in (256, 1024, 4096)) > 1.2
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
+                    reason="the kernel database (dspark-sim[kernels]) is not installed")
+def test_a_gated_deltanet_hybrid_is_priced_by_the_roofline_and_says_why():
+    """The kernel database measures no linear attention: a GPU it covers still prices Qwen3-Next by the roofline
+    (not as GQA in every layer), and a note says so; --kernels db refuses in one line."""
+    shape, d = dep("qwen3-next-80b-a3b", costs=engine_defaults("vllm"))
+    b = np.array([1.0, 64.0])
+    est = estimate_points(shape, d, b, b * 2048)
+    assert set(est.source) == {"roofline"}
+    assert any("no Gated DeltaNet (linear attention) kernels" in n for n in est.notes)
+    roof = estimate_points(shape, d, b, b * 2048, kernels="roofline")
+    np.testing.assert_allclose(est.ms, roof.ms)
+    with pytest.raises(HwProfileError, match="Gated DeltaNet"):
+        estimate_points(shape, d, b, b * 2048, kernels="db")

@@ -179,3 +179,22 @@ def test_a_gpt_oss_config_reads_as_the_builtin():
     assert shape_from_config(cfg, name="gpt-oss-120b") == get_shape("gpt-oss-120b")
     del cfg["quantization_config"]
     assert shape_from_config(cfg, name="gpt-oss-120b").expert_dtype == ""
+
+
+def test_qwen3_next_is_80b_and_its_config_reads_as_the_builtin():
+    """The card's 80B total; a config.json reads the hybrid from full_attention_interval or from layer_types, and
+    its shared expert from shared_expert_intermediate_size."""
+    qn = get_shape("qwen3-next-80b-a3b")
+    assert qn.total_params == pytest.approx(80e9, rel=0.01)
+    cfg = {"model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48, "intermediate_size": 5120,
+           "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 151936,
+           "linear_num_value_heads": 32, "linear_num_key_heads": 16, "linear_key_head_dim": 128,
+           "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "num_experts": 512, "num_experts_per_tok": 10,
+           "shared_expert_intermediate_size": 512, "moe_intermediate_size": 512, "full_attention_interval": 4}
+    assert shape_from_config(cfg, name="qwen3-next-80b-a3b") == qn
+    del cfg["full_attention_interval"]
+    cfg["layer_types"] = ["linear_attention"] * 3 + ["full_attention"]
+    cfg["layer_types"] *= 12
+    assert shape_from_config(cfg, name="qwen3-next-80b-a3b") == qn
+    # a hybrid's drafter layers attend in full, with no state of their own
+    assert drafter_shape(qn, 1).attention_kind == "gqa"
