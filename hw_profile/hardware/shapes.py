@@ -6,8 +6,9 @@ the (shared) LM head.
 
 Beyond the dense GQA transformer (Qwen3), a shape can describe the kinds below; ``attention_kind`` names its
 attention (``ATTENTION_KINDS``: ``mha``, ``gqa``, ``sliding-window``, ``mla``, ``dsa``, ``compressed-sparse``,
-``gated-deltanet``), and the models read what a kind means from the shape (KV bytes per token, reads and FLOPs per context and per query token,
-``latent_kv``, ``checkpoint_dtype``, ``hyper_connections``, ``dense_gemms``) rather than from its fields:
+``gated-deltanet``), and the models read what a kind means from the shape (KV bytes per token, reads and FLOPs per
+context and per query token, ``latent_kv``, ``checkpoint_dtype``, ``hyper_connections``, ``dense_gemms``) rather
+than from its fields:
 
 - **Mixture of experts** (``experts > 0``): every layer after the first ``dense_layers`` replaces its MLP by
   ``experts`` routed experts (SwiGLU, width ``expert_intermediate``), of which each token uses
