@@ -7,7 +7,10 @@ transformer of the drafter's shape, see tools/embedded.py):
 - parallel drafters (``dspark``, ``dflash``) run one pass over the block for every request: B = R x block tokens.
   DSpark feeds gamma tokens (anchor + gamma-1 masks, paper 3.1); DFlash the anchor plus gamma masks. DSpark then
   runs its sequential Markov head once per position, a small cost recorded with its table.
-- autoregressive drafters (``eagle3``, ``mtp``) run gamma passes of one token per request.
+- autoregressive drafters (``eagle3``, ``mtp``) run gamma passes of one token per request, the first of them over
+  every token the target processed in the step before (verified tokens and prompt chunks: vLLM's proposer runs it
+  so to keep the drafter's cache up to date) but with its head over one row per request, so its extra tokens pay
+  the table's per-token cost less the head's share (``first_pass_share``).
 """
 
 from __future__ import annotations
@@ -44,9 +47,12 @@ class DraftCost:
     seq_per_position_ms: float = 0.0
     seq_per_row_position_ms: float = 0.0
     attention_window: int = 0  # sliding-window drafter: each request's drafter reads at most this many KV tokens
+    first_pass_share: float = 1.0  # of a pass's per-token cost, what is not the head (inputs.hardware.head_free_share)
 
-    def ms(self, rows: int, gamma: int, kv_tokens: float) -> float:
-        """Milliseconds to draft gamma tokens for each of ``rows`` requests holding ``kv_tokens`` in total."""
+    def ms(self, rows: int, gamma: int, kv_tokens: float, fed: int = 0) -> float:
+        """Milliseconds to draft gamma tokens for each of ``rows`` requests holding ``kv_tokens`` in total, an
+        autoregressive drafter's first pass also taking in the ``fed`` tokens the target processed in the step
+        before (module docstring; 0 or fewer than ``rows``: one a request)."""
         if self.grid is None or rows == 0 or gamma == 0:
             return 0.0
         if self.attention_window:
@@ -55,7 +61,12 @@ class DraftCost:
             tokens = rows * (gamma + self.kind.extra_block_tokens)
             t = self.grid.lookup(tokens, kv_tokens, rows) + self._per_request(tokens, rows, kv_tokens)
             return t + gamma * max(self.seq_per_position_ms, self.seq_per_row_position_ms * rows)
-        return gamma * (self.grid.lookup(rows, kv_tokens, rows) + self._per_request(rows, rows, kv_tokens))
+        one = self._pass(rows, rows, kv_tokens)
+        extra = max(self._pass(fed, rows, kv_tokens) - one, 0.0) * self.first_pass_share if fed > rows else 0.0
+        return gamma * one + extra
+
+    def _pass(self, tokens: int, rows: int, kv_tokens: float) -> float:
+        return self.grid.lookup(tokens, kv_tokens, rows) + self._per_request(tokens, rows, kv_tokens)
 
     def _per_request(self, tokens: int, rows: int, kv_tokens: float) -> float:
         """The table's correction for the tokens per request a pass computes (a block of them, or one) where its

@@ -193,6 +193,7 @@ class Replica:
         self.queue: deque[int] = deque()
         self.wake: simpy.Event | None = None
         self.step_no = 0
+        self.target_tokens = 0  # tokens the target processed in the last step
         self.idle_checks: list[tuple[float, int]] = []  # (time, queued) whenever the replica goes idle
         self.scheduled_at = 0.0  # when the step after the running one was scheduled (EngineConfig.schedule_ahead)
         self.admission = cfg.admission()  # classes: EngineConfig found them
@@ -385,7 +386,7 @@ class Replica:
         """Draft -> policy -> verify for the decoding rows: the source proposes confidences, the policy picks
         prefix lengths, the source says how many draft tokens are accepted."""
         sim, prices, gamma, rows = self.sim, self.sim.prices, self.config.gamma, plan.rows
-        plan.draft_ms = prices.draft.ms(rows, gamma, plan.kv)
+        plan.draft_ms = prices.draft.ms(rows, gamma, plan.kv, self.target_tokens)
         plan.stall_ms = self.config.stall_ms if (self.policy.sync_stall and rows) else 0.0
         plan.cost = prices.step_cost(plan)
         if rows and (gamma or sim.source_decodes):
@@ -451,6 +452,7 @@ class Replica:
                     self.end_early(plan.prefill_ended)
         emitted = acc_sum + rows + done_prefill
         self.kv.tokens += emitted
+        self.target_tokens = plan.batch_tokens  # what the next step's drafter takes in first (DraftCost.ms)
         sim.steps.append(
             replica=self.index, start=plan.start, end=now, running=n, decoding=rows,
             prefill_tokens=plan.prefill_tokens, prefill_done=done_prefill, batch_tokens=plan.batch_tokens,

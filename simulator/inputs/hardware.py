@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from hw_profile.hardware.shapes import ModelShape
 from hw_profile.tables.step_table import ChunkAttention, StepTable, StepTimeGrid, TableError
 from hw_profile.tables.table_set import DrafterTable, TableSet, drafter_entries, read_drafter
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
@@ -58,7 +59,8 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
         dt = drafter_table(scn, tables, name)
         head = dt.sequential_head if name == "dspark" else {}  # the one drafter with a sequential head
         draft[name] = DraftCost(kind, dt.table.grid, float(head.get("per_position_ms", 0.0)),
-                                float(head.get("per_row_position_ms", 0.0)), dt.attention_window)
+                                float(head.get("per_row_position_ms", 0.0)), dt.attention_window,
+                                head_free_share(dt.table.meta))
     eng = scn.model.engine
     memory = tables.memory(hw.gpus_per_replica)  # None without GPU memory and model shape in the sidecar
     kv = eng.kv_capacity_tokens or (memory.kv_capacity(hw.gpus_per_replica, eng.gpu_memory_utilization,
@@ -73,6 +75,21 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
                     gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=target.energy_grid,
                     chunk_attention=tables.chunk_attention, request_ms=request_ms(tables, eng.request_ms),
                     schedule_ahead=schedule_ahead(tables, eng.schedule_ahead))
+
+
+def head_free_share(meta: dict) -> float:
+    """Of the matrix work a drafter table's pass does per token, the share outside its LM head, from the model
+    shape its sidecar records (``DraftCost.first_pass_share``); 1.0 (all of it) where the sidecar has none or
+    records the target's (a drafter priced as a share of it)."""
+    calibration = meta.get("calibration")
+    if isinstance(calibration, dict) and calibration.get("draft_share"):
+        return 1.0
+    try:
+        shape = ModelShape(**meta["model_shape"])
+    except (KeyError, TypeError, ValueError):
+        return 1.0
+    total = shape.matmul_params
+    return 1.0 if total <= 0 else (total - shape.head_params) / total
 
 
 def drafter_table(scn: LoadedScenario, tables: TableSet, name: str) -> DrafterTable:

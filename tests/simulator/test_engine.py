@@ -214,6 +214,62 @@ def test_a_drafters_passes_are_corrected_for_the_tokens_per_request_they_compute
     assert DraftCost(DRAFTER_KINDS["dspark"], grid).ms(rows, gamma, kv) == 1.0
 
 
+def test_an_autoregressive_drafters_first_pass_takes_in_the_last_steps_target_tokens_but_not_their_head():
+    """EAGLE-3 and MTP (vLLM's proposer): gamma passes of one token a request, the first over every token the target
+    processed in the step before, whose extra tokens pay the table's per-token cost less the head's share; a
+    parallel drafter and a step after no more tokens than rows are unchanged."""
+    from hw_profile.tables.step_table import StepTimeGrid
+    from simulator.core.drafters import DRAFTER_KINDS, DraftCost
+
+    b = np.array([1.0, 1e4, 1.0, 1e4])
+    k = np.array([0.0, 0.0, 1e6, 1e6])
+    grid = StepTimeGrid.from_points(b, k, 1.0 + 0.001 * b)  # 1 ms a pass plus 1 us a token
+    rows, gamma, kv = 10, 3, 40_000.0
+    for name in ("eagle3", "mtp"):
+        share = 0.25 if name == "eagle3" else 1.0
+        gamma_used = gamma if name == "eagle3" else 1
+        cost = DraftCost(DRAFTER_KINDS[name], grid, first_pass_share=share)
+        one = 1.0 + 0.001 * rows
+        assert cost.ms(rows, gamma_used, kv) == pytest.approx(gamma_used * one)
+        assert cost.ms(rows, gamma_used, kv, fed=rows) == pytest.approx(gamma_used * one)
+        assert cost.ms(rows, gamma_used, kv, fed=250) == pytest.approx(gamma_used * one + 0.001 * 240 * share)
+    dspark = DraftCost(DRAFTER_KINDS["dspark"], grid, first_pass_share=0.25)
+    assert dspark.ms(rows, gamma, kv, fed=250) == dspark.ms(rows, gamma, kv)
+
+
+def test_each_mtp_step_drafts_over_the_tokens_the_step_before_it_processed(scenario_file):
+    """In a run, MTP-1's draft cost each step is its table's pass at the decoding rows plus, less the head's share,
+    what taking in the previous step's target tokens adds (the first step after none: one a request)."""
+    path = scenario_file(systems=["mtp-1"], workload={"output": 256}, frontier={"concurrency": [48]},
+                         engine={"max_running": 64, "max_batch_tokens": 8192, "prefill": "colocated"})
+    _, sim = simulate(path, "mtp-1")
+    st = sim.steps.frame()
+    cost = sim.prices.draft
+    assert 0.0 < cost.first_pass_share < 1.0  # the bundled MTP table records its shape: a layer under its head
+    fed = np.concatenate([[0], np.asarray(st["batch_tokens"])[:-1]])
+    expect = [cost.ms(int(r), 1, float(k), int(f)) for r, k, f in zip(st["decoding"], st["kv_tokens"], fed,
+                                                                       strict=True)]
+    np.testing.assert_allclose(st["draft_ms"], expect, rtol=1e-12)
+    # never less than a pass at the rows; more after a step of prompt chunks (the drafter takes in the prompts)
+    base = np.array([cost.ms(int(r), 1, float(k)) for r, k in zip(st["decoding"], st["kv_tokens"], strict=True)])
+    assert np.all(st["draft_ms"] >= base) and np.any((st["draft_ms"] > base + 1.0) & (fed > 1000))
+
+
+def test_the_first_pass_leaves_out_the_drafters_head_by_its_shape():
+    """The share a first pass's extra tokens pay is the drafter's matrix work outside its head, from the shape its
+    table records: one Qwen3-8B layer under a 32,000-token head for EAGLE-3; all of it without a recorded shape or
+    for a drafter priced as a share of its target."""
+    from hw_profile.hardware.shapes import drafter_shape, get_shape
+    from simulator.inputs.hardware import head_free_share
+
+    q8 = get_shape("qwen3-8b")
+    eagle3 = drafter_shape(q8, 1, vocab=32_000)
+    layer = q8.attn_params_per_layer + q8.mlp_params_per_layer
+    assert head_free_share({"model_shape": eagle3.to_dict()}) == pytest.approx(layer / (layer + 4096 * 32_000))
+    assert head_free_share({}) == 1.0
+    assert head_free_share({"model_shape": eagle3.to_dict(), "calibration": {"draft_share": 0.1}}) == 1.0
+
+
 def test_policy_table_steers_the_policy_while_the_clock_keeps_the_raw_table(scenario_file, tmp_path):
     from hw_profile.tables.step_table import StepTable
 
