@@ -60,7 +60,7 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
         head = dt.sequential_head if name == "dspark" else {}  # the one drafter with a sequential head
         draft[name] = DraftCost(kind, dt.table.grid, float(head.get("per_position_ms", 0.0)),
                                 float(head.get("per_row_position_ms", 0.0)), dt.attention_window,
-                                head_free_share(dt.table.meta))
+                                first_pass_share(dt.table.meta))
     eng = scn.model.engine
     memory = tables.memory(hw.gpus_per_replica)  # None without GPU memory and model shape in the sidecar
     kv = eng.kv_capacity_tokens or (memory.kv_capacity(hw.gpus_per_replica, eng.gpu_memory_utilization,
@@ -77,13 +77,14 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
                     schedule_ahead=schedule_ahead(tables, eng.schedule_ahead))
 
 
-def head_free_share(meta: dict) -> float:
-    """Of the matrix work a drafter table's pass does per token, the share outside its LM head, from the model
-    shape its sidecar records (``DraftCost.first_pass_share``); 1.0 (all of it) where the sidecar has none or
-    records the target's (a drafter priced as a share of it)."""
+def first_pass_share(meta: dict) -> float:
+    """``DraftCost.first_pass_share`` of a drafter table: of the matrix work its pass does per token, the share
+    outside the LM head, from the model shape its sidecar records; 1.0 (all of it) where it records none; 0 for a
+    drafter calibrated as a share of its target, whose fit took the drafter on one token a request
+    (``hw_profile.calibrate``), as it keeps being charged."""
     calibration = meta.get("calibration")
     if isinstance(calibration, dict) and calibration.get("draft_share"):
-        return 1.0
+        return 0.0
     try:
         shape = ModelShape(**meta["model_shape"])
     except (KeyError, TypeError, ValueError):

@@ -257,17 +257,17 @@ def test_each_mtp_step_drafts_over_the_tokens_the_step_before_it_processed(scena
 
 def test_the_first_pass_leaves_out_the_drafters_head_by_its_shape():
     """The share a first pass's extra tokens pay is the drafter's matrix work outside its head, from the shape its
-    table records: one Qwen3-8B layer under a 32,000-token head for EAGLE-3; all of it without a recorded shape or
-    for a drafter priced as a share of its target."""
+    table records: one Qwen3-8B layer under a 32,000-token head for EAGLE-3; all of it without a recorded shape."""
     from hw_profile.hardware.shapes import drafter_shape, get_shape
-    from simulator.inputs.hardware import head_free_share
+    from simulator.inputs.hardware import first_pass_share
 
     q8 = get_shape("qwen3-8b")
     eagle3 = drafter_shape(q8, 1, vocab=32_000)
     layer = q8.attn_params_per_layer + q8.mlp_params_per_layer
-    assert head_free_share({"model_shape": eagle3.to_dict()}) == pytest.approx(layer / (layer + 4096 * 32_000))
-    assert head_free_share({}) == 1.0
-    assert head_free_share({"model_shape": eagle3.to_dict(), "calibration": {"draft_share": 0.1}}) == 1.0
+    assert first_pass_share({"model_shape": eagle3.to_dict()}) == pytest.approx(layer / (layer + 4096 * 32_000))
+    assert first_pass_share({}) == 1.0
+    # a drafter calibrated as a share of its target keeps the fit's rule: one token a request
+    assert first_pass_share({"model_shape": eagle3.to_dict(), "calibration": {"draft_share": {"layers": 43}}}) == 0
 
 
 def test_policy_table_steers_the_policy_while_the_clock_keeps_the_raw_table(scenario_file, tmp_path):
