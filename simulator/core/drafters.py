@@ -8,9 +8,10 @@ transformer of the drafter's shape, see tools/embedded.py):
   DSpark feeds gamma tokens (anchor + gamma-1 masks, paper 3.1); DFlash the anchor plus gamma masks. DSpark then
   runs its sequential Markov head once per position, a small cost recorded with its table.
 - autoregressive drafters (``eagle3``, ``mtp``) run gamma passes of one token per request, the first of them over
-  every token the target processed in the step before (verified tokens and prompt chunks: vLLM's proposer runs it
-  so to keep the drafter's cache up to date) but with its head over one row per request, so its extra tokens pay
-  the table's per-token cost less the head's share (``first_pass_share``).
+  the tokens the target took in the step before, to keep the drafter's cache up to date: vLLM's proposer over
+  every token the target processed (verified tokens and prompt chunks), SGLang's draft extend over the accepted
+  ones and prompt chunks (``takes_in``). Its head runs over one row per request, so the extra tokens pay the
+  table's per-token cost less the head's share (``first_pass_share``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class DraftCost:
     seq_per_row_position_ms: float = 0.0
     attention_window: int = 0  # sliding-window drafter: each request's drafter reads at most this many KV tokens
     first_pass_share: float = 1.0  # of a pass's per-token cost, what is not the head (inputs.hardware.first_pass_share)
+    takes_in: str = "processed"  # what the first pass takes in: "processed" (vLLM) or "accepted" (SGLang) tokens
 
     def ms(self, rows: int, gamma: int, kv_tokens: float, fed: int = 0) -> float:
         """Milliseconds to draft gamma tokens for each of ``rows`` requests holding ``kv_tokens`` in total, an

@@ -452,7 +452,9 @@ class Replica:
                     self.end_early(plan.prefill_ended)
         emitted = acc_sum + rows + done_prefill
         self.kv.tokens += emitted
-        self.target_tokens = plan.batch_tokens  # what the next step's drafter takes in first (DraftCost.ms)
+        # what the next step's drafter takes in first (DraftCost.ms): every token processed, or those accepted
+        self.target_tokens = (plan.batch_tokens if sim.prices.draft.takes_in == "processed" else
+                              acc_sum + rows + plan.prefill_tokens)
         sim.steps.append(
             replica=self.index, start=plan.start, end=now, running=n, decoding=rows,
             prefill_tokens=plan.prefill_tokens, prefill_done=done_prefill, batch_tokens=plan.batch_tokens,

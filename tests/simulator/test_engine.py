@@ -237,16 +237,33 @@ def test_an_autoregressive_drafters_first_pass_takes_in_the_last_steps_target_to
     assert dspark.ms(rows, gamma, kv, fed=250) == dspark.ms(rows, gamma, kv)
 
 
-def test_each_mtp_step_drafts_over_the_tokens_the_step_before_it_processed(scenario_file):
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_each_mtp_step_drafts_over_the_tokens_the_step_before_took_in(scenario_file, tmp_path, engine):
     """In a run, MTP-1's draft cost each step is its table's pass at the decoding rows plus, less the head's share,
-    what taking in the previous step's target tokens adds (the first step after none: one a request)."""
+    what taking in the previous step's tokens adds (the first step after none: one a request): every token the
+    target processed on vLLM's table, the accepted ones and prompt chunks on SGLang's."""
+    import json
+    import shutil
+
+    from tests.conftest import H200_TABLE
+
+    table = tmp_path / "t.csv"
+    shutil.copy(H200_TABLE, table)
+    meta = json.loads(H200_TABLE.with_suffix(".json").read_text())
+    meta["deployment"] = {"engine": engine}
+    for entry in meta["drafter_tables"].values():
+        entry["table"] = str(H200_TABLE.parent / entry["table"])
+    table.with_suffix(".json").write_text(json.dumps(meta))
     path = scenario_file(systems=["mtp-1"], workload={"output": 256}, frontier={"concurrency": [48]},
+                         hardware={"table": str(table)},
                          engine={"max_running": 64, "max_batch_tokens": 8192, "prefill": "colocated"})
     _, sim = simulate(path, "mtp-1")
     st = sim.steps.frame()
     cost = sim.prices.draft
     assert 0.0 < cost.first_pass_share < 1.0  # the bundled MTP table records its shape: a layer under its head
-    fed = np.concatenate([[0], np.asarray(st["batch_tokens"])[:-1]])
+    took = st["batch_tokens"] if engine == "vllm" else st["accepted"] + st["decoding"] + st["prefill_tokens"]
+    assert cost.takes_in == {"vllm": "processed", "sglang": "accepted"}[engine]
+    fed = np.concatenate([[0], np.asarray(took)[:-1]])
     expect = [cost.ms(int(r), 1, float(k), int(f)) for r, k, f in zip(st["decoding"], st["kv_tokens"], fed,
                                                                        strict=True)]
     np.testing.assert_allclose(st["draft_ms"], expect, rtol=1e-12)
