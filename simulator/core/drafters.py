@@ -53,8 +53,8 @@ class DraftCost:
 
     def ms(self, rows: int, gamma: int, kv_tokens: float, fed: int = 0) -> float:
         """Milliseconds to draft gamma tokens for each of ``rows`` requests holding ``kv_tokens`` in total, an
-        autoregressive drafter's first pass also taking in the ``fed`` tokens the target processed in the step
-        before (module docstring; 0 or fewer than ``rows``: one a request)."""
+        autoregressive drafter's first pass also taking in the ``fed`` tokens of the step before (``takes_in``,
+        module docstring; 0 or fewer than ``rows``: one a request)."""
         if self.grid is None or rows == 0 or gamma == 0:
             return 0.0
         if self.attention_window:

@@ -193,7 +193,7 @@ class Replica:
         self.queue: deque[int] = deque()
         self.wake: simpy.Event | None = None
         self.step_no = 0
-        self.target_tokens = 0  # tokens the target processed in the last step
+        self.target_tokens = 0  # of the last step's tokens, those the next step's drafter takes in first
         self.idle_checks: list[tuple[float, int]] = []  # (time, queued) whenever the replica goes idle
         self.scheduled_at = 0.0  # when the step after the running one was scheduled (EngineConfig.schedule_ahead)
         self.admission = cfg.admission()  # classes: EngineConfig found them
