@@ -109,8 +109,7 @@ def _module_cases(models: tuple[str, ...], family: str) -> list[tuple[dict, Mode
             np.array([1.0]), [(m, 8, "fp8") for m in models]):
         # the roofline's dense part holds the attention projections, which the measured module contains; a GPU
         # holds a share of them and DSA's replicated indexer whole
-        rep = shape.replicated_params
-        projections = (((shape.layers * shape.attn_params_per_layer - rep) / tp + rep)
+        projections = (shape.params_per_gpu(shape.layers * shape.attn_params_per_layer, tp)
                        / (shape.dense_params_per_gpu(tp) - shape.head_params / tp))
         module = measured["attention"][0] - roof["attention"][0] - projections * roof["gemm"][0]
         out.append(({"gpu": gpu, "engine": engine, "model": model, family: module / shape.layers * 1e3}, shape,

@@ -285,10 +285,14 @@ class ModelShape:
         other kinds."""
         return self.layers * self._indexer_params()
 
+    def params_per_gpu(self, params: float, tp: int) -> float:
+        """Of ``params`` matmul parameters that include the replicated ones (``replicated_params``), what one of
+        ``tp`` tensor-parallel GPUs holds and multiplies: a share of the split ones and the replicated ones whole."""
+        return (params - self.replicated_params) / tp + self.replicated_params
+
     def dense_params_per_gpu(self, tp: int) -> float:
-        """``dense_params`` one of ``tp`` tensor-parallel GPUs holds and reads: a share of the split ones and the
-        replicated ones whole."""
-        return (self.dense_params - self.replicated_params) / tp + self.replicated_params
+        """``dense_params`` one of ``tp`` tensor-parallel GPUs holds and reads (``params_per_gpu``)."""
+        return self.params_per_gpu(self.dense_params, tp)
 
     @property
     def matmul_params(self) -> int:

@@ -143,7 +143,7 @@ def step_time_ms(
     kv_read, attn_flops = attention_bytes_flops(shape, b, k, dtype)
     bytes_read = bytes_read + kv_read
     # every GPU multiplies the replicated weights (DSA's indexer) by all the step's tokens
-    flops = 2.0 * (shape.matmul_params + shape.replicated_params * (gpus - 1)) * b + attn_flops
+    flops = 2.0 * shape.params_per_gpu(shape.matmul_params, gpus) * gpus * b + attn_flops
     t_mem = bytes_read / (gpus * gpu.hbm_tb_s * 1e12 * params.mem_eff)
     t_comp = flops / (gpus * gpu.peak_tflops(dtype) * 1e12 * params.comp_eff)
     t_comm = allreduce_s(shape, gpu, b, dtype, gpus, params)

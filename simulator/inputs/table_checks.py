@@ -213,8 +213,7 @@ def roofline_bound_ms(meta: dict, batch_tokens: np.ndarray, kv_tokens: np.ndarra
     k = np.asarray(kv_tokens, dtype=float)
     weights = shape.dense_params_per_gpu(gpus) * DTYPE_BYTES[dtype]
     read = weights + k * kv_read_bytes_per_gpu(meta, shape, gpus)
-    flops = 2.0 * ((shape.matmul_params - shape.head_params - shape.replicated_params) / gpus
-                   + shape.replicated_params) * b
+    flops = 2.0 * shape.params_per_gpu(shape.matmul_params - shape.head_params, gpus) * b
     peak = max(gpu.peak_tflops(d) for d in {dtype, shape.expert_dtype or dtype})
     return np.maximum(read / (gpu.hbm_tb_s * 1e12), flops / (peak * 1e12)) * 1e3
 
