@@ -64,7 +64,9 @@ class DraftCost:
             t = self.grid.lookup(tokens, kv_tokens, rows) + self._per_request(tokens, rows, kv_tokens)
             return t + gamma * max(self.seq_per_position_ms, self.seq_per_row_position_ms * rows)
         one = self._pass(rows, rows, kv_tokens)
-        extra = max(self._pass(fed, rows, kv_tokens) - one, 0.0) * self.first_pass_share if fed > rows else 0.0
+        if fed <= rows or not self.first_pass_share:
+            return gamma * one
+        extra = max(self._pass(fed, rows, kv_tokens) - one, 0.0) * self.first_pass_share
         return gamma * one + extra
 
     def _pass(self, tokens: int, rows: int, kv_tokens: float) -> float:

@@ -60,7 +60,7 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
         head = dt.sequential_head if name == "dspark" else {}  # the one drafter with a sequential head
         draft[name] = DraftCost(kind, dt.table.grid, float(head.get("per_position_ms", 0.0)),
                                 float(head.get("per_row_position_ms", 0.0)), dt.attention_window,
-                                first_pass_share(dt.table.meta), takes_in(target.meta))
+                                first_pass_share(dt.table.meta), takes_in(tables))
     eng = scn.model.engine
     memory = tables.memory(hw.gpus_per_replica)  # None without GPU memory and model shape in the sidecar
     kv = eng.kv_capacity_tokens or (memory.kv_capacity(hw.gpus_per_replica, eng.gpu_memory_utilization,
@@ -77,13 +77,11 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
                     schedule_ahead=schedule_ahead(tables, eng.schedule_ahead))
 
 
-def takes_in(meta: dict) -> str:
-    """What an autoregressive drafter's first pass takes in on the engine a target table's sidecar names
-    (``DraftCost.takes_in``): SGLang's draft extend the accepted tokens, vLLM's proposer (and any table that names
-    no engine) every token the target processed."""
-    deployment = meta.get("deployment")
-    engine = deployment.get("engine") if isinstance(deployment, dict) else None
-    return "accepted" if engine == "sglang" else "processed"
+def takes_in(tables: TableSet) -> str:
+    """What an autoregressive drafter's first pass takes in on the engine the table set was estimated for
+    (``engine_costs.engine``; ``DraftCost.takes_in``): SGLang's draft extend the accepted tokens, vLLM's proposer
+    (and a set that names no engine) every token the target processed."""
+    return "accepted" if tables.engine_costs.get("engine") == "sglang" else "processed"
 
 
 def first_pass_share(meta: dict) -> float:

@@ -250,7 +250,7 @@ def test_each_mtp_step_drafts_over_the_tokens_the_step_before_took_in(scenario_f
     table = tmp_path / "t.csv"
     shutil.copy(H200_TABLE, table)
     meta = json.loads(H200_TABLE.with_suffix(".json").read_text())
-    meta["deployment"] = {"engine": engine}
+    meta["engine_costs"] = {"engine": engine}
     for entry in meta["drafter_tables"].values():
         entry["table"] = str(H200_TABLE.parent / entry["table"])
     table.with_suffix(".json").write_text(json.dumps(meta))
