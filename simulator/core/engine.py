@@ -194,6 +194,7 @@ class Replica:
         self.wake: simpy.Event | None = None
         self.step_no = 0
         self.target_tokens = 0  # of the last step's tokens, those the next step's drafter takes in first
+        self.drafter_takes_all = sim.prices.draft.takes_in == "processed"  # else the accepted ones (DraftCost)
         self.idle_checks: list[tuple[float, int]] = []  # (time, queued) whenever the replica goes idle
         self.scheduled_at = 0.0  # when the step after the running one was scheduled (EngineConfig.schedule_ahead)
         self.admission = cfg.admission()  # classes: EngineConfig found them
@@ -453,8 +454,7 @@ class Replica:
         emitted = acc_sum + rows + done_prefill
         self.kv.tokens += emitted
         # what the next step's drafter takes in first (DraftCost.ms): every token processed, or those accepted
-        self.target_tokens = (plan.batch_tokens if sim.prices.draft.takes_in == "processed" else
-                              acc_sum + rows + plan.prefill_tokens)
+        self.target_tokens = plan.batch_tokens if self.drafter_takes_all else acc_sum + rows + plan.prefill_tokens
         sim.steps.append(
             replica=self.index, start=plan.start, end=now, running=n, decoding=rows,
             prefill_tokens=plan.prefill_tokens, prefill_done=done_prefill, batch_tokens=plan.batch_tokens,
