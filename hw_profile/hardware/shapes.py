@@ -47,8 +47,8 @@ than from its fields:
   inputs) instead of a KV cache. Only the full layers' keys and values are cached and read per context token; each
   query token reads and writes its layers' states (``attn_read_bytes_per_query_token``: engines keep each verified
   position's state to roll back to, so a verified token pays its own write; its read is once per request, so
-  several verified tokens of a request are an upper bound) and spends 6 x heads x key x value
-  FLOPs a layer on the delta rule (``attn_flops_per_query_token``). ``state_bytes_per_request`` is the memory a
+  several verified tokens of a request are an upper bound) and spends 6 x heads x key x value FLOPs a layer on the
+  delta rule (``attn_flops_per_query_token``). ``state_bytes_per_request`` is the memory a
   request holds whatever its context.
 - **Sliding-window attention** (``sliding-window``, Gemma 3): all but every ``sliding_pattern``-th layer attend to the last
   ``sliding_window`` tokens only. The profiler builds it faithfully. A step over R requests reads at most
@@ -316,9 +316,8 @@ class ModelShape:
 
         GQA: K and V, ``kv_heads x head_dim`` each (of a Gated DeltaNet hybrid's full layers only). MLA: the
         compressed latent plus the shared rotary key, ``kv_lora_rank + qk_rope_head_dim`` values, one copy for all
-        heads (what FlashMLA/vLLM/SGLang cache; the
-        expanded per-head K and V would be ``heads x (qk_head_dim + v_head_dim)``, 71x more for DeepSeek-V3, and
-        no serving engine stores that). Compressed sparse attention: per CSA layer a row of ``head_dim`` plus an
+        heads (what FlashMLA/vLLM/SGLang cache; the expanded per-head K and V would be ``heads x (qk_head_dim +
+        v_head_dim)``, 71x more for DeepSeek-V3, and no serving engine stores that). Compressed sparse attention: per CSA layer a row of ``head_dim`` plus an
         index key of ``index_head_dim`` per ``csa_ratio`` tokens, per HCA layer a row per ``hca_ratio`` tokens (the
         window's ``sliding_window`` rows per request and layer are bounded and not counted here). DeepSeek sparse
         attention: MLA's latent and rotary key plus the indexer's key of ``index_head_dim``."""
@@ -413,9 +412,9 @@ class ModelShape:
 
         GQA: scores and weighted sum, 2 x 2 x heads x head_dim (a Gated DeltaNet hybrid's full layers only). MLA
         in absorbed form: each head scores against the latent and the rotary key (2 x (kv_lora_rank + rope)) and
-        sums the latent (2 x kv_lora_rank). Compressed
-        sparse attention: the indexer scores every compressed row of a CSA layer (2 x index heads x index dim per
-        ``csa_ratio`` tokens) and HCA layers attend to every compressed row. DeepSeek sparse attention: its indexer
+        sums the latent (2 x kv_lora_rank). Compressed sparse attention: the indexer scores every compressed row of a
+        CSA layer (2 x index heads x index dim per ``csa_ratio`` tokens) and HCA layers attend to every compressed
+        row. DeepSeek sparse attention: its indexer
         scores every context token (2 x index heads x index dim per layer); the attention proper is per query."""
         if self.attention_kind == DSA:
             return self.layers * 2.0 * self.index_heads * self.index_head_dim
