@@ -12,9 +12,10 @@
 # DSPARK_VENV at an environment with a CUDA build of torch, transformers and nvidia-ml-py, or install them into
 # .venv first. With HIL_PYTHON set the commands run as `$HIL_PYTHON -m hw_profile.cli` (benchmarks/hil_gpu.sh).
 #
-# Writes scenarios/hardware/h200-qwen3-8b-bf16-measured.{csv,json} (+ .smooth.csv/.json) and, under $H200_OUT
-# (default /tmp), h200-roofline.csv, h200-ratio.csv and h200-vs-roofline.html. A dry run writes everything under
-# $H200_OUT.
+# Writes scenarios/hardware/h200-qwen3-8b-bf16-measured.{csv,json} (+ .smooth.csv/.json; $H200_TABLE names another
+# path) and, under $H200_OUT (default /tmp), h200-roofline.csv, h200-ratio.csv and h200-vs-roofline.html. A dry run
+# writes everything under $H200_OUT. $H200_GRID replaces the grid and repeat flags (benchmarks/gpu_lease.sh sets a
+# smaller grid to fit a short lease).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dry=0
@@ -35,12 +36,12 @@ if [ "$dry" = 1 ]; then
         --warmup 1 --repeats 3 --threads 1 --quiet \
         --name h200-qwen3-8b-dry-run --out "$out"
 else
-    out=scenarios/hardware/h200-qwen3-8b-bf16-measured.csv
+    out="${H200_TABLE:-scenarios/hardware/h200-qwen3-8b-bf16-measured.csv}"
+    grid="${H200_GRID:---requests 1..1024 --tokens-per-request 1,2,4,8 --context 512,4096 --warmup 5 --repeats 30 --min-time 0.3}"
     # for the record only (read-only queries)
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv
-    hw_profile sps --model qwen3-8b --device cuda --dtype bf16 \
-        --requests 1..1024 --tokens-per-request 1,2,4,8 --context 512,4096 \
-        --warmup 5 --repeats 30 --min-time 0.3 --throttle-retries 2 \
+    # shellcheck disable=SC2086  # the grid is a list of flags
+    hw_profile sps --model qwen3-8b --device cuda --dtype bf16 $grid --throttle-retries 2 \
         --name h200-qwen3-8b-bf16-measured --out "$out"
 fi
 hw_profile analytic --gpu H200 --model qwen3-8b --dtype bf16 --name h200-roofline --out "$aux/h200-roofline.csv"

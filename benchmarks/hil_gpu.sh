@@ -3,6 +3,7 @@
 #
 #   bash benchmarks/hil_gpu.sh              # on a machine with one H200 (or any CUDA GPU): well under 10 minutes
 #   bash benchmarks/hil_gpu.sh --dry-run    # every step on the CPU with tiny sizes (the test suite runs this)
+#   bash benchmarks/hil_gpu.sh --h200-table TABLE.csv   # step 6 takes a table measured already (gpu_lease.sh)
 #
 # Steps (each prints one line; its output goes to a log; the first that fails stops the script with one line
 # naming it, after the tail of its log):
@@ -17,7 +18,8 @@
 #   7. benchmarks/bench_live.py on the device;
 #   8. the one-screen summary (benchmarks/hil_gpu_summary.py): live vs profiled step times, throttled steps, the
 #      measured H200 table's spread, what each step took.
-# A real run leaves the *-measured.{csv,json} tables under scenarios/hardware/ to commit with the summary.
+# A real run leaves the *-measured.{csv,json} tables under scenarios/hardware/ ($HIL_HARDWARE names another folder)
+# to commit with the summary.
 #
 # The dry run takes the same steps with CPU stand-ins: the smoke world (in $DSPARK_DATA when set, else a
 # temporary directory), the live run with `acceptance.gpu_stand_in: true` (the GPU path's event pairs timed on the
@@ -32,11 +34,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 dry=0
-case "${1:-}" in
-    --dry-run) dry=1 ;;
-    "") ;;
-    *) echo "hil_gpu.sh: unknown argument '$1' (expected --dry-run or nothing)" >&2; exit 2 ;;
-esac
+h200_given=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --dry-run) dry=1 ;;
+        --h200-table)
+            h200_given="${2:?--h200-table needs the path of a measured table}"
+            [ -f "$h200_given" ] || { echo "hil_gpu.sh: --h200-table $h200_given: no such file" >&2; exit 2; }
+            shift ;;
+        *) echo "hil_gpu.sh: unknown argument '$1' (expected --dry-run, --h200-table PATH or nothing)" >&2; exit 2 ;;
+    esac
+    shift
+done
 
 if [ -n "${HIL_PYTHON:-}" ]; then
     simulate() { "$HIL_PYTHON" -m simulator.cli "$@"; }
@@ -62,7 +71,7 @@ else
     data="${DSPARK_DATA:-.dspark-data}"
     world="$data/full"
     device=cuda
-    hardware=scenarios/hardware
+    hardware="${HIL_HARDWARE:-scenarios/hardware}"
 fi
 mkdir -p "$out/logs" "$hardware"
 export DSPARK_DATA="$data"
@@ -157,7 +166,11 @@ compare_live() {
 }
 
 h200_table() {
-    if [ "$dry" = 1 ]; then
+    if [ -n "$h200_given" ]; then  # measured already: only its ratio to the roofline, for the summary
+        mkdir -p "$out/h200"
+        hw_profile analytic --gpu H200 --model qwen3-8b --dtype bf16 --name h200-roofline --out "$out/h200/h200-roofline.csv" &&
+            hw_profile compare "$h200_given" "$out/h200/h200-roofline.csv" --csv "$out/h200/h200-ratio.csv"
+    elif [ "$dry" = 1 ]; then
         H200_OUT="$out/h200" H200_MODEL="$world/target/config.json" bash benchmarks/h200_qwen3_8b_sps.sh --dry-run
     else
         H200_OUT="$out/h200" bash benchmarks/h200_qwen3_8b_sps.sh
@@ -175,6 +188,7 @@ bench() {
 summary() {
     local h200=scenarios/hardware/h200-qwen3-8b-bf16-measured.csv
     [ "$dry" = 1 ] && h200="$out/h200/h200-qwen3-8b-bf16-measured.csv"
+    [ -n "$h200_given" ] && h200="$h200_given"
     py benchmarks/hil_gpu_summary.py "$out" --h200 "$h200" $([ "$dry" = 1 ] && echo --dry-run)
 }
 

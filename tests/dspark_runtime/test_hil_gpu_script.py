@@ -107,3 +107,51 @@ def test_the_dry_run_takes_every_step_and_prints_the_summary(smoke_world, tmp_pa
     assert any(ln.startswith("bench_live: live step, 4 requests") for ln in lines)
     # a dry run writes nothing into the scenario library
     assert sorted(p.name for p in (ROOT / "scenarios" / "hardware").iterdir()) == hardware
+
+
+LEASE = ROOT / "benchmarks" / "gpu_lease.sh"
+
+
+@pytest.mark.slow
+def test_the_lease_script_dry_run_measures_every_table_and_archives_after_each_step(smoke_world, tmp_path):
+    paths, _, _ = smoke_world
+    archive = tmp_path / "lease.tgz"
+    env = {**os.environ, "HIL_PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "DSPARK_DATA": str(paths.root.parent),
+           "LEASE_ARCHIVE": str(archive)}
+    res = subprocess.run(["bash", str(LEASE), str(tmp_path / "out"), "--dry-run"], capture_output=True, text=True,
+                         cwd=ROOT, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = tmp_path / "out"
+    steps = [ln.split("\t") for ln in (out / "logs" / "steps.tsv").read_text().splitlines()]
+    assert [s[0] for s in steps] == ["environment", "target-table", "eager-launches", "peaks", "hil", "drafter-1l",
+                                     "drafter-5l"]
+    assert all(s[2] == "0" for s in steps)
+    for name in ("h200-qwen3-8b-bf16-measured", "h200-qwen3-8b-bf16-drafter-1l-measured",
+                 "h200-qwen3-8b-bf16-drafter-5l-measured"):
+        points = pd.read_csv(out / "tables" / f"{name}.csv")
+        assert (points["status"] == "ok").all() and (points["step_ms"] > 0).all()
+    meta = json.loads((out / "tables" / "h200-qwen3-8b-bf16-drafter-5l-measured.json").read_text())
+    assert meta["sequential_head"]["rank"] == 8 and "sequential_head" not in json.loads(
+        (out / "tables" / "h200-qwen3-8b-bf16-drafter-1l-measured.json").read_text())
+    eager = json.loads((out / "tables" / "eager-launches.json").read_text())
+    assert [p["requests"] for p in eager["points"]] == [1, 4]
+    assert all(p["launches"] > 0 and p["eager_ms"] > 0 for p in eager["points"])
+    # the live run compared its tables with the target table step 2 measured
+    assert "measured H200 table h200-qwen3-8b-bf16-measured.csv" in (out / "logs" / "hil.log").read_text()
+    import tarfile
+
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    assert "./logs/steps.tsv" in names and "./tables/eager-launches.json" in names
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the real run would start on a GPU")
+def test_the_lease_script_goes_on_past_a_failing_step(tmp_path):
+    env = {**os.environ, "HIL_PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "DSPARK_DATA": str(tmp_path)}
+    res = subprocess.run(["bash", str(LEASE), str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT,
+                         env=env, timeout=600)
+    assert res.returncode == 1
+    steps = [ln.split("\t") for ln in (tmp_path / "out" / "logs" / "steps.tsv").read_text().splitlines()]
+    assert len(steps) == 7 and all(s[2] != "0" for s in steps[1:])  # every step ran, each failing on its own
+    assert "gpu_lease.sh: " in res.stderr and "steps failed" in res.stderr
