@@ -118,7 +118,9 @@ PY
 }
 
 build_world() {
-    if [ "$dry" = 1 ]; then
+    if [ -f "$world/build.json" ]; then  # built already (perhaps elsewhere, and carried here)
+        echo "$world: built ($(head -c 200 "$world/build.json" | tr -d '\n'))"
+    elif [ "$dry" = 1 ]; then
         dspark build-tiny --size smoke --data-dir "$data" --device cpu --threads 1 --quiet
     else
         dspark build-tiny --data-dir "$data" --device cuda
