@@ -252,7 +252,8 @@ def prepare_cache(model, requests: int, context: int, max_tokens: int, seed: int
         model(**forward_kwargs(model, cache, ids, 0))
         for t in cache_tensors(cache):
             t.normal_()
-    set_cache_length(cache, context)
+        # inside inference mode: transformers may create the position tensor in the forward, as an inference tensor
+        set_cache_length(cache, context)
     return cache
 
 
