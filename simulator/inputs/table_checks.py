@@ -44,6 +44,7 @@ from simulator.inputs.hardware import _read, drafter_table_source
 
 DROP = 0.2  # a later point this much faster than an earlier one (and outside both spreads) is not noise
 BOUND_SLACK = 0.1  # how far below the roofline bound a point may sit before it is named
+THROTTLE_CLOCK_TOLERANCE = 0.02  # a throttled point whose SM clock stayed this close to the top is not named
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ def load_lines(table: StepTable, label: str) -> list[str]:
                      f"{', '.join(seen) or 'other work competed'}{cores}): its step times are slower and noisier "
                      "than the hardware; measure it again on a quiet machine")
     ok = table.ok
-    hot = throttled_flags(ok["throttled"])
+    hot = throttled_flags(ok["throttled"]) & ~near_full_clock(ok, table.meta)
     if hot.any():
         reasons = sorted({r for text in ok.loc[hot, "throttle_reasons"].astype(str)
                           for r in text.replace(";", ",").split(",") if r.strip()})
@@ -162,6 +163,18 @@ def load_lines(table: StepTable, label: str) -> list[str]:
                      f"clocks{why}, even after re-measuring: their step times are slower than the hardware; let "
                      "it cool or lift the power cap, and measure them again")
     return lines
+
+
+def near_full_clock(points, meta: dict, within: float = THROTTLE_CLOCK_TOLERANCE):
+    """Points whose SM clock stayed within ``within`` of the GPU's maximum (the sidecar's telemetry): NVML names
+    a throttle reason (a power cap) whenever it holds the clock even one step below the top, and a 1% slower clock
+    moves a step time by less than its repeats scatter. False where either clock is unknown."""
+    telemetry = meta.get("telemetry")
+    top = telemetry.get("max_sm_clock_mhz") if isinstance(telemetry, dict) else None
+    if "sm_clock_mhz" not in points or not isinstance(top, int | float) or not top > 0:
+        return np.zeros(len(points), dtype=bool)
+    clock = pd.to_numeric(points["sm_clock_mhz"], errors="coerce").to_numpy(dtype=float)
+    return np.nan_to_num(clock, nan=0.0) >= (1.0 - within) * float(top)
 
 
 # --- 3. faster than the table's own roofline bound -----------------------------------------------------------
@@ -241,8 +254,13 @@ def kv_read_bytes_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:
     if not shape.kv_bytes_per_token:
         return 0.0
     try:
-        held = kv_bytes_per_token_per_gpu(meta, shape, gpus)
-    except (TypeError, ValueError):
+        if meta.get("target_shape"):
+            # a profile of part of a model (a drafter, or --layers N): its sidecar records the whole target's
+            # cache, which sizes the KV pool, but its steps read only the cache of the layers they ran
+            held = shape.kv_cache_facts(DTYPE_BYTES[str(meta.get("dtype"))], gpus, gpus)["kv_bytes_per_token_per_gpu"]
+        else:
+            held = kv_bytes_per_token_per_gpu(meta, shape, gpus)
+    except (TypeError, ValueError, KeyError):
         return 0.0
     return max(held, 0.0) * min(shape.kv_read_bytes_per_token / shape.kv_bytes_per_token, 1.0)
 

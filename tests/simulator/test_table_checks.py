@@ -281,3 +281,44 @@ def test_each_hardware_options_tables_are_checked(scenario_file, tmp_path):
     assert warnings and all(w.startswith(f"--hardware bad: {spiked} (hardware.table): step time falls as the ")
                             for w in warnings)  # along B, and along K at that B
     assert sum("falls as the batch grows" in w for w in warnings) == 1
+
+
+def test_a_power_cap_that_kept_the_clock_near_its_top_is_not_named(tmp_path):
+    """NVML reports sw_power_cap on the H200 table measured here at 1,965 of 1,980 MHz (0.8% down): not named. The
+    same reason with the clock 10% down is."""
+    def capped(clock):
+        def edit(rows):
+            rows["throttle_reasons"] = rows["throttle_reasons"].astype(object)
+            rows.loc[rows.index[:2], ["throttled", "throttle_reasons", "sm_clock_mhz"]] = [True, "sw_power_cap", clock]
+        return edit
+
+    def top(meta):
+        meta["telemetry"] = {"telemetry": "nvml", "max_sm_clock_mhz": 1980}
+
+    near = copy_table(H200_TABLE, tmp_path / "near.csv", capped(1965.0), edit_meta=top)
+    assert table_warnings(StepTable.read(near), "near.csv") == []
+    far = copy_table(H200_TABLE, tmp_path / "far.csv", capped(1782.0), edit_meta=top)
+    assert [line.split(" were measured")[0] for line in table_warnings(StepTable.read(far), "far.csv")] == [
+        f"far.csv: 2 of {len(StepTable.read(H200_TABLE).ok)} points"]
+    # without the top clock in the sidecar the reason alone counts, as before
+    unknown = copy_table(H200_TABLE, tmp_path / "unknown.csv", capped(1965.0))
+    assert len(table_warnings(StepTable.read(unknown), "unknown.csv")) == 1
+
+
+def test_a_drafters_bound_reads_its_own_layers_cache():
+    """A measured drafter table's sidecar records its target's cache (36 layers of Qwen3-8B: it sizes the KV pool);
+    its steps read the cache of the one layer they ran. The bound at B = 128, K = 524,288 by hand: the drafter's
+    weights (embeddings not read, its LM head is) and one layer's K and V over the context, at 4.8 TB/s."""
+    meta = StepTable.read(HARDWARE / "h200-qwen3-8b-bf16-measured.drafter-1l.csv").meta
+    shape = get_shape("qwen3-8b")
+    assert meta["kv_bytes_per_token"] == shape.kv_bytes_per_token  # the target's 36 layers, in bf16
+    drafter = meta["model_shape"]
+    assert drafter["layers"] == 1
+    one_layer_kv = 2 * drafter["kv_heads"] * drafter["head_dim"] * 2  # K and V, bf16
+    from hw_profile.hardware.shapes import ModelShape
+
+    weights = ModelShape(**drafter).dense_params_per_gpu(1) * 2
+    expect = (weights + 524_288 * one_layer_kv) / 4.8e12 * 1e3
+    assert roofline_bound_ms(meta, np.array([128.0]), np.array([524_288.0]))[0] == pytest.approx(expect, rel=1e-6)
+    # below the measured 11.2 ms there, where the target's 36-layer cache gave 16.4 ms
+    assert expect < 11.2 < 16.4
