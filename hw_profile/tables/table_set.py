@@ -71,9 +71,11 @@ class MemoryFacts:
     def of(cls, meta: dict, gpus: int) -> MemoryFacts | None:
         """The facts a sidecar records, on ``gpus`` GPUs per replica; None without GPU memory and model shape.
         A sidecar written before tables recorded their cache and weights is read as its writer priced them (an
-        estimate: a bf16 cache unless the model fixes one; other tables: the table's dtype)."""
+        estimate: a bf16 cache unless the model fixes one; other tables: the table's dtype). The memory is the
+        sidecar's ``gpu.memory_gb``, or a measured table's ``device_memory_gb``."""
         try:
-            mem = float(meta["gpu"]["memory_gb"])
+            # a table measured on a GPU records the memory the device reported (hw-profile sps)
+            mem = float(meta["gpu"]["memory_gb"] if "gpu" in meta else meta["device_memory_gb"])
             shape = ModelShape(**meta["model_shape"])
         except (KeyError, TypeError, ValueError):
             return None

@@ -82,3 +82,23 @@ def test_the_kv_pool_is_memory_less_weights_activations_and_runtime_over_bytes_p
     free = 141e9 * 0.9 - meta["weight_bytes_per_gpu"] - activation_peak_bytes(shape, 1, 8192, 256) - RUNTIME_BYTES_PER_GPU
     assert facts.kv_capacity(1, 0.9, 8192, 256) == int(free / per_token)
     assert facts.kv_capacity(1, 0.05) is None  # the weights alone exceed 5% of the memory
+
+
+def test_the_set_measured_on_an_h200_reads_whole_and_sizes_its_pool_from_the_memory_it_reported():
+    """scenarios/hardware/h200-qwen3-8b-bf16-measured: hw-profile sps on a lent H200 (target, one- and five-layer
+    drafters, DSpark's heads timed there). Its sidecar has no datasheet ``gpu`` block: the pool is sized from the
+    memory torch reported for the device, with the weights in bf16 and the cache the table measured."""
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "hardware" / "h200-qwen3-8b-bf16-measured.csv"
+    tables = TableSet.read(path)
+    assert set(tables.drafters) == {"mtp", "dspark", "dflash"}
+    assert tables.drafters["dspark"].sequential_head["rank"] == 256 and not tables.drafters["mtp"].sequential_head
+    assert tables.drafters["dspark"].table.meta["model_shape"]["layers"] == 5
+    meta = tables.target.meta
+    assert "gpu" not in meta and meta["device"] == "NVIDIA H200"
+    facts = MemoryFacts.of(meta, 1)
+    shape = get_shape("qwen3-8b")
+    assert facts.memory_gb == meta["device_memory_gb"]
+    assert facts.kv_bytes_per_token_per_gpu == shape.kv_bytes_per_token  # bf16: 2 bytes a value
+    free = (meta["device_memory_gb"] * 1e9 * 0.9 - shape.total_params * 2.0 - activation_peak_bytes(shape, 1, 8192, 256)
+            - RUNTIME_BYTES_PER_GPU)
+    assert facts.kv_capacity(1, 0.9, 8192, 256) == int(free / shape.kv_bytes_per_token)
