@@ -2,6 +2,7 @@
 
     ./run python benchmarks/eager_launches.py --model qwen3-8b --device cuda --out eager.json
     ./run python benchmarks/eager_launches.py --model CONFIG.json --device cpu --requests 1,4 --out x.json  # dry run
+    ./run python benchmarks/eager_launches.py --summarize benchmarks/data/h200-lease/eager-launches.json
 
 Serving engines replay CUDA graphs up to their largest captured size and run eagerly past it; `hw-profile
 estimate` prices an eager step at max(the graph's cost, the host's launch floor), the floor being kernels per layer
@@ -12,7 +13,10 @@ events), the eager forward's time (CUDA events around back-to-back forwards, so 
 graph's replay time, and their difference per kernel. On a CPU there is no graph and no kernel: the dry run times
 the eager forward and counts operator calls, so that the script's path is exercised without a GPU.
 
-Prints one line per point and writes every figure to --out (JSON), with the device and library versions.
+Prints one line per point and writes every figure to --out (JSON), with the device and library versions; then
+(and with --summarize FILE, from a JSON written before) how well two rules for an eager step fit the points, the
+floor taken as the one-token step's eager time, all launches and no GPU work: max(graph, floor), the estimate's
+rule (launches issued while the GPU runs the kernels already launched), and graph + floor (launches never hidden).
 """
 
 from __future__ import annotations
@@ -106,9 +110,37 @@ def warm(step, device: str, n: int) -> None:
                 step.forward()
 
 
+def rule_errors(points: list[dict]) -> dict:
+    """Relative error of max(graph, floor) and of graph + floor against each point's eager time; the floor is the
+    eager time of the smallest step (fewest tokens), where the GPU's own work is least."""
+    first = min(points, key=lambda p: (p["batch_tokens"], p["requests"]))
+    floor = first["eager_ms"]
+    eager = np.array([p["eager_ms"] for p in points])
+    graph = np.array([p["graph_ms"] for p in points])
+    return {"floor_ms": floor, "us_per_launch": floor * 1e3 / first["launches"],
+            "kernels_per_layer": first["launches"] / first["layers"],
+            "max_rule": np.maximum(graph, floor) / eager - 1.0, "sum_rule": (graph + floor) / eager - 1.0}
+
+
+def summarize(facts: dict) -> str:
+    points = [{**p, "layers": facts["layers"]} for p in facts["points"]]
+    if not all(np.isfinite(p["graph_ms"]) for p in points):
+        return "no graph replays measured (a CPU run, or capture failed): nothing to compare"
+    e = rule_errors(points)
+    worst = lambda r: f"{np.abs(r).max():.0%} at worst, median {np.median(np.abs(r)):.0%}"  # noqa: E731
+    return (f"{facts['device']}, {facts['model_shape']['name']} ({facts['layers']} layers, {facts['dtype']}): "
+            f"{e['kernels_per_layer']:.0f} kernels a layer; a one-token eager step {e['floor_ms']:.1f} ms, "
+            f"{e['us_per_launch']:.1f} us a kernel\n"
+            f"  max(graph, floor) against the eager steps: {worst(e['max_rule'])} "
+            f"({' '.join(f'{x:+.0%}' for x in e['max_rule'])})\n"
+            f"  graph + floor against the eager steps:     {worst(e['sum_rule'])} "
+            f"({' '.join(f'{x:+.0%}' for x in e['sum_rule'])})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="a built-in shape (hw-profile's) or a transformers config.json")
+    ap.add_argument("--summarize", type=Path, default=None, help="print the summary of a JSON this wrote; no run")
+    ap.add_argument("--model", help="a built-in shape (hw-profile's) or a transformers config.json")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default=None,
                     help="default: bf16 on cuda, fp32 on cpu")
@@ -116,8 +148,13 @@ def main() -> None:
     ap.add_argument("--tokens-per-request", default="1,4", help="comma list of t")
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if args.summarize is not None:
+        print(summarize(json.loads(args.summarize.read_text())))
+        return
+    if args.model is None or args.out is None:
+        ap.error("--model and --out are needed (or --summarize FILE)")
     dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"eager_launches: --device cuda, but torch {torch.__version__} sees no CUDA device")
@@ -153,6 +190,7 @@ def main() -> None:
              "repeats": args.repeats, "points": points}
     args.out.write_text(json.dumps(facts, indent=1, default=float) + "\n")
     print(f"wrote {args.out}")
+    print(summarize(facts))
 
 
 if __name__ == "__main__":
