@@ -19,8 +19,9 @@
 #      DSpark's Markov and confidence heads (DSpark, DFlash), R 1..256 x t 1,8 x K 512, 4096         2 x 50 s
 # Tables land in OUT/tables/. With LEASE_ARCHIVE=FILE.tgz, OUT is archived there after every step, so a run stopped
 # at the lease's limit keeps what it measured. Commands run as `$HIL_PYTHON -m ...` when HIL_PYTHON is set (a GPU
-# machine's own Python, with this checkout on PYTHONPATH), else through ./run. Nothing here changes the GPU's
-# clocks, power limits or MIG settings.
+# machine's own Python, with this checkout on PYTHONPATH), else through ./run. Step 5 needs the project installed
+# there (`$HIL_PYTHON -m pip install --no-deps --no-build-isolation -e .`), not only on PYTHONPATH: the acceptance
+# source `live` is found as an entry point. Nothing here changes the GPU's clocks, power limits or MIG settings.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
