@@ -29,12 +29,12 @@ def jagged_grid() -> StepTimeGrid:
     return StepTimeGrid.from_points(bb.ravel(), kk.ravel(), ms.ravel())
 
 
-def drafter() -> DraftCost:
+def drafter(kind: str = "dspark") -> DraftCost:
     b = np.array([1.0, 100.0])
     k = np.array([0.0, 1e6])
     bb, kk = np.meshgrid(b, k)
-    return DraftCost(DRAFTER_KINDS["dspark"], StepTimeGrid.from_points(bb.ravel(), kk.ravel(),
-                                                                     (0.5 + 0.01 * bb + 1e-6 * kk).ravel()))
+    return DraftCost(DRAFTER_KINDS[kind], StepTimeGrid.from_points(bb.ravel(), kk.ravel(),
+                                                                 (0.5 + 0.01 * bb + 1e-6 * kk).ravel()))
 
 
 def view(conf, sps, ids=None, remaining=None, step=0) -> PolicyView:
@@ -54,8 +54,8 @@ def vllm_tables(grid: StepTimeGrid, draft: DraftCost, gamma: int, n_max: int, r_
         top = max(top, grid.step_ms(n, req * ctx))
         verify.append(top)
     dcost, top = [], 0.0
-    for r in range(r_max + 1):
-        top = max(top, draft.ms(r, gamma, r * ctx))
+    for r in range(r_max + 1):  # a dummy step's first pass takes in its gamma + 1 tokens a request
+        top = max(top, draft.ms(r, gamma, r * ctx, r * (gamma + 1)))
         dcost.append(top)
     return np.array(verify), np.array(dcost)
 
@@ -84,8 +84,9 @@ CASES = [
 
 @pytest.mark.parametrize("conf", CASES)
 @pytest.mark.parametrize("prefill", [0, 5])
-def test_vllm_budget_is_the_brute_force_argmax_over_its_profiled_tables(conf, prefill):
-    grid, draft = jagged_grid(), drafter()
+@pytest.mark.parametrize("kind", ["dspark", "eagle3"])
+def test_vllm_budget_is_the_brute_force_argmax_over_its_profiled_tables(conf, prefill, kind):
+    grid, draft = jagged_grid(), drafter(kind)
     rows, gamma = conf.shape
     sps = StepCost(grid, kv=12_345.0, prefill=prefill, fixed_ms=0.7, rows=rows, verify_kv=0.0, draft=draft)
     policy = VllmAdaptive(profile_context=CTX)
@@ -282,3 +283,17 @@ def test_sglang_profiles_the_batch_sizes_its_table_says_the_engine_captures():
     sps = StepCost(by_requests, kv=0.0, prefill=0, fixed_ms=0.0, rows=1, verify_kv=0.0, draft=None)
     bs, _, _ = policy.profile(sps, 2)
     assert sorted(set(bs.tolist())) == [1, 2, 3, 5, 8] and len(bs) == 5 * 3
+
+
+def test_vllm_profiles_an_autoregressive_drafters_first_pass_over_the_dummy_steps_tokens():
+    """An EAGLE-style drafter's first pass takes in every token the target processed; vLLM's startup profile runs
+    it on dummy steps of gamma + 1 tokens a request, so its draft table holds that pass, not one token a request.
+    By hand on the test's linear grid (0.5 + 0.01 B ms at K = 0): gamma passes of R tokens, plus the first pass's
+    extra R x gamma tokens at 0.01 ms each."""
+    sps = StepCost(jagged_grid(), kv=0.0, prefill=0, fixed_ms=0.0, rows=8, verify_kv=0.0, draft=drafter("eagle3"))
+    policy = VllmAdaptive(profile_context=1)
+    conf = np.full((8, 3), 0.9)
+    policy.choose(view(conf, sps))
+    for r in (1, 4, 8):
+        one_a_request = 3 * (0.5 + 0.01 * r + 1e-6 * r)
+        assert policy._draft[r] == pytest.approx(one_a_request + 0.01 * r * 3, rel=1e-9)

@@ -66,12 +66,14 @@ def _same_tables(profiled: tuple | None, sps: StepCost, gamma: int) -> bool:
     return profiled is not None and profiled[0] is sps.grid and profiled[1] is sps.draft and profiled[2] == gamma
 
 
-def _draft_ms(draft: object | None, requests: np.ndarray, gamma: int, context: int) -> np.ndarray:
-    """The drafter's cost for each request count at the profiled context (0 without a drafter's cost model).
-    DraftCost prices one shape a call; a profile has one entry per request count, not per token."""
+def _draft_ms(draft: object | None, requests: np.ndarray, gamma: int, context: int,
+              fed_per_request: int = 1) -> np.ndarray:
+    """The drafter's cost for each request count at the profiled context (0 without a drafter's cost model), an
+    autoregressive drafter's first pass taking in ``fed_per_request`` tokens a request (``DraftCost.ms``'s
+    ``fed``). DraftCost prices one shape a call; a profile has one entry per request count, not per token."""
     if draft is None:
         return np.zeros(len(requests))
-    return np.array([draft.ms(int(r), gamma, float(r) * context) for r in requests])
+    return np.array([draft.ms(int(r), gamma, float(r) * context, int(r) * fed_per_request) for r in requests])
 
 
 @register
@@ -87,7 +89,9 @@ class VllmAdaptive(Policy):
     any prefill chunk, which count in the cost only). Both tables are what the engine profiles at startup on this
     hardware: dummy steps at a fixed ``profile_context`` per request, the verify table indexed by token count only
     (a step of n tokens taken as a uniform verify batch of n / (gamma + 1) requests), the draft table by request
-    count, each forced monotone by a running maximum. They come from the run's own step-time table, so the policy
+    count (an autoregressive drafter's first pass over the dummy step's gamma + 1 tokens a request, as vLLM's
+    proposer takes in every token the target processed; PR #52233 says the startup profile times the target and
+    the drafter at every shape), each forced monotone by a running maximum. They come from the run's own step-time table, so the policy
     is the engine on this hardware, and misinformed as the engine is wherever the real context is not the profiled
     one.
 
@@ -176,7 +180,9 @@ class VllmAdaptive(Policy):
             self._verify = np.maximum.accumulate(ms)
         if len(self._draft) <= requests:
             r = np.arange(max(2 * len(self._draft), requests + 1, 64))
-            self._draft = np.maximum.accumulate(_draft_ms(sps.draft, r, gamma, self.context))
+            # a dummy step verifies gamma drafts a request, and vLLM's proposer takes in every token the target
+            # processed: the profile's first pass is gamma + 1 tokens a request
+            self._draft = np.maximum.accumulate(_draft_ms(sps.draft, r, gamma, self.context, gamma + 1))
 
 
 def fit_cost_model(batch_sizes: np.ndarray, drafts: np.ndarray, step_ms: np.ndarray) -> tuple[float, float, float]:
@@ -273,6 +279,8 @@ class SglangCompact(Policy):
         sizes = self.profiled_sizes(sps.grid)
         bs, k = (x.ravel() for x in np.meshgrid(sizes, np.arange(gamma + 1), indexing="ij"))
         ms = dummy_step_ms(sps.grid, bs * (k + 1), bs, self.context)
+        # SGLang's draft extend takes in the accepted tokens, and a dummy step's random drafts accept none: one a
+        # request
         draft = _draft_ms(sps.draft, sizes, gamma, self.context)
         return bs, bs * k, ms + np.repeat(draft, gamma + 1)
 
