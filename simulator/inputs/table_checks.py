@@ -167,8 +167,9 @@ def load_lines(table: StepTable, label: str) -> list[str]:
 
 def near_full_clock(points, meta: dict, within: float = THROTTLE_CLOCK_TOLERANCE):
     """Points whose SM clock stayed within ``within`` of the GPU's maximum (the sidecar's telemetry): NVML names
-    a throttle reason (a power cap) whenever it holds the clock even one step below the top, and a 1% slower clock
-    moves a step time by less than its repeats scatter. False where either clock is unknown."""
+    a throttle reason (a power cap) whenever it holds the clock even one step below the top, and a clock 2% down
+    slows a step by at most 2%, far inside the step-time errors a plan carries (docs/sim-to-real.md). False where
+    either clock is unknown."""
     telemetry = meta.get("telemetry")
     top = telemetry.get("max_sm_clock_mhz") if isinstance(telemetry, dict) else None
     if "sm_clock_mhz" not in points or not isinstance(top, int | float) or not top > 0:

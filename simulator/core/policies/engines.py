@@ -91,9 +91,9 @@ class VllmAdaptive(Policy):
     (a step of n tokens taken as a uniform verify batch of n / (gamma + 1) requests), the draft table by request
     count (an autoregressive drafter's first pass over the dummy step's gamma + 1 tokens a request, as vLLM's
     proposer takes in every token the target processed; PR #52233 says the startup profile times the target and
-    the drafter at every shape), each forced monotone by a running maximum. They come from the run's own step-time table, so the policy
-    is the engine on this hardware, and misinformed as the engine is wherever the real context is not the profiled
-    one.
+    the drafter at every shape), each forced monotone by a running maximum. They come from the run's own step-time
+    table, so the policy is the engine on this hardware, and misinformed as the engine is wherever the real context
+    is not the profiled one.
 
     The search runs on the CPU before this step's drafts exist, so it reads each request's exponential moving
     average of its confidences as of the previous step (weight ``ema_alpha`` on the newest step, 1 - ema_alpha on
