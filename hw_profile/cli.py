@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -205,12 +206,24 @@ def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, 
         note=note,
         command=(obj or {}).get("command"),
     )
-    result = profile(cfg, out, progress=not quiet, log=lambda line: click.echo(line, err=True))
+    # a scheduler's or `timeout`'s SIGTERM stops a profile as Ctrl-C does: the points and a whole sidecar are kept
+    terminated = []
+
+    def stop(signum, frame):
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        result = profile(cfg, out, progress=not quiet, log=lambda line: click.echo(line, err=True))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     ok = int((result.table.points["status"] == "ok").sum()) if len(result.table.points) else 0
     skipped = len(result.table.points) - ok
     if result.interrupted:
-        click.echo(f"hw-profile: interrupted; {ok} points kept in {result.path}", err=True)
-        sys.exit(130)
+        click.echo(f"hw-profile: {'terminated' if terminated else 'interrupted'}; {ok} points kept in "
+                   f"{result.path}", err=True)
+        sys.exit(128 + signal.SIGTERM if terminated else 130)
     click.echo(f"{result.path}: {ok} points measured, {skipped} skipped")
 
 

@@ -175,8 +175,10 @@ def test_moe_mla_and_sliding_window_models_profile(config, moe, tmp_path):
 
 
 @pytest.mark.slow
-def test_sigint_keeps_the_points(tiny_config, tmp_path):
-    """A real Ctrl-C (SIGINT) to the CLI mid-run: exit code 130, the table on disk holds the measured points."""
+@pytest.mark.parametrize("signame, code, word", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+def test_a_stop_keeps_the_points(tiny_config, tmp_path, signame, code, word):
+    """A real Ctrl-C (SIGINT) or a scheduler's SIGTERM (what `timeout` sends) to the CLI mid-run: exit code 130 or
+    143, the table on disk holds the measured points and a whole sidecar (its timer and elapsed time too)."""
     import signal
     import subprocess
     import sys
@@ -197,9 +199,10 @@ def test_sigint_keeps_the_points(tiny_config, tmp_path):
     deadline = time.time() + 120
     while time.time() < deadline and not (out.is_file() and len(out.read_text().splitlines()) >= 3):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, signame))
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "interrupted" in err and "Traceback" not in err
+    assert proc.returncode == code, err
+    assert word in err and "Traceback" not in err
     table = StepTable.read(out)
     assert len(table.ok) >= 2 and table.meta["interrupted"] is True
+    assert table.meta["timer"].startswith("time.perf_counter") and table.meta["elapsed_s"] > 0
