@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # Every GPU measurement the project makes, in one bounded run that fits a short lease of one GPU (an H200).
 #
-#   bash benchmarks/gpu_lease.sh OUT            # on a machine with one CUDA GPU: about 9 minutes at most
+#   bash benchmarks/gpu_lease.sh OUT            # on a machine with one CUDA GPU: 9.5 minutes at most
 #   bash benchmarks/gpu_lease.sh OUT --dry-run  # the same steps on the CPU with tiny sizes (the tests run it)
 #
 # Steps, each under its own time limit, each run whether or not the one before it succeeded (a lease is too short
 # to lose the rest to one failure), each logged to OUT/logs/NAME.log, its time and exit code to OUT/logs/steps.tsv:
 #   1. environment: torch, transformers, the GPU as nvidia-smi reports it (read-only queries)       10 s
-#   2. the Qwen3-8B-shaped step-time table, CUDA graphs, R 1..512 x t 1,2,4,8 x K 512, 4096
-#      (benchmarks/h200_qwen3_8b_sps.sh with a smaller grid; its ratio to the roofline)         150 s
+#   2. the Qwen3-8B-shaped step-time table, CUDA graphs, R 1..256 x t 1,2,4,8 x K 512, 4096
+#      (benchmarks/h200_qwen3_8b_sps.sh with a smaller grid; its ratio to the roofline)         160 s
 #   3. eager steps against graph replays, and the kernels one forward launches
 #      (benchmarks/eager_launches.py: the staircase's eager floor)                                 80 s
-#   4. hw-profile peaks: the achieved bf16 matmul rate and weight-streaming bandwidth               30 s
+#   4. hw-profile peaks: the achieved bf16 matmul rate and weight-streaming bandwidth               20 s
 #   5. hardware in the loop (benchmarks/hil_gpu.sh --h200-table: the live clock with NVML on the tiny
 #      world, its profiled table, live / profiled, bench_live); the tiny world must be built already
 #      ($DSPARK_DATA/full: `dspark build-tiny` on any machine, then carried along)                    180 s
 #   6. the drafters' tables on the same shape: one layer (MTP, EAGLE-style) and five layers with
-#      DSpark's Markov and confidence heads (DSpark, DFlash), R 1..256 x t 1,8 x K 512, 4096         2 x 50 s
+#      DSpark's Markov and confidence heads (DSpark, DFlash), R 1..128 x t 1,8 x K 512, 4096         2 x 50 s
+# The limits come from the one lease so far (benchmarks/data/h200-lease/steps.tsv): on an H200 the grid the target
+# step had then (R up to 512) needed more than 150 s, its R = 512 points over 50 s of it; each drafter's R = 256
+# point at K = 4096 came after 50 s; hardware in the loop took 153 s, the eager launches 65 s. A profile stopped by
+# its limit keeps its points and a whole sidecar (hw-profile sps takes SIGTERM as Ctrl-C).
 # Tables land in OUT/tables/. With LEASE_ARCHIVE=FILE.tgz, OUT is archived there after every step, so a run stopped
 # at the lease's limit keeps what it measured. Commands run as `$HIL_PYTHON -m ...` when HIL_PYTHON is set (a GPU
 # machine's own Python, with this checkout on PYTHONPATH), else through ./run. Step 5 needs the project installed
@@ -79,9 +83,9 @@ else
     data="${DSPARK_DATA:-.dspark-data}"
     model=qwen3-8b
     device=cuda
-    table_grid="--requests 1..512 --tokens-per-request 1,2,4,8 --context 512,4096 --warmup 3 --repeats 10 --min-time 0.15"
+    table_grid="--requests 1..256 --tokens-per-request 1,2,4,8 --context 512,4096 --warmup 3 --repeats 10 --min-time 0.15"
     eager_grid="--requests 1,4,16,64,256,512 --tokens-per-request 1,4 --context 512 --repeats 20"
-    drafter_grid="--requests 1..256 --tokens-per-request 1,8 --context 512,4096 --warmup 3 --repeats 10 --min-time 0.1 --markov-rank 256"
+    drafter_grid="--requests 1..128 --tokens-per-request 1,8 --context 512,4096 --warmup 3 --repeats 10 --min-time 0.1 --markov-rank 256"
     hil=""
 fi
 export DSPARK_DATA="$data"
@@ -91,15 +95,15 @@ step environment 10 "py -c 'import torch, transformers; print(\"torch\", torch._
     \"transformers\", transformers.__version__, \"| device\", torch.cuda.get_device_name(0) if torch.cuda.is_available()
     else \"cpu\")'; [ \"\$dry\" = 1 ] || nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv"
 if [ "$dry" = 1 ]; then
-    step target-table 150 "hw_profile sps --model '$model' --device cpu --dtype fp32 $table_grid --quiet \
+    step target-table 160 "hw_profile sps --model '$model' --device cpu --dtype fp32 $table_grid --quiet \
         --name h200-qwen3-8b-dry-run --out '$table'"
 else
-    step target-table 150 "H200_TABLE='$table' H200_OUT='$out/h200' H200_GRID='$table_grid' \
+    step target-table 160 "H200_TABLE='$table' H200_OUT='$out/h200' H200_GRID='$table_grid' \
         bash benchmarks/h200_qwen3_8b_sps.sh"
 fi
 step eager-launches 80 "py benchmarks/eager_launches.py --model '$model' --device $device $eager_grid \
     --out '$out/tables/eager-launches.json'"
-step peaks 30 "hw_profile peaks --device $device --dtype $([ "$dry" = 1 ] && echo fp32 || echo bf16) \
+step peaks 20 "hw_profile peaks --device $device --dtype $([ "$dry" = 1 ] && echo fp32 || echo bf16) \
     $([ "$dry" = 1 ] && echo '--threads 1') --out '$out/tables/device-peaks.json'"
 if [ -f "$table" ]; then
     step hil 180 "HIL_OUT='$out/hil' HIL_HARDWARE='$out/tables' bash benchmarks/hil_gpu.sh $hil --h200-table '$table'"
