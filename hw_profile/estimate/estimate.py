@@ -718,10 +718,10 @@ def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[M
     """The drafters' shapes (``drafter_shape``: layers built like the target's) and their sidecar entries: MTP is
     one layer; DSpark three MoE layers (V4) or five dense layers, plus its rank-256 Markov head. Under compressed
     attention both read only the 128-token window (V4's MTP and DSpark layers are window-only). EAGLE-3 and DFlash
-    drafters are dense layers whatever the target: EAGLE-3 one, with a head over its 32,000-token draft vocabulary;
-    DFlash five, with the target's head. How they fuse the target's hidden states is not priced (EAGLE-3's first
-    layer reads the embedding beside the fused feature; both project several target layers' states to one), as
-    in the project's embedded eagle3 and dflash tables."""
+    drafters are dense layers whatever the target: EAGLE-3 one, with a head over its 32,000-token draft vocabulary,
+    whose q, k and v projections read the token's embedding beside the fused feature (twice the width, every
+    pass); DFlash five, with the target's head. The projection that fuses several target layers' states into one
+    (EAGLE-3's once a round, over the tokens the target processed; DFlash's) is not priced."""
     out: dict[str, tuple[ModelShape, dict]] = {}
     window = drafter_attention_window(target)
     for name in drafters:
@@ -740,6 +740,8 @@ def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[M
             shape = drafter_shape(target, layers, vocab=vocab, name=f"{target.name}-{name}-{layers}l", dense=dense)
         except HwProfileError as exc:
             raise HwProfileError(f"--drafters {name}: {exc}") from None
+        if name == "eagle3":
+            shape = replace(shape, attn_input_multiple=2)
         out[name] = (shape, {"attention_window": window} if window else {})
     return out
 

@@ -125,6 +125,9 @@ class ModelShape:
     linear_conv_kernel: int = 4
     expert_dtype: str = ""  # routed experts' type where narrower than the rest ("fp4"; a deployment: "fp8", "w4a16")
     kv_dtype: str = ""  # the KV cache's type where the model or the deployment fixes it (V4: "fp8"); "" = bf16
+    # the attention's input projections read this many hidden-width vectors (EAGLE-3's drafter layer: 2, the token's
+    # embedding beside the fused target feature, so its q, k and v projections are twice as wide at their input)
+    attn_input_multiple: int = 1
 
     @property
     def is_moe(self) -> bool:
@@ -234,16 +237,18 @@ class ModelShape:
             return self._gated_deltanet_attn_params() // self.layers
         if self.attention_kind in (MLA, DSA):
             qk = self.head_dim + self.qk_rope_head_dim
+            width = self.hidden * self.attn_input_multiple
             if self.q_lora_rank:
-                q = self.hidden * self.q_lora_rank + self.q_lora_rank * self.heads * qk
+                q = width * self.q_lora_rank + self.q_lora_rank * self.heads * qk
             else:
-                q = self.hidden * self.heads * qk
-            kv_a = self.hidden * (self.kv_lora_rank + self.qk_rope_head_dim)
+                q = width * self.heads * qk
+            kv_a = width * (self.kv_lora_rank + self.qk_rope_head_dim)
             kv_b = self.kv_lora_rank * self.heads * (self.head_dim + self.v_head_dim)
             o = self.heads * self.v_head_dim * self.hidden
             return q + kv_a + kv_b + o + self._indexer_params()
-        q = self.hidden * self.heads * self.head_dim
-        kv = 2 * self.hidden * self.kv_heads * self.head_dim
+        width = self.hidden * self.attn_input_multiple
+        q = width * self.heads * self.head_dim
+        kv = 2 * width * self.kv_heads * self.head_dim
         o = self.heads * self.head_dim * self.hidden
         return q + kv + o
 
@@ -439,6 +444,7 @@ _OPTIONAL = {
     "csa_layers", "hca_layers", "csa_ratio", "hca_ratio", "index_heads", "index_head_dim", "index_topk",
     "o_lora_rank", "o_groups", "expert_dtype", "kv_dtype", "linear_interval", "linear_key_heads",
     "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
+    "attn_input_multiple",
 }
 
 SHAPES: dict[str, ModelShape] = {
@@ -672,7 +678,8 @@ def dense_gemms(shape: ModelShape, tp: int = 1) -> list[tuple[str, int, int, int
         pass  # V4's and DSA's attention projections (DSA's indexer too) are inside their measured attention modules
     elif kind == MLA:
         qk = shape.head_dim + shape.qk_rope_head_dim
-        out.append(("q_a+kv_a", shape.q_lora_rank + shape.kv_lora_rank + shape.qk_rope_head_dim, h, L))
+        out.append(("q_a+kv_a", shape.q_lora_rank + shape.kv_lora_rank + shape.qk_rope_head_dim,
+                    h * shape.attn_input_multiple, L))
         out.append(("q_b", shape.heads * qk // tp, shape.q_lora_rank, L))
         out.append(("o", h, shape.heads * shape.v_head_dim // tp, L))
     elif kind == GATED_DELTANET:
@@ -686,7 +693,7 @@ def dense_gemms(shape: ModelShape, tp: int = 1) -> list[tuple[str, int, int, int
         out.append(("linear out", h, value_width // tp, linear))
     else:
         kv_local = max(1, shape.kv_heads // tp)
-        out.append(("qkv", (shape.heads // tp + 2 * kv_local) * shape.head_dim, h, L))
+        out.append(("qkv", (shape.heads // tp + 2 * kv_local) * shape.head_dim, h * shape.attn_input_multiple, L))
         out.append(("o", h, shape.heads * shape.head_dim // tp, L))
     dense_layers = shape.dense_layers if shape.is_moe else L
     if dense_layers:

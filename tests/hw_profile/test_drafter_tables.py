@@ -10,7 +10,13 @@ import pytest
 
 from hw_profile.cli import main
 from hw_profile.hardware.gpus import get_gpu
-from hw_profile.hardware.shapes import drafter_attention_window, drafter_shape, get_shape
+from hw_profile.hardware.shapes import (
+    ModelShape,
+    dense_gemms,
+    drafter_attention_window,
+    drafter_shape,
+    get_shape,
+)
 from hw_profile.kernels.roofline import RooflineParams, drafter_params, markov_head_costs, step_time_ms
 from hw_profile.tables.step_table import StepTable
 from simulator.inputs.config import load_scenario
@@ -133,14 +139,22 @@ def test_eagle3_and_dflash_drafters_are_dense_whatever_the_target():
     assert mtp.is_moe and not eagle3.is_moe and not dflash.is_moe
     assert (eagle3.layers, eagle3.vocab, dflash.layers, dflash.vocab) == (1, 32_000, 5, qwen_moe.vocab)
     layer = qwen_moe.attn_params_per_layer + 3 * qwen_moe.hidden * qwen_moe.intermediate
-    assert eagle3.matmul_params == layer + qwen_moe.hidden * 32_000
+    h, qkv = qwen_moe.hidden, (qwen_moe.heads + 2 * qwen_moe.kv_heads) * qwen_moe.head_dim
+    # EAGLE-3's q, k and v read the embedding beside the fused feature: h x qkv more weights in every pass
+    assert eagle3.attn_input_multiple == 2 and dflash.attn_input_multiple == 1
+    assert eagle3.matmul_params == layer + h * qkv + h * 32_000
     assert dflash.matmul_params == 5 * layer + qwen_moe.head_params
     # an MoE layer's active parameters (MTP's) are not a dense layer's: the two drafters differ in what they read
     assert mtp.matmul_params != layer + qwen_moe.head_params
     # of a dense target, EAGLE-3 is the target's layer under a smaller head
     q8 = get_shape("qwen3-8b")
     e = drafter_shapes(q8, ["eagle3"])["eagle3"][0]
-    assert e.matmul_params == q8.attn_params_per_layer + q8.mlp_params_per_layer + q8.hidden * 32_000
+    qkv8 = (q8.heads + 2 * q8.kv_heads) * q8.head_dim
+    assert e.matmul_params == q8.attn_params_per_layer + q8.hidden * qkv8 + q8.mlp_params_per_layer + q8.hidden * 32_000
+    # the wider input adds 8% to a pass's matmul weights here, as docs/hw-profile.md says
+    assert q8.hidden * qkv8 / (e.matmul_params - q8.hidden * qkv8) == pytest.approx(0.078, abs=0.001)
+    assert ("qkv", qkv8, 2 * q8.hidden, 1) in dense_gemms(e) and ("qkv", qkv8, q8.hidden, 1) not in dense_gemms(e)
+    assert ModelShape(**e.to_dict()) == e  # the sidecar keeps the field
     for name in ("eagle3", "dflash"):
         with pytest.raises(HwProfileError, match=f"--drafters {name}: deepseek-v4-flash has no dense MLP width"):
             drafter_shapes(get_shape("deepseek-v4-flash"), [name])
