@@ -49,25 +49,30 @@ def count_launches(step, device: str) -> int:
     return sum(1 for e in events if e.name.startswith("aten::"))
 
 
-def time_eager(step, device: str, repeats: int) -> float:
-    """Median ms of an eager forward, forwards issued back to back (a host slower than the GPU leaves gaps)."""
-    with torch.inference_mode():
-        if device != "cuda":
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                step.forward()
-                times.append((time.perf_counter() - t0) * 1e3)
-            return float(np.median(times))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(repeats)]
-        torch.cuda.synchronize()
-        for start, end in events:
-            start.record()
-            step.forward()
-            end.record()
-        torch.cuda.synchronize()
+def cuda_event_ms(run, repeats: int) -> float:
+    """Median ms of ``run()`` between CUDA events, calls issued back to back (a host slower than the GPU leaves
+    gaps, and they count)."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+    torch.cuda.synchronize()
+    for start, end in events:
+        start.record()
+        run()
+        end.record()
+    torch.cuda.synchronize()
     return float(np.median([s.elapsed_time(e) for s, e in events]))
+
+
+def time_eager(step, device: str, repeats: int) -> float:
+    """Median ms of an eager forward."""
+    with torch.inference_mode():
+        if device == "cuda":
+            return cuda_event_ms(step.forward, repeats)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            step.forward()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return float(np.median(times))
 
 
 def time_graph(step, repeats: int) -> float:
@@ -83,16 +88,9 @@ def time_graph(step, repeats: int) -> float:
             torch.cuda.synchronize()
             step.forward()  # puts the cache position back
             return float("nan")
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(repeats)]
-        torch.cuda.synchronize()
-        for start, end in events:
-            start.record()
-            graph.replay()
-            end.record()
-        torch.cuda.synchronize()
+        ms = cuda_event_ms(graph.replay, repeats)
     del graph
-    return float(np.median([s.elapsed_time(e) for s, e in events]))
+    return ms
 
 
 def warm(step, device: str, n: int) -> None:
