@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from hw_profile.measure import model_builder as mb
-from hw_profile.measure.profiler import ProfileConfig, resolve_shape
+from hw_profile.measure.profiler import ProfileConfig, cuda_event_times, resolve_shape
 
 
 def count_launches(step, device: str) -> int:
@@ -50,16 +50,8 @@ def count_launches(step, device: str) -> int:
 
 
 def cuda_event_ms(run, repeats: int) -> float:
-    """Median ms of ``run()`` between CUDA events, calls issued back to back (a host slower than the GPU leaves
-    gaps, and they count)."""
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
-    torch.cuda.synchronize()
-    for start, end in events:
-        start.record()
-        run()
-        end.record()
-    torch.cuda.synchronize()
-    return float(np.median([s.elapsed_time(e) for s, e in events]))
+    """Median ms of ``run()`` between CUDA events (``hw_profile.measure.profiler.cuda_event_times``)."""
+    return float(np.median(cuda_event_times(torch, run, repeats)))
 
 
 def time_eager(step, device: str, repeats: int) -> float:

@@ -480,20 +480,24 @@ class _CudaRunner:
         return float(np.median(self.time(max(n, 1))))
 
     def time(self, n: int) -> list[float]:
-        torch = self.torch
-        run = self.graph.replay if self.graph is not None else self.step.forward
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-        with torch.inference_mode():
-            torch.cuda.synchronize()
-            for start, end in events:
-                start.record()
-                run()
-                end.record()
-            torch.cuda.synchronize()
-        return [start.elapsed_time(end) for start, end in events]
+        with self.torch.inference_mode():
+            return cuda_event_times(self.torch, self.graph.replay if self.graph is not None else self.step.forward, n)
 
     def close(self) -> None:
         self.graph = None
+
+
+def cuda_event_times(torch, run: Callable[[], object], n: int) -> list[float]:
+    """ms of each of ``n`` calls of ``run`` between CUDA events, issued back to back: a host slower than the GPU
+    leaves gaps between the kernels, and they count."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    torch.cuda.synchronize()
+    for start, end in events:
+        start.record()
+        run()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events]
 
 
 # -- bookkeeping ----------------------------------------------------------------------------------------------
