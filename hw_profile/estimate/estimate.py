@@ -720,8 +720,9 @@ def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[M
     attention both read only the 128-token window (V4's MTP and DSpark layers are window-only). EAGLE-3 and DFlash
     drafters are dense layers whatever the target: EAGLE-3 one, with a head over its 32,000-token draft vocabulary,
     whose q, k and v projections read the token's embedding beside the fused feature (twice the width, every
-    pass); DFlash five, with the target's head. The projection that fuses several target layers' states into one
-    (EAGLE-3's once a round, over the tokens the target processed; DFlash's) is not priced."""
+    pass), and which first projects three target layers' states into one over the tokens its first pass takes in
+    (``fusion_inputs``, priced by the simulator on that pass); DFlash five, with the target's head (its own
+    projection of the target's states is not priced)."""
     out: dict[str, tuple[ModelShape, dict]] = {}
     window = drafter_attention_window(target)
     for name in drafters:
@@ -741,7 +742,7 @@ def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[M
         except HwProfileError as exc:
             raise HwProfileError(f"--drafters {name}: {exc}") from None
         if name == "eagle3":
-            shape = replace(shape, attn_input_multiple=2)
+            shape = replace(shape, attn_input_multiple=2, fusion_inputs=3)
         out[name] = (shape, {"attention_window": window} if window else {})
     return out
 

@@ -11,7 +11,9 @@ transformer of the drafter's shape, see tools/embedded.py):
   the tokens the target took in the step before, to keep the drafter's cache up to date: vLLM's proposer over
   every token the target processed (verified tokens and prompt chunks), SGLang's draft extend over the accepted
   ones and prompt chunks (``takes_in``). Its head runs over one row per request, so the extra tokens pay the
-  table's per-token cost less the head's share (``first_pass_share``).
+  table's per-token cost less the head's share (``first_pass_share``). EAGLE-3 first projects three of the
+  target's hidden states into one for every token that pass takes in: a pass's cost over those tokens without
+  context, scaled by the projection's weights over a pass's (``fusion_share``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class DraftCost:
     attention_window: int = 0  # sliding-window drafter: each request's drafter reads at most this many KV tokens
     first_pass_share: float = 1.0  # of a pass's per-token cost, what is not the head (inputs.hardware.first_pass_share)
     takes_in: str = "processed"  # what the first pass takes in: "processed" (vLLM) or "accepted" (SGLang) tokens
+    fusion_share: float = 0.0  # a fusion projection's weights over a pass's (inputs.hardware.fusion_share)
 
     def ms(self, rows: int, gamma: int, kv_tokens: float, fed: int = 0) -> float:
         """Milliseconds to draft gamma tokens for each of ``rows`` requests holding ``kv_tokens`` in total, an
@@ -64,10 +67,12 @@ class DraftCost:
             t = self.grid.lookup(tokens, kv_tokens, rows) + self._per_request(tokens, rows, kv_tokens)
             return t + gamma * max(self.seq_per_position_ms, self.seq_per_row_position_ms * rows)
         one = self._pass(rows, rows, kv_tokens)
+        taken = max(fed, rows)
+        fusion = self.fusion_share * self._pass(taken, rows, 0.0) if self.fusion_share else 0.0
         if fed <= rows or not self.first_pass_share:
-            return gamma * one
+            return gamma * one + fusion
         extra = max(self._pass(fed, rows, kv_tokens) - one, 0.0) * self.first_pass_share
-        return gamma * one + extra
+        return gamma * one + extra + fusion
 
     def _pass(self, tokens: int, rows: int, kv_tokens: float) -> float:
         return self.grid.lookup(tokens, kv_tokens, rows) + self._per_request(tokens, rows, kv_tokens)

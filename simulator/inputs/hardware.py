@@ -60,7 +60,7 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
         head = dt.sequential_head if name == "dspark" else {}  # the one drafter with a sequential head
         draft[name] = DraftCost(kind, dt.table.grid, float(head.get("per_position_ms", 0.0)),
                                 float(head.get("per_row_position_ms", 0.0)), dt.attention_window,
-                                first_pass_share(dt.table.meta), takes_in(tables))
+                                first_pass_share(dt.table.meta), takes_in(tables), fusion_share(dt.table.meta))
     eng = scn.model.engine
     memory = tables.memory(hw.gpus_per_replica)  # None without GPU memory and model shape in the sidecar
     kv = eng.kv_capacity_tokens or (memory.kv_capacity(hw.gpus_per_replica, eng.gpu_memory_utilization,
@@ -98,6 +98,20 @@ def first_pass_share(meta: dict) -> float:
         return 1.0
     total = shape.matmul_params
     return 1.0 if total <= 0 else (total - shape.head_params) / total
+
+
+def fusion_share(meta: dict) -> float:
+    """``DraftCost.fusion_share`` of a drafter table: its fusion projection's weights (EAGLE-3's, three target
+    layers' states to one; ``ModelShape.fusion_params``) over the matrix work of one of its passes, from the
+    model shape its sidecar records; 0 without one, or for a drafter calibrated as a share of its target."""
+    calibration = meta.get("calibration")
+    if isinstance(calibration, dict) and calibration.get("draft_share"):
+        return 0.0
+    try:
+        shape = ModelShape(**meta["model_shape"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    return shape.fusion_params / shape.matmul_params if shape.matmul_params > 0 else 0.0
 
 
 def drafter_table(scn: LoadedScenario, tables: TableSet, name: str) -> DrafterTable:

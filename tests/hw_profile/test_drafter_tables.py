@@ -164,7 +164,8 @@ def test_eagle3_and_dflash_drafters_are_dense_whatever_the_target():
 
 def test_an_estimated_eagle3_table_drives_an_eagle3_system(tmp_path, scenario_file):
     """`hw-profile estimate --drafters eagle3,dflash` writes both tables beside the target's and names them in its
-    sidecar, so a scenario's eagle3 system drafts at the table's price: gamma passes of one token a request."""
+    sidecar, so a scenario's eagle3 system drafts at the table's price: gamma passes of one token a request and
+    its fusion projection."""
     out = tmp_path / "q.csv"
     with pytest.raises(SystemExit) as exc:
         main(["estimate", "--model", "qwen3-8b", "--gpu", "H20", "--kernels", "roofline", "--drafters",
@@ -179,4 +180,7 @@ def test_an_estimated_eagle3_table_drives_an_eagle3_system(tmp_path, scenario_fi
     # five layers and the full head read more than one layer and a 32k head, at any size
     assert dflash.grid.step_ms(1, 0) > eagle3.grid.step_ms(1, 0) > 0
     hw = load_hardware(load_scenario(scenario_file(hardware={"table": str(out)})), {"eagle3", "dflash"})
-    assert hw.draft["eagle3"].ms(8, 3, 4000.0) == pytest.approx(3 * eagle3.grid.lookup(8, 4000.0, 8))
+    fusion = hw.draft["eagle3"].fusion_share
+    assert 0.1 < fusion < 0.2  # its shape fuses three target states: priced once a round, over what it takes in
+    assert hw.draft["eagle3"].ms(8, 3, 4000.0) == pytest.approx(3 * eagle3.grid.lookup(8, 4000.0, 8)
+                                                               + fusion * eagle3.grid.lookup(8, 0.0, 8))

@@ -235,6 +235,13 @@ def test_an_autoregressive_drafters_first_pass_takes_in_the_last_steps_target_to
         assert cost.ms(rows, gamma_used, kv, fed=250) == pytest.approx(gamma_used * one + 0.001 * 240 * share)
     dspark = DraftCost(DRAFTER_KINDS["dspark"], grid, first_pass_share=0.25)
     assert dspark.ms(rows, gamma, kv, fed=250) == dspark.ms(rows, gamma, kv)
+    # EAGLE-3's fusion projection: over every token the first pass takes in, a pass's cost there without context
+    # (the grid prices none here) scaled by its share of a pass's weights
+    fused = DraftCost(DRAFTER_KINDS["eagle3"], grid, first_pass_share=0.25, fusion_share=0.2)
+    one = 1.0 + 0.001 * rows
+    assert fused.ms(rows, gamma, kv) == pytest.approx(gamma * one + 0.2 * one)
+    assert fused.ms(rows, gamma, kv, fed=250) == pytest.approx(
+        gamma * one + 0.001 * 240 * 0.25 + 0.2 * (1.0 + 0.001 * 250))
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
@@ -285,6 +292,25 @@ def test_the_first_pass_leaves_out_the_drafters_head_by_its_shape():
     assert first_pass_share({}) == 1.0
     # a drafter calibrated as a share of its target keeps the fit's rule: one token a request
     assert first_pass_share({"model_shape": eagle3.to_dict(), "calibration": {"draft_share": {"layers": 43}}}) == 0
+
+
+def test_eagle3s_fusion_projection_is_priced_by_its_share_of_a_pass():
+    """The estimate's EAGLE-3 shape fuses three target layers' states (3 x 4096 x 4096 weights for Qwen3-8B) over
+    a pass whose q, k and v read two hidden widths: the share its sidecar gives the simulator, by hand; none for a
+    drafter without a projection or calibrated as a share of its target."""
+    from hw_profile.estimate.estimate import drafter_shapes
+    from hw_profile.hardware.shapes import get_shape
+    from simulator.inputs.hardware import fusion_share
+
+    q8 = get_shape("qwen3-8b")
+    eagle3 = drafter_shapes(q8, ["eagle3"])["eagle3"][0]
+    qkv = (q8.heads + 2 * q8.kv_heads) * q8.head_dim
+    a_pass = q8.attn_params_per_layer + 4096 * qkv + q8.mlp_params_per_layer + 4096 * 32_000
+    assert eagle3.fusion_params == 3 * 4096 * 4096
+    assert fusion_share({"model_shape": eagle3.to_dict()}) == pytest.approx(3 * 4096 * 4096 / a_pass)
+    assert fusion_share({"model_shape": eagle3.to_dict()}) == pytest.approx(0.14, abs=0.01)  # docs/hw-profile.md
+    assert fusion_share({"model_shape": q8.to_dict()}) == 0.0 and fusion_share({}) == 0.0
+    assert fusion_share({"model_shape": eagle3.to_dict(), "calibration": {"draft_share": {"layers": 43}}}) == 0.0
 
 
 def test_policy_table_steers_the_policy_while_the_clock_keeps_the_raw_table(scenario_file, tmp_path):
