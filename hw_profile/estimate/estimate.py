@@ -111,6 +111,8 @@ MARKOV_RANK = 256  # DSpark's Markov head (paper 5.1)
 DSPARK_LAYERS_MOE = 3  # DSpark's V4 drafter: three MoE layers with a 128-token window (paper 5.1)
 DSPARK_LAYERS_DENSE = 5  # the dense drafter the project's Qwen3 tables use
 DFLASH_LAYERS = 5  # z-lab's DFlash drafters of Qwen3-4B and -8B: five dense layers, the target's head
+DFLASH_FUSED = 5  # the target layers whose states DFlash fuses (its configs' dflash_config.target_layer_ids)
+EAGLE3_FUSED = 3  # EAGLE-3 fuses a low, a middle and a high layer's states
 EAGLE3_LAYERS = 1  # EAGLE-3: one dense decoder layer ...
 EAGLE3_DRAFT_VOCAB = 32_000  # ... and its own head over a reduced draft vocabulary (SpecForge's default)
 ESTIMATE_DRAFTERS = ("mtp", "dspark", "eagle3", "dflash")  # what --drafters knows
@@ -721,8 +723,9 @@ def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[M
     drafters are dense layers whatever the target: EAGLE-3 one, with a head over its 32,000-token draft vocabulary,
     whose q, k and v projections read the token's embedding beside the fused feature (twice the width, every
     pass), and which first projects three target layers' states into one over the tokens its first pass takes in
-    (``fusion_inputs``, priced by the simulator on that pass); DFlash five, with the target's head (its own
-    projection of the target's states is not priced)."""
+    (``fusion_inputs``, priced by the simulator on that pass); DFlash five, with the target's head, which fuses five
+    target layers' states over the tokens it takes in and projects that feature's K and V in each of its layers
+    (``fused_context_kv``), the context its block attends to."""
     out: dict[str, tuple[ModelShape, dict]] = {}
     window = drafter_attention_window(target)
     for name in drafters:
@@ -742,7 +745,9 @@ def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[M
         except HwProfileError as exc:
             raise HwProfileError(f"--drafters {name}: {exc}") from None
         if name == "eagle3":
-            shape = replace(shape, attn_input_multiple=2, fusion_inputs=3)
+            shape = replace(shape, attn_input_multiple=2, fusion_inputs=EAGLE3_FUSED)
+        elif name == "dflash":
+            shape = replace(shape, fusion_inputs=DFLASH_FUSED, fused_context_kv=True)
         out[name] = (shape, {"attention_window": window} if window else {})
     return out
 

@@ -128,9 +128,11 @@ class ModelShape:
     # the attention's input projections read this many hidden-width vectors (EAGLE-3's drafter layer: 2, the token's
     # embedding beside the fused target feature, so its q, k and v projections are twice as wide at their input)
     attn_input_multiple: int = 1
-    # a drafter that first projects this many of the target's hidden states into one (EAGLE-3: 3 layers' states),
-    # over the tokens its first pass takes in, once a round; priced apart from its passes (``fusion_params``)
+    # a drafter that first projects this many of the target's hidden states into one (EAGLE-3: 3 layers' states;
+    # DFlash: 5), over the tokens it takes in, once a round; priced apart from its passes (``fusion_params``)
     fusion_inputs: int = 0
+    # its layers also project K and V of that fused feature for each token taken in (DFlash's context)
+    fused_context_kv: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -257,9 +259,11 @@ class ModelShape:
 
     @property
     def fusion_params(self) -> int:
-        """The fusion projection's weights (``fusion_inputs`` hidden states to one): outside ``matmul_params``,
-        which every pass reads, as it runs on the round's first pass alone."""
-        return self.fusion_inputs * self.hidden * self.hidden
+        """Weights a drafter runs over the target tokens it takes in, once a round: the fusion projection
+        (``fusion_inputs`` hidden states to one) and, with ``fused_context_kv``, every layer's K and V projections of
+        the fused feature. Outside ``matmul_params``, which every pass reads."""
+        context_kv = 2 * self.layers * self.hidden * self.kv_heads * self.head_dim if self.fused_context_kv else 0
+        return self.fusion_inputs * self.hidden * self.hidden + context_kv
 
     @property
     def mlp_params_per_layer(self) -> int:
@@ -453,7 +457,7 @@ _OPTIONAL = {
     "csa_layers", "hca_layers", "csa_ratio", "hca_ratio", "index_heads", "index_head_dim", "index_topk",
     "o_lora_rank", "o_groups", "expert_dtype", "kv_dtype", "linear_interval", "linear_key_heads",
     "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
-    "attn_input_multiple", "fusion_inputs",
+    "attn_input_multiple", "fusion_inputs", "fused_context_kv",
 }
 
 SHAPES: dict[str, ModelShape] = {

@@ -11,9 +11,10 @@ transformer of the drafter's shape, see tools/embedded.py):
   the tokens the target took in the step before, to keep the drafter's cache up to date: vLLM's proposer over
   every token the target processed (verified tokens and prompt chunks), SGLang's draft extend over the accepted
   ones and prompt chunks (``takes_in``). Its head runs over one row per request, so the extra tokens pay the
-  table's per-token cost less the head's share (``first_pass_share``). EAGLE-3 first projects three of the
-  target's hidden states into one for every token that pass takes in: a pass's cost over those tokens without
-  context, scaled by the projection's weights over a pass's (``fusion_share``).
+  table's per-token cost less the head's share (``first_pass_share``).
+- EAGLE-3 first projects three of the target's hidden states into one for every token its first pass takes in,
+  and DFlash five, then the K and V of that feature in each of its layers (the context its block attends to): a
+  pass's cost over those tokens without context, scaled by those weights over a pass's (``fusion_share``).
 """
 
 from __future__ import annotations
@@ -52,23 +53,23 @@ class DraftCost:
     attention_window: int = 0  # sliding-window drafter: each request's drafter reads at most this many KV tokens
     first_pass_share: float = 1.0  # of a pass's per-token cost, what is not the head (inputs.hardware.first_pass_share)
     takes_in: str = "processed"  # what the first pass takes in: "processed" (vLLM) or "accepted" (SGLang) tokens
-    fusion_share: float = 0.0  # a fusion projection's weights over a pass's (inputs.hardware.fusion_share)
+    fusion_share: float = 0.0  # weights run over the taken-in tokens over a pass's (inputs.hardware.fusion_share)
 
     def ms(self, rows: int, gamma: int, kv_tokens: float, fed: int = 0) -> float:
         """Milliseconds to draft gamma tokens for each of ``rows`` requests holding ``kv_tokens`` in total, an
-        autoregressive drafter's first pass also taking in the ``fed`` tokens of the step before (``takes_in``,
-        module docstring; 0 or fewer than ``rows``: one a request)."""
+        autoregressive drafter's first pass, and a drafter's fusion of the target's states, also taking in the
+        ``fed`` tokens of the step before (``takes_in``, module docstring; 0 or fewer than ``rows``: one a
+        request)."""
         if self.grid is None or rows == 0 or gamma == 0:
             return 0.0
         if self.attention_window:
             kv_tokens = min(kv_tokens, rows * self.attention_window)
+        fusion = self.fusion_share * self._pass(max(fed, rows), rows, 0.0) if self.fusion_share else 0.0
         if self.kind.parallel:
             tokens = rows * (gamma + self.kind.extra_block_tokens)
             t = self.grid.lookup(tokens, kv_tokens, rows) + self._per_request(tokens, rows, kv_tokens)
-            return t + gamma * max(self.seq_per_position_ms, self.seq_per_row_position_ms * rows)
+            return t + gamma * max(self.seq_per_position_ms, self.seq_per_row_position_ms * rows) + fusion
         one = self._pass(rows, rows, kv_tokens)
-        taken = max(fed, rows)
-        fusion = self.fusion_share * self._pass(taken, rows, 0.0) if self.fusion_share else 0.0
         if fed <= rows or not self.first_pass_share:
             return gamma * one + fusion
         extra = max(self._pass(fed, rows, kv_tokens) - one, 0.0) * self.first_pass_share

@@ -101,9 +101,10 @@ def first_pass_share(meta: dict) -> float:
 
 
 def fusion_share(meta: dict) -> float:
-    """``DraftCost.fusion_share`` of a drafter table: its fusion projection's weights (EAGLE-3's, three target
-    layers' states to one; ``ModelShape.fusion_params``) over the matrix work of one of its passes, from the
-    model shape its sidecar records; 0 without one, or for a drafter calibrated as a share of its target."""
+    """``DraftCost.fusion_share`` of a drafter table: the weights it runs over the target tokens it takes in
+    (EAGLE-3's and DFlash's fusion projections, DFlash's context K and V; ``ModelShape.fusion_params``) over the
+    matrix work of one of its passes, from the model shape its sidecar records; 0 without one, or for a drafter
+    calibrated as a share of its target."""
     calibration = meta.get("calibration")
     if isinstance(calibration, dict) and calibration.get("draft_share"):
         return 0.0

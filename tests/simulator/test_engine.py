@@ -242,6 +242,11 @@ def test_an_autoregressive_drafters_first_pass_takes_in_the_last_steps_target_to
     assert fused.ms(rows, gamma, kv) == pytest.approx(gamma * one + 0.2 * one)
     assert fused.ms(rows, gamma, kv, fed=250) == pytest.approx(
         gamma * one + 0.001 * 240 * 0.25 + 0.2 * (1.0 + 0.001 * 250))
+    # DFlash's, a parallel drafter's: its block pass (gamma + 1 tokens a request) and the fusion over what it took in
+    dflash = DraftCost(DRAFTER_KINDS["dflash"], grid, fusion_share=0.1)
+    block = 1.0 + 0.001 * rows * (gamma + 1)
+    assert dflash.ms(rows, gamma, kv, fed=250) == pytest.approx(block + 0.1 * (1.0 + 0.001 * 250))
+    assert dflash.ms(rows, gamma, kv) == pytest.approx(block + 0.1 * one)
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
@@ -294,10 +299,11 @@ def test_the_first_pass_leaves_out_the_drafters_head_by_its_shape():
     assert first_pass_share({"model_shape": eagle3.to_dict(), "calibration": {"draft_share": {"layers": 43}}}) == 0
 
 
-def test_eagle3s_fusion_projection_is_priced_by_its_share_of_a_pass():
+def test_the_fusion_of_the_targets_states_is_priced_by_its_share_of_a_pass():
     """The estimate's EAGLE-3 shape fuses three target layers' states (3 x 4096 x 4096 weights for Qwen3-8B) over
-    a pass whose q, k and v read two hidden widths: the share its sidecar gives the simulator, by hand; none for a
-    drafter without a projection or calibrated as a share of its target."""
+    a pass whose q, k and v read two hidden widths; DFlash's fuses five and projects the feature's K and V in its
+    five layers: the shares their sidecars give the simulator, by hand; none for a drafter without a projection or
+    calibrated as a share of its target."""
     from hw_profile.estimate.estimate import drafter_shapes
     from hw_profile.hardware.shapes import get_shape
     from simulator.inputs.hardware import fusion_share
@@ -310,6 +316,13 @@ def test_eagle3s_fusion_projection_is_priced_by_its_share_of_a_pass():
     assert fusion_share({"model_shape": eagle3.to_dict()}) == pytest.approx(3 * 4096 * 4096 / a_pass)
     assert fusion_share({"model_shape": eagle3.to_dict()}) == pytest.approx(0.14, abs=0.01)  # docs/hw-profile.md
     assert fusion_share({"model_shape": q8.to_dict()}) == 0.0 and fusion_share({}) == 0.0
+    # DFlash: five target states fused, then each of its five layers' K and V of that feature, over a pass of five
+    # layers and the target's head
+    dflash = drafter_shapes(q8, ["dflash"])["dflash"][0]
+    kv = 2 * 8 * 128
+    assert dflash.fusion_params == 5 * 4096 * 4096 + 5 * 4096 * kv
+    five = 5 * (q8.attn_params_per_layer + q8.mlp_params_per_layer) + q8.head_params
+    assert fusion_share({"model_shape": dflash.to_dict()}) == pytest.approx(dflash.fusion_params / five)
     assert fusion_share({"model_shape": eagle3.to_dict(), "calibration": {"draft_share": {"layers": 43}}}) == 0.0
 
 
