@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Measure the H200 step-time table of the qwen3-8b shape in bf16 (requests 1..1024, tokens per request 1..8,
 # contexts 512 and 4096; points whose KV cache does not fit are skipped and recorded), then print the ratio of
-# measured to analytic step time across B and whether any point throttled. About 3 minutes of measurement plus
-# model build on one H200 (75 of 88 points fit); nothing here changes the GPU's clocks or power limits.
+# measured to analytic step time across B and whether any point throttled. Well over 150 s on one H200 (75 of 88
+# points fit; a smaller grid, R up to 512 with 10 repeats, did not finish in 150 s there, its R = 512 t = 8 point
+# alone 24 s); nothing here changes the GPU's clocks or power limits.
 #
 #   bash benchmarks/h200_qwen3_8b_sps.sh             # on a machine with one H200
 #   bash benchmarks/h200_qwen3_8b_sps.sh --dry-run   # the same commands on the CPU, on $H200_MODEL (a small
