@@ -84,20 +84,29 @@ def takes_in(tables: TableSet) -> str:
     return "accepted" if tables.engine_costs.get("engine") == "sglang" else "processed"
 
 
+def _recorded_shape(meta: dict) -> tuple[bool, ModelShape | None]:
+    """(whether the drafter was calibrated as a share of its target, the model shape its sidecar records or None).
+    A calibrated drafter's fit took it on one token a request (``hw_profile.calibrate``), as it keeps being charged:
+    nothing is added to it by shape."""
+    calibration = meta.get("calibration")
+    if isinstance(calibration, dict) and calibration.get("draft_share"):
+        return True, None
+    try:
+        return False, ModelShape(**meta["model_shape"])
+    except (KeyError, TypeError, ValueError):
+        return False, None
+
+
 def first_pass_share(meta: dict) -> float:
     """``DraftCost.first_pass_share`` of a drafter table: of the matrix work its pass does per token, the share
     outside the LM head, from the model shape its sidecar records; 1.0 (all of it) where it records none; 0 for a
-    drafter calibrated as a share of its target, whose fit took the drafter on one token a request
-    (``hw_profile.calibrate``), as it keeps being charged."""
-    calibration = meta.get("calibration")
-    if isinstance(calibration, dict) and calibration.get("draft_share"):
+    drafter calibrated as a share of its target."""
+    calibrated, shape = _recorded_shape(meta)
+    if calibrated:
         return 0.0
-    try:
-        shape = ModelShape(**meta["model_shape"])
-    except (KeyError, TypeError, ValueError):
+    if shape is None or shape.matmul_params <= 0:
         return 1.0
-    total = shape.matmul_params
-    return 1.0 if total <= 0 else (total - shape.head_params) / total
+    return (shape.matmul_params - shape.head_params) / shape.matmul_params
 
 
 def fusion_share(meta: dict) -> float:
@@ -105,14 +114,10 @@ def fusion_share(meta: dict) -> float:
     (EAGLE-3's and DFlash's fusion projections, DFlash's context K and V; ``ModelShape.fusion_params``) over the
     matrix work of one of its passes, from the model shape its sidecar records; 0 without one, or for a drafter
     calibrated as a share of its target."""
-    calibration = meta.get("calibration")
-    if isinstance(calibration, dict) and calibration.get("draft_share"):
+    _, shape = _recorded_shape(meta)
+    if shape is None or shape.matmul_params <= 0:
         return 0.0
-    try:
-        shape = ModelShape(**meta["model_shape"])
-    except (KeyError, TypeError, ValueError):
-        return 0.0
-    return shape.fusion_params / shape.matmul_params if shape.matmul_params > 0 else 0.0
+    return shape.fusion_params / shape.matmul_params
 
 
 def drafter_table(scn: LoadedScenario, tables: TableSet, name: str) -> DrafterTable:
