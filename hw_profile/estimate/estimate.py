@@ -729,26 +729,24 @@ def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[M
     out: dict[str, tuple[ModelShape, dict]] = {}
     window = drafter_attention_window(target)
     for name in drafters:
-        dense, vocab = False, None
+        dense, vocab, own = False, None, {}  # own: what the drafter has beyond layers built like the target's
         if name == "mtp":
             layers = 1
         elif name == "dspark":
             layers = DSPARK_LAYERS_MOE if target.is_moe else DSPARK_LAYERS_DENSE
         elif name == "eagle3":
             layers, dense, vocab = EAGLE3_LAYERS, True, EAGLE3_DRAFT_VOCAB
+            own = dict(attn_input_multiple=2, fusion_inputs=EAGLE3_FUSED)
         elif name == "dflash":
             layers, dense = DFLASH_LAYERS, True
+            own = dict(fusion_inputs=DFLASH_FUSED, fused_context_kv=True)
         else:
             raise HwProfileError(f"--drafters: unknown drafter {name!r}; known: {', '.join(ESTIMATE_DRAFTERS)}")
         try:
             shape = drafter_shape(target, layers, vocab=vocab, name=f"{target.name}-{name}-{layers}l", dense=dense)
         except HwProfileError as exc:
             raise HwProfileError(f"--drafters {name}: {exc}") from None
-        if name == "eagle3":
-            shape = replace(shape, attn_input_multiple=2, fusion_inputs=EAGLE3_FUSED)
-        elif name == "dflash":
-            shape = replace(shape, fusion_inputs=DFLASH_FUSED, fused_context_kv=True)
-        out[name] = (shape, {"attention_window": window} if window else {})
+        out[name] = (replace(shape, **own), {"attention_window": window} if window else {})
     return out
 
 

@@ -240,9 +240,9 @@ class ModelShape:
             return self._compressed_attn_params() // self.layers
         if self.attention_kind == GATED_DELTANET:  # the mean over full and linear layers (to a parameter a layer)
             return self._gated_deltanet_attn_params() // self.layers
+        width = self.hidden * self.attn_input_multiple  # what the input projections read
         if self.attention_kind in (MLA, DSA):
             qk = self.head_dim + self.qk_rope_head_dim
-            width = self.hidden * self.attn_input_multiple
             if self.q_lora_rank:
                 q = width * self.q_lora_rank + self.q_lora_rank * self.heads * qk
             else:
@@ -251,7 +251,6 @@ class ModelShape:
             kv_b = self.kv_lora_rank * self.heads * (self.head_dim + self.v_head_dim)
             o = self.heads * self.v_head_dim * self.hidden
             return q + kv_a + kv_b + o + self._indexer_params()
-        width = self.hidden * self.attn_input_multiple
         q = width * self.heads * self.head_dim
         kv = 2 * width * self.kv_heads * self.head_dim
         o = self.heads * self.head_dim * self.hidden
@@ -335,10 +334,11 @@ class ModelShape:
         GQA: K and V, ``kv_heads x head_dim`` each (of a Gated DeltaNet hybrid's full layers only). MLA: the
         compressed latent plus the shared rotary key, ``kv_lora_rank + qk_rope_head_dim`` values, one copy for all
         heads (what FlashMLA/vLLM/SGLang cache; the expanded per-head K and V would be ``heads x (qk_head_dim +
-        v_head_dim)``, 71x more for DeepSeek-V3, and no serving engine stores that). Compressed sparse attention: per CSA layer a row of ``head_dim`` plus an
-        index key of ``index_head_dim`` per ``csa_ratio`` tokens, per HCA layer a row per ``hca_ratio`` tokens (the
-        window's ``sliding_window`` rows per request and layer are bounded and not counted here). DeepSeek sparse
-        attention: MLA's latent and rotary key plus the indexer's key of ``index_head_dim``."""
+        v_head_dim)``, 71x more for DeepSeek-V3, and no serving engine stores that). Compressed sparse attention:
+        per CSA layer a row of ``head_dim`` plus an index key of ``index_head_dim`` per ``csa_ratio`` tokens, per HCA
+        layer a row per ``hca_ratio`` tokens (the window's ``sliding_window`` rows per request and layer are bounded
+        and not counted here). DeepSeek sparse attention: MLA's latent and rotary key plus the indexer's key of
+        ``index_head_dim``."""
         if self.attention_kind == DSA:
             return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim + self.index_head_dim) * 2.0
         if self.attention_kind == COMPRESSED_SPARSE:
@@ -432,8 +432,8 @@ class ModelShape:
         in absorbed form: each head scores against the latent and the rotary key (2 x (kv_lora_rank + rope)) and
         sums the latent (2 x kv_lora_rank). Compressed sparse attention: the indexer scores every compressed row of a
         CSA layer (2 x index heads x index dim per ``csa_ratio`` tokens) and HCA layers attend to every compressed
-        row. DeepSeek sparse attention: its indexer
-        scores every context token (2 x index heads x index dim per layer); the attention proper is per query."""
+        row. DeepSeek sparse attention: its indexer scores every context token (2 x index heads x index dim per
+        layer); the attention proper is per query."""
         if self.attention_kind == DSA:
             return self.layers * 2.0 * self.index_heads * self.index_head_dim
         if self.attention_kind == COMPRESSED_SPARSE:
