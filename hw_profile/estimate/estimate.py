@@ -171,24 +171,35 @@ def _bound(bytes_: np.ndarray, flops: np.ndarray, dep: Deployment, dtype: str) -
     return np.maximum(bytes_ / dep.bandwidth, flops / dep.peak(dtype)) * 1e3
 
 
-def attention_work(shape: ModelShape, dep: Deployment) -> tuple[float, float, float, str]:
+@dataclass(frozen=True)
+class AttentionWork:
     """Attention's work on one GPU: bytes read per KV token (once per request), FLOPs per (query token x KV token),
-    bytes read per query token, and the type it computes in (its cache's: a bf16 cache runs bf16 kernels whatever
-    the weights' dtype)."""
+    bytes read per query token and per request (a Gated DeltaNet request's states), and the type it computes in
+    (its cache's: a bf16 cache runs bf16 kernels whatever the weights' dtype)."""
+    per_kv: float
+    per_query_kv: float
+    per_query: float
+    per_request: float
+    dtype: str
+
+
+def attention_work(shape: ModelShape, dep: Deployment) -> AttentionWork:
     g = dep.head_split
     read_split = 1 if shape.latent_kv else g  # a latent cache is replicated over tp ranks
     kv_scale = kv_cache_bytes(shape) / 2.0
-    return (shape.kv_read_bytes_per_token * kv_scale / read_split, shape.attn_flops_per_kv_token / g,
-            shape.attn_read_bytes_per_query_token * kv_scale / read_split, "bf16" if kv_scale == 1.0 else dep.dtype)
+    return AttentionWork(shape.kv_read_bytes_per_token * kv_scale / read_split, shape.attn_flops_per_kv_token / g,
+                         shape.attn_read_bytes_per_query_token * kv_scale / read_split,
+                         shape.attn_read_bytes_per_request * kv_scale / read_split,
+                         "bf16" if kv_scale == 1.0 else dep.dtype)
 
 
 def verify_attention(shape: ModelShape, dep: Deployment, costs: EngineCosts) -> VerifyAttention:
     """How a table prices verification's attention (``hw_profile.tables.step_table.VerifyAttention``), from the kernel-level
     roofline's attention terms: ns per KV token read, ns per (query token x KV token) computed, at the tokens per
     request the table assumes (``verify_tokens_per_request``)."""
-    per_kv, per_query_kv, _, dtype = attention_work(shape, dep)
-    return VerifyAttention(costs.verify_tokens_per_request, per_kv / dep.bandwidth * 1e9,
-                           per_query_kv / dep.peak(dtype) * 1e9,
+    work = attention_work(shape, dep)
+    return VerifyAttention(costs.verify_tokens_per_request, work.per_kv / dep.bandwidth * 1e9,
+                           work.per_query_kv / dep.peak(work.dtype) * 1e9,
                            source="kernel-level roofline of the attention (hw_profile.estimate.estimate.attention_work)")
 
 
@@ -237,12 +248,13 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
             routed_flops = 2.0 * shape.moe_layers * k_exp * shape.expert_params * b / dep.gpus
             imb = imbalance_factor(b * k_exp, ep, dep.costs)
         parts[MOE] = _bound(routed_bytes, routed_flops * imb, dep, expert_compute_dtype(shape, dep.dtype))
-    per_kv, per_query_kv, per_query, attn_dtype = attention_work(shape, dep)
+    work = attention_work(shape, dep)
     queries = attention_queries(b, dep.costs)
-    attended = shape.attended_kv(k, b / queries)  # windowed layers read their window of each request at most
-    attn_bytes = attended * per_kv + b * per_query
-    attn_flops = per_query_kv * attended * queries + shape.attn_flops_per_query_token * b / g
-    parts[ATTENTION] = _bound(attn_bytes, attn_flops, dep, attn_dtype)
+    requests = b / queries
+    attended = shape.attended_kv(k, requests)  # windowed layers read their window of each request at most
+    attn_bytes = attended * work.per_kv + b * work.per_query + requests * work.per_request
+    attn_flops = work.per_query_kv * attended * queries + shape.attn_flops_per_query_token * b / g
+    parts[ATTENTION] = _bound(attn_bytes, attn_flops, dep, work.dtype)
     if floors:
         for family, ms in kernel_floor_ms(shape).items():
             if family in parts:
@@ -631,10 +643,11 @@ def chunk_attention(shape: ModelShape, dep: Deployment) -> dict:
     """The sidecar's ``prefill_cost`` block (``hw_profile.tables.step_table.ChunkAttention``): a prompt chunk's causal attention,
     ns per (chunk token, token it attends to), compute-bound (hundreds of queries per request). Its GEMMs are T's at
     the step's total tokens: one forward (``simulator.core.forward``)."""
-    _, per_query_kv, _, dtype = attention_work(shape, dep)
+    work = attention_work(shape, dep)
     block = {
-        "ns_per_token_kv": per_query_kv / dep.peak(dtype) * 1e9,
-        "source": f"compute-bound roofline of the attention on {dep.gpu.name} ({dtype}, comp_eff {dep.roofline.comp_eff})",
+        "ns_per_token_kv": work.per_query_kv / dep.peak(work.dtype) * 1e9,
+        "source": (f"compute-bound roofline of the attention on {dep.gpu.name} ({work.dtype}, "
+                   f"comp_eff {dep.roofline.comp_eff})"),
     }
     if shape.windowed_layers:  # those layers' tokens attend to the window at most (every layer does the same work)
         block.update(window=shape.sliding_window, windowed_share=shape.windowed_layers / shape.layers)

@@ -44,12 +44,12 @@ than from its fields:
   ``linear_interval``-th layer is full GQA attention (its query projection doubled by an output gate); the others
   are linear attention, a recurrent state of ``linear_value_heads`` x ``linear_key_head_dim`` x
   ``linear_value_head_dim`` values per request and layer (plus a short convolution's last ``linear_conv_kernel - 1``
-  inputs) instead of a KV cache. Only the full layers' keys and values are cached and read per context token; each
-  query token reads and writes its layers' states (``attn_read_bytes_per_query_token``: engines keep each verified
-  position's state to roll back to, so a verified token pays its own write; its read is once per request, so
-  several verified tokens of a request are an upper bound) and spends 6 x heads x key x value FLOPs a layer on the
-  delta rule (``attn_flops_per_query_token``). ``state_bytes_per_request`` is the memory a
-  request holds whatever its context.
+  inputs) instead of a KV cache. Only the full layers' keys and values are cached and read per context token; a
+  request's states are read once a step (``attn_read_bytes_per_request``: the recurrence carries them through the
+  request's tokens) and written by each query token (``attn_read_bytes_per_query_token``: engines keep each
+  verified position's state to roll back to), and each token spends 6 x heads x key x value FLOPs a layer on the
+  delta rule (``attn_flops_per_query_token``). ``state_bytes_per_request`` is the memory a request holds whatever
+  its context.
 - **Sliding-window attention** (``sliding-window``, Gemma 3): all but every ``sliding_pattern``-th layer attend to the last
   ``sliding_window`` tokens only. The profiler builds it faithfully. A step over R requests reads at most
   ``sliding_window`` tokens per request in a windowed layer (``attended_kv``), which the estimate applies at the
@@ -398,14 +398,22 @@ class ModelShape:
         """KV bytes (2-byte precision) each query token reads beyond ``kv_read_bytes_per_token``: under compressed
         sparse attention, the ``index_topk`` selected rows of each CSA layer and the window of every layer
         (contexts assumed longer than both); under DeepSeek sparse attention the ``index_topk`` selected latent rows
-        of every layer. Zero for other attention kinds."""
+        of every layer; under Gated DeltaNet the token's own states, written. Zero for other attention kinds."""
         if self.attention_kind == DSA:
             return 2.0 * self.layers * self.index_topk * (self.kv_lora_rank + self.qk_rope_head_dim)
-        if self.attention_kind == GATED_DELTANET:  # read the state, write the token's own
-            return 2.0 * self.state_bytes_per_request
+        if self.attention_kind == GATED_DELTANET:  # the token's own state written (read: once per request)
+            return self.state_bytes_per_request
         if self.attention_kind != COMPRESSED_SPARSE:
             return 0.0
         return 2.0 * self.head_dim * (self.csa_layers * self.index_topk + self.layers * self.sliding_window)
+
+    @property
+    def attn_read_bytes_per_request(self) -> float:
+        """Bytes (2-byte precision) a step reads once for each request in it, however many of its tokens: a Gated
+        DeltaNet hybrid's recurrent states and convolution inputs, which the recurrence carries from one of the
+        request's tokens to the next (vLLM's and SGLang's verify kernels load them once and store every position's).
+        Zero for other attention kinds."""
+        return self.state_bytes_per_request if self.attention_kind == GATED_DELTANET else 0.0
 
     @property
     def attn_flops_per_query_token(self) -> float:

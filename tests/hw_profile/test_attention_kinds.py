@@ -22,7 +22,8 @@ def test_dense_and_latent_attention_read_a_requests_kv_once_however_many_tokens_
     for model, gpus in (("qwen3-8b", 2), ("deepseek-v3", 8)):
         shape = get_shape(model)
         dep = deployment(gpus, "bf16" if model == "qwen3-8b" else "fp8")
-        per_kv, per_query_kv, per_query, _ = attention_work(shape, dep)
+        work = attention_work(shape, dep)
+        per_kv, per_query_kv, per_query = work.per_kv, work.per_query_kv, work.per_query
         assert per_query == 0.0  # nothing per verified token beyond its compute over the context
         split = 1 if model == "deepseek-v3" else gpus  # a latent cache is whole on every tensor-parallel GPU
         assert per_kv == pytest.approx(shape.kv_read_bytes_per_token / split)
@@ -37,7 +38,8 @@ def test_dense_and_latent_attention_read_a_requests_kv_once_however_many_tokens_
 def test_a_verified_token_of_compressed_sparse_attention_reads_its_own_rows():
     shape = get_shape("deepseek-v4-flash")
     dep = deployment(4, "fp8")
-    per_kv, _, per_query, _ = attention_work(shape, dep)
+    work = attention_work(shape, dep)
+    per_kv, per_query = work.per_kv, work.per_query
     window_and_selected = 2.0 * shape.head_dim * (shape.csa_layers * shape.index_topk
                                                   + shape.layers * shape.sliding_window)
     assert shape.attn_read_bytes_per_query_token == window_and_selected
@@ -55,7 +57,8 @@ def test_a_verified_token_of_deepseek_sparse_attention_reads_its_own_selected_ro
     (the roofline assumes contexts longer than the top-k)."""
     shape = get_shape("glm-5.2")
     dep = deployment(4, "fp8")
-    per_kv, _, per_query, _ = attention_work(shape, dep)
+    work = attention_work(shape, dep)
+    per_kv, per_query = work.per_kv, work.per_query
     kv_scale = 1.0  # a bf16 cache, the engines' default
     assert per_kv == pytest.approx(2.0 * shape.layers * shape.index_head_dim * kv_scale)  # whole on every rank
     assert per_query == pytest.approx(2.0 * shape.layers * 2048 * (512 + 64) * kv_scale)
@@ -93,7 +96,8 @@ def test_a_windowed_layer_reads_at_most_its_window_of_each_request():
     8 x 1,024, so the step reads 8/48 of the context plus 40/48 of eight windows."""
     shape = get_shape("gemma3-12b")
     dep = deployment(1, "bf16")
-    per_kv, per_query_kv, _, _ = attention_work(shape, dep)
+    work = attention_work(shape, dep)
+    per_kv, per_query_kv = work.per_kv, work.per_query_kv
     b = np.array([16.0, 16.0])
     k = np.array([8 * 512.0, 8 * 32768.0])
     got = roofline_parts(shape, dep, b, k, floors=False)["attention"]
@@ -114,12 +118,14 @@ def test_a_prompt_chunk_of_a_windowed_model_is_priced_with_its_window():
 
 def test_a_gated_deltanet_hybrid_caches_only_its_full_layers_and_pays_its_states_per_token():
     """Qwen3-Next: 12 full GQA layers of 48 cache keys and values; each of the 36 linear layers holds a 32 x 128 x
-    128 state and a 4-wide convolution's last 3 inputs per request, read and written by every query token."""
+    128 state and a 4-wide convolution's last 3 inputs per request, read once a step and written by every query
+    token."""
     qn = get_shape("qwen3-next-80b-a3b")
     assert (qn.attention_kind, qn.full_attention_layers, qn.linear_attention_layers) == ("gated-deltanet", 12, 36)
     assert qn.kv_bytes_per_token == 2 * 12 * 2 * 256 * 2.0
     state = 2.0 * 36 * (32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128))
-    assert qn.state_bytes_per_request == state and qn.attn_read_bytes_per_query_token == 2 * state
+    assert qn.state_bytes_per_request == state
+    assert qn.attn_read_bytes_per_query_token == state and qn.attn_read_bytes_per_request == state
     assert qn.attn_flops_per_query_token == 36 * (6.0 * 32 * 128 * 128 + 2 * 4 * (2 * 16 * 128 + 32 * 128))
     assert qn.attn_flops_per_kv_token == 4.0 * 12 * 16 * 256
     # the roofline's attention: what grows with the context is a quarter of the same model attending in full
@@ -129,9 +135,35 @@ def test_a_gated_deltanet_hybrid_caches_only_its_full_layers_and_pays_its_states
     grow = np.diff(roofline_parts(qn, dep, b, k, floors=False)["attention"])[0]
     grow_full = np.diff(roofline_parts(full, dep, b, k, floors=False)["attention"])[0]
     assert grow == pytest.approx(grow_full / 4)
-    # and a step of more tokens pays their states' traffic: 64 more tokens at least 64 x 2 x the state's bytes
+    # and a step of more tokens pays their states' traffic: 64 more tokens at least 64 x the state's bytes
     more = roofline_parts(qn, dep, np.array([64.0, 128.0]), np.array([0.0, 0.0]), floors=False)["attention"]
-    assert more[1] - more[0] >= 64 * 2 * state / dep.bandwidth * 1e3 * (1 - 1e-9)
+    assert more[1] - more[0] >= 64 * state / dep.bandwidth * 1e3 * (1 - 1e-9)
+
+
+def test_a_gated_deltanet_request_reads_its_states_once_however_many_tokens_it_verifies():
+    """At the q tokens a request the estimate's table assumes, a step of B tokens over no context reads B / q
+    requests' states and writes B tokens' (by hand, bound by the slower of its bytes and the delta rule's
+    FLOPs); the plain roofline, whose K axis carries no request count, prices every token as its own request (a
+    read and a write each), and so does the estimate at one token a request."""
+    from hw_profile.kernels.roofline import attention_bytes_flops
+
+    qn = get_shape("qwen3-next-80b-a3b")
+    for q in (1.0, 2.0, 8.0):
+        dep = replace(deployment(2, "bf16"), costs=replace(deployment(2, "bf16").costs, verify_tokens_per_request=q))
+        work = attention_work(qn, dep)
+        assert work.per_query == work.per_request == qn.state_bytes_per_request / 2  # split with the heads
+        b = np.array([64.0, 512.0])
+        bytes_ = b * work.per_query + b / q * work.per_request
+        flops = qn.attn_flops_per_query_token * b / 2
+        by_hand = np.maximum(bytes_ / dep.bandwidth, flops / dep.peak("bf16")) * 1e3
+        got = roofline_parts(qn, dep, b, np.zeros(2), floors=False)["attention"]
+        np.testing.assert_allclose(got, by_hand, rtol=1e-12)
+        if q == 1.0:
+            one_each = attention_bytes_flops(qn, b, np.zeros(2), "bf16")[0] / 2  # all GPUs' bytes, per GPU
+            np.testing.assert_allclose(bytes_, one_each, rtol=1e-12)
+    # eight tokens a request move 9/16 of the states' bytes one token a request would
+    read = attention_bytes_flops(qn, np.array([512.0]), np.zeros(1), "bf16", requests=np.array([64.0]))[0]
+    assert read[0] / attention_bytes_flops(qn, np.array([512.0]), np.zeros(1), "bf16")[0][0] == pytest.approx(9 / 16)
 
 
 def test_a_gated_deltanet_drafter_attends_in_full_and_its_states_take_kv_room():

@@ -532,12 +532,13 @@ def test_a_deployment_that_chooses_an_fp8_cache_reads_half_the_bytes():
         shape, d = dep(model, **kw)
         fp8_shape = replace(shape, kv_dtype="fp8")
         for sh, rate in ((shape, d.peak("bf16")), (fp8_shape, d.peak(d.dtype))):
-            per_kv, per_query_kv, per_query, dtype = attention_work(sh, d)
-            assert d.peak(dtype) == rate
+            work = attention_work(sh, d)
+            per_kv, per_query_kv, per_query = work.per_kv, work.per_query_kv, work.per_query
+            assert d.peak(work.dtype) == rate
             q = np.minimum(b, d.costs.verify_tokens_per_request)
             by_hand = np.maximum((k * per_kv + b * per_query) / d.bandwidth, per_query_kv * k * q / rate) * 1e3
             np.testing.assert_allclose(roofline_parts(sh, d, b, k, floors=False)["attention"], by_hand, rtol=1e-12)
-        assert attention_work(fp8_shape, d)[0] == attention_work(shape, d)[0] / 2
+        assert attention_work(fp8_shape, d).per_kv == attention_work(shape, d).per_kv / 2
         assert np.all(roofline_parts(fp8_shape, d, b, k, floors=False)["attention"]
                       < roofline_parts(shape, d, b, k, floors=False)["attention"])
 
