@@ -488,6 +488,15 @@ SHAPES: dict[str, ModelShape] = {
                                      experts_per_token=10, shared_experts=1, expert_intermediate=512,
                                      linear_interval=4, linear_key_heads=16, linear_value_heads=32,
                                      linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel=4),
+    # Qwen/Qwen3.5-397B-A17B's language model (the config's text fields, as public ports and training recipes pin
+    # them; its vision tower is not priced): Qwen3-Next's layout at 60 layers of 4096 (GQA 32 query / 2 KV heads
+    # of 256; linear 16 key / 64 value heads of 128), 512 routed experts of width 1024 (10 per token) + one shared
+    # expert of the same width, a 248,320-token vocabulary
+    "qwen3.5-397b-a17b": ModelShape("qwen3.5-397b-a17b", layers=60, hidden=4096, heads=32, kv_heads=2, head_dim=256,
+                                    intermediate=1024, vocab=248320, family="qwen3_5_moe_text", experts=512,
+                                    experts_per_token=10, shared_experts=1, expert_intermediate=1024,
+                                    linear_interval=4, linear_key_heads=16, linear_value_heads=64,
+                                    linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel=4),
     # meta-llama/Llama-3.1-8B-Instruct and -70B-Instruct config.json (Llama-3.3-70B is the 70B's architecture):
     # GQA with 8 KV heads of 128, a 128,256-token vocabulary
     "llama-3.1-8b": ModelShape("llama-3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,

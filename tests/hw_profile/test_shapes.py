@@ -198,3 +198,24 @@ def test_qwen3_next_is_80b_and_its_config_reads_as_the_builtin():
     assert shape_from_config(cfg, name="qwen3-next-80b-a3b") == qn
     # a hybrid's drafter layers attend in full, with no state of their own
     assert drafter_shape(qn, 1).attention_kind == "gqa"
+
+
+def test_qwen35_397b_is_397b_with_17b_active_and_its_config_reads_as_the_builtin():
+    """The name's 397B stored and 17B active (matmuls and the embedding row; 1% and 3%); its text config.json (the
+    multimodal config's text_config) reads as the built-in; a request's states are twice Qwen3-Next's a layer (64
+    value heads to 32) over 45 linear layers."""
+    q35 = get_shape("qwen3.5-397b-a17b")
+    assert q35.total_params == pytest.approx(397e9, rel=0.01)
+    assert q35.matmul_params + q35.hidden * q35.vocab == pytest.approx(17e9, rel=0.03)  # 17.3B: the name rounds
+    text = {"hidden_size": 4096, "num_hidden_layers": 60, "intermediate_size": 1024, "num_attention_heads": 32,
+            "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 248320, "linear_num_value_heads": 64,
+            "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4, "num_experts": 512, "num_experts_per_tok": 10,
+            "shared_expert_intermediate_size": 1024, "moe_intermediate_size": 1024, "full_attention_interval": 4,
+            "tie_word_embeddings": False}
+    cfg = {"model_type": "qwen3_5_moe", "text_config": {"model_type": "qwen3_5_moe_text", **text}}
+    assert shape_from_config(cfg, name="qwen3.5-397b-a17b") == q35
+    qn = get_shape("qwen3-next-80b-a3b")
+    per_layer = (q35.state_bytes_per_request / q35.linear_attention_layers,
+                 qn.state_bytes_per_request / qn.linear_attention_layers)
+    assert (q35.linear_attention_layers, per_layer[0] > 1.9 * per_layer[1]) == (45, True)
