@@ -15,8 +15,9 @@ Schedulers (all the simulator's code, none copied):
 - global: `greedy_prefix_lengths(..., early_stop=False)`, the retrospective search of Appendix A.
 - dspark-async: the `dspark-async` policy run as one stream of steps in order, so each step's capacity comes
   from the confidences of two steps before (and the first two steps verify nothing).
-- vllm-adaptive, sglang-compact: the engines' planners (simulator/core/policies/engines.py), vllm-adaptive as one
-  stream of steps (its averages carry over), sglang-compact per step; the world's SPS curve is their table.
+- vllm-adaptive, sglang-compact, trtllm-adaptive: the engines' planners (simulator/core/policies/engines.py),
+  vllm-adaptive and trtllm-adaptive as one stream of steps (their averages and snapshots carry over), sglang-compact
+  per step; the world's SPS curve is their table.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from dspark_runtime.verify import verify_block
 from simulator.core.policies import PolicyView, checked_lengths, greedy_prefix_lengths, make_policy
 from simulator.errors import UserError
 
-SCHEDULERS = ("dspark", "global", "dspark-async", "vllm-adaptive", "sglang-compact")
+SCHEDULERS = ("dspark", "global", "dspark-async", "vllm-adaptive", "sglang-compact", "trtllm-adaptive")
 # the schedulers whose answer is a pure function of the step's confidence matrix (the others keep history)
 STATELESS = ("dspark", "global", "sglang-compact")
 # Request-steps drafted and verified at once: bounds memory (about 2 * chunk * (gamma+1) * V doubles, under 100 MB

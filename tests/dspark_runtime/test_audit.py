@@ -68,7 +68,7 @@ LOSSLESS_CASES = [("dspark", 1), ("dspark", 2), ("dspark", 19), ("dspark-async",
                   ("dspark-async", 6),
                   # the engines' planners (test_audit_engine_planners.py): worlds where each verifies tokens
                   ("vllm-adaptive", 2), ("vllm-adaptive", 6), ("vllm-adaptive", 10), ("sglang-compact", 2),
-                  ("sglang-compact", 6), ("sglang-compact", 21)]
+                  ("sglang-compact", 6), ("sglang-compact", 21), ("trtllm-adaptive", 2), ("trtllm-adaptive", 10)]
 
 
 @pytest.mark.parametrize("scheduler,seed", LOSSLESS_CASES)

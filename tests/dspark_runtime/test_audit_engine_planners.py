@@ -1,5 +1,5 @@
-"""The losslessness audit of the engines' planners (vllm-adaptive, sglang-compact): Appendix A in closed form,
-random worlds, and every built-in DSpark-style scheduler being audited."""
+"""The losslessness audit of the engines' planners (vllm-adaptive, sglang-compact, trtllm-adaptive): Appendix A in
+closed form, random worlds, and every built-in DSpark-style scheduler being audited."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def test_every_confidence_planner_is_audited():
     """Every built-in that reads this step's or older confidences to size verification is an audit scheduler
     (static lengths, tables, thresholds on one token, history of outcomes and the oracle are not DSpark-style
     planners)."""
-    planners = {"dspark", "dspark-async", "vllm-adaptive", "sglang-compact"}
+    planners = {"dspark", "dspark-async", "vllm-adaptive", "sglang-compact", "trtllm-adaptive"}
     assert planners <= set(REGISTRY) and planners <= set(SCHEDULERS)
 
 
@@ -38,6 +38,18 @@ def test_appendix_a_sglang_compact_stops_early_on_its_fit():
     """The line fitted to SPS(1..3) = 1, 0.5, 0.45 (1000, 2000, 2222 ms) makes the first token worth verifying
     always and the second only after A (c_2 = 0.9): 1.5 tokens a step, x_1 admitted whatever it is."""
     r = run_audit("appendix-a", "sglang-compact", 20_000, seed=4)
+    assert r["mean_verified"] == pytest.approx(1.5, abs=0.02)
+    assert r["admission_by_first_draft"] == {"0": 1.0, "1": 1.0}
+    assert r["distribution"]["0"] == pytest.approx(0.70, abs=0.01)
+    assert r["p_value"] > PASS
+
+
+def test_appendix_a_trtllm_adaptive_buys_the_second_draft_after_an_a():
+    """Its floor verifies x_1 every step; the second draft is bought (Theta 2.52 / 2222 against 1.8 / 2000, 26%
+    over its 1% margin) exactly when the block before drew A (c_2 = 0.9; after B its survival is 0 and the trim
+    wins), and the first step, with no block before, takes the neutral 1 and buys it: about 1.5 tokens a step,
+    x_1 admitted whatever it is."""
+    r = run_audit("appendix-a", "trtllm-adaptive", 20_000, seed=5)
     assert r["mean_verified"] == pytest.approx(1.5, abs=0.02)
     assert r["admission_by_first_draft"] == {"0": 1.0, "1": 1.0}
     assert r["distribution"]["0"] == pytest.approx(0.70, abs=0.01)

@@ -61,7 +61,7 @@ def test_ar_and_mtp_budgets(scenario_file):
 
 
 ALL_SYSTEMS = ["ar", "mtp-1", "static-3", "static-7", "threshold-0.7", "batch-table", "goodput-k", "dspark",
-               "dspark-async", "oracle", "vllm-adaptive", "sglang-compact",
+               "dspark-async", "oracle", "vllm-adaptive", "sglang-compact", "trtllm-adaptive",
                {"name": "dflash-thr", "drafter": "dflash", "policy": "threshold", "params": {"value": 0.5, "on": "a"}},
                {"name": "eagle3-dspark", "drafter": "eagle3", "gamma": 4, "policy": "dspark"}]
 SHAPES = {

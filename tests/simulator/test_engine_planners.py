@@ -1,5 +1,6 @@
-"""The engines' planners (``vllm-adaptive``, ``sglang-compact``) against brute force on small cases, vLLM's
-one-step lag, SGLang's fit, and both in the engine (the invariant checker runs on every simulate())."""
+"""The engines' planners (``vllm-adaptive``, ``sglang-compact``, ``trtllm-adaptive``) against brute force on small
+cases, vLLM's one-step lag, SGLang's fit, TensorRT-LLM's lagged snapshot, and all three in the engine (the invariant
+checker runs on every simulate())."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from hw_profile.tables.step_table import StepTimeGrid
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.core.forward import StepCost
 from simulator.core.policies import PolicyView, checked_lengths, make_policy, top_k_prefix_lengths
-from simulator.core.policies.engines import SglangCompact, VllmAdaptive, fit_cost_model
+from simulator.core.policies.engines import (
+    SglangCompact,
+    TrtllmAdaptive,
+    VllmAdaptive,
+    dummy_step_ms,
+    fit_cost_model,
+)
 from simulator.errors import PolicyError
 from tests.simulator.engine_helpers import simulate
 
@@ -221,7 +228,130 @@ def test_sglang_reads_a_plain_sps_callable_as_its_table():
     assert lengths.sum() == best_budget(conf, lambda tau, n: tau / (t0 + t1 * (2 + n)))
 
 
+# --- trtllm-adaptive -----------------------------------------------------------------------------------------------
+
+
+def trtllm_plan(lagged: np.ndarray, cost_ms, tiers=None, min_gain: float = 0.01) -> np.ndarray:
+    """The test's own reading of TensorRT-LLM's planner, written as loops: every request verifies one draft; for
+    each captured length t the budget R (t - 1) buys the largest survival products above that floor; Theta = (R +
+    the first positions' survival + what the budget buys) / cost(R (t + 1)); the best t, or the whole block unless
+    it wins by min_gain; then the windows: the budget's largest products, by position then request on ties."""
+    rows, gamma = lagged.shape
+    surv = np.cumprod(lagged, axis=1)
+    above = sorted(((surv[r, j], j, r) for r in range(rows) for j in range(1, gamma)), key=lambda x: (-x[0], x[1], x[2]))
+    tiers = list(range(1, gamma + 1)) if tiers is None else tiers
+    theta = {}
+    for t in tiers:
+        n = rows * (t - 1)
+        tau = rows + surv[:, 0].sum() + sum(v for v, _, _ in above[:n])
+        theta[t] = tau / cost_ms(rows * (t + 1))
+    best = max(tiers, key=lambda t: (theta[t], t))
+    if gamma in tiers and best != gamma and theta[best] < theta[gamma] * (1 + min_gain):
+        best = gamma
+    lengths = np.ones(rows, dtype=np.int64)
+    for v, _, r in above[:rows * (best - 1)]:
+        lengths[r] += v >= 1e-6
+    return lengths
+
+
+def linear_sps(t0: float, t1: float):
+    return lambda b: 1000.0 / (t0 + t1 * np.asarray(b, dtype=float))
+
+
+@pytest.mark.parametrize("conf", CASES)
+@pytest.mark.parametrize("t1", [0.05, 0.6, 3.0])
+def test_trtllm_plans_on_the_block_before_as_its_rule_says(conf, t1):
+    """Against the loop-written rule, on the confidences of the step before (this step's are different), at cheap,
+    middling and dear verified tokens; the budget is a tier total and the windows prefixes."""
+    sps = linear_sps(4.0, t1)
+    policy = TrtllmAdaptive()
+    rows, gamma = conf.shape
+    first = policy.choose(view(conf, sps))
+    now = np.clip(conf[::-1].copy() * 0.5, 0.0, 1.0) if rows > 1 else conf * 0.5
+    got = policy.choose(view(now, sps, step=1))
+    want = trtllm_plan(conf, lambda tokens: 4.0 + t1 * tokens)
+    assert np.array_equal(got, want)
+    assert (got.sum() - rows) % rows == 0 or (got < gamma).all()  # a tier's total, bar products under 1e-6
+    assert first.tolist() == trtllm_plan(np.ones_like(conf), lambda tokens: 4.0 + t1 * tokens).tolist()
+
+
+def test_trtllm_never_reads_this_steps_confidences():
+    """Non-anticipating: after the same history, any confidences this step give the same lengths (here the step
+    before was confident, so it verifies long; the live block would say otherwise)."""
+    sps = linear_sps(2.0, 0.4)
+    history = np.array([[0.95, 0.9, 0.9, 0.9], [0.9, 0.9, 0.85, 0.8], [0.99, 0.99, 0.99, 0.99]])
+    answers = set()
+    for live in (np.full((3, 4), 0.01), np.full((3, 4), 0.99), np.random.default_rng(1).uniform(size=(3, 4))):
+        policy = TrtllmAdaptive()
+        policy.choose(view(history, sps, ids=[4, 5, 6]))
+        answers.add(tuple(policy.choose(view(live, sps, ids=[4, 5, 6], step=1))))
+    assert len(answers) == 1
+
+
+def test_trtllm_follows_requests_by_id_lags_as_asked_and_takes_newcomers_as_certain():
+    sps = linear_sps(3.0, 0.5)
+    a, b, c = np.array([0.9, 0.8, 0.7]), np.array([0.3, 0.2, 0.1]), np.array([0.6, 0.6, 0.6])
+    policy = TrtllmAdaptive()
+    policy.choose(view(np.stack([a, b]), sps, ids=[5, 9]))
+    got = policy.choose(view(np.stack([c, c, c]), sps, ids=[9, 5, 2], step=1))
+    cost = lambda tokens: 3.0 + 0.5 * tokens  # noqa: E731
+    assert np.array_equal(got, trtllm_plan(np.stack([b, a, np.ones(3)]), cost))
+    two = TrtllmAdaptive(lag=2)
+    steps = [np.stack([a, a]), np.stack([b, b]), np.stack([c, c])]
+    out = [two.choose(view(x, sps, ids=[1, 2], step=s)) for s, x in enumerate(steps)]
+    assert np.array_equal(out[1], trtllm_plan(np.ones((2, 3)), cost))  # nothing two steps old yet
+    assert np.array_equal(out[2], trtllm_plan(steps[0], cost))
+
+
+def test_trtllm_keeps_the_whole_block_unless_a_trim_wins_by_its_margin():
+    """One request, survival 0.9 then 0.9 x 0.95: on a cost where the trimmed length wins by under 1%, the
+    planner keeps the block; with min_gain 0 it takes the trim; a ladder without the block takes its best rung."""
+    conf = np.array([[0.9, 0.95, 0.5]])
+    tau = [1 + 0.9, 1 + 0.9 + 0.855, 1 + 0.9 + 0.855 + 0.4275]
+    cost_full = 10.0
+    cost_two = tau[1] / (tau[2] / cost_full * 1.005)  # Theta at two drafts 0.5% over the block's
+    grid_ms = {2: 7.0, 3: cost_two, 4: cost_full}
+
+    def sps(b):
+        return 1000.0 / np.array([grid_ms.get(int(x), 0.5) for x in np.atleast_1d(b)])
+
+    def plan(**params):
+        policy = TrtllmAdaptive(**params)
+        policy.choose(view(conf, sps))
+        return policy.choose(view(conf, sps, step=1)).tolist()
+
+    assert tau[0] / grid_ms[2] < tau[2] / cost_full  # one draft loses outright
+    assert plan() == [3]
+    assert plan(min_gain=0.0) == [2]
+    assert plan(tiers=[1, 2]) == [2]
+
+
+def test_trtllm_profiles_whole_steps_at_this_batch_size():
+    """Its cost at R requests is the engine's profile: a dummy decode step of R x (t + 1) tokens over R requests
+    of profile_context tokens plus the drafter's pass, monotone along t; prompt tokens do not count."""
+    grid, draft = jagged_grid(), drafter()
+    conf = np.array([[0.9, 0.8, 0.7], [0.6, 0.9, 0.5]])
+    sps = StepCost(grid, kv=9_999.0, prefill=7, fixed_ms=0.3, rows=2, verify_kv=0.0, draft=draft)
+    policy = TrtllmAdaptive(profile_context=CTX)
+    policy.choose(view(conf, sps))
+    got = policy.choose(view(conf, sps, step=1))
+    steps = [grid.step_ms(2 * (t + 1), 2 * CTX) + draft.ms(2, 3, 2.0 * CTX, 2) for t in (1, 2, 3)]
+    monotone = np.maximum.accumulate(steps)
+    assert np.allclose(policy._profile[2], monotone)
+    assert np.allclose(dummy_step_ms(grid, np.array([4.0]), np.array([2.0]), CTX), grid.step_ms(4, 2 * CTX))
+    assert np.array_equal(got, trtllm_plan(conf, lambda tokens: monotone[tokens // 2 - 2]))
+
+
+def test_trtllm_without_a_table_verifies_every_drafted_token():
+    conf = np.array([[0.1, 0.1, 0.1], [0.9, 0.0, 0.0]])
+    lengths = make_policy("trtllm-adaptive", {"table": False}).choose(view(conf, linear_sps(1, 5), remaining=[4, 2]))
+    assert lengths.tolist() == [3, 1]
+
+
 @pytest.mark.parametrize(("name", "params", "needle"), [
+    ("trtllm-adaptive", {"lag": 0}, "lag must be a positive integer"),
+    ("trtllm-adaptive", {"min_gain": 1.5}, "min_gain must be in [0, 1)"),
+    ("trtllm-adaptive", {"tiers": [0, 2]}, "tiers must be a list of positive integers"),
     ("vllm-adaptive", {"ema_alpha": 1.5}, "ema_alpha must be in (0, 1]"),
     ("vllm-adaptive", {"profile_context": 0}, "profile_context must be a positive integer"),
     ("sglang-compact", {"table": "yes"}, "table must be true or false"),
@@ -234,13 +364,13 @@ def test_bad_parameters_are_one_line(name, params, needle):
 
 
 def test_engine_planners_in_a_scenario_trim_with_load(scenario_file):
-    """Both run in the engine (invariants checked), verify less per request-step at high load than at low, and
-    SGLang's planner without a table verifies the whole block."""
-    path = scenario_file(systems=["vllm-adaptive", "sglang-compact",
+    """All three run in the engine (invariants checked), verify less per request-step at high load than at low,
+    and SGLang's planner without a table verifies the whole block."""
+    path = scenario_file(systems=["vllm-adaptive", "sglang-compact", "trtllm-adaptive",
                                   {"name": "sglang-no-table", "policy": "sglang-compact", "params": {"table": False}}],
                          frontier={"concurrency": [4, 120]}, engine={"max_running": 128, "max_batch_tokens": 8192},
                          workload={"output": 512})
-    for system in ("vllm-adaptive", "sglang-compact"):
+    for system in ("vllm-adaptive", "sglang-compact", "trtllm-adaptive"):
         low, _ = simulate(path, system, concurrency=4)
         high, _ = simulate(path, system, concurrency=120)
         assert low["mean_verify_budget"] > high["mean_verify_budget"] + 0.5, system

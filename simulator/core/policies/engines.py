@@ -7,12 +7,9 @@ they differ from ``dspark`` is only what the engine knows and when:
 
 - ``vllm-adaptive`` knows T(B) at one profiled context, by token count, forced monotone, and sizes the batch from
   confidences one step old;
-- ``sglang-compact`` knows a three-coefficient linear fit of its table and plans on this step's confidences.
-
-TensorRT-LLM's planner (PR #17056, open) is not here: what is public says it takes the global argmax of tau / cost
-over a profiled table, but not which confidences it sizes from (this step's or older ones) nor how it allocates
-the budget. On this step's confidences a global argmax is the retrospective search of the paper's Appendix A,
-which is not lossless, so any lossless version would be a rule the source does not state.
+- ``sglang-compact`` knows a three-coefficient linear fit of its table and plans on this step's confidences;
+- ``trtllm-adaptive`` knows whole steps profiled at its captured verify lengths and plans, budget and windows
+  alike, on the confidences of the block before (its own top-k, not the greedy).
 """
 
 from __future__ import annotations
@@ -285,5 +282,153 @@ class SglangCompact(Policy):
         return bs, bs * k, ms + np.repeat(draft, gamma + 1)
 
 
-__all__ = ["CAPTURE_BATCH_SIZES", "CAPTURE_CONTEXT", "PROFILE_CONTEXT", "SglangCompact", "VllmAdaptive", "dummy_step_ms",
-           "fit_cost_model"]
+#: the context of TensorRT-LLM's profiled cells: its profiler's default prompt (``input_len`` 1,024 tokens) plus half
+#: of the 100 steps a cell decodes with acceptance pinned to the bonus token
+TRTLLM_PROFILE_CONTEXT = 1074
+#: the confidence TensorRT-LLM's planner reads for a request with no staged row: certain acceptance (its neutral
+#: logit, sigmoid(30) ~ 1)
+NEUTRAL_CONFIDENCE = 1.0
+#: survival products below this are not candidates for a window (TensorRT-LLM's ``survival_eps``)
+SURVIVAL_EPS = 1e-6
+
+
+@register
+class TrtllmAdaptive(Policy):
+    """``trtllm-adaptive``: TensorRT-LLM's DSpark confidence scheduling (``enable_confidence_scheduling`` with a
+    ``confidence_sps_table_path``; ``tensorrt_llm/_torch/speculative/dspark_planner.py``, ``dspark_verify.py`` and
+    ``dspark_sps_profiler.py`` in NVIDIA/TensorRT-LLM, from PR #17056).
+
+    Every request verifies at least one draft (``min_verify_len`` 1); above that floor the budget n is the global
+    argmax, over the totals a captured verify length can realise (n = R x (t - 1) for t in ``tiers``), of
+
+        Theta(n) = (R + sum of the R first positions' survival + the n largest other survival products)
+                   / S(R, R x 2 + n),
+
+    S the engine's profiled whole-step cost at that many verified tokens (anchors included), and a trimmed budget
+    is kept only if it beats verifying everything by ``min_gain`` (the runtime table's 1%). The n slots then go to
+    the n largest survival products (ties by position, then request; products under 1e-6 take none), so a request's
+    window is a prefix. Its profiler sweeps whole decode steps over batch sizes and uniform verify lengths; here
+    the profile is read at this step's R (the additive fit the engine keeps, bias + alpha(bs) + theta(M), reproduces
+    its cells within the 2% the profiler checks), at ``profile_context`` tokens a request (``TRTLLM_PROFILE_CONTEXT``:
+    what the profiler's cells hold at its defaults), priced by the run's own table and drafter cost, forced monotone
+    along the lengths. The profile drafts the deployment's whole block at every length (the
+    engine's sweep rebuilds with shorter blocks, a bias its source names). Prompt chunks do not count: the table
+    prices decode steps.
+
+    Budget and windows read the confidences of the request's block ``lag`` steps before (the host snapshot: a
+    block's confidences reach the host a step after it is drafted, and the shipped overlap scheduler plans the next
+    step before that, so the planner sees the block before the one it schedules), a request with none at the
+    neutral 1 (certain). So nothing it decides looks at this step's drafts: lossless by construction
+    (``docs/losslessness.md``). ``tiers`` ASSUMED every length 1..gamma (the source leaves the ladder to
+    ``confidence_verify_len_tiers``; its profiler recommends one from the measured shelves). Without a table
+    (``table: false``: no profiled table, or a flat one) it verifies every drafted token. No scheduling stall.
+    """
+
+    name = "trtllm-adaptive"
+
+    def __init__(self, table: bool = True, tiers: list[int] | tuple[int, ...] | None = None, min_gain: float = 0.01,
+                 profile_context: int = TRTLLM_PROFILE_CONTEXT, lag: int = 1):
+        if not isinstance(table, bool):
+            raise ValueError(f"table must be true or false, got {table!r}")
+        try:
+            ladder = None if tiers is None else np.unique(np.asarray(tiers, dtype=np.int64))
+        except (TypeError, ValueError):
+            raise ValueError(f"tiers must be a list of positive integers, got {tiers!r}") from None
+        if ladder is not None and (ladder.ndim != 1 or not len(ladder) or ladder[0] < 1):
+            raise ValueError(f"tiers must be a list of positive integers, got {tiers!r}")
+        if not (isinstance(min_gain, (int, float)) and 0.0 <= float(min_gain) < 1.0):
+            raise ValueError(f"min_gain must be in [0, 1), got {min_gain!r}")
+        if int(profile_context) != profile_context or profile_context < 1:
+            raise ValueError(f"profile_context must be a positive integer, got {profile_context!r}")
+        if int(lag) != lag or lag < 1:
+            raise ValueError(f"lag must be a positive integer (1: the block before), got {lag!r}")
+        self.table = table
+        self.tiers = ladder
+        self.min_gain = float(min_gain)
+        self.context = int(profile_context)
+        self.lag = int(lag)
+        self._seen: list[tuple[np.ndarray, np.ndarray]] = []  # the last `lag` steps' (sorted ids, confidences)
+        self._for: tuple | None = None  # (grid, draft, gamma) the profile was read for
+        self._profile: dict[int, np.ndarray] = {}  # R -> S(R, R x (t + 1)) for t = 1..gamma
+
+    def choose(self, view: PolicyView) -> np.ndarray:
+        rows, gamma = view.confidence.shape
+        ids = np.arange(rows, dtype=np.int64) if view.ids is None else np.asarray(view.ids, dtype=np.int64)
+        lagged = self._lagged(ids, gamma)
+        self._remember(ids, view.confidence)
+        if not self.table or rows == 0:
+            return np.array(view.max_lengths, dtype=np.int64)
+        verifiable = np.arange(gamma)[None, :] < view.max_lengths[:, None]
+        survival = np.where(verifiable, np.cumprod(lagged, axis=1), 0.0)
+        floor = np.minimum(view.max_lengths, 1).astype(np.int64)
+        if gamma < 2:
+            return floor
+        budget = self._budget(survival, self._cost(view.sps, rows, gamma))
+        return floor + self._windows(survival[:, 1:], budget)
+
+    # --- the snapshot --------------------------------------------------------------------------------------------
+    def _lagged(self, ids: np.ndarray, gamma: int) -> np.ndarray:
+        """Each request's confidences from the step ``lag`` steps before, the neutral 1 where it had none."""
+        out = np.full((len(ids), gamma), NEUTRAL_CONFIDENCE)
+        if len(self._seen) == self.lag:
+            old_ids, old = self._seen[0]
+            if old.shape[1] == gamma and len(old_ids):
+                at = np.minimum(np.searchsorted(old_ids, ids), len(old_ids) - 1)
+                known = old_ids[at] == ids
+                out[known] = old[at[known]]
+        return out
+
+    def _remember(self, ids: np.ndarray, confidence: np.ndarray) -> None:
+        order = np.argsort(ids, kind="stable")
+        self._seen.append((ids[order], np.array(confidence, dtype=float)[order]))
+        del self._seen[:-self.lag]
+
+    # --- the profiled table and the argmax -------------------------------------------------------------------------
+    def _cost(self, sps: Callable, rows: int, gamma: int) -> np.ndarray:
+        """S(R, R x (t + 1)) ms for t = 1..gamma: the engine's profile at this step's R, or the step's own SPS
+        callable where it has no engine table."""
+        tokens = rows * (np.arange(1, gamma + 1) + 1)
+        if not isinstance(sps, StepCost):
+            return np.maximum.accumulate(1000.0 / np.asarray(sps(tokens), dtype=float))
+        if not _same_tables(self._for, sps, gamma):
+            self._for, self._profile = (sps.grid, sps.draft, gamma), {}
+        if rows not in self._profile:
+            ms = dummy_step_ms(sps.grid, tokens, np.full(gamma, float(rows)), self.context)
+            self._profile[rows] = np.maximum.accumulate(ms + _draft_ms(sps.draft, np.array([rows]), gamma,
+                                                                       self.context)[0])
+        return self._profile[rows]
+
+    def _budget(self, survival: np.ndarray, cost: np.ndarray) -> int:
+        """The verified drafts above the floor: the argmax of Theta over the tiers' totals, kept if it beats the
+        whole block by ``min_gain``."""
+        rows, gamma = survival.shape
+        candidates = np.sort(survival[:, 1:].ravel())[::-1]
+        tau = rows + survival[:, 0].sum() + np.concatenate(([0.0], np.cumsum(candidates)))
+        lengths = np.arange(1, gamma + 1) if self.tiers is None else self.tiers[self.tiers <= gamma]
+        if not len(lengths):
+            lengths = np.array([gamma])
+        n = rows * (lengths - 1)
+        theta = tau[n] / cost[lengths - 1]
+        best = int(np.lexsort((n, theta))[-1])  # the largest Theta, the larger budget on a tie
+        full = len(lengths) - 1
+        if lengths[full] == gamma and best != full and theta[best] < theta[full] * (1.0 + self.min_gain):
+            best = full
+        return int(n[best])
+
+    @staticmethod
+    def _windows(candidates: np.ndarray, budget: int) -> np.ndarray:
+        """Drafts granted per request above the floor: the ``budget`` largest products (ties by position, then
+        request), never one under ``SURVIVAL_EPS``; a prefix of each row, as products fall along it."""
+        rows, width = candidates.shape
+        flat = candidates.ravel()
+        position = np.tile(np.arange(width), rows)
+        request = np.repeat(np.arange(rows), width)
+        order = np.lexsort((request, position, -flat))
+        chosen = np.zeros(flat.shape, dtype=bool)
+        chosen[order[:budget]] = True
+        chosen &= flat >= SURVIVAL_EPS
+        return chosen.reshape(rows, width).sum(axis=1).astype(np.int64)
+
+
+__all__ = ["CAPTURE_BATCH_SIZES", "CAPTURE_CONTEXT", "PROFILE_CONTEXT", "TRTLLM_PROFILE_CONTEXT", "SglangCompact",
+           "TrtllmAdaptive", "VllmAdaptive", "dummy_step_ms", "fit_cost_model"]
