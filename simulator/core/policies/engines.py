@@ -307,9 +307,9 @@ class TrtllmAdaptive(Policy):
     S the engine's profiled whole-step cost at that many verified tokens (anchors included), and a trimmed budget
     is kept only if it beats verifying everything by ``min_gain`` (the runtime table's 1%). The n slots then go to
     the n largest survival products (ties by position, then request; products under 1e-6 take none), so a request's
-    window is a prefix. Its profiler sweeps whole decode steps over batch sizes and uniform verify lengths; here
-    the profile is read at this step's R (the additive fit the engine keeps, bias + alpha(bs) + theta(M), reproduces
-    its cells within the 2% the profiler checks), at ``profile_context`` tokens a request (``TRTLLM_PROFILE_CONTEXT``:
+    window is a prefix. Its profiler sweeps whole decode steps over batch sizes and uniform verify lengths and keeps
+    the additive fit bias + alpha(bs) + theta(M); here the profile is read at this step's R, as if that R had been
+    profiled (where the fit holds, which the profiler checks to 2% of a step, it returns the measured cells), at ``profile_context`` tokens a request (``TRTLLM_PROFILE_CONTEXT``:
     what the profiler's cells hold at its defaults), priced by the run's own table and drafter cost, forced monotone
     along the lengths. The profile drafts the deployment's whole block at every length (the
     engine's sweep rebuilds with shorter blocks, a bias its source names). Prompt chunks do not count: the table
