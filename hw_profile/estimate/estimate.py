@@ -200,7 +200,8 @@ def verify_attention(shape: ModelShape, dep: Deployment, costs: EngineCosts) -> 
     work = attention_work(shape, dep)
     return VerifyAttention(costs.verify_tokens_per_request, work.per_kv / dep.bandwidth * 1e9,
                            work.per_query_kv / dep.peak(work.dtype) * 1e9,
-                           source="kernel-level roofline of the attention (hw_profile.estimate.estimate.attention_work)")
+                           source="kernel-level roofline of the attention (hw_profile.estimate.estimate.attention_work)",
+                           ns_per_request=work.per_request / dep.bandwidth * 1e9)
 
 
 def attention_queries(b: np.ndarray, costs: EngineCosts) -> np.ndarray:

@@ -92,17 +92,19 @@ def sidecar_path(csv_path: str | Path) -> Path:
     return p.with_suffix(".json")
 
 
-def _number_block(meta: dict, name: str, least: dict[str, float], where: str) -> tuple | None:
-    """A sidecar block ``name`` of numbers (each at least its ``least``) and an optional ``source`` string: the
-    numbers in ``least``'s order, then the source; None without the block. ``where`` names the sidecar in errors."""
+def _number_block(meta: dict, name: str, least: dict[str, float], where: str,
+                  optional: tuple[str, ...] = ()) -> tuple | None:
+    """A sidecar block ``name`` of numbers (each at least its ``least``; those named in ``optional`` may be absent,
+    and then read as their least) and an optional ``source`` string: the numbers in ``least``'s order, then the
+    source; None without the block. ``where`` names the sidecar in errors."""
     block = meta.get(name) if isinstance(meta, dict) else None
     if block is None:
         return None
     if not isinstance(block, dict):
-        raise TableError(f"{where}: {name} must be an object with {' and '.join(least)}")
+        raise TableError(f"{where}: {name} must be an object with {' and '.join(k for k in least if k not in optional)}")
     values = []
     for key, low in least.items():
-        v = block.get(key)
+        v = block.get(key, low if key in optional else None)
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < low:
             raise TableError(f"{where}: {name}.{key} must be a number >= {low:g}, got {v!r}")
         values.append(float(v))
@@ -174,28 +176,38 @@ class ChunkAttention:
 @dataclass(frozen=True)
 class VerifyAttention:
     """How a table priced the attention of verified tokens, from a sidecar block
-    ``"verify_attention": {"tokens_per_request": q, "ns_per_kv_token": A, "ns_per_query_kv": C, "source": "..."}``.
+    ``"verify_attention": {"tokens_per_request": q, "ns_per_kv_token": A, "ns_per_query_kv": C, "source": "..."}``
+    (and ``"ns_per_request": P`` where a request's attention reads something once a step whatever its context: a
+    Gated DeltaNet request's recurrent states).
 
     A step's attention over K KV tokens takes max(A x K, C x q x K) ns: its KV is read once per request, and each
-    of a request's q verified tokens computes over that request's whole context. The table priced q = min(B, its
-    ``tokens_per_request``); a step of B tokens over R requests verifies B / R each.
+    of a request's q verified tokens computes over that request's whole context; its R requests add R x P. The table
+    priced q = min(B, its ``tokens_per_request``), so R = B / q; a step of B tokens over R requests verifies B / R
+    each.
     """
 
     tokens_per_request: float
     ns_per_kv_token: float
     ns_per_query_kv: float
     source: str = ""
+    ns_per_request: float = 0.0
 
     @classmethod
     def from_meta(cls, meta: dict, where: str) -> VerifyAttention | None:
         """The block of a sidecar's metadata, or None without one; ``where`` names the sidecar in errors."""
-        least = {"tokens_per_request": 1.0, "ns_per_kv_token": 0.0, "ns_per_query_kv": 0.0}
-        read = _number_block(meta, VERIFY_ATTENTION, least, where)
-        return None if read is None else cls(*read)
+        least = {"tokens_per_request": 1.0, "ns_per_kv_token": 0.0, "ns_per_query_kv": 0.0, "ns_per_request": 0.0}
+        read = _number_block(meta, VERIFY_ATTENTION, least, where, optional=("ns_per_request",))
+        if read is None:
+            return None
+        q, a, c, p, source = read
+        return cls(q, a, c, source, p)
 
     def to_meta(self) -> dict:
-        return {"tokens_per_request": self.tokens_per_request, "ns_per_kv_token": self.ns_per_kv_token,
-                "ns_per_query_kv": self.ns_per_query_kv, "source": self.source}
+        out = {"tokens_per_request": self.tokens_per_request, "ns_per_kv_token": self.ns_per_kv_token,
+               "ns_per_query_kv": self.ns_per_query_kv, "source": self.source}
+        if self.ns_per_request:  # only a model with per-request state writes it
+            out["ns_per_request"] = self.ns_per_request
+        return out
 
 
 @dataclass
@@ -389,21 +401,23 @@ class StepTimeGrid:
         return StepCurve(self, float(kv_tokens))
 
     @property
-    def verify_terms(self) -> tuple[float, float, float]:
-        """(tokens per request, ns per KV token, ns per query x KV token) of ``verify``; all 0 without it (a
-        compiled caller's ``verify_ms_at`` then adds nothing)."""
+    def verify_terms(self) -> tuple[float, float, float, float]:
+        """(tokens per request, ns per KV token, ns per query x KV token, ns per request) of ``verify``; all 0
+        without it (a compiled caller's ``verify_ms_at`` then adds nothing)."""
         v = self.verify
-        return (0.0, 0.0, 0.0) if v is None else (v.tokens_per_request, v.ns_per_kv_token, v.ns_per_query_kv)
+        if v is None:
+            return (0.0, 0.0, 0.0, 0.0)
+        return (v.tokens_per_request, v.ns_per_kv_token, v.ns_per_query_kv, v.ns_per_request)
 
     def verify_ms(self, tokens: np.ndarray | float, rows: int, kv_tokens: float) -> np.ndarray | float:
         """What a step verifying ``tokens`` tokens (anchors included) for ``rows`` requests that hold ``kv_tokens``
         KV tokens costs beyond T, or saves, for verifying more or fewer tokens per request than the table priced
         (``VerifyAttention``); 0 without the block. Elementwise over an array of ``tokens``."""
-        q_table, a, c = self.verify_terms
+        q_table, a, c, p = self.verify_terms
         if np.ndim(tokens) == 0:
-            return _verify_ms(float(tokens), float(rows), float(kv_tokens), q_table, a, c)
+            return _verify_ms(float(tokens), float(rows), float(kv_tokens), q_table, a, c, p)
         t = np.asarray(tokens, dtype=np.float64)
-        return _verify_ms_each(t.ravel(), float(rows), float(kv_tokens), q_table, a, c).reshape(t.shape)
+        return _verify_ms_each(t.ravel(), float(rows), float(kv_tokens), q_table, a, c, p).reshape(t.shape)
 
 
 @dataclass(frozen=True)
@@ -523,27 +537,30 @@ def priced_step_ms_at(b_axis, ms, lo, hi, w, b, rows, prompts, seg, at, sizes, p
 
 
 @njit(cache=True, inline="always")
-def verify_ms_at(tokens, rows, kv, q_table, a, c):
+def verify_ms_at(tokens, rows, kv, q_table, a, c, p):
     """ms a step of ``tokens`` verified tokens over ``rows`` requests holding ``kv`` KV tokens adds to T for
     verifying tokens / rows per request where the table priced min(tokens, q_table) (``VerifyAttention``: attention
-    takes max(a, c x q) ns per KV token). 0 without the block (q_table 0) or without requests."""
-    if q_table <= 0.0 or rows <= 0.0 or kv <= 0.0:
+    takes max(a, c x q) ns per KV token, and p ns per request, at the tokens / min(tokens, q_table) requests the
+    table assumed). 0 without the block (q_table 0) or without requests."""
+    if q_table <= 0.0 or rows <= 0.0:
         return 0.0
-    q = max(tokens / rows, 1.0)
     priced = max(min(tokens, q_table), 1.0)
-    return kv * (max(a, c * q) - max(a, c * priced)) * 1e-6
+    out = (rows - tokens / priced) * p
+    if kv > 0.0:
+        out += kv * (max(a, c * max(tokens / rows, 1.0)) - max(a, c * priced))
+    return out * 1e-6
 
 
-@njit(float64(float64, float64, float64, float64, float64, float64), cache=True)
-def _verify_ms(tokens, rows, kv, q_table, a, c):
-    return verify_ms_at(tokens, rows, kv, q_table, a, c)
+@njit(float64(float64, float64, float64, float64, float64, float64, float64), cache=True)
+def _verify_ms(tokens, rows, kv, q_table, a, c, p):
+    return verify_ms_at(tokens, rows, kv, q_table, a, c, p)
 
 
 @njit(cache=True)
-def _verify_ms_each(tokens, rows, kv, q_table, a, c):
+def _verify_ms_each(tokens, rows, kv, q_table, a, c, p):
     out = np.empty(tokens.shape[0])
     for i in range(tokens.shape[0]):
-        out[i] = verify_ms_at(tokens[i], rows, kv, q_table, a, c)
+        out[i] = verify_ms_at(tokens[i], rows, kv, q_table, a, c, p)
     return out
 
 

@@ -36,6 +36,46 @@ def test_closed_form_compute_bound_reads_bound_and_below_the_priced_budget():
     assert grid.verify_ms(b, 10, 5e4).tolist() == [grid.verify_ms(float(x), 10, 5e4) for x in b]
 
 
+def test_a_per_request_read_is_corrected_to_the_steps_own_requests():
+    """A Gated DeltaNet request's states are read once a step: the table priced them at B / min(B, q) requests, so a
+    step of B tokens over R requests adds (R - B / q) x P ns, on top of the context's term (none at no context)."""
+    grid = replace(StepTimeGrid.from_points(np.array([1.0, 512.0]), np.array([0.0, 1e6]), np.ones(2)),
+                   verify=VerifyAttention(2.0, 10.0, 20.0, ns_per_request=4e5))
+    # 64 tokens over 8 requests (8 each): the table's 2 a request read 32 requests' states, the step reads 8
+    assert grid.verify_ms(64.0, 8, 0.0) == pytest.approx((8 - 32) * 4e5 * 1e-6, rel=1e-12)
+    # decoding, one a request: twice the requests the table read
+    assert grid.verify_ms(64.0, 64, 0.0) == pytest.approx((64 - 32) * 4e5 * 1e-6, rel=1e-12)
+    # with context, the two terms add
+    both = grid.verify_ms(64.0, 8, 1000.0)
+    assert both == pytest.approx((8 - 32) * 4e5 * 1e-6 + 1000 * (max(10, 160) - max(10, 40)) * 1e-6, rel=1e-12)
+    assert grid.verify_ms(2.0, 1, 0.0) == 0.0  # the table's own shape
+
+
+def test_the_per_request_term_is_written_only_where_a_model_has_one(tmp_path):
+    """A Gated DeltaNet estimate writes ns_per_request (a request's states over the GPU's bandwidth, split with
+    the heads); other kinds leave it out, and a sidecar without it reads as 0."""
+    qn = get_shape("qwen3-next-80b-a3b")
+    dep = Deployment(gpu=get_gpu("H200"), gpus=2, ep=2, dtype="bf16", parallel="tp", engine="vllm",
+                     costs=engine_defaults("vllm"))
+    block = verify_attention(qn, dep, dep.costs)
+    assert block.ns_per_request == pytest.approx(qn.state_bytes_per_request / 2 / dep.bandwidth * 1e9, rel=1e-12)
+    assert block.to_meta()["ns_per_request"] == block.ns_per_request
+    # it predicts what the estimate itself prices: 256 tokens over no context at 8 a request against the table's 2
+    b, k = np.array([256.0]), np.array([0.0])
+    at = {q: estimate_points(qn, replace(dep, costs=replace(dep.costs, verify_tokens_per_request=q)), b, k,
+                             "roofline").parts["attention"][0] for q in (2.0, 8.0)}
+    grid = replace(StepTimeGrid.from_points(b, k, np.ones(1)), verify=block)
+    assert grid.verify_ms(256.0, 32, 0.0) == pytest.approx(at[8.0] - at[2.0], rel=1e-9) and at[8.0] < at[2.0]
+    plain = verify_attention(get_shape("qwen3-8b"), dep, dep.costs)
+    assert plain.ns_per_request == 0.0 and "ns_per_request" not in plain.to_meta()
+    table = StepTable.read(StepTable.from_points(ROWS, meta={"verify_attention": block.to_meta()})
+                           .write(tmp_path / "qn.csv"))
+    assert table.verify_attention == block
+    with pytest.raises(TableError, match=r"verify_attention.ns_per_request must be a number >= 0, got -1"):
+        StepTable.read(StepTable.from_points(ROWS, meta={"verify_attention": {**block.to_meta(), "ns_per_request": -1}})
+                       .write(tmp_path / "bad.csv"))
+
+
 def test_the_block_is_read_with_the_table_and_rides_on_its_grid(tmp_path):
     meta = {"verify_attention": {"tokens_per_request": 2, "ns_per_kv_token": 1.5, "ns_per_query_kv": 3,
                                  "source": "estimate"}}
