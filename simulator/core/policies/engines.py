@@ -363,8 +363,13 @@ class TrtllmAdaptive(Policy):
         floor = np.minimum(view.max_lengths, 1).astype(np.int64)
         if gamma < 2:
             return floor
-        budget = self._budget(survival, self._cost(view.sps, rows, gamma))
-        return floor + self._windows(survival[:, 1:], budget)
+        # the candidates above the floor position by position, so that a stable sort breaks ties by position, then
+        # request: the engine's admission order, shared by the budget and the windows
+        above = survival[:, 1:].T.ravel()
+        order = np.argsort(-above, kind="stable")
+        budget = self._budget(rows, gamma, float(survival[:, 0].sum()), above[order],
+                              self._cost(view.sps, rows, gamma))
+        return floor + self._windows(above, order, budget, rows)
 
     # --- the snapshot --------------------------------------------------------------------------------------------
     def _lagged(self, ids: np.ndarray, gamma: int) -> np.ndarray:
@@ -398,12 +403,11 @@ class TrtllmAdaptive(Policy):
                                                                        self.context)[0])
         return self._profile[rows]
 
-    def _budget(self, survival: np.ndarray, cost: np.ndarray) -> int:
+    def _budget(self, rows: int, gamma: int, first: float, ranked: np.ndarray, cost: np.ndarray) -> int:
         """The verified drafts above the floor: the argmax of Theta over the tiers' totals, kept if it beats the
-        whole block by ``min_gain``."""
-        rows, gamma = survival.shape
-        candidates = np.sort(survival[:, 1:].ravel())[::-1]
-        tau = rows + survival[:, 0].sum() + np.concatenate(([0.0], np.cumsum(candidates)))
+        whole block by ``min_gain``. ``first``: the floor positions' survival; ``ranked``: the others, largest
+        first."""
+        tau = rows + first + np.concatenate(([0.0], np.cumsum(ranked)))
         lengths = np.arange(1, gamma + 1) if self.tiers is None else self.tiers[self.tiers <= gamma]
         if not len(lengths):
             lengths = np.array([gamma])
@@ -416,18 +420,14 @@ class TrtllmAdaptive(Policy):
         return int(n[best])
 
     @staticmethod
-    def _windows(candidates: np.ndarray, budget: int) -> np.ndarray:
-        """Drafts granted per request above the floor: the ``budget`` largest products (ties by position, then
-        request), never one under ``SURVIVAL_EPS``; a prefix of each row, as products fall along it."""
-        rows, width = candidates.shape
-        flat = candidates.ravel()
-        position = np.tile(np.arange(width), rows)
-        request = np.repeat(np.arange(rows), width)
-        order = np.lexsort((request, position, -flat))
-        chosen = np.zeros(flat.shape, dtype=bool)
+    def _windows(above: np.ndarray, order: np.ndarray, budget: int, rows: int) -> np.ndarray:
+        """Drafts granted per request above the floor: the first ``budget`` of the admission ``order`` over the
+        position-major candidates ``above``, never one under ``SURVIVAL_EPS``; a prefix of each row, as products
+        fall along it."""
+        chosen = np.zeros(above.shape, dtype=bool)
         chosen[order[:budget]] = True
-        chosen &= flat >= SURVIVAL_EPS
-        return chosen.reshape(rows, width).sum(axis=1).astype(np.int64)
+        chosen &= above >= SURVIVAL_EPS
+        return chosen.reshape(-1, rows).sum(axis=0).astype(np.int64)
 
 
 __all__ = ["CAPTURE_BATCH_SIZES", "CAPTURE_CONTEXT", "PROFILE_CONTEXT", "TRTLLM_PROFILE_CONTEXT", "SglangCompact",
