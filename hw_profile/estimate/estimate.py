@@ -201,7 +201,9 @@ def verify_attention(shape: ModelShape, dep: Deployment, costs: EngineCosts) -> 
     return VerifyAttention(costs.verify_tokens_per_request, work.per_kv / dep.bandwidth * 1e9,
                            work.per_query_kv / dep.peak(work.dtype) * 1e9,
                            source="kernel-level roofline of the attention (hw_profile.estimate.estimate.attention_work)",
-                           ns_per_request=work.per_request / dep.bandwidth * 1e9)
+                           ns_per_request=work.per_request / dep.bandwidth * 1e9,
+                           window=float(shape.sliding_window) if shape.windowed_layers else 0.0,
+                           windowed_share=shape.windowed_layers / shape.layers)
 
 
 def attention_queries(b: np.ndarray, costs: EngineCosts) -> np.ndarray:

@@ -38,6 +38,7 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -178,12 +179,14 @@ class VerifyAttention:
     """How a table priced the attention of verified tokens, from a sidecar block
     ``"verify_attention": {"tokens_per_request": q, "ns_per_kv_token": A, "ns_per_query_kv": C, "source": "..."}``
     (and ``"ns_per_request": P`` where a request's attention reads something once a step whatever its context: a
-    Gated DeltaNet request's recurrent states).
+    Gated DeltaNet request's recurrent states; ``"window": W, "windowed_share": s`` where the share s of the
+    attention is done in layers that see the last W tokens of a request only).
 
-    A step's attention over K KV tokens takes max(A x K, C x q x K) ns: its KV is read once per request, and each
-    of a request's q verified tokens computes over that request's whole context; its R requests add R x P. The table
-    priced q = min(B, its ``tokens_per_request``), so R = B / q; a step of B tokens over R requests verifies B / R
-    each.
+    A step's attention over K KV tokens takes max(A x K', C x q x K') ns, K' = (1 - s) K + s min(K, R W) the tokens
+    it attends to (K spread evenly over its R requests; K' = K without windows): its KV is read once per request,
+    and each of a request's q verified tokens computes over what that request's layers see; its R requests add
+    R x P. The table priced q = min(B, its ``tokens_per_request``), so R = B / q; a step of B tokens over R requests
+    verifies B / R each.
     """
 
     tokens_per_request: float
@@ -191,22 +194,30 @@ class VerifyAttention:
     ns_per_query_kv: float
     source: str = ""
     ns_per_request: float = 0.0
+    window: float = 0.0
+    windowed_share: float = 0.0
+
+    #: the keys only some models write (read as 0 where absent)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("ns_per_request", "window", "windowed_share")
 
     @classmethod
     def from_meta(cls, meta: dict, where: str) -> VerifyAttention | None:
         """The block of a sidecar's metadata, or None without one; ``where`` names the sidecar in errors."""
-        least = {"tokens_per_request": 1.0, "ns_per_kv_token": 0.0, "ns_per_query_kv": 0.0, "ns_per_request": 0.0}
-        read = _number_block(meta, VERIFY_ATTENTION, least, where, optional=("ns_per_request",))
+        least = {"tokens_per_request": 1.0, "ns_per_kv_token": 0.0, "ns_per_query_kv": 0.0,
+                 **dict.fromkeys(cls.OPTIONAL, 0.0)}
+        read = _number_block(meta, VERIFY_ATTENTION, least, where, optional=cls.OPTIONAL)
         if read is None:
             return None
-        q, a, c, p, source = read
-        return cls(q, a, c, source, p)
+        q, a, c, p, window, share, source = read
+        if share > 1.0 or (share > 0.0) != (window > 0.0):
+            raise TableError(f"{where}: {VERIFY_ATTENTION}.window and windowed_share go together, the share in "
+                             f"(0, 1]; got window {window:g}, windowed_share {share:g}")
+        return cls(q, a, c, source, p, window, share)
 
     def to_meta(self) -> dict:
         out = {"tokens_per_request": self.tokens_per_request, "ns_per_kv_token": self.ns_per_kv_token,
                "ns_per_query_kv": self.ns_per_query_kv, "source": self.source}
-        if self.ns_per_request:  # only a model with per-request state writes it
-            out["ns_per_request"] = self.ns_per_request
+        out.update({key: getattr(self, key) for key in self.OPTIONAL if getattr(self, key)})  # only where a model has them
         return out
 
 
@@ -401,23 +412,24 @@ class StepTimeGrid:
         return StepCurve(self, float(kv_tokens))
 
     @property
-    def verify_terms(self) -> tuple[float, float, float, float]:
-        """(tokens per request, ns per KV token, ns per query x KV token, ns per request) of ``verify``; all 0
-        without it (a compiled caller's ``verify_ms_at`` then adds nothing)."""
+    def verify_terms(self) -> tuple[float, ...]:
+        """(tokens per request, ns per KV token, ns per query x KV token, ns per request, window, windowed share)
+        of ``verify``; all 0 without it (a compiled caller's ``verify_ms_at`` then adds nothing)."""
         v = self.verify
         if v is None:
-            return (0.0, 0.0, 0.0, 0.0)
-        return (v.tokens_per_request, v.ns_per_kv_token, v.ns_per_query_kv, v.ns_per_request)
+            return (0.0,) * 6
+        return (v.tokens_per_request, v.ns_per_kv_token, v.ns_per_query_kv, v.ns_per_request, v.window,
+                v.windowed_share)
 
     def verify_ms(self, tokens: np.ndarray | float, rows: int, kv_tokens: float) -> np.ndarray | float:
         """What a step verifying ``tokens`` tokens (anchors included) for ``rows`` requests that hold ``kv_tokens``
         KV tokens costs beyond T, or saves, for verifying more or fewer tokens per request than the table priced
         (``VerifyAttention``); 0 without the block. Elementwise over an array of ``tokens``."""
-        q_table, a, c, p = self.verify_terms
+        terms = self.verify_terms
         if np.ndim(tokens) == 0:
-            return _verify_ms(float(tokens), float(rows), float(kv_tokens), q_table, a, c, p)
+            return _verify_ms(float(tokens), float(rows), float(kv_tokens), *terms)
         t = np.asarray(tokens, dtype=np.float64)
-        return _verify_ms_each(t.ravel(), float(rows), float(kv_tokens), q_table, a, c, p).reshape(t.shape)
+        return _verify_ms_each(t.ravel(), float(rows), float(kv_tokens), *terms).reshape(t.shape)
 
 
 @dataclass(frozen=True)
@@ -537,30 +549,36 @@ def priced_step_ms_at(b_axis, ms, lo, hi, w, b, rows, prompts, seg, at, sizes, p
 
 
 @njit(cache=True, inline="always")
-def verify_ms_at(tokens, rows, kv, q_table, a, c, p):
+def verify_ms_at(tokens, rows, kv, q_table, a, c, p, window, share):
     """ms a step of ``tokens`` verified tokens over ``rows`` requests holding ``kv`` KV tokens adds to T for
-    verifying tokens / rows per request where the table priced min(tokens, q_table) (``VerifyAttention``: attention
-    takes max(a, c x q) ns per KV token, and p ns per request, at the tokens / min(tokens, q_table) requests the
-    table assumed). 0 without the block (q_table 0) or without requests."""
+    verifying tokens / rows per request where the table priced min(tokens, q_table), so tokens / min(tokens,
+    q_table) requests (``VerifyAttention``: attention takes max(a, c x q) ns per KV token attended, a share of the
+    layers seeing ``window`` tokens of each request at most, and p ns per request). 0 without the block (q_table
+    0) or without requests."""
     if q_table <= 0.0 or rows <= 0.0:
         return 0.0
     priced = max(min(tokens, q_table), 1.0)
-    out = (rows - tokens / priced) * p
+    assumed = tokens / priced
+    out = (rows - assumed) * p
     if kv > 0.0:
-        out += kv * (max(a, c * max(tokens / rows, 1.0)) - max(a, c * priced))
+        seen, seen_priced = kv, kv
+        if window > 0.0:  # K spread evenly over the requests, as the table spread it over its own
+            seen = kv * (1.0 - share) + min(kv, rows * window) * share
+            seen_priced = kv * (1.0 - share) + min(kv, assumed * window) * share
+        out += seen * max(a, c * max(tokens / rows, 1.0)) - seen_priced * max(a, c * priced)
     return out * 1e-6
 
 
-@njit(float64(float64, float64, float64, float64, float64, float64, float64), cache=True)
-def _verify_ms(tokens, rows, kv, q_table, a, c, p):
-    return verify_ms_at(tokens, rows, kv, q_table, a, c, p)
+@njit(float64(float64, float64, float64, float64, float64, float64, float64, float64, float64), cache=True)
+def _verify_ms(tokens, rows, kv, q_table, a, c, p, window, share):
+    return verify_ms_at(tokens, rows, kv, q_table, a, c, p, window, share)
 
 
 @njit(cache=True)
-def _verify_ms_each(tokens, rows, kv, q_table, a, c, p):
+def _verify_ms_each(tokens, rows, kv, q_table, a, c, p, window, share):
     out = np.empty(tokens.shape[0])
     for i in range(tokens.shape[0]):
-        out[i] = verify_ms_at(tokens[i], rows, kv, q_table, a, c, p)
+        out[i] = verify_ms_at(tokens[i], rows, kv, q_table, a, c, p, window, share)
     return out
 
 

@@ -51,6 +51,34 @@ def test_a_per_request_read_is_corrected_to_the_steps_own_requests():
     assert grid.verify_ms(2.0, 1, 0.0) == 0.0  # the table's own shape
 
 
+def test_a_windowed_layer_is_corrected_to_the_windows_of_the_steps_own_requests():
+    """Half the attention in layers that see 100 tokens of a request: over K = 8,000 tokens, 64 tokens over 8
+    requests attend to 4,000 + min(4,000, 800) = 4,800 tokens a layer where the table's 32 requests attended to
+    4,000 + min(4,000, 3,200) = 7,200, each at its own tokens per request (8 against the table's 2)."""
+    grid = replace(StepTimeGrid.from_points(np.array([1.0, 512.0]), np.array([0.0, 1e6]), np.ones(2)),
+                   verify=VerifyAttention(2.0, 10.0, 20.0, window=100.0, windowed_share=0.5))
+    want = (4800 * max(10, 20 * 8) - 7200 * max(10, 20 * 2)) * 1e-6
+    assert grid.verify_ms(64.0, 8, 8000.0) == pytest.approx(want, rel=1e-12)
+    # past every window nothing is cut: the same as a model without windows
+    full = replace(grid, verify=VerifyAttention(2.0, 10.0, 20.0))
+    assert grid.verify_ms(64.0, 8, 500.0) == pytest.approx(full.verify_ms(64.0, 8, 500.0), rel=1e-12)
+
+
+def test_the_estimate_windows_what_it_writes_and_the_correction_matches_it():
+    """Gemma 3 12B (40 of 48 layers see 1,024 tokens): the estimate writes its window and share, and the correction
+    from the table's 2 tokens a request to 8 is the estimate's own change at 16 requests over 32,768 tokens each."""
+    shape = get_shape("gemma3-12b")
+    dep = Deployment(gpu=get_gpu("H200"), gpus=1, ep=1, dtype="bf16", parallel="tp", engine="vllm",
+                     costs=engine_defaults("vllm"))
+    block = verify_attention(shape, dep, dep.costs)
+    assert (block.window, block.windowed_share) == (1024.0, 40 / 48)
+    b, k = np.array([128.0]), np.array([16 * 32768.0])
+    at = {q: estimate_points(shape, replace(dep, costs=replace(dep.costs, verify_tokens_per_request=q)), b, k,
+                             "roofline").parts["attention"][0] for q in (2.0, 8.0)}
+    grid = replace(StepTimeGrid.from_points(b, k, np.ones(1)), verify=block)
+    assert grid.verify_ms(128.0, 16, float(k[0])) == pytest.approx(at[8.0] - at[2.0], rel=1e-9)
+
+
 def test_the_per_request_term_is_written_only_where_a_model_has_one(tmp_path):
     """A Gated DeltaNet estimate writes ns_per_request (a request's states over the GPU's bandwidth, split with
     the heads); other kinds leave it out, and a sidecar without it reads as 0."""
@@ -93,6 +121,10 @@ def test_the_block_is_read_with_the_table_and_rides_on_its_grid(tmp_path):
     ({"tokens_per_request": 2, "ns_per_kv_token": -1, "ns_per_query_kv": 1},
      r"verify_attention.ns_per_kv_token must be a number >= 0, got -1"),
     ({"tokens_per_request": 2, "ns_per_kv_token": 1}, r"verify_attention.ns_per_query_kv must be a number >= 0"),
+    ({"tokens_per_request": 2, "ns_per_kv_token": 1, "ns_per_query_kv": 1, "window": 128},
+     r"verify_attention.window and windowed_share go together"),
+    ({"tokens_per_request": 2, "ns_per_kv_token": 1, "ns_per_query_kv": 1, "window": 128, "windowed_share": 1.5},
+     r"the share in \(0, 1\]"),
 ])
 def test_a_malformed_block_fails_when_the_table_is_read(tmp_path, block, match):
     path = StepTable.from_points(ROWS, meta={"verify_attention": block}).write(tmp_path / "bad.csv")

@@ -144,7 +144,10 @@ def random_step_rate(rng: np.random.Generator, rows: int = 0) -> StepCost:
     if rows and rng.random() < 0.5:
         grid = replace(grid, verify=VerifyAttention(float(rng.choice([1.0, 2.0, 4.0])), float(rng.random() * 0.2),
                                                     float(rng.random() * 0.2),
-                                                    ns_per_request=float(rng.choice([0.0, rng.random() * 5e4]))))
+                                                    ns_per_request=float(rng.choice([0.0, rng.random() * 5e4])),
+                                                    **({"window": float(rng.integers(16, 4096)),
+                                                        "windowed_share": float(rng.uniform(0.1, 1.0))}
+                                                       if rng.random() < 0.5 else {})))
     if rng.random() < 0.5:  # captured CUDA graphs: a staircase, eager (with its floor) past the largest size
         sizes = np.unique(rng.integers(1, 600, int(rng.integers(1, 12))))
         grid = replace(grid, graphs=CudaGraphs(tuple(int(x) for x in sizes), str(rng.choice(["tokens", "requests"])),

@@ -36,11 +36,11 @@ CAPTURE_CONTEXT = 1
 
 
 @njit(cache=True)
-def _verify_ms_rows(tokens, rows, kv, q_table, a, c, p):
+def _verify_ms_rows(tokens, rows, kv, q_table, a, c, p, window, share):
     """``verify_ms_at`` (the table's own rule) elementwise over arrays of tokens, requests and KV tokens."""
     out = np.empty(tokens.shape[0])
     for i in range(tokens.shape[0]):
-        out[i] = verify_ms_at(tokens[i], rows[i], kv[i], q_table, a, c, p)
+        out[i] = verify_ms_at(tokens[i], rows[i], kv[i], q_table, a, c, p, window, share)
     return out
 
 

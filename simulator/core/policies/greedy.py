@@ -67,7 +67,7 @@ def top_k_prefix_lengths(confidence: np.ndarray, capacity: int) -> np.ndarray:
 
 _NONE = np.zeros(0)
 _NO_GRID = np.zeros((0, 0))
-_NO_VERIFY = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # StepTimeGrid.verify_terms + (rows, verify_kv): no correction
+_NO_VERIFY = (0.0,) * 8  # StepTimeGrid.verify_terms + (rows, verify_kv): no correction
 
 
 def _as_matrix(confidence: np.ndarray) -> np.ndarray:
@@ -84,7 +84,7 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, veri
     (b_axis, k_axis, ms) at the B its captured CUDA graphs replay it at (``graphs``: sizes, counts requests, eager
     floor; ``priced_step_ms_at``), V the grid's verification correction (``verify``: its terms, rows and the
     decoding rows' KV tokens; ``verify_ms_at``); TOP_K takes the first ``capacity`` candidates."""
-    q_table, att_kv, att_query, att_request, att_rows, att_k = verify
+    q_table, att_kv, att_query, att_request, att_window, att_share, att_rows, att_k = verify
     sizes, per_request, floor = graphs
     prompts = prefill > 0.0
     rows, gamma = c.shape
@@ -127,7 +127,8 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, veri
             t, seg = step_ms_at(b_axis, ms, lo, hi, w, b, seg)
             if eager and t < floor:
                 t = floor
-            t += verify_ms_at(float(rows), att_rows, att_k, q_table, att_kv, att_query, att_request)
+            t += verify_ms_at(float(rows), att_rows, att_k, q_table, att_kv, att_query, att_request, att_window,
+                              att_share)
             rate = 1000.0 / (t + fixed)
         best = float(rows) * rate
         gained = 0.0
@@ -143,7 +144,8 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, veri
                 t, seg = step_ms_at(b_axis, ms, lo, hi, w, b, seg)
                 if eager and t < floor:
                     t = floor
-                t += verify_ms_at(float(rows + n), att_rows, att_k, q_table, att_kv, att_query, att_request)
+                t += verify_ms_at(float(rows + n), att_rows, att_k, q_table, att_kv, att_query, att_request, att_window,
+                                  att_share)
                 rate = 1000.0 / (t + fixed)
             theta = (float(rows) + gained) * rate
             if theta > best:  # a strict rise (GLOBAL: so the first maximum is kept)
