@@ -203,7 +203,7 @@ def verify_attention(shape: ModelShape, dep: Deployment, costs: EngineCosts) -> 
                            source="kernel-level roofline of the attention (hw_profile.estimate.estimate.attention_work)",
                            ns_per_request=work.per_request / dep.bandwidth * 1e9,
                            window=float(shape.sliding_window) if shape.windowed_layers else 0.0,
-                           windowed_share=shape.windowed_layers / shape.layers)
+                           windowed_share=shape.windowed_share)
 
 
 def attention_queries(b: np.ndarray, costs: EngineCosts) -> np.ndarray:
@@ -653,7 +653,7 @@ def chunk_attention(shape: ModelShape, dep: Deployment) -> dict:
                    f"comp_eff {dep.roofline.comp_eff})"),
     }
     if shape.windowed_layers:  # those layers' tokens attend to the window at most (every layer does the same work)
-        block.update(window=shape.sliding_window, windowed_share=shape.windowed_layers / shape.layers)
+        block.update(window=shape.sliding_window, windowed_share=shape.windowed_share)
     return block
 
 

@@ -370,13 +370,18 @@ class ModelShape:
             return 0
         return self.layers - self.layers // self.sliding_pattern
 
+    @property
+    def windowed_share(self) -> float:
+        """The share of the layers that see their window only (``windowed_layers`` over all); 0 without windows."""
+        return self.windowed_layers / self.layers
+
     def attended_kv(self, kv_tokens, requests):
         """The KV tokens a step's attention reads per layer, averaged over the layers, when ``kv_tokens`` of context
         are spread over ``requests`` requests evenly: all of them, except that a windowed layer reads at most its
         window per request (elementwise over arrays)."""
         if not self.windowed_layers:
             return kv_tokens
-        share = self.windowed_layers / self.layers
+        share = self.windowed_share
         return kv_tokens * (1.0 - share) + np.minimum(kv_tokens, np.asarray(requests) * self.sliding_window) * share
 
     @property

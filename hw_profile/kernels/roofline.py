@@ -106,16 +106,14 @@ def weight_bytes(shape: ModelShape, batch_tokens: np.ndarray | float, dtype: str
             + routed_weight_params(shape, b, gpus=gpus, ep=ep) * expert_bytes(shape, dtype))
 
 
-def attention_bytes_flops(shape: ModelShape, b: np.ndarray, k: np.ndarray, dtype: str,
-                          requests: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def attention_bytes_flops(shape: ModelShape, b: np.ndarray, k: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """KV bytes read and attention FLOPs of a step (all GPUs together): per KV token of context, per query token
     (compressed sparse attention's selected rows and window, a Gated DeltaNet token's state) and per request (a
-    Gated DeltaNet request's states). ``requests``: the step's requests; by default one a token (these tables'
-    K axis carries no request count), which prices a request's verified tokens as if each were its own."""
+    Gated DeltaNet request's states), at one request a token: these tables' K axis carries no request count, so a
+    request's verified tokens are priced as if each were its own (``hw-profile estimate`` prices R = B / q)."""
     kv_scale = DTYPE_BYTES[dtype] / 2.0  # the cache in the table's dtype
-    r = b if requests is None else requests
-    read = (k * shape.kv_read_bytes_per_token + b * shape.attn_read_bytes_per_query_token
-            + r * shape.attn_read_bytes_per_request) * kv_scale
+    read = (k * shape.kv_read_bytes_per_token
+            + b * (shape.attn_read_bytes_per_query_token + shape.attn_read_bytes_per_request)) * kv_scale
     flops = shape.attn_flops_per_kv_token * k + shape.attn_flops_per_query_token * b
     return read, flops
 

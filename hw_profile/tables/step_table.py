@@ -102,7 +102,8 @@ def _number_block(meta: dict, name: str, least: dict[str, float], where: str,
     if block is None:
         return None
     if not isinstance(block, dict):
-        raise TableError(f"{where}: {name} must be an object with {' and '.join(k for k in least if k not in optional)}")
+        needed = " and ".join(k for k in least if k not in optional)
+        raise TableError(f"{where}: {name} must be an object with {needed}")
     values = []
     for key, low in least.items():
         v = block.get(key, low if key in optional else None)
@@ -217,7 +218,8 @@ class VerifyAttention:
     def to_meta(self) -> dict:
         out = {"tokens_per_request": self.tokens_per_request, "ns_per_kv_token": self.ns_per_kv_token,
                "ns_per_query_kv": self.ns_per_query_kv, "source": self.source}
-        out.update({key: getattr(self, key) for key in self.OPTIONAL if getattr(self, key)})  # only where a model has them
+        # the optional terms only where the model has them
+        out.update({key: getattr(self, key) for key in self.OPTIONAL if getattr(self, key)})
         return out
 
 

@@ -70,9 +70,8 @@ class DraftCost:
             t = self.grid.lookup(tokens, kv_tokens, rows) + self._per_request(tokens, rows, kv_tokens)
             return t + gamma * max(self.seq_per_position_ms, self.seq_per_row_position_ms * rows) + fusion
         one = self._pass(rows, rows, kv_tokens)
-        if fed <= rows or not self.first_pass_share:
-            return gamma * one + fusion
-        extra = max(self._pass(fed, rows, kv_tokens) - one, 0.0) * self.first_pass_share
+        extra = (max(self._pass(fed, rows, kv_tokens) - one, 0.0) * self.first_pass_share
+                 if fed > rows and self.first_pass_share else 0.0)
         return gamma * one + extra + fusion
 
     def _pass(self, tokens: int, rows: int, kv_tokens: float) -> float:

@@ -73,6 +73,14 @@ def _draft_ms(draft: object | None, requests: np.ndarray, gamma: int, context: i
     return np.array([draft.ms(int(r), gamma, float(r) * context, int(r) * fed_per_request) for r in requests])
 
 
+def _find_ids(seen: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``ids`` sits among the sorted ids ``seen`` of an earlier step (a clipped index) and whether it
+    is there: how a planner follows its requests' history from step to step."""
+    at = np.minimum(np.searchsorted(seen, ids), max(len(seen) - 1, 0))
+    known = (seen[at] == ids) if len(seen) else np.zeros(len(ids), dtype=bool)
+    return at, known
+
+
 @register
 class VllmAdaptive(Policy):
     """``vllm-adaptive``: vLLM's adaptive verification (``enable_adaptive_verification``, vllm-project/vllm PR
@@ -132,9 +140,7 @@ class VllmAdaptive(Policy):
     # --- the one-step-old averages -----------------------------------------------------------------------------
     def _find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where each request's average sits in the previous step's (clipped index) and whether it has one."""
-        at = np.minimum(np.searchsorted(self._ids, ids), max(len(self._ids) - 1, 0))
-        known = (self._ids[at] == ids) if len(self._ids) else np.zeros(len(ids), dtype=bool)
-        return at, known
+        return _find_ids(self._ids, ids)
 
     def _sizing(self, at, known, rows, gamma, max_lengths) -> np.ndarray:
         old = np.zeros((rows, gamma))
@@ -309,11 +315,11 @@ class TrtllmAdaptive(Policy):
     the n largest survival products (ties by position, then request; products under 1e-6 take none), so a request's
     window is a prefix. Its profiler sweeps whole decode steps over batch sizes and uniform verify lengths and keeps
     the additive fit bias + alpha(bs) + theta(M); here the profile is read at this step's R, as if that R had been
-    profiled (where the fit holds, which the profiler checks to 2% of a step, it returns the measured cells), at ``profile_context`` tokens a request (``TRTLLM_PROFILE_CONTEXT``:
-    what the profiler's cells hold at its defaults), priced by the run's own table and drafter cost, forced monotone
-    along the lengths. The profile drafts the deployment's whole block at every length (the
-    engine's sweep rebuilds with shorter blocks, a bias its source names). Prompt chunks do not count: the table
-    prices decode steps.
+    profiled (where the fit holds, which the profiler checks to 2% of a step, it returns the measured cells), at
+    ``profile_context`` tokens a request (``TRTLLM_PROFILE_CONTEXT``: what the profiler's cells hold at its
+    defaults), priced by the run's own table and drafter cost, forced monotone along the lengths. The profile drafts
+    the deployment's whole block at every length (the engine's sweep rebuilds with shorter blocks, a bias its source
+    names). Prompt chunks do not count: the table prices decode steps.
 
     Budget and windows read the confidences of the request's block ``lag`` steps before (the host snapshot: a
     block's confidences reach the host a step after it is drafted, and the shipped overlap scheduler plans the next
@@ -377,9 +383,8 @@ class TrtllmAdaptive(Policy):
         out = np.full((len(ids), gamma), NEUTRAL_CONFIDENCE)
         if len(self._seen) == self.lag:
             old_ids, old = self._seen[0]
-            if old.shape[1] == gamma and len(old_ids):
-                at = np.minimum(np.searchsorted(old_ids, ids), len(old_ids) - 1)
-                known = old_ids[at] == ids
+            if old.shape[1] == gamma:
+                at, known = _find_ids(old_ids, ids)
                 out[known] = old[at[known]]
         return out
 
