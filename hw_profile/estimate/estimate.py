@@ -642,19 +642,43 @@ def _kernel_package() -> bool:
     return importlib.util.find_spec(PACKAGE) is not None
 
 
-def chunk_attention(shape: ModelShape, dep: Deployment) -> dict:
+def chunk_attention(shape: ModelShape, dep: Deployment, measured: tuple[float, str] | None = None) -> dict:
     """The sidecar's ``prefill_cost`` block (``hw_profile.tables.step_table.ChunkAttention``): a prompt chunk's causal attention,
     ns per (chunk token, token it attends to), compute-bound (hundreds of queries per request). Its GEMMs are T's at
-    the step's total tokens: one forward (``simulator.core.forward``)."""
+    the step's total tokens: one forward (``simulator.core.forward``). ``measured``: that rate and its source from
+    the measured context modules (``measured_chunk_rate``), else the kernel-level roofline's."""
     work = attention_work(shape, dep)
     block = {
         "ns_per_token_kv": work.per_query_kv / dep.peak(work.dtype) * 1e9,
         "source": (f"compute-bound roofline of the attention on {dep.gpu.name} ({work.dtype}, "
                    f"comp_eff {dep.roofline.comp_eff})"),
     }
+    if measured is not None:
+        block.update(ns_per_token_kv=measured[0], source=measured[1])
     if shape.windowed_layers:  # those layers' tokens attend to the window at most (every layer does the same work)
         block.update(window=shape.sliding_window, windowed_share=shape.windowed_share)
     return block
+
+
+def measured_chunk_rate(shape: ModelShape, dep: Deployment, kernels: str = "auto",
+                        sibling: GPU | None = None) -> tuple[float, str] | None:
+    """A prompt chunk's attention per (chunk token, cached token) from the kernel database's measured context
+    modules, on this GPU or its twin (``kernel_twin``), where it has them for this model's attention
+    (``KernelSource.chunk_pair_ns``); None for the roofline (``kernels: roofline``, a sibling's transfer, other
+    attention, tables without a sweep over cached prefixes)."""
+    if kernels == "roofline" or sibling is not None:
+        return None
+    gpu = kernel_twin(dep.gpu, dep.engine) or dep.gpu
+    rate = getattr(kernel_source("auto", gpu, dep.engine), "chunk_pair_ns", None)
+    if rate is None:
+        return None
+    try:
+        found = rate(shape, gpu.name, dep.engine, dep.dtype, dep.head_split)
+    except HwProfileError:  # rows the decode path would also miss: that path says why
+        return None
+    if found is None or gpu is dep.gpu:
+        return found
+    return found[0], f"{found[1]}; the {gpu.name}'s, {dep.gpu.name}'s twin"
 
 
 def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str = "auto",
@@ -695,7 +719,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         notes=notes,
         **({"advice": advice} if (advice := [str(n) for n in notes if isinstance(n, Advice)]) else {}),
         inside_share=float(np.mean(est.inside)) if len(est.inside) else 0.0,
-        prefill_cost=chunk_attention(shape, dep),
+        prefill_cost=chunk_attention(shape, dep, measured_chunk_rate(shape, dep, kernels, sibling)),
         verify_attention=verify_attention(shape, dep, used).to_meta(),
         cuda_graphs=cuda_graphs(shape, dep, used).to_meta(),
         weight_bytes_per_gpu=weights_per_gpu,

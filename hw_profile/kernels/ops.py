@@ -301,6 +301,20 @@ def _own_reads_then_shared(ctx, grid: Grid, h, B, R, c, sat: float, what: str) -
     return parts[0] + parts[1] - parts[2]
 
 
+def _dsa_rows(ctx, shape, tab: pd.DataFrame, gdtype: str, heads: int, what: str) -> tuple[pd.DataFrame, str, str]:
+    """A DSA module table's rows for this model at ``heads`` local heads: (rows, the model measured, GEMM type)."""
+    variant = "glm-5" if shape.family == "glm_moe_dsa" else "deepseek-v3.2"
+    rows = tab[tab["model"].str.lower().str.contains(variant, regex=False)]
+    if rows.empty:
+        raise HwProfileError(f"kernel database: no sparse attention rows for {shape.name} on {ctx.system}/"
+                             f"{ctx.engine} (models: {sorted(set(tab['model']))})")
+    gt = gdtype if (rows["gemm_type"] == gdtype).any() else "bfloat16"
+    rows = _pick(rows, what, gemm_type=gt, kv_cache_dtype=_kv_dtype(ctx, rows, shape))
+    models = sorted(set(rows["model"]))
+    model = next((m for m in models if shape.name.lower() in m.lower()), models[0])
+    return densest(_pick(rows[rows["model"] == model], what, num_heads=heads)), model, gt
+
+
 def _dsa_attention(ctx, shape, B, R, c, gdtype):
     """DeepSeek sparse attention (DeepSeek-V3.2, GLM-5) from the measured decode module (projections, indexer and
     sparse MLA inside), all layers. Each query token reads its own ``index_topk`` selected rows; what grows beyond
@@ -309,24 +323,24 @@ def _dsa_attention(ctx, shape, B, R, c, gdtype):
     if tab is None:
         raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no DeepSeek sparse attention decode "
                              "module data")
-    variant = "glm-5" if shape.family == "glm_moe_dsa" else "deepseek-v3.2"
-    rows = tab[tab["model"].str.lower().str.contains(variant, regex=False)]
-    if rows.empty:
-        raise HwProfileError(f"kernel database: no sparse attention rows for {shape.name} on {ctx.system}/"
-                             f"{ctx.engine} (models: {sorted(set(tab['model']))})")
-    gt = gdtype if (rows["gemm_type"] == gdtype).any() else "bfloat16"
-    rows = _pick(rows, "DeepSeek sparse attention module", gemm_type=gt,
-                 kv_cache_dtype=_kv_dtype(ctx, rows, shape))
-    models = sorted(set(rows["model"]))
-    model = next((m for m in models if shape.name.lower() in m.lower()), models[0])
     heads = shape.heads // ctx.gpus
-    rows = densest(_pick(rows[rows["model"] == model], "DeepSeek sparse attention module", num_heads=heads))
+    rows, model, gt = _dsa_rows(ctx, shape, tab, gdtype, heads, "DeepSeek sparse attention module")
     ctx.note(f"DeepSeek sparse attention: the measured decode module of {model} ({gt} GEMMs, "
              f"{rows['kv_cache_dtype'].iloc[0]} KV; projections and indexer inside) at B tokens up to the context "
              f"where a query's own reads saturate (its top {shape.index_topk} rows), and its growth beyond it at R "
              "requests: the indexer's scan is read once per request.")
     return shape.layers * _own_reads_then_shared(ctx, _head_grid(rows), np.full(B.shape, float(heads)), B, R, c,
                                                  shape.index_topk, "DeepSeek sparse attention module")
+
+
+def _v4_rows(ctx, shape, tab: pd.DataFrame, kind: str, heads: int) -> pd.DataFrame:
+    """A V4 CSA or HCA module table's rows for this model (Flash or Pro) at ``heads`` local heads."""
+    variant = "flash" if "flash" in shape.name.lower() else "pro"
+    rows = tab[tab["model"].str.lower().str.contains(variant)]
+    if rows.empty:
+        raise HwProfileError(f"kernel database: no DeepSeek-V4 {kind.upper()} rows for {shape.name} on "
+                             f"{ctx.system}/{ctx.engine} (models: {sorted(set(tab['model']))})")
+    return densest(_pick(rows, f"DeepSeek-V4 {kind.upper()} module", num_heads=heads))
 
 
 def _v4_attention(ctx, shape, B, R, c):
@@ -338,7 +352,6 @@ def _v4_attention(ctx, shape, B, R, c):
     tokens over the context at which those per-query reads saturate (CSA: ratio x top-k; HCA: the window), plus
     its growth from there to the real context at R requests: M(B, min(c, sat)) + M(R, c) - M(R, min(c, sat))."""
     heads = shape.heads // ctx.gpus
-    variant = "flash" if "flash" in shape.name.lower() else "pro"
     h = np.full(B.shape, float(heads))
     window_only = shape.layers - shape.csa_layers - shape.hca_layers
     total = np.zeros(B.shape)
@@ -350,11 +363,7 @@ def _v4_attention(ctx, shape, B, R, c):
         if tab is None:
             raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no DeepSeek-V4 {kind.upper()} "
                                  "decode module data")
-        rows = tab[tab["model"].str.lower().str.contains(variant)]
-        if rows.empty:
-            raise HwProfileError(f"kernel database: no DeepSeek-V4 {kind.upper()} rows for {shape.name} on "
-                                 f"{ctx.system}/{ctx.engine} (models: {sorted(set(tab['model']))})")
-        rows = densest(_pick(rows, f"DeepSeek-V4 {kind.upper()} module", num_heads=heads))
+        rows = _v4_rows(ctx, shape, tab, kind, heads)
         total = total + layers * _own_reads_then_shared(ctx, _head_grid(rows), h, B, R, c, sat,
                                                         f"V4 {kind.upper()} module")
     ctx.note(f"DeepSeek-V4 attention: the measured CSA and HCA decode modules ({rows['kv_cache_dtype'].iloc[0]} "
@@ -362,6 +371,73 @@ def _v4_attention(ctx, shape, B, R, c):
              "at B tokens up to the context where each query's own reads (top-k rows, window) saturate, and their "
              "growth beyond it at R requests: what grows with the context is read once per request.")
     return total
+
+
+# --- prompt chunks ------------------------------------------------------------------------------------------------
+
+# Cached tokens from which a sparse context module's time grows in proportion to them: past every per-query
+# saturation (V4's CSA reads its top-k of ratio x top-k tokens and HCA its window; DSA its top-k rows), what grows is
+# the indexer's scan and HCA's compressed rows, one pass per chunk token over the cached prefix
+PREFIX_LINEAR_FROM = 16384
+# Chunks of this many tokens a prompt or more: there the growth per (chunk token, cached token) is the same at every
+# chunk size (compute-bound, within a few percent on the H200's V4 modules); a chunk of a few tokens reads the
+# prefix as decode does and pays several times more per pair, which prompt chunks, hundreds of tokens each, do not
+PREFIX_CHUNK_FROM = 512
+PREFIX_FIT_R2 = 0.9  # the least share of a sweep's variance its line must explain
+
+
+def _prefix_slope(rows: pd.DataFrame) -> float | None:
+    """ms per (chunk token x cached token) of one context module: per measured chunk (``batch_size`` prompts of
+    ``isl`` >= ``PREFIX_CHUNK_FROM`` tokens each), the least-squares slope of its time over the cached prefix
+    (``step``) from ``PREFIX_LINEAR_FROM`` tokens on, over its ``batch_size x isl`` tokens, where a rising line
+    explains the sweep (R^2 >= ``PREFIX_FIT_R2``); the median over chunks. None without such a sweep (some engines'
+    tables hold prefixes of 0 and 128 tokens only, or one past 16K; GLM-5.2's barely move with the prefix)."""
+    slopes = []
+    swept = rows[(rows["step"] >= PREFIX_LINEAR_FROM) & (rows["isl"] >= PREFIX_CHUNK_FROM)]
+    for (batch, isl), chunk in swept.groupby(["batch_size", "isl"]):
+        if chunk["step"].nunique() < 3:
+            continue
+        x, y = chunk["step"].to_numpy(float), chunk["latency"].to_numpy(float)
+        slope, intercept = np.polyfit(x, y, 1)
+        # a line that explains the sweep (some tables barely grow, or jump about, with the prefix: not a rate)
+        if slope > 0 and np.sum((y - slope * x - intercept) ** 2) <= (1 - PREFIX_FIT_R2) * np.sum((y - y.mean()) ** 2):
+            slopes.append(slope / (batch * isl))
+    return float(np.median(slopes)) if slopes else None
+
+
+def chunk_pair_ns(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int,
+                  data_dir=None) -> tuple[float, str] | None:
+    """What a prompt chunk's attention costs per (chunk token, cached token it attends to), ns over all layers on
+    one of ``gpus`` tensor-parallel GPUs, from the measured context modules of sparse attention (DeepSeek-V4's CSA
+    and HCA, DSA): their growth with the cached prefix (``_prefix_slope``); and a line saying where it came from.
+    The modules' per-token work (projections, compressor, the chunk's own window) is T's, as for every forward.
+    None for other attention (the roofline prices it) or where the engine's tables have no sweep over prefixes."""
+    kind = shape.attention_kind
+    if kind not in (COMPRESSED_SPARSE, DSA):
+        return None
+    ctx = _Ctx.open(gpu, engine, dtype, gpus, np.zeros(1), data_dir)
+    heads = shape.heads // gpus
+    if kind == DSA:
+        modules = [("dsa", shape.layers)]
+    else:  # a window-only V4 layer does not grow with the prefix
+        modules = [("csa", shape.csa_layers), ("hca", shape.hca_layers)]
+    ns = 0.0
+    for name, layers in modules:
+        if not layers:
+            continue
+        tab = ctx.table("sparse_attention",
+                        "dsa_context_module_perf" if name == "dsa" else f"dsv4_{name}_context_module_perf")
+        if tab is None:
+            return None
+        rows = (_dsa_rows(ctx, shape, tab, _gemm_dtype(shape, dtype), heads, "DSA context module")[0]
+                if name == "dsa" else _v4_rows(ctx, shape, tab, name, heads))
+        slope = _prefix_slope(rows)
+        if slope is None:
+            return None
+        ns += layers * slope * 1e6
+    what = " and ".join(name.upper() for name, layers in modules if layers)
+    return ns, (f"measured {what} context modules ({ctx.origin}: {ctx.system} / {ctx.engine} {ctx.version}, "
+                f"{heads} heads a GPU): their growth with the cached prefix past {PREFIX_LINEAR_FROM:,} tokens")
 
 
 # --- MoE and communication ----------------------------------------------------------------------------------------

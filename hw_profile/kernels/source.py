@@ -4,7 +4,8 @@ kernel database behind it.
 ``hw_profile.estimate.estimate`` prices a step's kernels from a source it is handed (``kernel_source`` picks one
 per GPU and engine, ``None`` meaning the roofline) and asks it for four things, each a ``KernelTimes``; anything
 with these four methods serves, which is how a test hands it a database written in a temporary directory
-(``MeasuredKernels(data_dir=...)``) and how another source of measured kernels would plug in.
+(``MeasuredKernels(data_dir=...)``) and how another source of measured kernels would plug in. A source may also
+price prompt chunks' attention (``chunk_pair_ns``); one without it leaves them to the roofline.
 """
 
 from __future__ import annotations
@@ -54,3 +55,7 @@ class MeasuredKernels:
 
     def gemm_times(self, shape, gpu, engine, dtype, gpus, tokens, names) -> KernelTimes:
         return ops.gemm_times(shape, gpu, engine, dtype, gpus, tokens, names, data_dir=self.data_dir)
+
+    def chunk_pair_ns(self, shape, gpu, engine, dtype, gpus) -> tuple[float, str] | None:
+        """A prompt chunk's attention per (chunk token, cached token), ns, and its source; None where not measured."""
+        return ops.chunk_pair_ns(shape, gpu, engine, dtype, gpus, data_dir=self.data_dir)
