@@ -373,39 +373,6 @@ def _v4_attention(ctx, shape, B, R, c):
     return total
 
 
-def _gdn_linear_attention(ctx, shape, B, R):
-    """The linear-attention layers of a Gated DeltaNet hybrid (Qwen3-Next, Qwen3.5) from the measured decode
-    kernels, the causal convolution's update and the recurrent delta rule, measured at one token per sequence.
-    A request's recurrent states are read once a step and each verified token writes its own (what the engines
-    keep to roll back to), so the recurrent kernel, a read and a write per measured sequence, is priced at
-    (M(R) + M(B)) / 2: R reads and B writes. The convolution, whose state is a few columns, at B."""
-    tab = ctx.table("linear_attention", "gdn_perf")
-    if tab is None:
-        raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no Gated DeltaNet (linear attention) "
-                             "kernels")
-    rows = _pick(tab, "Gated DeltaNet decode kernel", phase="generation",
-                 num_k_heads=shape.linear_key_heads // ctx.gpus, num_v_heads=shape.linear_value_heads // ctx.gpus,
-                 head_k_dim=shape.linear_key_head_dim, head_v_dim=shape.linear_value_head_dim)
-    # the kernels' shapes are the heads and head widths; of the models measured with them, this one where it is
-    models = sorted(set(rows["model_name"]))
-    model = next((m for m in models if shape.name.lower() in m.lower()), models[0])
-    rows = rows[rows["model_name"] == model]
-    conv = rows[rows["kernel_source"].str.contains("conv1d")]
-    recurrent = rows[~rows["kernel_source"].str.contains("conv1d")]
-    if conv.empty or recurrent.empty:
-        raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} lacks a Gated DeltaNet decode kernel "
-                             f"(measured: {sorted(set(rows['kernel_source']))})")
-    parts = []
-    for kernel, at in ((conv, B), (recurrent, R), (recurrent, B)):
-        v, inside = Grid.from_frame(kernel, ["batch_size"]).lookup(at)
-        parts.append(ctx.take("Gated DeltaNet decode kernel", v, inside))
-    ctx.note(f"Gated DeltaNet: the {shape.linear_attention_layers} linear-attention layers from the measured decode "
-             f"kernels of {model} ({', '.join(sorted(set(rows['kernel_source'])))}), the recurrent one at (R + B) / 2 "
-             "sequences of one token: each request's states read once, each verified token's written; the "
-             f"{shape.full_attention_layers} full-attention layers from the decode attention kernel.")
-    return shape.linear_attention_layers * (parts[0] + (parts[1] + parts[2]) / 2)
-
-
 # --- prompt chunks ------------------------------------------------------------------------------------------------
 
 # Cached tokens from which a sparse context module's time grows in proportion to them: past every per-query
@@ -714,6 +681,8 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     gdtype = _gemm_dtype(shape, dtype)
 
     kind = shape.attention_kind
+    if kind == GATED_DELTANET:
+        raise HwProfileError(f"kernel database: no Gated DeltaNet (linear attention) kernels for {shape.name}")
     gemm = np.zeros(B.shape)
     gemm_list = dense_gemms(shape, gpus)
     if kind == COMPRESSED_SPARSE:
@@ -728,9 +697,6 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
         else:
             attention = attention * shape.layers
             gemm = gemm + extra
-    elif kind == GATED_DELTANET:  # the full-attention layers' per-head caches, and the linear layers' states
-        attention = (_gqa_attention(ctx, shape, R, q, c) * shape.full_attention_layers
-                     + _gdn_linear_attention(ctx, shape, B, R))
     else:  # per-head caches: MHA, GQA and sliding windows, whose windowed layers read their window at most
         local = shape.windowed_layers
         attention = _gqa_attention(ctx, shape, R, q, c) * (shape.layers - local)
