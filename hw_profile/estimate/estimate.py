@@ -647,14 +647,14 @@ def chunk_attention(shape: ModelShape, dep: Deployment, measured: tuple[float, s
     ns per (chunk token, token it attends to), compute-bound (hundreds of queries per request). Its GEMMs are T's at
     the step's total tokens: one forward (``simulator.core.forward``). ``measured``: that rate and its source from
     the measured context modules (``measured_chunk_rate``), else the kernel-level roofline's."""
-    work = attention_work(shape, dep)
-    block = {
-        "ns_per_token_kv": work.per_query_kv / dep.peak(work.dtype) * 1e9,
-        "source": (f"compute-bound roofline of the attention on {dep.gpu.name} ({work.dtype}, "
-                   f"comp_eff {dep.roofline.comp_eff})"),
-    }
     if measured is not None:
-        block.update(ns_per_token_kv=measured[0], source=measured[1])
+        rate, source = measured
+    else:
+        work = attention_work(shape, dep)
+        rate = work.per_query_kv / dep.peak(work.dtype) * 1e9
+        source = (f"compute-bound roofline of the attention on {dep.gpu.name} ({work.dtype}, "
+                  f"comp_eff {dep.roofline.comp_eff})")
+    block = {"ns_per_token_kv": rate, "source": source}
     if shape.windowed_layers:  # those layers' tokens attend to the window at most (every layer does the same work)
         block.update(window=shape.sliding_window, windowed_share=shape.windowed_share)
     return block

@@ -421,7 +421,7 @@ def chunk_pair_ns(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: in
         modules = [("dsa", shape.layers)]
     else:  # a window-only V4 layer does not grow with the prefix
         modules = [("csa", shape.csa_layers), ("hca", shape.hca_layers)]
-    ns = 0.0
+    ns, priced = 0.0, []
     for name, layers in modules:
         if not layers:
             continue
@@ -435,8 +435,8 @@ def chunk_pair_ns(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: in
         if slope is None:
             return None
         ns += layers * slope * 1e6
-    what = " and ".join(name.upper() for name, layers in modules if layers)
-    return ns, (f"measured {what} context modules ({ctx.origin}: {ctx.system} / {ctx.engine} {ctx.version}, "
+        priced.append(name.upper())
+    return ns, (f"measured {' and '.join(priced)} context modules ({ctx.origin}: {ctx.system} / {ctx.engine} {ctx.version}, "
                 f"{heads} heads a GPU): their growth with the cached prefix past {PREFIX_LINEAR_FROM:,} tokens")
 
 
