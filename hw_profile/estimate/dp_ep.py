@@ -95,7 +95,7 @@ def step_time_ms(shape: ModelShape, gpu: GPU, batch_tokens: np.ndarray | float, 
     t_comp = flops / (gpu.peak_tflops(dtype) * 1e12 * roofline.comp_eff)
     if shape.is_moe and params.ep > 1:
         copies = params.copies_per_token or shape.experts_per_token
-        volume = b * shape.moe_layers * shape.hidden * (params.dispatch_bytes + params.combine_bytes) * copies
+        volume = b * shape.moe_layers * shape.expert_width * (params.dispatch_bytes + params.combine_bytes) * copies
         t_comm = volume / (params.network_gb_s * 1e9) + shape.moe_layers * params.a2a_latency_us * 1e-6
     else:
         t_comm = np.zeros_like(b)

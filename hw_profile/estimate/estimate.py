@@ -69,6 +69,7 @@ from hw_profile.hardware.moe import routed_weight_params
 from hw_profile.hardware.shapes import (
     COMPRESSED_SPARSE,
     DSA,
+    LINEAR_HYBRIDS,
     ModelShape,
     dense_gemms,
     drafter_attention_window,
@@ -163,7 +164,12 @@ class Deployment:
 
 
 def default_parallel(shape: ModelShape, gpus: int, ep: int) -> str:
-    return "dp" if shape.is_moe and shape.latent_kv and ep > 1 and ep == gpus else "tp"
+    """Data-parallel attention for a latent-cache MoE model over pure expert parallelism (DeepSeek's and SGLang's
+    layout: tensor parallelism would copy the cache on every rank), else tensor parallel. A linear hybrid's latent
+    cache is a small part of its attention, whose per-head weights and states tensor parallelism splits
+    (Kimi-K3's linear layers hold 30B parameters: each data-parallel rank would hold them all)."""
+    dp_layout = shape.latent_kv and shape.attention_kind not in LINEAR_HYBRIDS
+    return "dp" if shape.is_moe and dp_layout and ep > 1 and ep == gpus else "tp"
 
 
 def _bound(bytes_: np.ndarray, flops: np.ndarray, dep: Deployment, dtype: str) -> np.ndarray:
@@ -186,10 +192,12 @@ class AttentionWork:
 def attention_work(shape: ModelShape, dep: Deployment) -> AttentionWork:
     g = dep.head_split
     read_split = 1 if shape.latent_kv else g  # a latent cache is replicated over tp ranks
+    # a linear hybrid's per-token and per-request reads are its states, split with the heads whatever its cache
+    state_split = g if shape.attention_kind in LINEAR_HYBRIDS else read_split
     kv_scale = kv_cache_bytes(shape) / 2.0
     return AttentionWork(shape.kv_read_bytes_per_token * kv_scale / read_split, shape.attn_flops_per_kv_token / g,
-                         shape.attn_read_bytes_per_query_token * kv_scale / read_split,
-                         shape.attn_read_bytes_per_request * kv_scale / read_split,
+                         shape.attn_read_bytes_per_query_token * kv_scale / state_split,
+                         shape.attn_read_bytes_per_request * kv_scale / state_split,
                          "bf16" if kv_scale == 1.0 else dep.dtype)
 
 
@@ -271,7 +279,7 @@ def roofline_parts(shape: ModelShape, dep: Deployment, b: np.ndarray, k: np.ndar
 def exchange_ms(shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray:
     """One expert-parallel dispatch and combine of ``b`` tokens per rank in every MoE layer, ms per step."""
     b = np.asarray(b, dtype=float)
-    volume = b * shape.hidden * A2A_BYTES_PER_VALUE * shape.experts_per_token * (dep.ep - 1) / dep.ep
+    volume = b * shape.expert_width * A2A_BYTES_PER_VALUE * shape.experts_per_token * (dep.ep - 1) / dep.ep
     if dep.ep <= dep.gpu.nvlink_domain:
         lat_us = dep.costs.a2a_us_per_layer if dep.costs.a2a_us_per_layer is not None else A2A_NVLINK_US
         # the latency is a floor; past it the exchange is bound by its volume over NVLink
@@ -321,7 +329,7 @@ def fused_moe_ms(routed: np.ndarray, exchange: np.ndarray, waves: float) -> np.n
 def shared_experts_ms(shape: ModelShape, dep: Deployment, b: np.ndarray) -> np.ndarray:
     """The shared experts of every MoE layer on one GPU at ``b`` tokens, ms: bound by their weights' reads or their
     arithmetic, split like the dense part (over tensor-parallel GPUs; whole on each data-parallel rank)."""
-    params = shape.moe_layers * shape.shared_experts * shape.expert_params / dep.head_split
+    params = shape.moe_layers * shape.shared_experts * shape.shared_expert_params / dep.head_split
     b = np.asarray(b, dtype=float)
     return _bound(np.full_like(b, params * DTYPE_BYTES[dep.dtype]), 2.0 * params * b, dep, dep.dtype)
 

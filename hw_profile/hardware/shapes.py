@@ -6,7 +6,7 @@ the (shared) LM head.
 
 Beyond the dense GQA transformer (Qwen3), a shape can describe the kinds below; ``attention_kind`` names its
 attention (``ATTENTION_KINDS``: ``mha``, ``gqa``, ``sliding-window``, ``mla``, ``dsa``, ``compressed-sparse``,
-``gated-deltanet``), and the models read what a kind means from the shape (KV bytes per token, reads and FLOPs per
+``gated-deltanet``, ``linear-mla``), and the models read what a kind means from the shape (KV bytes per token, reads and FLOPs per
 context and per query token, ``latent_kv``, ``checkpoint_dtype``, ``hyper_connections``, ``dense_gemms``) rather
 than from its fields:
 
@@ -50,6 +50,17 @@ than from its fields:
   verified position's state to roll back to), and each token spends 6 x heads x key x value FLOPs a layer on the
   delta rule (``attn_flops_per_query_token``). ``state_bytes_per_request`` is the memory a request holds whatever
   its context.
+- **Linear hybrids with latent full layers** (``linear-mla``, Kimi-K3, ``linear_interval > 0`` with
+  ``kv_lora_rank > 0``): Kimi Delta Attention linear layers beside MLA full layers. A KDA layer is priced as a Gated
+  DeltaNet layer of ``linear_key_heads`` = ``linear_value_heads`` heads (its q, k, v and full-rank gate projections,
+  per-head recurrent states of key x value, a short convolution; the low-rank output-gate factors KDA adds, under 1%
+  of the layer's weights, are not counted). The full layers are MLA, as the ``mla`` kind prices them, plus an output
+  gate projection of ``heads`` x ``v_head_dim`` where ``attn_output_gate`` is set; their latent cache is what each
+  context token holds, the linear layers' states what each request holds. ``full_layers`` counts the full layers
+  where the pattern is not exactly every ``linear_interval``-th (Kimi-K3: every 4th and the last, 24 of 93).
+- **Latent experts** (``expert_hidden > 0``, Kimi-K3): the routed experts work in a ``expert_hidden``-wide space;
+  each MoE layer projects every token down to it and back once (dense GEMMs), and the experts' weights and the
+  expert-parallel exchange are at that width. Shared experts stay at ``hidden``.
 - **Sliding-window attention** (``sliding-window``, Gemma 3): all but every ``sliding_pattern``-th layer attend to the last
   ``sliding_window`` tokens only. The profiler builds it faithfully. A step over R requests reads at most
   ``sliding_window`` tokens per request in a windowed layer (``attended_kv``), which the estimate applies at the
@@ -75,7 +86,9 @@ MLA = "mla"
 DSA = "dsa"
 COMPRESSED_SPARSE = "compressed-sparse"
 GATED_DELTANET = "gated-deltanet"
-ATTENTION_KINDS = (MHA, GQA, SLIDING_WINDOW, MLA, DSA, COMPRESSED_SPARSE, GATED_DELTANET)
+LINEAR_MLA = "linear-mla"
+ATTENTION_KINDS = (MHA, GQA, SLIDING_WINDOW, MLA, DSA, COMPRESSED_SPARSE, GATED_DELTANET, LINEAR_MLA)
+LINEAR_HYBRIDS = (GATED_DELTANET, LINEAR_MLA)  # kinds whose linear layers hold per-request states
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,9 @@ class ModelShape:
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     linear_conv_kernel: int = 4
+    full_layers: int = 0  # full-attention layers where not every `linear_interval`-th (Kimi-K3: every 4th + the last)
+    attn_output_gate: bool = False  # MLA full layers gate their output by a projection of the hidden state (Kimi-K3)
+    expert_hidden: int = 0  # routed experts' width where they work in a latent space (Kimi-K3: 3,584 of 7,168)
     expert_dtype: str = ""  # routed experts' type where narrower than the rest ("fp4"; a deployment: "fp8", "w4a16")
     kv_dtype: str = ""  # the KV cache's type where the model or the deployment fixes it (V4: "fp8"); "" = bf16
     # the attention's input projections read this many hidden-width vectors (EAGLE-3's drafter layer: 2, the token's
@@ -140,13 +156,14 @@ class ModelShape:
 
     @property
     def attention_kind(self) -> str:
-        """How the layers attend (one of ``ATTENTION_KINDS``; the module docstring describes each): compressed
-        sparse attention where any layer reads compressed rows, else DeepSeek sparse attention where a latent's rows
+        """How the layers attend (one of ``ATTENTION_KINDS``; the module docstring describes each): a linear hybrid
+        where some layers are linear (``linear-mla`` where its full layers are MLA, else ``gated-deltanet``), else
+        compressed sparse attention where any layer reads compressed rows, else DeepSeek sparse attention where a latent's rows
         are selected by an indexer, else MLA where keys and values are a latent, else
         Gemma's interleaved sliding windows, else multi-head attention (a KV head per query head) or grouped-query
         attention (fewer, down to one: a DeepSeek-V4 drafter's window-only layers are one shared KV head)."""
         if self.linear_interval > 0:
-            return GATED_DELTANET
+            return LINEAR_MLA if self.kv_lora_rank > 0 else GATED_DELTANET
         if self.csa_layers + self.hca_layers > 0:
             return COMPRESSED_SPARSE
         if self.kv_lora_rank > 0:
@@ -160,14 +177,14 @@ class ModelShape:
         """The KV cache is one copy for all query heads (MLA's latent, compressed sparse attention's rows), so
         tensor parallelism cannot split it: every rank holds and reads all of it. Per-head caches (MHA, GQA, sliding
         windows) split over the ranks by KV head."""
-        return self.attention_kind in (MLA, DSA, COMPRESSED_SPARSE)
+        return self.attention_kind in (MLA, DSA, COMPRESSED_SPARSE, LINEAR_MLA)
 
     @property
     def checkpoint_dtype(self) -> str:
         """The type the model's public weights ship in, which ``hw-profile estimate`` prices by default: fp8 for
         DeepSeek's latent- and compressed-attention models (V3, V4, Kimi-K2, whose checkpoints are fp8 with 128 x 128
-        block scales), bf16 for the others."""
-        return "fp8" if self.latent_kv else "bf16"
+        block scales), bf16 for the others (Kimi-K3 quantizes its routed experts alone, ``expert_dtype``)."""
+        return "fp8" if self.attention_kind in (MLA, DSA, COMPRESSED_SPARSE) else "bf16"
 
     @property
     def hyper_connections(self) -> bool:
@@ -199,8 +216,10 @@ class ModelShape:
 
     @property
     def full_attention_layers(self) -> int:
-        """Layers that cache keys and values: all but a Gated DeltaNet hybrid's linear layers."""
-        return self.layers // self.linear_interval if self.linear_interval else self.layers
+        """Layers that cache keys and values: all but a linear hybrid's linear layers."""
+        if not self.linear_interval:
+            return self.layers
+        return min(self.full_layers, self.layers) if self.full_layers else self.layers // self.linear_interval
 
     @property
     def linear_attention_layers(self) -> int:
@@ -214,23 +233,41 @@ class ModelShape:
 
     @property
     def state_bytes_per_request(self) -> float:
-        """Bytes (2-byte precision) a request holds whatever its context: a Gated DeltaNet hybrid's recurrent
-        states and convolution inputs, all linear layers; 0 for other kinds."""
+        """Bytes (2-byte precision) a request holds whatever its context: a linear hybrid's recurrent states and
+        convolution inputs, all linear layers; 0 for other kinds."""
         per_layer = (self.linear_value_heads * self.linear_key_head_dim * self.linear_value_head_dim
                      + (self.linear_conv_kernel - 1) * self._linear_conv_channels)
         return 2.0 * self.linear_attention_layers * per_layer
 
-    def _gated_deltanet_attn_params(self) -> int:
-        """All layers' attention parameters of a Gated DeltaNet hybrid: full layers' gated queries (2 x heads),
-        keys, values and output; linear layers' query-key-value-gate and beta-alpha projections, convolution
-        and output."""
-        full = (2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_heads * self.head_dim
-                + self.heads * self.head_dim * self.hidden)
+    def _linear_hybrid_attn_params(self) -> int:
+        """All layers' attention parameters of a linear hybrid: the full layers' (Gated DeltaNet's: gated queries,
+        2 x heads, keys, values and output; ``linear-mla``'s: MLA's, ``_mla_attn_params``), and the linear layers'
+        query-key-value-gate and beta-alpha projections, convolution and output."""
+        if self.attention_kind == LINEAR_MLA:
+            full = self._mla_attn_params(self.hidden)
+        else:
+            full = (2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_heads * self.head_dim
+                    + self.heads * self.head_dim * self.hidden)
         value_width = self.linear_value_heads * self.linear_value_head_dim
         linear = (self.hidden * (2 * self.linear_key_heads * self.linear_key_head_dim + 2 * value_width)
                   + self.hidden * 2 * self.linear_value_heads + self.linear_conv_kernel * self._linear_conv_channels
                   + value_width * self.hidden)
         return self.full_attention_layers * full + self.linear_attention_layers * linear
+
+    def _mla_attn_params(self, width: int) -> int:
+        """One MLA layer's attention parameters whose input projections read ``width`` values: low-rank (or full)
+        queries, the latent and rotary key, the latent's expansion to keys and values, the output (and its gate
+        where ``attn_output_gate``), and a DeepSeek-sparse-attention indexer where there is one."""
+        qk = self.head_dim + self.qk_rope_head_dim
+        if self.q_lora_rank:
+            q = width * self.q_lora_rank + self.q_lora_rank * self.heads * qk
+        else:
+            q = width * self.heads * qk
+        kv_a = width * (self.kv_lora_rank + self.qk_rope_head_dim)
+        kv_b = self.kv_lora_rank * self.heads * (self.head_dim + self.v_head_dim)
+        o = self.heads * self.v_head_dim * self.hidden
+        gate = width * self.heads * self.v_head_dim if self.attn_output_gate else 0
+        return q + kv_a + kv_b + o + gate + self._indexer_params()
 
     @property
     def attn_params_per_layer(self) -> int:
@@ -238,19 +275,11 @@ class ModelShape:
         # see the window (a V4 drafter's): the same projections without compressors or indexer
         if self.attention_kind == COMPRESSED_SPARSE or self.o_groups:
             return self._compressed_attn_params() // self.layers
-        if self.attention_kind == GATED_DELTANET:  # the mean over full and linear layers (to a parameter a layer)
-            return self._gated_deltanet_attn_params() // self.layers
+        if self.attention_kind in LINEAR_HYBRIDS:  # the mean over full and linear layers (to a parameter a layer)
+            return self._linear_hybrid_attn_params() // self.layers
         width = self.hidden * self.attn_input_multiple  # what the input projections read
         if self.attention_kind in (MLA, DSA):
-            qk = self.head_dim + self.qk_rope_head_dim
-            if self.q_lora_rank:
-                q = width * self.q_lora_rank + self.q_lora_rank * self.heads * qk
-            else:
-                q = width * self.heads * qk
-            kv_a = width * (self.kv_lora_rank + self.qk_rope_head_dim)
-            kv_b = self.kv_lora_rank * self.heads * (self.head_dim + self.v_head_dim)
-            o = self.heads * self.v_head_dim * self.hidden
-            return q + kv_a + kv_b + o + self._indexer_params()
+            return self._mla_attn_params(width)
         q = width * self.heads * self.head_dim
         kv = 2 * width * self.kv_heads * self.head_dim
         o = self.heads * self.head_dim * self.hidden
@@ -269,9 +298,24 @@ class ModelShape:
         return 3 * self.hidden * self.intermediate  # gate, up, down (SwiGLU)
 
     @property
+    def expert_width(self) -> int:
+        """The width routed experts read and write: ``expert_hidden`` for latent experts, else ``hidden``."""
+        return self.expert_hidden or self.hidden
+
+    @property
     def expert_params(self) -> int:
-        """Parameters of one routed (or shared) expert: a SwiGLU MLP of width ``expert_intermediate``."""
+        """Parameters of one routed expert: a SwiGLU MLP of width ``expert_intermediate`` at ``expert_width``."""
+        return 3 * self.expert_width * self.expert_intermediate
+
+    @property
+    def shared_expert_params(self) -> int:
+        """Parameters of one shared expert: a SwiGLU MLP of width ``expert_intermediate`` at ``hidden``."""
         return 3 * self.hidden * self.expert_intermediate
+
+    @property
+    def latent_projection_params(self) -> int:
+        """An MoE layer's projections into the latent experts' space and back (0 without latent experts)."""
+        return 2 * self.hidden * self.expert_hidden
 
     @property
     def moe_layers(self) -> int:
@@ -287,7 +331,8 @@ class ModelShape:
         LM head. For a dense model this is ``matmul_params``."""
         if not self.is_moe:
             return self.layers * (self.attn_params_per_layer + self.mlp_params_per_layer) + self.head_params
-        per_moe_layer = self.shared_experts * self.expert_params + self.hidden * self.experts  # + router
+        per_moe_layer = (self.shared_experts * self.shared_expert_params + self.hidden * self.experts  # + router
+                         + self.latent_projection_params)
         return (
             self.layers * self.attn_params_per_layer
             + self.dense_layers * self.mlp_params_per_layer
@@ -344,8 +389,8 @@ class ModelShape:
         if self.attention_kind == COMPRESSED_SPARSE:
             return 2.0 * (self.csa_layers * (self.head_dim + self.index_head_dim) / self.csa_ratio
                           + self.hca_layers * self.head_dim / self.hca_ratio)
-        if self.attention_kind == MLA:
-            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * 2.0
+        if self.attention_kind in (MLA, LINEAR_MLA):
+            return self.full_attention_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * 2.0
         return 2.0 * self.full_attention_layers * self.kv_heads * self.head_dim * 2.0
 
     def kv_cache_facts(self, value_bytes: float, tp: int, gpus: int) -> dict[str, float]:
@@ -406,7 +451,7 @@ class ModelShape:
         of every layer; under Gated DeltaNet the token's own states, written. Zero for other attention kinds."""
         if self.attention_kind == DSA:
             return 2.0 * self.layers * self.index_topk * (self.kv_lora_rank + self.qk_rope_head_dim)
-        if self.attention_kind == GATED_DELTANET:  # the token's own state written (read: once per request)
+        if self.attention_kind in LINEAR_HYBRIDS:  # the token's own state written (read: once per request)
             return self.state_bytes_per_request
         if self.attention_kind != COMPRESSED_SPARSE:
             return 0.0
@@ -418,7 +463,7 @@ class ModelShape:
         DeltaNet hybrid's recurrent states and convolution inputs, which the recurrence carries from one of the
         request's tokens to the next (vLLM's and SGLang's verify kernels load them once and store every position's).
         Zero for other attention kinds."""
-        return self.state_bytes_per_request if self.attention_kind == GATED_DELTANET else 0.0
+        return self.state_bytes_per_request if self.attention_kind in LINEAR_HYBRIDS else 0.0
 
     @property
     def attn_flops_per_query_token(self) -> float:
@@ -428,7 +473,7 @@ class ModelShape:
         other attention kinds."""
         if self.attention_kind == DSA:
             return self.layers * self.heads * (4.0 * self.kv_lora_rank + 2.0 * self.qk_rope_head_dim) * self.index_topk
-        if self.attention_kind == GATED_DELTANET:  # the delta rule: S k, the rank-one update of S, S q
+        if self.attention_kind in LINEAR_HYBRIDS:  # the delta rule: S k, the rank-one update of S, S q
             return (self.linear_attention_layers * (6.0 * self.linear_value_heads * self.linear_key_head_dim
                                                     * self.linear_value_head_dim
                                                     + 2.0 * self.linear_conv_kernel * self._linear_conv_channels))
@@ -452,8 +497,8 @@ class ModelShape:
         if self.attention_kind == COMPRESSED_SPARSE:
             return (self.csa_layers * 2.0 * self.index_heads * self.index_head_dim / self.csa_ratio
                     + self.hca_layers * 4.0 * self.heads * self.head_dim / self.hca_ratio)
-        if self.attention_kind == MLA:
-            return self.layers * self.heads * (4.0 * self.kv_lora_rank + 2.0 * self.qk_rope_head_dim)
+        if self.attention_kind in (MLA, LINEAR_MLA):
+            return self.full_attention_layers * self.heads * (4.0 * self.kv_lora_rank + 2.0 * self.qk_rope_head_dim)
         return 4.0 * self.full_attention_layers * self.heads * self.head_dim
 
     def to_dict(self) -> dict:
@@ -469,8 +514,8 @@ _OPTIONAL = {
     "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_pattern",
     "csa_layers", "hca_layers", "csa_ratio", "hca_ratio", "index_heads", "index_head_dim", "index_topk",
     "o_lora_rank", "o_groups", "expert_dtype", "kv_dtype", "linear_interval", "linear_key_heads",
-    "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
-    "attn_input_multiple", "fusion_inputs", "fused_context_kv",
+    "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel", "full_layers",
+    "attn_output_gate", "expert_hidden", "attn_input_multiple", "fusion_inputs", "fused_context_kv",
 }
 
 SHAPES: dict[str, ModelShape] = {
@@ -587,6 +632,19 @@ SHAPES: dict[str, ModelShape] = {
                                   q_lora_rank=1536, qk_rope_head_dim=64, sliding_window=128, csa_layers=30,
                                   hca_layers=31, index_heads=64, index_head_dim=128, index_topk=1024,
                                   o_lora_rank=1024, o_groups=16, expert_dtype="fp4", kv_dtype="fp8"),
+    # moonshotai/Kimi-K3 config.json (text_config, model_type kimi_linear), as public ports quote it: 93 layers, 69 of
+    # Kimi Delta Attention (96 heads of 128, a 4-wide convolution, a full-rank gate) and 24 gated MLA (every 4th
+    # and the last: q_lora_rank 1536, kv_lora_rank 512, qk_nope 128, qk_rope 64, v 128, 96 heads, an output gate),
+    # the first layer dense (width 33,792), the others 896 routed experts (16 a token, width 3,072) in a 3,584-wide
+    # latent space + 2 shared experts at the hidden width, a 163,840-token vocabulary, experts in MXFP4. Not priced:
+    # the attention residuals over blocks of 12 layers (a softmax over a dozen block summaries a token), norms.
+    "kimi-k3": ModelShape("kimi-k3", layers=93, hidden=7168, heads=96, kv_heads=96, head_dim=128, intermediate=33792,
+                          vocab=163840, family="kimi_linear", experts=896, experts_per_token=16, shared_experts=2,
+                          expert_intermediate=3072, dense_layers=1, kv_lora_rank=512, q_lora_rank=1536,
+                          qk_rope_head_dim=64, v_head_dim=128, linear_interval=4, full_layers=24,
+                          linear_key_heads=96, linear_value_heads=96, linear_key_head_dim=128,
+                          linear_value_head_dim=128, linear_conv_kernel=4, attn_output_gate=True,
+                          expert_hidden=3584, expert_dtype="fp4"),
 }
 
 # Names that resolve to another entry. Google's Gemma 4 family (ai.google.dev/gemma/docs/core) has E2B, E4B, a
@@ -627,7 +685,7 @@ def read_config(path: str | Path) -> dict:
 
 def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
     """Read the fields a transformers config uses (Qwen3/Llama-style, Gemma 3, Qwen3-MoE/Mixtral, gpt-oss,
-    DeepSeek-V2/V3/V3.2)."""
+    DeepSeek-V2/V3/V3.2, Qwen3-Next/Qwen3.5, Kimi Linear/Kimi-K3)."""
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]
     try:
@@ -640,8 +698,10 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
             mlp_only = cfg.get("mlp_only_layers") or []
             moe = dict(
                 experts=experts,
-                experts_per_token=int(cfg.get("num_experts_per_tok") or cfg.get("top_k_experts") or 1),
-                shared_experts=int(cfg.get("n_shared_experts") or 0),
+                experts_per_token=int(cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token")
+                                      or cfg.get("top_k_experts") or 1),
+                shared_experts=int(cfg.get("n_shared_experts") or cfg.get("num_shared_experts") or 0),
+                expert_hidden=int(cfg.get("routed_expert_hidden_size") or 0),  # Kimi-K3's latent experts
                 expert_intermediate=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
                 dense_layers=int(cfg.get("first_k_dense_replace") or len(mlp_only)),
             )
@@ -649,7 +709,8 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
             if shared_width and not moe["shared_experts"]:  # Qwen3-Next, Qwen3.5: one shared expert of its own width
                 moe["shared_experts"] = max(1, round(shared_width / moe["expert_intermediate"]))
             quant = cfg.get("quantization_config")
-            if isinstance(quant, dict) and quant.get("quant_method") == "mxfp4":  # gpt-oss: the experts alone
+            if isinstance(quant, dict) and (quant.get("quant_method") == "mxfp4"  # gpt-oss: the experts alone
+                                            or "mxfp4" in str(quant.get("format") or "")):  # Kimi-K3: likewise
                 moe["expert_dtype"] = "fp4"
         mla = {}
         if cfg.get("kv_lora_rank"):
@@ -681,6 +742,15 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
                           linear_key_head_dim=int(cfg["linear_key_head_dim"]),
                           linear_value_head_dim=int(cfg["linear_value_head_dim"]),
                           linear_conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4))
+        kda = cfg.get("linear_attn_config")
+        if isinstance(kda, dict) and kda.get("kda_layers") and kda.get("full_attn_layers"):  # Kimi Linear, Kimi-K3
+            full = sorted(int(n) for n in kda["full_attn_layers"])
+            heads_kda, dim = int(kda["num_heads"]), int(kda["head_dim"])
+            linear = dict(linear_interval=full[0], full_layers=len(full), linear_key_heads=heads_kda,
+                          linear_value_heads=heads_kda, linear_key_head_dim=dim, linear_value_head_dim=dim,
+                          linear_conv_kernel=int(kda.get("short_conv_kernel_size") or 4))
+            if cfg.get("mla_use_output_gate"):
+                linear["attn_output_gate"] = True
         head_dim = cfg.get("qk_nope_head_dim") if mla else cfg.get("head_dim")
         return ModelShape(
             name=str(cfg.get("_name_or_path") or (name if name != "custom" else None) or cfg.get("model_type")
@@ -705,31 +775,37 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
 
 def dense_gemms(shape: ModelShape, tp: int = 1) -> list[tuple[str, int, int, int]]:
     """(name, N, K, layers) of the dense GEMMs of one forward on one of ``tp`` tensor-parallel GPUs: the attention
-    projections, dense MLPs and shared experts (routed experts and attention itself are priced apart)."""
+    projections, dense MLPs, shared experts and latent experts' projections (routed experts and attention itself
+    are priced apart)."""
     h, L = shape.hidden, shape.layers
     out: list[tuple[str, int, int, int]] = []
     kind = shape.attention_kind
     if kind in (COMPRESSED_SPARSE, DSA):
         pass  # V4's and DSA's attention projections (DSA's indexer too) are inside their measured attention modules
-    elif kind == MLA:
+    elif kind in (MLA, LINEAR_MLA):
         qk = shape.head_dim + shape.qk_rope_head_dim
+        full = shape.full_attention_layers
         out.append(("q_a+kv_a", shape.q_lora_rank + shape.kv_lora_rank + shape.qk_rope_head_dim,
-                    h * shape.attn_input_multiple, L))
-        out.append(("q_b", shape.heads * qk // tp, shape.q_lora_rank, L))
-        out.append(("o", h, shape.heads * shape.v_head_dim // tp, L))
+                    h * shape.attn_input_multiple, full))
+        out.append(("q_b", shape.heads * qk // tp, shape.q_lora_rank, full))
+        if shape.attn_output_gate:
+            out.append(("output gate", shape.heads * shape.v_head_dim // tp, h, full))
+        out.append(("o", h, shape.heads * shape.v_head_dim // tp, full))
     elif kind == GATED_DELTANET:
-        full, linear = shape.full_attention_layers, shape.linear_attention_layers
+        full = shape.full_attention_layers
         kv_local = max(1, shape.kv_heads // tp)
         out.append(("gated q+kv", (2 * shape.heads // tp + 2 * kv_local) * shape.head_dim, h, full))
         out.append(("o", h, shape.heads * shape.head_dim // tp, full))
-        value_width = shape.linear_value_heads * shape.linear_value_head_dim
-        qkvz = 2 * shape.linear_key_heads * shape.linear_key_head_dim + 2 * value_width + 2 * shape.linear_value_heads
-        out.append(("linear qkvz+ba", qkvz // tp, h, linear))
-        out.append(("linear out", h, value_width // tp, linear))
     else:
         kv_local = max(1, shape.kv_heads // tp)
         out.append(("qkv", (shape.heads // tp + 2 * kv_local) * shape.head_dim, h * shape.attn_input_multiple, L))
         out.append(("o", h, shape.heads * shape.head_dim // tp, L))
+    if kind in LINEAR_HYBRIDS:  # the linear layers' projections (a KDA layer's as a Gated DeltaNet layer's)
+        linear = shape.linear_attention_layers
+        value_width = shape.linear_value_heads * shape.linear_value_head_dim
+        qkvz = 2 * shape.linear_key_heads * shape.linear_key_head_dim + 2 * value_width + 2 * shape.linear_value_heads
+        out.append(("linear qkvz+ba", qkvz // tp, h, linear))
+        out.append(("linear out", h, value_width // tp, linear))
     dense_layers = shape.dense_layers if shape.is_moe else L
     if dense_layers:
         out.append(("gate_up", 2 * shape.intermediate // tp, h, dense_layers))
@@ -738,6 +814,9 @@ def dense_gemms(shape: ModelShape, tp: int = 1) -> list[tuple[str, int, int, int
         width = shape.shared_experts * shape.expert_intermediate
         out.append(("shared gate_up", 2 * width // tp, h, shape.moe_layers))
         out.append(("shared down", h, width // tp, shape.moe_layers))
+    if shape.is_moe and shape.expert_hidden:
+        out.append(("latent down", shape.expert_hidden // tp, h, shape.moe_layers))
+        out.append(("latent up", h, shape.expert_hidden // tp, shape.moe_layers))
     return out
 
 
@@ -763,14 +842,14 @@ def drafter_shape(target: ModelShape, layers: int, vocab: int | None = None, nam
     attend to the ``sliding_window`` only, with no compressed rows (the paper's V4 drafter, section 5.1); a
     table of such a drafter records ``attention_window`` so that the simulator caps the KV tokens it reads.
 
-    A Gated DeltaNet hybrid's drafter layers are full attention (Qwen3-Next's MTP layer is).
+    A linear hybrid's drafter layers are full attention (Qwen3-Next's MTP layer is; Kimi-K3's: MLA).
 
     ``dense``: the layers' feed-forward block is a dense MLP of the target's ``intermediate`` whatever the target
     (EAGLE-3's and DFlash's drafters are dense decoder layers, also those trained for MoE targets); a target
     without a dense width (DeepSeek-V4) has no such drafter."""
     changes = dict(csa_layers=0, hca_layers=0) if target.attention_kind == COMPRESSED_SPARSE else {}
-    if target.attention_kind == GATED_DELTANET:  # Qwen3-Next's MTP layer, as EAGLE-3's, attends in full
-        changes["linear_interval"] = 0
+    if target.attention_kind in LINEAR_HYBRIDS:  # Qwen3-Next's MTP layer, as EAGLE-3's, attends in full
+        changes.update(linear_interval=0, full_layers=0)
     if dense and target.is_moe:
         if target.intermediate <= 0:
             raise HwProfileError(f"{target.name} has no dense MLP width (intermediate) to build a dense drafter of")

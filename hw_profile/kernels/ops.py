@@ -52,7 +52,15 @@ import pandas as pd
 
 from hw_profile.errors import HwProfileError
 from hw_profile.hardware.gpus import get_gpu
-from hw_profile.hardware.shapes import COMPRESSED_SPARSE, DSA, GATED_DELTANET, MLA, ModelShape, dense_gemms
+from hw_profile.hardware.shapes import (
+    COMPRESSED_SPARSE,
+    DSA,
+    GATED_DELTANET,
+    LINEAR_HYBRIDS,
+    MLA,
+    ModelShape,
+    dense_gemms,
+)
 from hw_profile.kernels.database import (
     GEMM_DTYPES,
     KernelTimes,
@@ -482,7 +490,7 @@ def _wide_ep_moe_rows(ctx, shape, ep, B, nearest: bool) -> tuple[pd.DataFrame, n
     tab = ctx.table("moe", WIDE_EP_MOE)
     if tab is not None and shape.expert_dtype not in ("fp4", "w4a16"):
         try:
-            return _pick_ep(ctx, tab, f"MoE ({shape.name})", ep, B, nearest, hidden_size=shape.hidden,
+            return _pick_ep(ctx, tab, f"MoE ({shape.name})", ep, B, nearest, hidden_size=shape.expert_width,
                             inter_size=shape.expert_intermediate, topk=shape.experts_per_token,
                             num_experts=shape.experts, moe_tp_size=1, moe_dtype=_moe_weight_dtype(ctx))
         except HwProfileError:
@@ -515,7 +523,7 @@ def _moe_at(ctx, shape, B, ep, wide_ep: bool, nearest: bool):
     tab = ctx.table("moe", "moe_perf")
     if tab is None:
         raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no MoE table")
-    rows, B = _pick_ep(ctx, tab, f"MoE ({shape.name})", ep, B, nearest, hidden_size=shape.hidden,
+    rows, B = _pick_ep(ctx, tab, f"MoE ({shape.name})", ep, B, nearest, hidden_size=shape.expert_width,
                        inter_size=shape.expert_intermediate, topk=shape.experts_per_token,
                        num_experts=shape.experts, moe_tp_size=ctx.gpus // ep)
     if shape.expert_dtype in ("fp4", "w4a16"):
@@ -552,7 +560,7 @@ def _exchange_rows(ctx, shape, nodes: int) -> pd.DataFrame | None:
         if t is None or t.version != version:
             continue
         f = t.frame
-        f = f[(f["node_num"] == nodes) & (f["hidden_size"] == shape.hidden) & (f["num_topk"] == shape.experts_per_token)]
+        f = f[(f["node_num"] == nodes) & (f["hidden_size"] == shape.expert_width) & (f["num_topk"] == shape.experts_per_token)]
         if f.empty:
             continue
         experts = min(set(f["num_experts"]), key=lambda e: (abs(e - shape.experts), e))
@@ -681,8 +689,9 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     gdtype = _gemm_dtype(shape, dtype)
 
     kind = shape.attention_kind
-    if kind == GATED_DELTANET:
-        raise HwProfileError(f"kernel database: no Gated DeltaNet (linear attention) kernels for {shape.name}")
+    if kind in LINEAR_HYBRIDS:  # Gated DeltaNet's measured decode kernels would misprice prompts (docs/model.md)
+        what = "Gated DeltaNet" if kind == GATED_DELTANET else "Kimi Delta Attention"
+        raise HwProfileError(f"kernel database: no {what} (linear attention) kernels for {shape.name}")
     gemm = np.zeros(B.shape)
     gemm_list = dense_gemms(shape, gpus)
     if kind == COMPRESSED_SPARSE:

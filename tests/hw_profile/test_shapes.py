@@ -76,7 +76,8 @@ def test_gemma_alias_and_sliding_window():
 
 def test_each_attention_kind_and_what_the_step_models_read_of_it():
     """``attention_kind`` names every library shape's attention, and what a kind means is the shape's to say: a
-    latent or compressed cache is one copy on every tensor-parallel rank (and its model ships fp8), a per-head cache
+    latent or compressed cache is one copy on every tensor-parallel rank (and its model ships fp8, but for Kimi-K3's
+    linear hybrid), a per-head cache
     splits by KV head; Gemma's sliding windows are priced as full attention (every layer's K and V per token)."""
     kinds = {name: s.attention_kind for name, s in SHAPES.items()}
     assert {kinds["qwen3-8b"], kinds["qwen3-30b-a3b"], kinds["gemma3-12b"], kinds["deepseek-v3"], kinds["kimi-k2"],
@@ -88,8 +89,9 @@ def test_each_attention_kind_and_what_the_step_models_read_of_it():
                      vocab=32000)
     assert mha.attention_kind == "mha" and set(kinds.values()) | {"mha"} == set(ATTENTION_KINDS)
     for name, s in SHAPES.items():
-        latent = s.attention_kind in ("mla", "dsa", "compressed-sparse")
-        assert (s.latent_kv, s.checkpoint_dtype) == (latent, "fp8" if latent else "bf16"), name
+        latent = s.attention_kind in ("mla", "dsa", "compressed-sparse", "linear-mla")
+        fp8 = latent and s.attention_kind != "linear-mla"  # Kimi-K3 ships bf16 beside its MXFP4 experts
+        assert (s.latent_kv, s.checkpoint_dtype) == (latent, "fp8" if fp8 else "bf16"), name
         facts = s.kv_cache_facts(2.0, 8, 8)
         per_head = s.kv_bytes_per_token * max(s.kv_heads // 8, 1) / s.kv_heads
         assert facts["kv_bytes_per_token_per_gpu"] == (s.kv_bytes_per_token if latent else per_head), name
