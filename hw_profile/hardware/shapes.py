@@ -6,7 +6,7 @@ the (shared) LM head.
 
 Beyond the dense GQA transformer (Qwen3), a shape can describe the kinds below; ``attention_kind`` names its
 attention (``ATTENTION_KINDS``: ``mha``, ``gqa``, ``sliding-window``, ``mla``, ``dsa``, ``compressed-sparse``,
-``gated-deltanet``, ``linear-mla``), and the models read what a kind means from the shape (KV bytes per token, reads and FLOPs per
+``gated-deltanet``, ``linear-mla``, ``block-sparse``), and the models read what a kind means from the shape (KV bytes per token, reads and FLOPs per
 context and per query token, ``latent_kv``, ``checkpoint_dtype``, ``hyper_connections``, ``dense_gemms``) rather
 than from its fields:
 
@@ -58,6 +58,13 @@ than from its fields:
   gate projection of ``heads`` x ``v_head_dim`` where ``attn_output_gate`` is set; their latent cache is what each
   context token holds, the linear layers' states what each request holds. ``full_layers`` counts the full layers
   where the pattern is not exactly every ``linear_interval``-th (Kimi-K3: every 4th and the last, 24 of 93).
+- **Block-sparse attention** (``block-sparse``, MiniMax-M3's MSA, ``index_block > 0`` without a latent): GQA
+  whose queries, in all but the first ``full_layers`` layers, each attend only to the ``index_topk`` tokens (whole
+  blocks of ``index_block``) a lightning indexer selects for them (``index_heads`` x ``index_head_dim`` queries scoring one index key
+  of ``index_head_dim`` per context token). Per context token a step reads the full layers' K and V and the sparse
+  layers' index keys (``kv_read_bytes_per_token``); the selected tokens' K and V are read and attended per query
+  token (``attn_read_bytes_per_query_token``, ``attn_flops_per_query_token``), contexts assumed longer than the
+  top-k (an upper bound below it). The cache holds every layer's K and V and the sparse layers' index keys.
 - **Latent experts** (``expert_hidden > 0``, Kimi-K3): the routed experts work in a ``expert_hidden``-wide space;
   each MoE layer projects every token down to it and back once (dense GEMMs), and the experts' weights and the
   expert-parallel exchange are at that width. Shared experts stay at ``hidden``.
@@ -87,7 +94,8 @@ DSA = "dsa"
 COMPRESSED_SPARSE = "compressed-sparse"
 GATED_DELTANET = "gated-deltanet"
 LINEAR_MLA = "linear-mla"
-ATTENTION_KINDS = (MHA, GQA, SLIDING_WINDOW, MLA, DSA, COMPRESSED_SPARSE, GATED_DELTANET, LINEAR_MLA)
+BLOCK_SPARSE = "block-sparse"
+ATTENTION_KINDS = (MHA, GQA, SLIDING_WINDOW, MLA, DSA, COMPRESSED_SPARSE, GATED_DELTANET, LINEAR_MLA, BLOCK_SPARSE)
 LINEAR_HYBRIDS = (GATED_DELTANET, LINEAR_MLA)  # kinds whose linear layers hold per-request states
 
 
@@ -136,7 +144,10 @@ class ModelShape:
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     linear_conv_kernel: int = 4
-    full_layers: int = 0  # full-attention layers where not every `linear_interval`-th (Kimi-K3: every 4th + the last)
+    # layers attending in full where the others do not: a linear hybrid's where not every `linear_interval`-th
+    # (Kimi-K3: every 4th and the last, 24), a block-sparse model's leading full layers (MiniMax-M3: 3)
+    full_layers: int = 0
+    index_block: int = 0  # block-sparse attention's unit of selection, tokens (MiniMax-M3: 128); 0: not block-sparse
     attn_output_gate: bool = False  # MLA full layers gate their output by a projection of the hidden state (Kimi-K3)
     expert_hidden: int = 0  # routed experts' width where they work in a latent space (Kimi-K3: 3,584 of 7,168)
     expert_dtype: str = ""  # routed experts' type where narrower than the rest ("fp4"; a deployment: "fp8", "w4a16")
@@ -159,8 +170,8 @@ class ModelShape:
         """How the layers attend (one of ``ATTENTION_KINDS``; the module docstring describes each): a linear hybrid
         where some layers are linear (``linear-mla`` where its full layers are MLA, else ``gated-deltanet``), else
         compressed sparse attention where any layer reads compressed rows, else DeepSeek sparse attention where a latent's rows
-        are selected by an indexer, else MLA where keys and values are a latent, else
-        Gemma's interleaved sliding windows, else multi-head attention (a KV head per query head) or grouped-query
+        are selected by an indexer, else MLA where keys and values are a latent, else block-sparse GQA where an
+        indexer selects each query's tokens (MiniMax-M3), else Gemma's interleaved sliding windows, else multi-head attention (a KV head per query head) or grouped-query
         attention (fewer, down to one: a DeepSeek-V4 drafter's window-only layers are one shared KV head)."""
         if self.linear_interval > 0:
             return LINEAR_MLA if self.kv_lora_rank > 0 else GATED_DELTANET
@@ -168,6 +179,8 @@ class ModelShape:
             return COMPRESSED_SPARSE
         if self.kv_lora_rank > 0:
             return DSA if self.index_topk > 0 else MLA
+        if self.index_block > 0:
+            return BLOCK_SPARSE
         if self.sliding_window and self.sliding_pattern:
             return SLIDING_WINDOW
         return MHA if self.kv_heads == self.heads else GQA
@@ -213,6 +226,15 @@ class ModelShape:
             return 0
         q_in = self.q_lora_rank or self.hidden
         return q_in * self.index_heads * self.index_head_dim + self.hidden * (self.index_head_dim + self.index_heads)
+
+    def _block_indexer_params(self) -> int:
+        """A block-sparse layer's indexer: its index queries and its one index key, from the hidden state."""
+        return self.hidden * (self.index_heads + 1) * self.index_head_dim
+
+    @property
+    def sparse_attention_layers(self) -> int:
+        """Layers of a block-sparse model whose queries attend to the tokens they select (0 for other kinds)."""
+        return self.layers - min(self.full_layers, self.layers) if self.attention_kind == BLOCK_SPARSE else 0
 
     @property
     def full_attention_layers(self) -> int:
@@ -283,7 +305,8 @@ class ModelShape:
         q = width * self.heads * self.head_dim
         kv = 2 * width * self.kv_heads * self.head_dim
         o = self.heads * self.head_dim * self.hidden
-        return q + kv + o
+        indexers = self.sparse_attention_layers * self._block_indexer_params()  # the mean over the layers
+        return q + kv + o + indexers // self.layers
 
     @property
     def fusion_params(self) -> int:
@@ -391,7 +414,8 @@ class ModelShape:
                           + self.hca_layers * self.head_dim / self.hca_ratio)
         if self.attention_kind in (MLA, LINEAR_MLA):
             return self.full_attention_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * 2.0
-        return 2.0 * self.full_attention_layers * self.kv_heads * self.head_dim * 2.0
+        index_keys = self.sparse_attention_layers * self.index_head_dim * 2.0
+        return 2.0 * self.full_attention_layers * self.kv_heads * self.head_dim * 2.0 + index_keys
 
     def kv_cache_facts(self, value_bytes: float, tp: int, gpus: int) -> dict[str, float]:
         """The sidecar's KV facts for a cache of ``value_bytes`` per value on a table of ``gpus`` GPUs whose
@@ -441,6 +465,9 @@ class ModelShape:
         if self.attention_kind == COMPRESSED_SPARSE:
             return 2.0 * (self.csa_layers * self.index_head_dim / self.csa_ratio
                           + self.hca_layers * self.head_dim / self.hca_ratio)
+        if self.attention_kind == BLOCK_SPARSE:  # the full layers' K and V, the sparse layers' index keys
+            full = self.layers - self.sparse_attention_layers
+            return 2.0 * (full * 2 * self.kv_heads * self.head_dim + self.sparse_attention_layers * self.index_head_dim)
         return self.kv_bytes_per_token
 
     @property
@@ -453,6 +480,8 @@ class ModelShape:
             return 2.0 * self.layers * self.index_topk * (self.kv_lora_rank + self.qk_rope_head_dim)
         if self.attention_kind in LINEAR_HYBRIDS:  # the token's own state written (read: once per request)
             return self.state_bytes_per_request
+        if self.attention_kind == BLOCK_SPARSE:  # the selected tokens' K and V in every sparse layer
+            return 2.0 * self.sparse_attention_layers * self.index_topk * 2 * self.kv_heads * self.head_dim
         if self.attention_kind != COMPRESSED_SPARSE:
             return 0.0
         return 2.0 * self.head_dim * (self.csa_layers * self.index_topk + self.layers * self.sliding_window)
@@ -473,6 +502,8 @@ class ModelShape:
         other attention kinds."""
         if self.attention_kind == DSA:
             return self.layers * self.heads * (4.0 * self.kv_lora_rank + 2.0 * self.qk_rope_head_dim) * self.index_topk
+        if self.attention_kind == BLOCK_SPARSE:  # scores and sums over the selected tokens
+            return 4.0 * self.sparse_attention_layers * self.heads * self.head_dim * self.index_topk
         if self.attention_kind in LINEAR_HYBRIDS:  # the delta rule: S k, the rank-one update of S, S q
             return (self.linear_attention_layers * (6.0 * self.linear_value_heads * self.linear_key_head_dim
                                                     * self.linear_value_head_dim
@@ -499,7 +530,9 @@ class ModelShape:
                     + self.hca_layers * 4.0 * self.heads * self.head_dim / self.hca_ratio)
         if self.attention_kind in (MLA, LINEAR_MLA):
             return self.full_attention_layers * self.heads * (4.0 * self.kv_lora_rank + 2.0 * self.qk_rope_head_dim)
-        return 4.0 * self.full_attention_layers * self.heads * self.head_dim
+        sparse = self.sparse_attention_layers  # their indexer scores every context token; the attention is per query
+        indexer = sparse * 2.0 * self.index_heads * self.index_head_dim
+        return 4.0 * (self.full_attention_layers - sparse) * self.heads * self.head_dim + indexer
 
     def to_dict(self) -> dict:
         """All fields, leaving out the optional ones (MoE, MLA, sliding window, family) at their defaults, so a
@@ -515,6 +548,7 @@ _OPTIONAL = {
     "csa_layers", "hca_layers", "csa_ratio", "hca_ratio", "index_heads", "index_head_dim", "index_topk",
     "o_lora_rank", "o_groups", "expert_dtype", "kv_dtype", "linear_interval", "linear_key_heads",
     "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel", "full_layers",
+    "index_block",
     "attn_output_gate", "expert_hidden", "attn_input_multiple", "fusion_inputs", "fused_context_kv",
 }
 
@@ -645,6 +679,17 @@ SHAPES: dict[str, ModelShape] = {
                           linear_key_heads=96, linear_value_heads=96, linear_key_head_dim=128,
                           linear_value_head_dim=128, linear_conv_kernel=4, attn_output_gate=True,
                           expert_hidden=3584, expert_dtype="fp4"),
+    # MiniMax-M3's config.json (text_config of MiniMaxAI/MiniMax-M3, model_type minimax_m3), as public ports and
+    # engines' tests quote it: 60 layers of hidden 6144, GQA 64 query / 4 KV heads of 128 (partial rotary), the
+    # first 3 layers a dense MLP of 12,288 attending in full, the other 57 MoE (128 routed experts of width 3,072, 4
+    # a token, + 1 shared of 3,072) with MiniMax sparse attention: an indexer of 4 heads x 128 choosing each query's
+    # top 16 blocks of 128 tokens (2,048 tokens; a local block beside them, where the engine adds one, is not
+    # counted), a 200,064-token vocabulary. Not counted: the 7 MTP modules and the vision tower. 426B stored, 24.5B
+    # active matmul parameters (a public reading of the config gives 428B and about 23B).
+    "minimax-m3": ModelShape("minimax-m3", layers=60, hidden=6144, heads=64, kv_heads=4, head_dim=128,
+                             intermediate=12288, vocab=200064, family="minimax_m3", experts=128, experts_per_token=4,
+                             shared_experts=1, expert_intermediate=3072, dense_layers=3, index_heads=4,
+                             index_head_dim=128, index_topk=2048, index_block=128, full_layers=3),
 }
 
 # Names that resolve to another entry. Google's Gemma 4 family (ai.google.dev/gemma/docs/core) has E2B, E4B, a
@@ -685,7 +730,7 @@ def read_config(path: str | Path) -> dict:
 
 def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
     """Read the fields a transformers config uses (Qwen3/Llama-style, Gemma 3, Qwen3-MoE/Mixtral, gpt-oss,
-    DeepSeek-V2/V3/V3.2, Qwen3-Next/Qwen3.5, Kimi Linear/Kimi-K3)."""
+    DeepSeek-V2/V3/V3.2, Qwen3-Next/Qwen3.5, Kimi Linear/Kimi-K3, MiniMax-M3)."""
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]
     try:
@@ -706,6 +751,11 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
                 dense_layers=int(cfg.get("first_k_dense_replace") or len(mlp_only)),
             )
             shared_width = int(cfg.get("shared_expert_intermediate_size") or 0)
+            if cfg.get("shared_intermediate_size"):  # MiniMax-M3: n_shared_experts of this width
+                shared_width = int(cfg["shared_intermediate_size"]) * max(moe["shared_experts"], 1)
+                moe["shared_experts"] = 0
+            if isinstance(cfg.get("moe_layer_freq"), list):  # MiniMax-M3: 0 for each leading dense layer
+                moe["dense_layers"] = list(cfg["moe_layer_freq"]).count(0)
             if shared_width and not moe["shared_experts"]:  # Qwen3-Next, Qwen3.5: one shared expert of its own width
                 moe["shared_experts"] = max(1, round(shared_width / moe["expert_intermediate"]))
             quant = cfg.get("quantization_config")
@@ -751,6 +801,14 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
                           linear_conv_kernel=int(kda.get("short_conv_kernel_size") or 4))
             if cfg.get("mla_use_output_gate"):
                 linear["attn_output_gate"] = True
+        block_sparse = {}
+        sparse = cfg.get("sparse_attention_config")
+        if isinstance(sparse, dict) and sparse.get("use_sparse_attention") and not mla:  # MiniMax-M3's MSA
+            freq = list(sparse.get("sparse_attention_freq") or [1] * layers)
+            block_sparse = dict(index_heads=int(sparse["sparse_num_index_heads"]),
+                                index_head_dim=int(sparse["sparse_index_dim"]),
+                                index_topk=int(sparse["sparse_topk_blocks"]) * int(sparse["sparse_block_size"]),
+                                index_block=int(sparse["sparse_block_size"]), full_layers=freq.count(0))
         head_dim = cfg.get("qk_nope_head_dim") if mla else cfg.get("head_dim")
         return ModelShape(
             name=str(cfg.get("_name_or_path") or (name if name != "custom" else None) or cfg.get("model_type")
@@ -760,7 +818,7 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
             heads=heads,
             kv_heads=int(cfg.get("num_key_value_heads") or heads),
             head_dim=int(head_dim or hidden // heads),
-            intermediate=int(cfg["intermediate_size"]),
+            intermediate=int(cfg.get("dense_intermediate_size") or cfg["intermediate_size"]),
             vocab=int(cfg["vocab_size"]),
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             family=str(cfg.get("model_type") or "qwen3"),
@@ -768,6 +826,7 @@ def shape_from_config(cfg: dict, name: str = "custom") -> ModelShape:
             **mla,
             **sliding,
             **linear,
+            **block_sparse,
         )
     except KeyError as exc:
         raise KeyError(f"config lacks {exc.args[0]!r}, which a model shape needs") from None
@@ -800,6 +859,9 @@ def dense_gemms(shape: ModelShape, tp: int = 1) -> list[tuple[str, int, int, int
         kv_local = max(1, shape.kv_heads // tp)
         out.append(("qkv", (shape.heads // tp + 2 * kv_local) * shape.head_dim, h * shape.attn_input_multiple, L))
         out.append(("o", h, shape.heads * shape.head_dim // tp, L))
+    if kind == BLOCK_SPARSE:
+        out.append(("indexer q+k", (shape.index_heads + 1) * shape.index_head_dim // tp, h,
+                    shape.sparse_attention_layers))
     if kind in LINEAR_HYBRIDS:  # the linear layers' projections (a KDA layer's as a Gated DeltaNet layer's)
         linear = shape.linear_attention_layers
         value_width = shape.linear_value_heads * shape.linear_value_head_dim
@@ -842,7 +904,8 @@ def drafter_shape(target: ModelShape, layers: int, vocab: int | None = None, nam
     attend to the ``sliding_window`` only, with no compressed rows (the paper's V4 drafter, section 5.1); a
     table of such a drafter records ``attention_window`` so that the simulator caps the KV tokens it reads.
 
-    A linear hybrid's drafter layers are full attention (Qwen3-Next's MTP layer is; Kimi-K3's: MLA).
+    A linear hybrid's drafter layers are full attention (Qwen3-Next's MTP layer is; Kimi-K3's: MLA), and so are a
+    block-sparse model's (MiniMax-M3's).
 
     ``dense``: the layers' feed-forward block is a dense MLP of the target's ``intermediate`` whatever the target
     (EAGLE-3's and DFlash's drafters are dense decoder layers, also those trained for MoE targets); a target
@@ -850,6 +913,8 @@ def drafter_shape(target: ModelShape, layers: int, vocab: int | None = None, nam
     changes = dict(csa_layers=0, hca_layers=0) if target.attention_kind == COMPRESSED_SPARSE else {}
     if target.attention_kind in LINEAR_HYBRIDS:  # Qwen3-Next's MTP layer, as EAGLE-3's, attends in full
         changes.update(linear_interval=0, full_layers=0)
+    if target.attention_kind == BLOCK_SPARSE:  # so do a block-sparse model's (its indexer selects nothing)
+        changes.update(index_topk=0, index_heads=0, index_head_dim=0, index_block=0, full_layers=0)
     if dense and target.is_moe:
         if target.intermediate <= 0:
             raise HwProfileError(f"{target.name} has no dense MLP width (intermediate) to build a dense drafter of")

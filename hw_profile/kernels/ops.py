@@ -53,6 +53,7 @@ import pandas as pd
 from hw_profile.errors import HwProfileError
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import (
+    BLOCK_SPARSE,
     COMPRESSED_SPARSE,
     DSA,
     GATED_DELTANET,
@@ -692,6 +693,8 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     if kind in LINEAR_HYBRIDS:  # Gated DeltaNet's measured decode kernels would misprice prompts (docs/model.md)
         what = "Gated DeltaNet" if kind == GATED_DELTANET else "Kimi Delta Attention"
         raise HwProfileError(f"kernel database: no {what} (linear attention) kernels for {shape.name}")
+    if kind == BLOCK_SPARSE:  # its GQA decode kernel would attend to the whole context
+        raise HwProfileError(f"kernel database: no MiniMax sparse attention (block-selecting) kernels for {shape.name}")
     gemm = np.zeros(B.shape)
     gemm_list = dense_gemms(shape, gpus)
     if kind == COMPRESSED_SPARSE:
