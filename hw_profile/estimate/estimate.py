@@ -124,7 +124,7 @@ A2A_BYTES_PER_VALUE = 3.0  # fp8 dispatch + bf16 combine, per hidden value and e
 # the kernel database over the GPUs it covers (``tools.kernel_floors``, which recomputes them); the
 # kernel-level roofline adds them per launch, so that at low load it prices what kernels really take on GPUs the
 # database lacks.
-KERNEL_FLOOR_US = {GEMM: 4.3, ATTENTION: 11.2, MOE: 24.4, "v4_attention": 54.8, MHC: 26.8, "dsa_attention": 76.5}
+KERNEL_FLOOR_US = {GEMM: 4.3, ATTENTION: 11.1, MOE: 24.4, "v4_attention": 54.8, MHC: 26.8, "dsa_attention": 76.5}
 # Inside one NVLink domain (``GPU.nvlink_domain``: an HGX board of 8, an NVL72 rack) the exchange runs over NVLink:
 # its achieved bandwidth (RooflineParams.nvlink_gb_s, scaled to the part) and a latency floor of tens of
 # microseconds per layer (NVSHMEM/IPC puts with no NIC in the path), taken as this many us for dispatch + combine.
@@ -191,7 +191,9 @@ class AttentionWork:
 
 def attention_work(shape: ModelShape, dep: Deployment) -> AttentionWork:
     g = dep.head_split
-    read_split = 1 if shape.latent_kv else g  # a latent cache is replicated over tp ranks
+    # a latent cache is one copy on every tp rank; per-head caches split with the KV heads, but never below one a
+    # rank (engines replicate a KV head over the ranks that share it), as ``ModelShape.kv_cache_facts`` holds them
+    read_split = 1 if shape.latent_kv else shape.kv_heads / max(shape.kv_heads // g, 1)
     # a linear hybrid's per-token and per-request reads are its states, split with the heads whatever its cache
     state_split = g if shape.attention_kind in LINEAR_HYBRIDS else read_split
     kv_scale = kv_cache_bytes(shape) / 2.0

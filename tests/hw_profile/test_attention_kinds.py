@@ -182,3 +182,15 @@ def test_a_gated_deltanet_drafter_attends_in_full_and_its_states_take_kv_room():
     other = (plain.kv_capacity(1, max_running=1, max_batch_tokens=256)
              - plain.kv_capacity(1, max_running=257, max_batch_tokens=256))
     assert one - many == pytest.approx(lost_to_states + other, abs=2)
+
+
+def test_a_kv_head_shared_by_several_tensor_parallel_gpus_is_read_whole_on_each():
+    """Qwen3-235B's 4 KV heads over 8 GPUs: each GPU holds one KV head (engines replicate it over the two GPUs that
+    share it), so it reads a quarter of the cache per context token, not an eighth, as its KV room says; over 4 GPUs a
+    quarter too, over 2 a half."""
+    shape = get_shape("qwen3-235b-a22b")
+    for gpus, share in ((2, 2), (4, 4), (8, 4)):
+        work = attention_work(shape, deployment(gpus))
+        assert work.per_kv == pytest.approx(shape.kv_bytes_per_token / share)
+        assert work.per_kv == pytest.approx(shape.kv_cache_facts(2.0, gpus, gpus)["kv_bytes_per_token_per_gpu"])
+        assert work.per_query_kv == pytest.approx(shape.attn_flops_per_kv_token / gpus)  # query heads do split
