@@ -6,9 +6,9 @@ the (shared) LM head.
 
 Beyond the dense GQA transformer (Qwen3), a shape can describe the kinds below; ``attention_kind`` names its
 attention (``ATTENTION_KINDS``: ``mha``, ``gqa``, ``sliding-window``, ``mla``, ``dsa``, ``compressed-sparse``,
-``gated-deltanet``, ``linear-mla``, ``block-sparse``), and the models read what a kind means from the shape (KV bytes per token, reads and FLOPs per
-context and per query token, ``latent_kv``, ``checkpoint_dtype``, ``hyper_connections``, ``dense_gemms``) rather
-than from its fields:
+``gated-deltanet``, ``linear-mla``, ``block-sparse``), and the models read what a kind means from the shape (KV
+bytes per token, reads and FLOPs per context and per query token, ``latent_kv``, ``checkpoint_dtype``,
+``hyper_connections``, ``dense_gemms``) rather than from its fields:
 
 - **Mixture of experts** (``experts > 0``): every layer after the first ``dense_layers`` replaces its MLP by
   ``experts`` routed experts (SwiGLU, width ``expert_intermediate``), of which each token uses
@@ -60,12 +60,13 @@ than from its fields:
   where the pattern is not exactly every ``linear_interval``-th (Kimi-K3: every 4th and the last, 24 of 93).
 - **Block-sparse attention** (``block-sparse``, MiniMax-M3's MSA, ``index_block > 0`` without a latent): GQA
   whose queries, in all but the first ``full_layers`` layers, each attend only to the ``index_topk`` tokens (whole
-  blocks of ``index_block``) a lightning indexer selects for them (``index_heads`` x ``index_head_dim`` queries scoring one index key
-  of ``index_head_dim`` per context token). Per context token a step reads the full layers' K and V and the sparse
-  layers' index keys (``kv_read_bytes_per_token``); the selected tokens' K and V are read and attended per query
-  token (``attn_read_bytes_per_query_token``, ``attn_flops_per_query_token``), contexts assumed longer than the
-  top-k (an upper bound below it). The cache holds every layer's K and V and the sparse layers' index keys.
-- **Latent experts** (``expert_hidden > 0``, Kimi-K3): the routed experts work in a ``expert_hidden``-wide space;
+  blocks of ``index_block``) a lightning indexer selects for them (``index_heads`` x ``index_head_dim`` queries
+  scoring one index key of ``index_head_dim`` per context token). Per context token a step reads the full layers'
+  K and V and the sparse layers' index keys (``kv_read_bytes_per_token``); the selected tokens' K and V are read
+  and attended per query token (``attn_read_bytes_per_query_token``, ``attn_flops_per_query_token``), contexts
+  assumed longer than the top-k (an upper bound below it). The cache holds every layer's K and V and the sparse
+  layers' index keys.
+- **Latent experts** (``expert_hidden > 0``, Kimi-K3): the routed experts work in an ``expert_hidden``-wide space;
   each MoE layer projects every token down to it and back once (dense GEMMs), and the experts' weights and the
   expert-parallel exchange are at that width. Shared experts stay at ``hidden``.
 - **Sliding-window attention** (``sliding-window``, Gemma 3): all but every ``sliding_pattern``-th layer attend to the last
@@ -169,10 +170,11 @@ class ModelShape:
     def attention_kind(self) -> str:
         """How the layers attend (one of ``ATTENTION_KINDS``; the module docstring describes each): a linear hybrid
         where some layers are linear (``linear-mla`` where its full layers are MLA, else ``gated-deltanet``), else
-        compressed sparse attention where any layer reads compressed rows, else DeepSeek sparse attention where a latent's rows
-        are selected by an indexer, else MLA where keys and values are a latent, else block-sparse GQA where an
-        indexer selects each query's tokens (MiniMax-M3), else Gemma's interleaved sliding windows, else multi-head attention (a KV head per query head) or grouped-query
-        attention (fewer, down to one: a DeepSeek-V4 drafter's window-only layers are one shared KV head)."""
+        compressed sparse attention where any layer reads compressed rows, else DeepSeek sparse attention where a
+        latent's rows are selected by an indexer, else MLA where keys and values are a latent, else block-sparse GQA
+        where an indexer selects each query's blocks of tokens (MiniMax-M3), else Gemma's interleaved sliding
+        windows, else multi-head attention (a KV head per query head) or grouped-query attention (fewer, down to
+        one: a DeepSeek-V4 drafter's window-only layers are one shared KV head)."""
         if self.linear_interval > 0:
             return LINEAR_MLA if self.kv_lora_rank > 0 else GATED_DELTANET
         if self.csa_layers + self.hca_layers > 0:
@@ -187,9 +189,9 @@ class ModelShape:
 
     @property
     def latent_kv(self) -> bool:
-        """The KV cache is one copy for all query heads (MLA's latent, compressed sparse attention's rows), so
-        tensor parallelism cannot split it: every rank holds and reads all of it. Per-head caches (MHA, GQA, sliding
-        windows) split over the ranks by KV head."""
+        """The KV cache is one copy for all query heads (MLA's latent, also that of Kimi-K3's full layers,
+        compressed sparse attention's rows), so tensor parallelism cannot split it: every rank holds and reads all
+        of it. Per-head caches (MHA, GQA, sliding windows, block-sparse) split over the ranks by KV head."""
         return self.attention_kind in (MLA, DSA, COMPRESSED_SPARSE, LINEAR_MLA)
 
     @property
@@ -406,7 +408,8 @@ class ModelShape:
         per CSA layer a row of ``head_dim`` plus an index key of ``index_head_dim`` per ``csa_ratio`` tokens, per HCA
         layer a row per ``hca_ratio`` tokens (the window's ``sliding_window`` rows per request and layer are bounded
         and not counted here). DeepSeek sparse attention: MLA's latent and rotary key plus the indexer's key of
-        ``index_head_dim``."""
+        ``index_head_dim``. Kimi-K3 (``linear-mla``): MLA's, of its full layers only. Block-sparse attention: GQA's
+        in every layer plus the sparse layers' index keys of ``index_head_dim``."""
         if self.attention_kind == DSA:
             return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim + self.index_head_dim) * 2.0
         if self.attention_kind == COMPRESSED_SPARSE:
@@ -459,7 +462,8 @@ class ModelShape:
         its whole cache (``kv_bytes_per_token``) except under compressed sparse attention, where per context token
         only the indexer's keys (CSA) and the heavily compressed rows (HCA) are read; the selected rows are a cost
         per query token (``attn_read_bytes_per_query_token``); under DeepSeek sparse attention only the index keys
-        are, the selected latent rows likewise a cost per query token."""
+        are, the selected latent rows likewise a cost per query token; under block-sparse attention the full layers'
+        K and V and the sparse layers' index keys, the selected tokens a cost per query token."""
         if self.attention_kind == DSA:
             return 2.0 * self.layers * self.index_head_dim
         if self.attention_kind == COMPRESSED_SPARSE:
@@ -475,7 +479,8 @@ class ModelShape:
         """KV bytes (2-byte precision) each query token reads beyond ``kv_read_bytes_per_token``: under compressed
         sparse attention, the ``index_topk`` selected rows of each CSA layer and the window of every layer
         (contexts assumed longer than both); under DeepSeek sparse attention the ``index_topk`` selected latent rows
-        of every layer; under Gated DeltaNet the token's own states, written. Zero for other attention kinds."""
+        of every layer; under block-sparse attention the ``index_topk`` selected tokens' K and V of every sparse
+        layer; under a linear hybrid the token's own states, written. Zero for other attention kinds."""
         if self.attention_kind == DSA:
             return 2.0 * self.layers * self.index_topk * (self.kv_lora_rank + self.qk_rope_head_dim)
         if self.attention_kind in LINEAR_HYBRIDS:  # the token's own state written (read: once per request)
@@ -498,8 +503,9 @@ class ModelShape:
     def attn_flops_per_query_token(self) -> float:
         """Attention FLOPs per query token that do not grow with the context: scores and weighted sums over the
         selected rows and the window under compressed sparse attention (one KV head shared by all query heads);
-        under DeepSeek sparse attention MLA's absorbed scores and sums over the ``index_topk`` selected rows. Zero for
-        other attention kinds."""
+        under DeepSeek sparse attention MLA's absorbed scores and sums over the ``index_topk`` selected rows; under
+        block-sparse attention GQA's over the selected tokens of every sparse layer; a linear hybrid's delta rule.
+        Zero for other attention kinds."""
         if self.attention_kind == DSA:
             return self.layers * self.heads * (4.0 * self.kv_lora_rank + 2.0 * self.qk_rope_head_dim) * self.index_topk
         if self.attention_kind == BLOCK_SPARSE:  # scores and sums over the selected tokens
@@ -522,7 +528,8 @@ class ModelShape:
         sums the latent (2 x kv_lora_rank). Compressed sparse attention: the indexer scores every compressed row of a
         CSA layer (2 x index heads x index dim per ``csa_ratio`` tokens) and HCA layers attend to every compressed
         row. DeepSeek sparse attention: its indexer scores every context token (2 x index heads x index dim per
-        layer); the attention proper is per query."""
+        layer); the attention proper is per query. Block-sparse attention: GQA's in the full layers, the indexer's
+        scores in the sparse layers. Kimi-K3: MLA's, of its full layers only."""
         if self.attention_kind == DSA:
             return self.layers * 2.0 * self.index_heads * self.index_head_dim
         if self.attention_kind == COMPRESSED_SPARSE:
@@ -684,7 +691,7 @@ SHAPES: dict[str, ModelShape] = {
     # first 3 layers a dense MLP of 12,288 attending in full, the other 57 MoE (128 routed experts of width 3,072, 4
     # a token, + 1 shared of 3,072) with MiniMax sparse attention: an indexer of 4 heads x 128 choosing each query's
     # top 16 blocks of 128 tokens (2,048 tokens; a local block beside them, where the engine adds one, is not
-    # counted), a 200,064-token vocabulary. Not counted: the 7 MTP modules and the vision tower. 426B stored, 24.5B
+    # counted), a 200,064-token vocabulary. Not counted: the 7 MTP modules and the vision tower. 426B stored, 24.7B
     # active matmul parameters (a public reading of the config gives 428B and about 23B).
     "minimax-m3": ModelShape("minimax-m3", layers=60, hidden=6144, heads=64, kv_heads=4, head_dim=128,
                              intermediate=12288, vocab=200064, family="minimax_m3", experts=128, experts_per_token=4,

@@ -77,4 +77,5 @@ def test_it_is_priced_on_the_roofline_and_its_drafter_attends_in_full():
     with pytest.raises(HwProfileError, match="MiniMax sparse attention"):
         step_times(get_shape("minimax-m3"), "H200", "vllm", "fp8", 8, 8, [1], [1], [1024])
     mtp = drafter_shape(get_shape("minimax-m3"), 1)
-    assert (mtp.attention_kind, mtp.sparse_attention_layers, mtp.kv_read_bytes_per_token) == ("gqa", 0, 2.0 * 2 * 4 * 128)
+    one_layer_kv = 2.0 * 2 * 4 * 128
+    assert (mtp.attention_kind, mtp.sparse_attention_layers, mtp.kv_read_bytes_per_token) == ("gqa", 0, one_layer_kv)
