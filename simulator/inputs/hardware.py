@@ -66,11 +66,17 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
     kv = eng.kv_capacity_tokens or (memory.kv_capacity(hw.gpus_per_replica, eng.gpu_memory_utilization,
                                                        eng.max_batch_tokens, eng.max_running) if memory else None)
     if kv is None:
-        raise UserError(
-            f"{scn.path}: engine.kv_capacity_tokens: required, since table {hw.table} does not record its GPU "
-            "memory and model shape, or its weights leave no room for a KV cache at "
-            f"engine.gpu_memory_utilization {eng.gpu_memory_utilization:g}"
-        )
+        if memory is None:
+            why = f"table {hw.table} does not record its GPU memory and model shape"
+        else:
+            states = eng.max_running * memory.shape.state_bytes_per_request / hw.gpus_per_replica
+            held = f"its weights ({memory.weight_bytes_per_gpu / 1e9:.0f} GB a GPU)"
+            if states:  # a linear hybrid's running requests hold their recurrent states whatever their context
+                held += f" and engine.max_running {eng.max_running} requests' states ({states / 1e9:.0f} GB a GPU)"
+            why = (f"{held} leave no room for a KV cache in {memory.memory_gb:g} GB at engine.gpu_memory_utilization "
+                   f"{eng.gpu_memory_utilization:g} on hardware.gpus_per_replica {hw.gpus_per_replica} "
+                   f"(table {hw.table})")
+        raise UserError(f"{scn.path}: engine.kv_capacity_tokens: required, since {why}")
     return Hardware(clock=target.grid, policy=policy, draft=draft, kv_capacity=int(kv),
                     gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=target.energy_grid,
                     chunk_attention=tables.chunk_attention, request_ms=request_ms(tables, eng.request_ms),

@@ -16,6 +16,7 @@ from hw_profile.estimate.estimate import (
     default_parallel,
     exchange_ms,
     roofline_parts,
+    write_estimate_set,
 )
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import dense_gemms, drafter_shape, get_shape
@@ -110,3 +111,20 @@ def test_it_is_tensor_parallel_by_default_and_priced_on_the_roofline():
         step_times(get_shape("kimi-k3"), "B200", "sglang", "fp8", 8, 8, [1], [1], [1024])
     mtp = drafter_shape(get_shape("kimi-k3"), 1)
     assert (mtp.attention_kind, mtp.full_attention_layers, mtp.state_bytes_per_request) == ("mla", 1, 0.0)
+
+
+def test_a_scenario_says_when_running_requests_states_leave_no_kv_room(tmp_path):
+    """On one GPU's share of the 8-GPU table, 384 running requests' KDA states (232 MB each) and the weights fill
+    the GPU: the scenario asks for a KV capacity and says what holds the memory; on all 8 GPUs it plans."""
+    from tests.simulator.test_config import ROOT, run_cli
+
+    k3 = get_shape("kimi-k3")
+    table = tmp_path / "k3.csv"
+    dep = Deployment(gpu=get_gpu("MI355X"), gpus=8, ep=8, dtype="bf16", parallel="tp", engine="sglang")
+    write_estimate_set(k3, dep, table, ["mtp", "dspark"])
+    peak = ROOT / "scenarios" / "peak.yaml"
+    res = run_cli("check", str(peak), "--set", f"hardware.table={table}")
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
+    assert "engine.max_running 384 requests' states (89 GB a GPU)" in res.stderr
+    res = run_cli("check", str(peak), "--set", f"hardware.table={table}", "--set", "hardware.gpus_per_replica=8")
+    assert res.returncode == 0, res.stderr
