@@ -477,8 +477,10 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
         click.echo(f"  prefill: colocated, schedule {m.engine.schedule}")
     if hw.chunk_attention is not None:
         cost = hw.chunk_attention
+        own = (f", and {cost.ns_per_token:+,.0f} ns per prompt token beyond T's price of it" if cost.ns_per_token
+               else "")
         click.echo("  a step is one forward over all its tokens; prompt chunks' attention priced apart (table sidecar): "
-                   f"{cost.ns_per_token_kv:g} ns per (chunk token, token it attends to)"
+                   f"{cost.ns_per_token_kv:g} ns per (chunk token, token it attends to){own}"
                    + (f" ({cost.source})" if cost.source else ""))
     click.echo(f"  acceptance: {m.acceptance.source} {m.acceptance.profile if m.acceptance.source == 'profile' else m.acceptance.trace or ''}"
                f" ({m.acceptance.confidence} confidences); SLA targets {', '.join(f'{t:g}' for t in m.sla.tps_targets)} tok/s/user")

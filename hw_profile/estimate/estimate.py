@@ -652,11 +652,30 @@ def _kernel_package() -> bool:
     return importlib.util.find_spec(PACKAGE) is not None
 
 
-def chunk_attention(shape: ModelShape, dep: Deployment, measured: tuple[float, str] | None = None) -> dict:
+# The prompt chunk at which a prompt token's own attention is set against T's price of it (``prompt_token_ns``)
+PROMPT_CHUNK_TOKENS = 2048
+
+
+def prompt_token_ns(shape: ModelShape, dep: Deployment, measured: tuple[float, str] | None) -> float:
+    """What a prompt token's own attention costs beyond T's price of it, ns (``ChunkAttention.ns_per_token``), from
+    the ``measured`` prefill kernels' price per token (``measured_chunk_token``); 0 without one, T's price standing.
+    A Gated DeltaNet hybrid's T writes every token's recurrent states (verification keeps each position's to roll back
+    to): for a prompt the kernel-level roofline's attention at ``PROMPT_CHUNK_TOKENS`` tokens with nothing cached,
+    which the chunked kernel engines prefill with replaces (it writes a request's states once)."""
+    if measured is None or shape.attention_kind not in LINEAR_HYBRIDS:
+        return 0.0
+    as_tokens = roofline_parts(shape, dep, np.array([float(PROMPT_CHUNK_TOKENS)]), np.zeros(1), floors=False)
+    return measured[0] - float(as_tokens[ATTENTION][0]) * 1e6 / PROMPT_CHUNK_TOKENS
+
+
+def chunk_attention(shape: ModelShape, dep: Deployment, measured: tuple[float, str] | None = None,
+                    per_token: tuple[float, str] | None = None) -> dict:
     """The sidecar's ``prefill_cost`` block (``hw_profile.tables.step_table.ChunkAttention``): a prompt chunk's causal attention,
     ns per (chunk token, token it attends to), compute-bound (hundreds of queries per request). Its GEMMs are T's at
     the step's total tokens: one forward (``simulator.core.forward``). ``measured``: that rate and its source from
-    the measured context modules (``measured_chunk_rate``), else the kernel-level roofline's."""
+    the measured context modules (``measured_chunk_rate``), else the kernel-level roofline's. ``per_token``: a
+    prompt token's own attention from measured prefill kernels (``measured_chunk_token``), from which the block's
+    ``ns_per_token`` corrects T's price of a prompt token (``prompt_token_ns``)."""
     if measured is not None:
         rate, source = measured
     else:
@@ -665,30 +684,49 @@ def chunk_attention(shape: ModelShape, dep: Deployment, measured: tuple[float, s
         source = (f"compute-bound roofline of the attention on {dep.gpu.name} ({work.dtype}, "
                   f"comp_eff {dep.roofline.comp_eff})")
     block = {"ns_per_token_kv": rate, "source": source}
+    own = prompt_token_ns(shape, dep, per_token)
+    if own:
+        block["ns_per_token"] = own
+        block["source"] += (f"; ns_per_token: a prompt token's linear attention from the {per_token[1]}, less T's "
+                            "price of it (which writes every token's states)")
     if shape.windowed_layers:  # those layers' tokens attend to the window at most (every layer does the same work)
         block.update(window=shape.sliding_window, windowed_share=shape.windowed_share)
     return block
 
 
-def measured_chunk_rate(shape: ModelShape, dep: Deployment, kernels: str = "auto",
-                        sibling: GPU | None = None) -> tuple[float, str] | None:
-    """A prompt chunk's attention per (chunk token, cached token) from the kernel database's measured context
-    modules, on this GPU or its twin (``kernel_twin``), where it has them for this model's attention
-    (``KernelSource.chunk_pair_ns``); None for the roofline (``kernels: roofline``, a sibling's transfer, other
-    attention, tables without a sweep over cached prefixes)."""
+def _measured_prompt_price(method: str, shape: ModelShape, dep: Deployment, kernels: str, sibling: GPU | None,
+                           *args) -> tuple[float, str] | None:
+    """A price of prompt chunks that the kernel source's ``method`` reads from measured kernels, on this GPU or its
+    twin (``kernel_twin``, said in the source line); None for the roofline (``kernels: roofline``, a sibling's
+    transfer, a source without the method, rows it lacks)."""
     if kernels == "roofline" or sibling is not None:
         return None
     gpu = kernel_twin(dep.gpu, dep.engine) or dep.gpu
-    rate = getattr(kernel_source("auto", gpu, dep.engine), "chunk_pair_ns", None)
-    if rate is None:
+    price = getattr(kernel_source("auto", gpu, dep.engine), method, None)
+    if price is None:
         return None
     try:
-        found = rate(shape, gpu.name, dep.engine, dep.dtype, dep.head_split)
+        found = price(shape, gpu.name, dep.engine, dep.dtype, dep.head_split, *args)
     except HwProfileError:  # rows the decode path would also miss: that path says why
         return None
     if found is None or gpu is dep.gpu:
         return found
     return found[0], f"{found[1]}; the {gpu.name}'s, {dep.gpu.name}'s twin"
+
+
+def measured_chunk_rate(shape: ModelShape, dep: Deployment, kernels: str = "auto",
+                        sibling: GPU | None = None) -> tuple[float, str] | None:
+    """A prompt chunk's attention per (chunk token, cached token) from the kernel database's measured context
+    modules, where it has them for this model's attention (``KernelSource.chunk_pair_ns``); None for the roofline
+    (``_measured_prompt_price``; other attention, tables without a sweep over cached prefixes)."""
+    return _measured_prompt_price("chunk_pair_ns", shape, dep, kernels, sibling)
+
+
+def measured_chunk_token(shape: ModelShape, dep: Deployment, kernels: str = "auto",
+                         sibling: GPU | None = None) -> tuple[float, str] | None:
+    """A prompt chunk's own attention per chunk token at ``PROMPT_CHUNK_TOKENS`` from the kernel database's
+    measured prefill kernels (``KernelSource.chunk_token_ns``: Gated DeltaNet's); None where not measured."""
+    return _measured_prompt_price("chunk_token_ns", shape, dep, kernels, sibling, PROMPT_CHUNK_TOKENS)
 
 
 def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str = "auto",
@@ -729,7 +767,8 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         notes=notes,
         **({"advice": advice} if (advice := [str(n) for n in notes if isinstance(n, Advice)]) else {}),
         inside_share=float(np.mean(est.inside)) if len(est.inside) else 0.0,
-        prefill_cost=chunk_attention(shape, dep, measured_chunk_rate(shape, dep, kernels, sibling)),
+        prefill_cost=chunk_attention(shape, dep, measured_chunk_rate(shape, dep, kernels, sibling),
+                                     measured_chunk_token(shape, dep, kernels, sibling)),
         verify_attention=verify_attention(shape, dep, used).to_meta(),
         cuda_graphs=cuda_graphs(shape, dep, used).to_meta(),
         weight_bytes_per_gpu=weights_per_gpu,

@@ -458,6 +458,45 @@ WIDE_EP_EXCHANGE = "wideep_deepep_ll_perf"
 GPUS_PER_NODE = 8  # the database's multi-node exchange rows were measured on 8-GPU nodes
 
 
+GDN_CHUNK_KERNELS = ("causal_conv1d_fn", "chunk_gated_delta_rule")  # a Gated DeltaNet layer's prefill, measured
+
+
+def chunk_token_ns(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, tokens: int,
+                   data_dir=None) -> tuple[float, str] | None:
+    """A prompt chunk's own linear attention per chunk token, ns over all linear layers on one of ``gpus``
+    tensor-parallel GPUs, from the measured prefill kernels of Gated DeltaNet (the causal convolution and the chunked
+    delta rule) for one prompt of ``tokens``, where the database measured the head layout (Qwen3.5's, whichever
+    model of the family: the kernels see heads and head widths); and a line saying where it came from. None for
+    other attention (Kimi Delta Attention's kernels are not measured) or an unmeasured layout."""
+    if shape.attention_kind != GATED_DELTANET:
+        return None
+    ctx = _Ctx.open(gpu, engine, dtype, gpus, np.zeros(1), data_dir)
+    tab = ctx.table("linear_attention", "gdn_perf")
+    if tab is None:
+        return None
+    rows = tab[(tab["phase"] == "context") & (tab["batch_size"] == 1)
+               & (tab["num_k_heads"] == shape.linear_key_heads // gpus)
+               & (tab["num_v_heads"] == shape.linear_value_heads // gpus)
+               & (tab["head_k_dim"] == shape.linear_key_head_dim) & (tab["head_v_dim"] == shape.linear_value_head_dim)]
+    if rows.empty:
+        return None
+    models = sorted(set(rows["model_name"]))
+    model = next((m for m in models if shape.name.lower() in m.lower()), models[0])
+    rows = rows[rows["model_name"] == model]
+    ms = 0.0
+    for kernel in GDN_CHUNK_KERNELS:
+        one = rows[rows["kernel_source"] == kernel]
+        if one.empty:
+            return None
+        v, inside = Grid.from_frame(one, ["seq_len"]).lookup(np.array([float(tokens)]))
+        ms += float(ctx.take(f"Gated DeltaNet {kernel}", v, inside)[0])
+    return (shape.linear_attention_layers * ms * 1e6 / tokens,
+            f"measured Gated DeltaNet prefill kernels ({' + '.join(GDN_CHUNK_KERNELS)}; {ctx.origin}: {ctx.system} / "
+            f"{ctx.engine} {ctx.version}, {model}'s layout of {shape.linear_key_heads // gpus} key and "
+            f"{shape.linear_value_heads // gpus} value heads a GPU) for one {tokens:,}-token prompt, "
+            f"{shape.linear_attention_layers} layers")
+
+
 def _moe_weight_dtype(ctx) -> str:
     """The measured experts' type for the deployment's (DeepSeek's fp8 experts are 128 x 128 block scaled)."""
     return "fp8_block" if ctx.dtype == "fp8" else GEMM_DTYPES.get(ctx.dtype, ctx.dtype)

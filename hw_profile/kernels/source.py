@@ -59,3 +59,8 @@ class MeasuredKernels:
     def chunk_pair_ns(self, shape, gpu, engine, dtype, gpus) -> tuple[float, str] | None:
         """A prompt chunk's attention per (chunk token, cached token), ns, and its source; None where not measured."""
         return ops.chunk_pair_ns(shape, gpu, engine, dtype, gpus, data_dir=self.data_dir)
+
+    def chunk_token_ns(self, shape, gpu, engine, dtype, gpus, tokens) -> tuple[float, str] | None:
+        """A prompt chunk's own attention per chunk token at a chunk of ``tokens``, ns, and its source; None where
+        not measured."""
+        return ops.chunk_token_ns(shape, gpu, engine, dtype, gpus, tokens, data_dir=self.data_dir)

@@ -130,12 +130,18 @@ class ChunkAttention:
     A model with sliding-window layers (Gemma 3) adds ``window`` (W tokens) and ``windowed_share`` (s, the share of
     the work per pair done in windowed layers): there token i attends to min(p + i, W) tokens, so a chunk's pairs
     are (1 - s) x c (p + c / 2) + s x (the integral of min(p + i, W) over i in [0, c)).
+
+    ``ns_per_token`` (optional, may be negative) is what a prompt token's attention costs beyond what T charges a
+    token of its forward: T prices every token as a decode or verify token, and some attention does per such token
+    what a prompt chunk does once (a linear layer's state written for every verified position, to roll back to; a
+    chunk writes its request's state once), so T overprices prompt tokens by that much (a negative term).
     """
 
     ns_per_token_kv: float
     source: str = ""
     window: float = 0.0
     windowed_share: float = 0.0
+    ns_per_token: float = 0.0
 
     @classmethod
     def from_meta(cls, meta: dict, where: str) -> ChunkAttention | None:
@@ -146,12 +152,17 @@ class ChunkAttention:
         read = _number_block(meta, PREFILL_COST, {"ns_per_token_kv": 0.0}, where)
         if read is None:
             return None
+        rate, source = read
+        per_token = block.get("ns_per_token", 0.0)  # a signed correction: no least
+        if isinstance(per_token, bool) or not isinstance(per_token, int | float) or not math.isfinite(per_token):
+            raise TableError(f"{where}: {PREFILL_COST}.ns_per_token must be a number, got {per_token!r}")
+        per_token = float(per_token)
         if "window" not in block and "windowed_share" not in block:
-            return cls(*read)
+            return cls(rate, source, ns_per_token=per_token)
         window = _number_block({PREFILL_COST: block}, PREFILL_COST, {"window": 1.0, "windowed_share": 0.0}, where)
         if window[1] > 1.0:
             raise TableError(f"{where}: {PREFILL_COST}.windowed_share must be at most 1, got {window[1]!r}")
-        return cls(*read, window=window[0], windowed_share=window[1])
+        return cls(rate, source, window=window[0], windowed_share=window[1], ns_per_token=per_token)
 
     def _pairs2(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
         """Twice each chunk's attention pairs (exact integers without windowed layers)."""
@@ -168,11 +179,13 @@ class ChunkAttention:
     def ms(self, chunks: np.ndarray, cached: np.ndarray) -> float:
         """Milliseconds of attention for prompt chunks of ``chunks`` tokens whose requests hold ``cached`` tokens
         before them (arrays of one length; rows with a zero chunk cost nothing)."""
-        return self._pairs2(chunks, cached).sum().item() * self.ns_per_token_kv / 2e6
+        own = np.asarray(chunks).sum().item() * self.ns_per_token / 1e6 if self.ns_per_token else 0.0
+        return self._pairs2(chunks, cached).sum().item() * self.ns_per_token_kv / 2e6 + own
 
     def each_ms(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
         """``ms`` of each chunk on its own (an array)."""
-        return self._pairs2(chunks, cached) * self.ns_per_token_kv / 2e6
+        return (self._pairs2(chunks, cached) * self.ns_per_token_kv / 2e6
+                + np.asarray(chunks, dtype=np.float64) * self.ns_per_token / 1e6)
 
 
 @dataclass(frozen=True)

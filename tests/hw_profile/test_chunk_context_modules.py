@@ -5,6 +5,7 @@ token), in the sidecar's ``prefill_cost`` block; the roofline where the tables h
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import numpy as np
 import pandas as pd
@@ -99,3 +100,56 @@ def test_the_sidecar_carries_the_measured_rate_and_the_h800_its_twins():
     roofline = estimate_table(shape, Deployment(get_gpu("H800"), 8, 8, "fp8", engine="sglang"), "t", b_axis=b,
                               k_axis=k, kernels="roofline").chunk_attention
     assert roofline.source.startswith("compute-bound roofline")
+
+
+@needs_db
+def test_a_gated_deltanet_prompt_token_is_priced_from_the_measured_chunked_kernels():
+    """T writes every token's recurrent states (verification keeps each position's); a prompt chunk writes them once.
+    Where the database measures the prefill kernels of the layout (Qwen3.5-397B's 2 key and 8 value heads a GPU of
+    8 H200s under SGLang), the sidecar's ns_per_token is their price per token less the roofline's attention of a
+    2,048-token chunk as T prices it; a 4,096-token prompt then costs that much less. Elsewhere (vLLM's tables, the
+    roofline asked for, Kimi Delta Attention, dense models) T's price stands."""
+    from hw_profile.estimate.engine_costs import engine_defaults
+    from hw_profile.estimate.estimate import (
+        PROMPT_CHUNK_TOKENS,
+        measured_chunk_token,
+        prompt_token_ns,
+        roofline_parts,
+    )
+    from hw_profile.kernels.families import ATTENTION
+    from hw_profile.kernels.ops import chunk_token_ns
+
+    q35 = get_shape("qwen3.5-397b-a17b")
+    dep = Deployment(get_gpu("H200"), gpus=8, ep=8, dtype="bf16", engine="sglang", costs=engine_defaults("sglang"))
+    measured = measured_chunk_token(q35, dep)
+    assert measured == chunk_token_ns(q35, "H200", "sglang", "bf16", 8, PROMPT_CHUNK_TOKENS)
+    c = np.array([float(PROMPT_CHUNK_TOKENS)])
+    as_tokens = roofline_parts(q35, dep, c, np.zeros(1), floors=False)[ATTENTION][0] * 1e6 / c[0]
+    assert prompt_token_ns(q35, dep, measured) == pytest.approx(measured[0] - as_tokens)
+    assert 0 < measured[0] < as_tokens  # the chunked kernel: cheaper than T's per-token state writes
+    block = chunk_attention(q35, dep, None, measured)
+    cost = ChunkAttention(block["ns_per_token_kv"], ns_per_token=block["ns_per_token"])
+    plain = ChunkAttention(block["ns_per_token_kv"])
+    assert (cost.each_ms(np.array([4096]), np.zeros(1)) - plain.each_ms(np.array([4096]), np.zeros(1)))[0] == \
+        pytest.approx(4096 * (measured[0] - as_tokens) / 1e6)
+    assert measured_chunk_token(q35, dep, kernels="roofline") is None
+    assert measured_chunk_token(q35, Deployment(get_gpu("H200"), gpus=8, ep=8, dtype="bf16", engine="vllm")) is None
+    k3_dep = Deployment(get_gpu("H200"), gpus=8, ep=8, dtype="bf16", engine="sglang")
+    assert measured_chunk_token(get_shape("kimi-k3"), k3_dep) is None
+    assert "ns_per_token" not in chunk_attention(get_shape("qwen3-8b"), dep, None, measured)
+
+
+@needs_db
+def test_check_says_what_a_prompt_token_costs_beyond_t(tmp_path):
+    from hw_profile.estimate.engine_costs import engine_defaults
+    from hw_profile.estimate.estimate import write_estimate_set
+    from tests.simulator.test_config import ROOT, run_cli
+
+    dep = Deployment(get_gpu("H200"), gpus=8, ep=8, dtype="bf16", engine="sglang", costs=engine_defaults("sglang"))
+    table = tmp_path / "q35.csv"
+    write_estimate_set(get_shape("qwen3.5-397b-a17b"), dep, table, ["mtp", "dspark"])
+    own = ChunkAttention.from_meta(json.loads(table.with_suffix(".json").read_text()), "q35").ns_per_token
+    res = run_cli("check", str(ROOT / "scenarios" / "peak.yaml"), "--set", f"hardware.table={table}",
+                  "--set", "hardware.gpus_per_replica=8", "--set", "engine.max_running=64")
+    assert res.returncode == 0, res.stderr
+    assert f"and {own:+,.0f} ns per prompt token beyond T's price of it" in res.stdout

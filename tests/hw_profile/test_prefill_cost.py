@@ -14,6 +14,10 @@ def test_chunk_attention_closed_form():
     # chunks of 200 (nothing cached) and 100 (200 cached): (200 x 100 + 100 x 250) pairs x 10 ns
     assert cost.ms(np.array([200, 100, 0]), np.array([0, 200, 999])) == pytest.approx(0.45, abs=1e-12)
     assert cost.each_ms(np.array([200, 100]), np.array([0, 200])) == pytest.approx([0.2, 0.25], abs=1e-12)
+    # a prompt token's own attention beyond T's price of it: -1,000 ns each, 300 tokens, 0.3 ms less
+    own = ChunkAttention(10.0, ns_per_token=-1000.0)
+    assert own.ms(np.array([200, 100, 0]), np.array([0, 200, 999])) == pytest.approx(0.45 - 0.3, abs=1e-12)
+    assert own.each_ms(np.array([200, 100]), np.array([0, 200])) == pytest.approx([0.0, 0.15], abs=1e-12)
 
 
 def test_windowed_layers_attend_to_the_window_at_most():
@@ -42,6 +46,9 @@ def test_the_block_is_read_with_the_table_and_the_retired_gemm_price_ignored(tmp
     windowed = {"prefill_cost": {"ns_per_token_kv": 0.5, "window": 1024, "windowed_share": 0.8}}
     path = StepTable.from_points(rows, meta=windowed).write(tmp_path / "w.csv")
     assert StepTable.read(path).chunk_attention == ChunkAttention(0.5, window=1024, windowed_share=0.8)
+    own = {"prefill_cost": {"ns_per_token_kv": 0.5, "ns_per_token": -2500}}
+    path = StepTable.from_points(rows, meta=own).write(tmp_path / "o.csv")
+    assert StepTable.read(path).chunk_attention == ChunkAttention(0.5, ns_per_token=-2500.0)
     bare = StepTable.from_points(rows).write(tmp_path / "bare.csv")
     assert StepTable.read(bare).chunk_attention is None
 
@@ -54,6 +61,7 @@ def test_the_block_is_read_with_the_table_and_the_retired_gemm_price_ignored(tmp
     ({"ns_per_token_kv": 1.0, "window": 0, "windowed_share": 0.5}, r"prefill_cost.window must be a number >= 1"),
     ({"ns_per_token_kv": 1.0, "window": 64}, r"prefill_cost.windowed_share must be a number >= 0, got None"),
     ({"ns_per_token_kv": 1.0, "window": 64, "windowed_share": 1.5}, "windowed_share must be at most 1"),
+    ({"ns_per_token_kv": 1.0, "ns_per_token": "fast"}, "prefill_cost.ns_per_token must be a number, got 'fast'"),
 ])
 def test_a_malformed_block_fails_when_the_table_is_read(tmp_path, block, match):
     rows = [{"batch_tokens": 1, "kv_tokens": 0, "status": "ok", "step_ms": 1.0}]
