@@ -449,15 +449,6 @@ def chunk_pair_ns(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: in
                 f"{heads} heads a GPU): their growth with the cached prefix past {PREFIX_LINEAR_FROM:,} tokens")
 
 
-# --- MoE and communication ----------------------------------------------------------------------------------------
-
-# The expert kernels of SGLang's DeepEP decode (DeepGEMM's masked grouped GEMM), timed apart by the database
-WIDE_EP_MOE = "wideep_generation_moe_perf"
-# DeepEP's low-latency dispatch and combine, us per call, by node count and tokens per rank
-WIDE_EP_EXCHANGE = "wideep_deepep_ll_perf"
-GPUS_PER_NODE = 8  # the database's multi-node exchange rows were measured on 8-GPU nodes
-
-
 GDN_CHUNK_KERNELS = ("causal_conv1d_fn", "chunk_gated_delta_rule")  # a Gated DeltaNet layer's prefill, measured
 
 
@@ -495,6 +486,15 @@ def chunk_token_ns(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: i
             f"{ctx.engine} {ctx.version}, {model}'s layout of {shape.linear_key_heads // gpus} key and "
             f"{shape.linear_value_heads // gpus} value heads a GPU) for one {tokens:,}-token prompt, "
             f"{shape.linear_attention_layers} layers")
+
+
+# --- MoE and communication ----------------------------------------------------------------------------------------
+
+# The expert kernels of SGLang's DeepEP decode (DeepGEMM's masked grouped GEMM), timed apart by the database
+WIDE_EP_MOE = "wideep_generation_moe_perf"
+# DeepEP's low-latency dispatch and combine, us per call, by node count and tokens per rank
+WIDE_EP_EXCHANGE = "wideep_deepep_ll_perf"
+GPUS_PER_NODE = 8  # the database's multi-node exchange rows were measured on 8-GPU nodes
 
 
 def _moe_weight_dtype(ctx) -> str:

@@ -5,7 +5,8 @@ kernel database behind it.
 per GPU and engine, ``None`` meaning the roofline) and asks it for four things, each a ``KernelTimes``; anything
 with these four methods serves, which is how a test hands it a database written in a temporary directory
 (``MeasuredKernels(data_dir=...)``) and how another source of measured kernels would plug in. A source may also
-price prompt chunks' attention (``chunk_pair_ns``); one without it leaves them to the roofline.
+price prompt chunks' attention (``chunk_pair_ns``, per pair; ``chunk_token_ns``, per chunk token); one without them
+leaves them to the roofline.
 """
 
 from __future__ import annotations

@@ -81,15 +81,19 @@ class MemoryFacts:
             return None
         return cls(mem, weight_bytes_per_gpu(meta, shape, gpus), kv_bytes_per_token_per_gpu(meta, shape, gpus), shape)
 
+    def states_bytes_per_gpu(self, gpus: int, max_running: int) -> float:
+        """What ``max_running`` requests' recurrent states take on one of ``gpus`` GPUs (split with the heads): a
+        linear hybrid's ``ModelShape.state_bytes_per_request`` each; 0 for other models."""
+        return max_running * self.shape.state_bytes_per_request / gpus
+
     def kv_capacity(self, gpus: int, utilization: float = 0.9, max_batch_tokens: int = 8192,
                     max_running: int = 256) -> int | None:
         """KV tokens one replica holds, as vLLM sizes its pool: on each GPU, ``utilization`` x its memory less the
         weights it stores, the activation peak of a forward at the batch-token cap (``activation_peak_bytes``), the
-        runtime (``RUNTIME_BYTES_PER_GPU``) and, for a Gated DeltaNet hybrid, ``max_running`` requests' recurrent
-        states (``ModelShape.state_bytes_per_request``, split over the GPUs with the heads), divided by the KV bytes
-        one token holds there; None when nothing is left."""
-        states = max_running * self.shape.state_bytes_per_request / gpus
-        free = (self.memory_gb * 1e9 * utilization - self.weight_bytes_per_gpu - states
+        runtime (``RUNTIME_BYTES_PER_GPU``) and, for a linear hybrid, ``max_running`` requests' recurrent states
+        (``states_bytes_per_gpu``), divided by the KV bytes one token holds there; None when nothing is left."""
+        free = (self.memory_gb * 1e9 * utilization - self.weight_bytes_per_gpu
+                - self.states_bytes_per_gpu(gpus, max_running)
                 - activation_peak_bytes(self.shape, gpus, max_batch_tokens, max_running) - RUNTIME_BYTES_PER_GPU)
         per_token = self.kv_bytes_per_token_per_gpu
         return int(free / per_token) if free > 0 and per_token > 0 else None

@@ -69,7 +69,7 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
         if memory is None:
             why = f"table {hw.table} does not record its GPU memory and model shape"
         else:
-            states = eng.max_running * memory.shape.state_bytes_per_request / hw.gpus_per_replica
+            states = memory.states_bytes_per_gpu(hw.gpus_per_replica, eng.max_running)
             held = f"its weights ({memory.weight_bytes_per_gpu / 1e9:.0f} GB a GPU)"
             if states:  # a linear hybrid's running requests hold their recurrent states whatever their context
                 held += f" and engine.max_running {eng.max_running} requests' states ({states / 1e9:.0f} GB a GPU)"
