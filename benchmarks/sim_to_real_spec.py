@@ -13,6 +13,12 @@ that folder's README) that the project can build is rebuilt as a planner would r
   number a planner reads from their engine's logs. Both arms run on that one scaling; the other arm's AL, where
   the source gives it, is never read. Another block length then gets its acceptance from the profile's shape.
 
+Speculation against none where the source publishes no acceptance length but says which way it went (DSpark
+"helps" or "loses"), and the data give the range of lengths that drafter was published at (``al_range``), is
+predicted as the length at which the two arms break even: the ratio at the range's two ends, then bisection. The
+sign agrees where the prediction has the measured sign at every published length, disagrees where it has the
+other sign at every one, and is open where it changes sign inside the range.
+
 The predicted ratio is arm b's throughput per GPU over arm a's. Where both arms serve the same workload, total
 (input + output) and output throughput have the same ratio, so the ratio of a "total tok/s" source is predicted
 from output throughput. A comparison the project cannot build (a model shape, a GPU or an engine the estimate does
@@ -87,6 +93,15 @@ class Comparison:
         va, vb = self.arm(self.a).get("value"), self.arm(self.b).get("value")
         return None if va is None or vb is None else float(vb) / float(va)
 
+    @property
+    def breaks_even(self) -> bool:
+        """Speculation against none where the source gives no acceptance length but the data give the range of
+        lengths the drafter was published at (``al_range``): predicted as the length at which the arms break even."""
+        plain = [self.arm(n)["system"] == "ar" for n in (self.a, self.b)]
+        return (sum(plain) == 1 and self.arm(self.al_from).get("al") is None
+                and self.run.get("al_range") is not None and self.arm(self.b if plain[0] else self.a).get("system")
+                is not None)
+
     def measured_sign(self) -> int | None:
         """+1 where arm b is faster, -1 where slower: from the figures, or from a sign the source states alone."""
         m = self.measured()
@@ -120,6 +135,11 @@ def load(path: Path = DATA) -> list[Comparison]:
         ids.add(run["id"])
         _need("gpu" in run and (run["gpu"] is None or isinstance(run["gpu"], str)), f"{where}.gpu",
               "a GPU name, or null where the source does not state one")
+        rng = run.get("al_range")
+        _need(rng is None or (isinstance(rng, list) and len(rng) == 2
+                              and all(isinstance(x, int | float) and not isinstance(x, bool) for x in rng)
+                              and 1.0 < rng[0] < rng[1]), f"{where}.al_range",
+              "two acceptance lengths [low, high] with 1 < low < high")
         arms = run.get("arms")
         _need(isinstance(arms, dict) and len(arms) >= 2, f"{where}.arms", "a mapping of at least two arms")
         for name, arm in arms.items():
@@ -190,7 +210,7 @@ def missing(c: Comparison) -> list[str]:
             out.append(f"arm {arm['label']!r}: no {drafter} drafter table (hw-profile estimate writes "
                        f"{', '.join(ESTIMATE_DRAFTERS)} only)")
     ref = c.arm(c.al_from)
-    if ref.get("system") != "ar" and ref.get("al") is None:
+    if ref.get("system") != "ar" and ref.get("al") is None and not c.breaks_even:
         out.append(f"arm {ref['label']!r}: acceptance length not published")
     if not out:  # the source has everything; the data file must then say how to build it
         out += [f"the data file gives no {field!r} for this run" for field in ("estimate", "acceptance")
@@ -251,9 +271,9 @@ def layout(run: dict, arm: dict) -> tuple[int, int]:
     return int(run.get("replicas", 1)), 1 if est.get("parallel") == "dp" else int(est.get("gpus", 1))
 
 
-def scenario_doc(c: Comparison, name: str, table_path: Path) -> dict:
+def scenario_doc(c: Comparison, name: str, table_path: Path, al: float | None = None) -> dict:
     """The closed-loop scenario of arm ``name`` of ``c``: its table, concurrency and system, the run's workload,
-    and acceptance scaled to the AL of arm ``c.al_from``."""
+    and acceptance scaled to the AL of arm ``c.al_from`` (or to ``al``, at that arm's drafts)."""
     run, arm, ref = c.run, c.arm(name), c.arm(c.al_from)
     replicas, gpus_per_replica = layout(run, arm)
     acc = run["acceptance"]
@@ -267,7 +287,8 @@ def scenario_doc(c: Comparison, name: str, table_path: Path) -> dict:
                                      for k, v in run["drafter_tables"].items()}
     acceptance = {"profile": acc["profile"]}
     if ref.get("system") != "ar":
-        acceptance.update(acceptance_length=float(ref["al"]), acceptance_length_at=int(ref["gamma"]))
+        length = ref["al"] if al is None else al
+        acceptance.update(acceptance_length=float(length), acceptance_length_at=int(ref["gamma"]))
     if arm["system"] == "ar":
         system: str | dict = "ar"
     else:
@@ -310,11 +331,11 @@ def decode_times(req: dict, warmup: float, end: float) -> tuple[float, float]:
     return tpot, ttft
 
 
-def simulate(c: Comparison, name: str, cache: Path, work: Path, seeds: int) -> ArmResult:
+def simulate(c: Comparison, name: str, cache: Path, work: Path, seeds: int, al: float | None = None) -> ArmResult:
     arm = c.arm(name)
     path = table(estimate_args(c.run, arm), cache)
-    doc = scenario_doc(c, name, path)
-    scn_path = work / f"{doc['name']}-al-{c.al_from}.yaml"
+    doc = scenario_doc(c, name, path, al)
+    scn_path = work / f"{doc['name']}-al-{c.al_from if al is None else al}.yaml"
     scn_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     rows, times = [], []
     try:
@@ -331,25 +352,57 @@ def simulate(c: Comparison, name: str, cache: Path, work: Path, seeds: int) -> A
                      float(tpot), float(ttft))
 
 
-def predict(comparisons: list[Comparison], cache: Path, seeds: int) -> tuple[list[dict], list[tuple]]:
-    """(predicted rows, unpredicted (comparison, what is missing) pairs)."""
+AL_TOLERANCE = 0.05  # a break-even acceptance length is found to within this
+
+
+def break_even(c: Comparison, ratio) -> dict:
+    """Where ``ratio(al)`` (arm b over arm a with the drafting arm at acceptance length ``al``) crosses 1 over the
+    run's ``al_range``: first at its ends, then by bisection (speculation's gain grows with the length it accepts;
+    every run shares its seeds). The verdict: the measured sign against the predicted one at every published
+    length ("yes", "no"), or "open" where the prediction changes sign inside the range."""
+    lo, hi = (float(x) for x in c.run["al_range"])
+    at_lo, at_hi = ratio(lo), ratio(hi)
+    point = None
+    if at_lo < 1.0 < at_hi:
+        a, b = lo, hi
+        while b - a > AL_TOLERANCE:
+            mid = (a + b) / 2.0
+            a, b = (mid, b) if ratio(mid) < 1.0 else (a, mid)
+        point = (a + b) / 2.0
+    # the sign of b over a at every published length (0: it changes inside the range)
+    predicted = 1 if min(at_lo, at_hi) > 1.0 else (-1 if max(at_lo, at_hi) < 1.0 else 0)
+    sign = c.measured_sign()
+    verdict = "open" if predicted == 0 or sign in (None, 0) else ("yes" if predicted == sign else "no")
+    return {"comparison": c, "range": (lo, hi), "ratios": (at_lo, at_hi), "break_even": point, "verdict": verdict}
+
+
+def predict(comparisons: list[Comparison], cache: Path, seeds: int) -> tuple[list[dict], list[dict], list[tuple]]:
+    """(predicted rows, break-even rows, unpredicted (comparison, what is missing) pairs)."""
     done: dict[tuple, ArmResult] = {}
-    rows, gaps = [], []
+    rows, even, gaps = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
+
+        def arm_result(c: Comparison, name: str, al: float | None = None) -> ArmResult:
+            ref = c.arm(c.al_from)
+            # an arm's run depends on the AL it is given only when it drafts
+            drafts = c.arm(name)["system"] != "ar"
+            key = (c.run["id"], name, (ref.get("al") if al is None else al, ref.get("gamma")) if drafts else None)
+            if key not in done:
+                done[key] = simulate(c, name, cache, Path(tmp), seeds, al)
+                at = f" at AL {al:.2f}" if al is not None and drafts else ""
+                print(f"  {c.run['id']} {name}{at}: {done[key].throughput_per_gpu:,.1f} tok/s/GPU", file=sys.stderr)
+            return done[key]
+
         for c in comparisons:
             lacks = missing(c)
             if lacks:
                 gaps.append((c, lacks))
                 continue
-            ref = c.arm(c.al_from)
-            got = {}
-            for name in (c.a, c.b):
-                # an arm's run depends on the AL it is given only when it drafts
-                key = (c.run["id"], name, None if c.arm(name)["system"] == "ar" else (ref.get("al"), ref.get("gamma")))
-                if key not in done:
-                    done[key] = simulate(c, name, cache, Path(tmp), seeds)
-                    print(f"  {c.run['id']} {name}: {done[key].throughput_per_gpu:,.1f} tok/s/GPU", file=sys.stderr)
-                got[name] = done[key]
+            if c.breaks_even:
+                even.append(break_even(c, lambda al, c=c: (arm_result(c, c.b, al).throughput_per_gpu
+                                                           / arm_result(c, c.a, al).throughput_per_gpu)))
+                continue
+            got = {name: arm_result(c, name) for name in (c.a, c.b)}
             predicted = got[c.b].throughput_per_gpu / got[c.a].throughput_per_gpu
             measured = c.measured()
             sign = c.measured_sign()
@@ -357,7 +410,7 @@ def predict(comparisons: list[Comparison], cache: Path, seeds: int) -> tuple[lis
                          "error": None if measured is None else predicted / measured - 1.0,
                          "sign_agrees": None if sign in (None, 0) else (predicted > 1.0) == (sign > 0),
                          "a": got[c.a], "b": got[c.b]})
-    return rows, gaps
+    return rows, even, gaps
 
 
 # --- the report ------------------------------------------------------------------------------------------------
@@ -412,7 +465,29 @@ def _num(x: float | None, fmt: str = ",.1f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def report(rows: list[dict], gaps: list[tuple], markdown: bool = True) -> str:
+def even_summary(even: list[dict]) -> str:
+    count = {v: sum(r["verdict"] == v for r in even) for v in ("yes", "no", "open")}
+    return (f"Break-even: the sign right at every published acceptance length on {count['yes']} of {len(even)}, wrong "
+            f"at every one on {count['no']}, changing inside the range on {count['open']}.")
+
+
+def _even_lines(even: list[dict]) -> list[str]:
+    lines = ["", "Speculation against none where the source publishes no acceptance length: the predicted ratio at the "
+             "two ends of the range of lengths the drafter was published at (al_range), and the length at which the "
+             "arms break even:", "",
+             "| run | arm A | arm B | measured ratio | published AL | predicted ratio over it | break-even AL | "
+             "sign agrees |", "|---|---|---|---|---|---|---|---|"]
+    for r in even:
+        c, (lo, hi), (at_lo, at_hi) = r["comparison"], r["range"], r["ratios"]
+        point = (f"{r['break_even']:.2f}" if r["break_even"] is not None
+                 else (f"below {lo:g}" if min(at_lo, at_hi) > 1.0 else f"above {hi:g}"))
+        lines.append(f"| {c.run['id']} ({c.kind}) | {c.arm(c.a)['label']} | {c.arm(c.b)['label']} | "
+                     f"{_ratio(c.measured(), c.measured_sign())} | {lo:g}-{hi:g} | {at_lo:.2f}x-{at_hi:.2f}x | {point} | "
+                     f"{r['verdict']} |")
+    return [*lines, "", even_summary(even)]
+
+
+def report(rows: list[dict], gaps: list[tuple], markdown: bool = True, even: list[dict] = ()) -> str:
     lines = ["| run | arm A | arm B | measured ratio | predicted ratio | error | sign agrees |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -441,6 +516,8 @@ def report(rows: list[dict], gaps: list[tuple], markdown: bool = True) -> str:
                          f"{_num(in_metric(c.run, arm, res.throughput_per_gpu))} | {_num(arm.get('tpot_ms'), 'g')} | "
                          f"{res.tpot_ms:.2f} | {_num(arm.get('ttft_ms'), 'g')} | {_num(_finite(res.ttft_ms), ',.0f')} | "
                          f"{al} | {res.tau:.2f} |")
+    if even:
+        lines += _even_lines(even)
     lines += ["", "Not predicted (what is missing):", ""]
     for c, lacks in gaps:
         lines.append(f"- {c.run['id']} ({c.kind}: {c.arm(c.b)['label']} / {c.arm(c.a)['label']}): "
@@ -469,11 +546,11 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     try:
-        rows, gaps = predict(comparisons, args.cache, args.seeds)
+        rows, even, gaps = predict(comparisons, args.cache, args.seeds)
     except (UserError, HwProfileError) as exc:  # a scenario or a table the data ask for that cannot be built
         print(f"sim_to_real_spec: {args.data}: {exc}", file=sys.stderr)
         return 2
-    print(report(rows, gaps, args.markdown))
+    print(report(rows, gaps, args.markdown, even))
     return 0
 
 

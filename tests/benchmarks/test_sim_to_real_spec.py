@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -54,8 +55,10 @@ def test_the_split_follows_the_deployment_and_the_numbers(spec):
         gpus = {a.get("gpu", run["gpu"]) for a in arms}
         known = run["model"] in SHAPES and all(g in KNOWN_GPUS for g in gpus) and run["engine"] in spec.ENGINES
         numbers = (all(a.get("concurrency") and a.get("system") for a in arms)
-                   and (c.arm(c.al_from)["system"] == "ar" or c.arm(c.al_from).get("al") is not None)
-                   and all(a.get("value") is not None for a in arms))
+                   and (c.arm(c.al_from)["system"] == "ar" or c.arm(c.al_from).get("al") is not None
+                        or c.breaks_even)
+                   and c.arm(c.a).get("value") is not None
+                   and (c.arm(c.b).get("value") is not None or c.arm(c.b).get("sign") is not None))
         assert (lacks == []) == (known and numbers and not c.excluded), (c.key, lacks)
         # each missing piece of the deployment is named
         assert (run["model"] not in SHAPES) == any(line.startswith("model shape") for line in lacks)
@@ -161,3 +164,85 @@ def test_a_simulated_figure_is_put_in_the_sources_metric(spec):
     assert spec.in_metric({**uniform, "metric": "total tok/s"}, arm, 100.0) == pytest.approx(400.0 * 5120 / 1024)
     # an arm's own estimate options (another GPU count) win over the run's
     assert spec.in_metric({**tp4, "metric": "output tok/s"}, {"estimate": {"gpus": 8}}, 100.0) == 800.0
+
+
+def _break_even_doc(sign: int | None = -1, al_range=(1.5, 3.5)) -> dict:
+    """Speculation against none on Qwen3-0.6B on one A100 (roofline), the drafting arm's AL unpublished."""
+    doc = tiny_doc()
+    run = doc["runs"][0]
+    run["id"], run["al_range"] = "tiny-even", list(al_range)
+    spec_arm = {"label": "static-3", "system": "static-3", "gamma": 3, "concurrency": 4, "al": None}
+    if sign is not None:
+        spec_arm["sign"] = sign
+    run["arms"] = {"none": {"label": "none", "system": "ar", "concurrency": 4, "value": 1.0}, "spec": spec_arm}
+    run["ab"] = [{"a": "none", "b": "spec", "kind": "spec/none", "al_from": "b"}]
+    return doc
+
+
+def _one(spec, tmp_path, doc):
+    data = tmp_path / "runs.yaml"
+    data.write_text(yaml.safe_dump(doc))
+    return spec.load(data)[0]
+
+
+def test_the_break_even_length_is_where_the_ratio_crosses_one(spec, tmp_path):
+    """Bisection against a closed form: a gain of al / 2.5 breaks even at 2.5; asked again at the range's ends
+    only where it does not cross inside; the verdict reads the predicted sign at every published length."""
+    c = _one(spec, tmp_path, _break_even_doc(sign=-1))
+    assert c.breaks_even and spec.missing(c) == []
+    asked = []
+
+    def ratio(al):
+        asked.append(al)
+        return al / 2.5
+
+    r = spec.break_even(c, ratio)
+    assert abs(r["break_even"] - 2.5) <= spec.AL_TOLERANCE
+    assert r["ratios"] == pytest.approx((1.5 / 2.5, 3.5 / 2.5)) and r["verdict"] == "open"
+    assert len(asked) <= 2 + int(np.ceil(np.log2(2.0 / spec.AL_TOLERANCE)))
+    # faster at every published length: wrong against a measured loss, right against a measured gain
+    for sign, verdict in ((-1, "no"), (1, "yes")):
+        asked.clear()
+        r = spec.break_even(_one(spec, tmp_path, _break_even_doc(sign=sign)), lambda al: al / 1.2)
+        assert (r["break_even"], r["verdict"], len(asked)) == (None, verdict, 0)
+    r = spec.break_even(c, lambda al: al / 9.0)
+    assert r["break_even"] is None and r["verdict"] == "yes"
+
+
+def test_a_comparison_without_a_range_or_a_draft_length_still_lacks_its_length(spec, tmp_path):
+    doc = _break_even_doc()
+    del doc["runs"][0]["al_range"]
+    c = _one(spec, tmp_path, doc)
+    assert not c.breaks_even and any("acceptance length not published" in ln for ln in spec.missing(c))
+    doc = _break_even_doc()
+    doc["runs"][0]["arms"]["spec"]["system"] = None
+    c = _one(spec, tmp_path, doc)
+    assert not c.breaks_even and any("draft length" in ln for ln in spec.missing(c))
+
+
+@pytest.mark.parametrize("bad", [[3.0, 2.0], [1.0, 2.0], [2.0], "2-3", [True, 3.0]])
+def test_a_malformed_range_is_one_line(spec, capsys, tmp_path, bad):
+    doc = _break_even_doc()
+    doc["runs"][0]["al_range"] = bad
+    data = tmp_path / "runs.yaml"
+    data.write_text(yaml.safe_dump(doc))
+    assert spec.main(["--data", str(data)]) == 2
+    assert capsys.readouterr().err.strip() == (f"{data}: runs[0].al_range: expected two acceptance lengths "
+                                               "[low, high] with 1 < low < high")
+
+
+def test_a_break_even_end_to_end(spec, capsys, tmp_path):
+    """Through the script's command: the predicted ratio grows from the range's low end to its high end, and the
+    printed break-even length lies between them."""
+    data = tmp_path / "runs.yaml"
+    data.write_text(yaml.safe_dump(_break_even_doc(sign=1, al_range=(1.2, 3.8))))
+    assert spec.main(["--data", str(data), "--markdown", "--seeds", "1", "--cache", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("| tiny-even (spec/none)"))
+    cells = [x.strip() for x in row.strip("|").split("|")]
+    assert cells[3:5] == ["> 1", "1.2-3.8"]
+    lo, hi = (float(x.rstrip("x")) for x in cells[5].split("-"))
+    # slower at an AL of 1.2 (each step verifies 4 tokens for 1.2), faster at 3.8: the crossing lies between
+    assert lo < 1.0 < hi
+    assert 1.2 < float(cells[6]) < 3.8 and cells[7] == "open"
+    assert "Break-even: the sign right at every published acceptance length on" in out
