@@ -729,9 +729,12 @@ def step_times(shape: ModelShape, gpu: str, engine: str, dtype: str, gpus: int, 
     gdtype = _gemm_dtype(shape, dtype)
 
     kind = shape.attention_kind
-    if kind in LINEAR_HYBRIDS:  # Gated DeltaNet's measured decode kernels would misprice prompts (docs/model.md)
-        what = "Gated DeltaNet" if kind == GATED_DELTANET else "Kimi Delta Attention"
-        raise HwProfileError(f"kernel database: no {what} (linear attention) kernels for {shape.name}")
+    if kind == GATED_DELTANET:  # its measured decode kernels at a prompt's B overprice it several times
+        raise HwProfileError(f"kernel database: its Gated DeltaNet (linear attention) kernels are measured one token "
+                             f"a sequence (decode) or one prompt at a time (prefill), not as the steps of a table, "
+                             f"which price every token alike (docs/model.md), for {shape.name}")
+    if kind in LINEAR_HYBRIDS:
+        raise HwProfileError(f"kernel database: no Kimi Delta Attention (linear attention) kernels for {shape.name}")
     if kind == BLOCK_SPARSE:  # its GQA decode kernel would attend to the whole context
         raise HwProfileError(f"kernel database: no MiniMax sparse attention (block-selecting) kernels for {shape.name}")
     gemm = np.zeros(B.shape)

@@ -1096,13 +1096,14 @@ def test_the_infersim_kernel_comparison_in_the_docs_is_what_the_benchmark_prints
 @pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
                     reason="the kernel database (dspark-sim[kernels]) is not installed")
 def test_a_gated_deltanet_hybrid_is_priced_by_the_roofline_and_says_why():
-    """The kernel database measures no linear attention: a GPU it covers still prices Qwen3-Next by the roofline
-    (not as GQA in every layer), and a note says so; --kernels db refuses in one line."""
+    """The kernel database measures linear attention one token a sequence or one prompt at a time, not as a table's
+    steps: a GPU it covers still prices Qwen3-Next by the roofline (not as GQA in every layer), and a note says
+    why; --kernels db refuses in one line."""
     shape, d = dep("qwen3-next-80b-a3b", costs=engine_defaults("vllm"))
     b = np.array([1.0, 64.0])
     est = estimate_points(shape, d, b, b * 2048)
     assert set(est.source) == {"roofline"}
-    assert any("no Gated DeltaNet (linear attention) kernels" in n for n in est.notes)
+    assert any("Gated DeltaNet (linear attention) kernels are measured one token a sequence" in n for n in est.notes)
     roof = estimate_points(shape, d, b, b * 2048, kernels="roofline")
     np.testing.assert_allclose(est.ms, roof.ms)
     with pytest.raises(HwProfileError, match="Gated DeltaNet"):
