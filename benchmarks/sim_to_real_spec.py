@@ -57,6 +57,7 @@ from hw_profile.hardware.shapes import SHAPES  # noqa: E402
 from simulator.errors import UserError  # noqa: E402
 from simulator.inputs.config import load_scenario  # noqa: E402
 from simulator.inputs.systems import resolve_systems  # noqa: E402
+from simulator.runs.break_even import TOLERANCE, crossing  # noqa: E402
 from simulator.runs.run import LoadPoint, RunSpec, run_one  # noqa: E402
 
 ENGINES = ("vllm", "sglang", "trtllm")  # what `hw-profile estimate --engine` prices
@@ -352,23 +353,16 @@ def simulate(c: Comparison, name: str, cache: Path, work: Path, seeds: int, al: 
                      float(tpot), float(ttft))
 
 
-AL_TOLERANCE = 0.05  # a break-even acceptance length is found to within this
+AL_TOLERANCE = TOLERANCE  # a break-even acceptance length is found to within this
 
 
 def break_even(c: Comparison, ratio) -> dict:
     """Where ``ratio(al)`` (arm b over arm a with the drafting arm at acceptance length ``al``) crosses 1 over the
-    run's ``al_range``: first at its ends, then by bisection (speculation's gain grows with the length it accepts;
-    every run shares its seeds). The verdict: the measured sign against the predicted one at every published
-    length ("yes", "no"), or "open" where the prediction changes sign inside the range."""
+    run's ``al_range`` (``simulator.runs.break_even.crossing``: its ends, then bisection; every run shares its
+    seeds). The verdict: the measured sign against the predicted one at every published length ("yes", "no"), or
+    "open" where the prediction changes sign inside the range."""
     lo, hi = (float(x) for x in c.run["al_range"])
-    at_lo, at_hi = ratio(lo), ratio(hi)
-    point = None
-    if at_lo < 1.0 < at_hi:
-        a, b = lo, hi
-        while b - a > AL_TOLERANCE:
-            mid = (a + b) / 2.0
-            a, b = (mid, b) if ratio(mid) < 1.0 else (a, mid)
-        point = (a + b) / 2.0
+    at_lo, at_hi, point = crossing(ratio, lo, hi, AL_TOLERANCE)
     # the sign of b over a at every published length (0: it changes inside the range)
     predicted = 1 if min(at_lo, at_hi) > 1.0 else (-1 if max(at_lo, at_hi) < 1.0 else 0)
     sign = c.measured_sign()

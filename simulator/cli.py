@@ -8,6 +8,8 @@
     simulate check SCENARIO.yaml [--set path=value]...
     simulate bench PROFILE --table TABLE.csv [--gpus N] [--replicas R] [--max-running N] [--max-batch-tokens N]
              [--kv-capacity-tokens N] [--seed S] [--drain-s S] [--out DIR] [--write-scenario FILE]
+    simulate break-even SCENARIO.yaml [--systems A,B] [--concurrency N]... [--range LOW HIGH] [--tolerance T]
+             [--seed S] [--replicates N] [--quick] [--jobs N] [--out DIR] [--set path=value]...
     simulate fit-profile TRACE --out PROFILE.yaml
     simulate list
 
@@ -577,6 +579,60 @@ def bench_cmd(profile: Path | None, inference_perf: Path | None, vllm_result: Pa
         click.echo("overloaded: requests left unfinished or a queue growing through a stage (docs/benchmarks.md)")
     click.echo(f"\nbench: {path}\nscenario: {out / 'scenario.yaml'}"
                + (f"\nscenario (--write-scenario): {write_scenario}" if write_scenario is not None else ""))
+
+
+@cli.command("break-even")
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option("--systems", default="", metavar="A,B", help="only these systems [default: every one on the scenario's "
+              "drafter]")
+@click.option("--concurrency", "concurrency", type=click.IntRange(min=1), multiple=True, metavar="N",
+              help="closed-loop users, repeatable [default: the scenario's frontier.concurrency]")
+@click.option("--range", "length_range", type=(float, float), metavar="LOW HIGH",
+              help="accepted lengths searched [default: 1.1 to the drafts verified a step + 0.9]")
+@click.option("--tolerance", type=click.FloatRange(min=0.001, max=1.0), default=0.05, show_default=True,
+              help="precision of a break-even length, in tokens")
+@click.option("--seed", type=int, help="seed of the first replicate [default: the scenario's]")
+@click.option("--replicates", type=click.IntRange(min=1), default=1, show_default=True,
+              help="seeds per run (the ratio is their means' ratio)")
+@click.option("--quick", is_flag=True, help="short runs for a smoke test (run.quick_duration_s)")
+@click.option("--jobs", type=click.IntRange(min=1), help="parallel searches [default: all cores]")
+@click.option("--out", type=click.Path(path_type=Path), help="output directory [default: results/<scenario stem>]")
+@overrides
+def break_even_cmd(scenario: Path, systems: str, concurrency: tuple[int, ...], length_range, tolerance: float,
+                   seed: int | None, replicates: int, quick: bool, jobs: int | None, out: Path | None,
+                   sets: tuple[str, ...]) -> None:
+    """The acceptance length at which each speculative system stops beating no speculation, per load."""
+    import pandas as pd
+
+    from atomic_files import atomic_write
+    from simulator.runs.break_even import plan_search, rows, run_search
+    from simulator.runs.sweep import default_jobs
+
+    low, high = length_range if length_range else (None, None)
+    names = tuple(n.strip() for n in systems.split(",") if n.strip())
+    search, pairs, left, at, own = plan_search(scenario, sets, names, concurrency, low, high, tolerance, seed,
+                                               replicates, quick)
+    for line in left:
+        click.echo(f"left out: {line}", err=True)
+    found = []
+    for b in run_search(search, pairs, jobs or default_jobs()):
+        found.append(b)
+        click.echo(f"break-even: {len(found)} of {len(pairs)} ({b.system} at {b.concurrency} users: {b.verdict})",
+                   err=True)
+    click.echo(f"Accepted length: tokens a request-step (bonus included), as a fixed block of {at} drafts logs it.\n"
+               f"Searched from {search.low:g} to {search.high:g}; the scenario's own: {own:.2f} ('as set').\n"
+               "Ratio: output tok/s per GPU over no speculation's at the same users.")
+    click.echo(f"{'system':16s} {'users':>6s} {'no spec tok/s/GPU':>18s} {'as set':>7s} {'at ' + format(search.low, 'g'):>7s}"
+               f" {'at ' + format(search.high, 'g'):>7s}  break-even")
+    table = rows(found, at, own)
+    for r in table:
+        click.echo(f"{r['system']:16s} {r['concurrency']:6d} {r['plain_tps_per_gpu']:18,.0f} {r['as_set']:6.2f}x "
+                   f"{r['ratio_low']:6.2f}x {r['ratio_high']:6.2f}x  {r['break_even']}")
+    if quick:
+        click.echo("(--quick: short smoke runs; do not plan on these numbers)")
+    path = atomic_write(output_dir(scenario, sets, out) / "break_even.csv",
+                        lambda tmp: pd.DataFrame(table).to_csv(tmp, index=False))
+    click.echo(f"\nbreak-even: {path}")
 
 
 @cli.command("fit-profile")
