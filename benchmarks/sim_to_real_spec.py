@@ -99,9 +99,10 @@ class Comparison:
         """Speculation against none where the source gives no acceptance length but the data give the range of
         lengths the drafter was published at (``al_range``): predicted as the length at which the arms break even."""
         plain = [self.arm(n)["system"] == "ar" for n in (self.a, self.b)]
-        return (sum(plain) == 1 and self.arm(self.al_from).get("al") is None
-                and self.run.get("al_range") is not None and self.arm(self.b if plain[0] else self.a).get("system")
-                is not None)
+        if sum(plain) != 1 or self.run.get("al_range") is None:
+            return False
+        drafting = self.arm(self.b if plain[0] else self.a)
+        return drafting.get("system") is not None and self.arm(self.al_from).get("al") is None
 
     def measured_sign(self) -> int | None:
         """+1 where arm b is faster, -1 where slower: from the figures, or from a sign the source states alone."""

@@ -148,24 +148,18 @@ def plan_search(path: Path, sets: tuple[str, ...], systems: tuple[str, ...], con
     loads = list(concurrency) or list(m.frontier.concurrency if m.frontier else [])
     if not loads:
         raise UserError(f"{path}: no closed-loop load: give --concurrency N or frontier.concurrency")
-    candidates, left = eligible(resolve_systems(scn), m.drafter.name)
-    if systems:
-        known = {s.name for s in resolve_systems(scn)}
-        unknown = [n for n in systems if n not in known]
-        if unknown:
-            raise UserError(f"--systems: {unknown[0]!r} is not one of the scenario's systems ({', '.join(sorted(known))})")
-        candidates = [s for s in candidates if s.name in systems]
-        left = [line for line in left if line.split(":")[0] in systems]
+    asked = resolve_systems(scn)
+    unknown = [n for n in systems if n not in {s.name for s in asked}]
+    if unknown:
+        raise UserError(f"--systems: {unknown[0]!r} is not one of the scenario's systems "
+                        f"({', '.join(sorted(s.name for s in asked))})")
+    candidates, left = eligible([s for s in asked if not systems or s.name in systems], m.drafter.name)
     if not candidates:
         raise UserError(f"{path}: no system drafts with the scenario's drafter ({m.drafter.name}) among those asked")
     first = m.seed if seed is None else seed
-    plain = () if any(s.policy == "ar" and s.name == "ar" for s in resolve_systems(scn)) else ("systems+=ar",)
+    plain = () if any(s.policy == "ar" and s.name == "ar" for s in asked) else ("systems+=ar",)
     search = Search(path, tuple(sets), lo, hi, tolerance, tuple(range(first, first + replicates)), quick, plain)
     return search, [(s.name, c) for s in candidates for c in loads], left, at, scenario_length(scn)
-
-
-def _one(args: tuple[Search, str, int]) -> BreakEven:
-    return one_point(*args)
 
 
 def run_search(search: Search, pairs: list[tuple[str, int]], jobs: int) -> Iterator[BreakEven]:
@@ -175,7 +169,7 @@ def run_search(search: Search, pairs: list[tuple[str, int]], jobs: int) -> Itera
             yield one_point(search, name, c)
         return
     with ProcessPoolExecutor(max_workers=min(jobs, len(pairs))) as pool:
-        futures = [pool.submit(_one, (search, name, c)) for name, c in pairs]
+        futures = [pool.submit(one_point, search, name, c) for name, c in pairs]
         for done in as_completed(futures):
             yield done.result()
 
