@@ -107,7 +107,11 @@ def scenario_length(scn: LoadedScenario) -> float:
     if m.acceptance.acceptance_length is not None:
         return float(m.acceptance.acceptance_length)
     drafter = m.drafter.name
-    profile = scaled_to_length(scn, load_profile(m.acceptance.profile, scn.base), drafter)
+    profile = load_profile(m.acceptance.profile, scn.base)
+    if drafter not in profile.drafters:
+        raise UserError(f"{scn.path}: acceptance.profile: {profile.name!r} has no {drafter!r} drafter to scale "
+                        f"(it has {', '.join(profile.drafters)})")
+    profile = scaled_to_length(scn, profile, drafter)
     lengths = benchmark_lengths(profile, drafter, profile.drafters[drafter].conditional, acceptance_length_at(m),
                                 lognormal_output_pmf(*output_lengths(scn)))
     return pooled_over_mix(lengths, mix_weights(profile, drafter, dict(m.workload.mix)))

@@ -131,3 +131,13 @@ def test_the_scenarios_own_length_is_what_its_full_block_measures(scenario_file)
     row, _ = run_one(scn, RunSpec(resolve_systems(scn)[0], LoadPoint(48), 0, False))
     assert row["tau"] == pytest.approx(scenario_length(scn), rel=0.03)
     assert scenario_length(load_scenario(path, ["acceptance.acceptance_length=2.6"])) == 2.6
+
+
+def test_a_profile_without_the_scenario_drafter_is_refused(scenario_file):
+    from simulator.inputs.config import load_scenario
+    from simulator.runs.break_even import scenario_length
+
+    path = _scenario(scenario_file, acceptance={"profile": "deployed-deepseek-v4"}, drafter={"name": "eagle3",
+                                                                                            "gamma": 3})
+    with pytest.raises(UserError, match="'deployed-deepseek-v4' has no 'eagle3' drafter to scale"):
+        scenario_length(load_scenario(path))
