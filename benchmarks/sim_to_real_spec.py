@@ -57,7 +57,7 @@ from hw_profile.hardware.shapes import SHAPES  # noqa: E402
 from simulator.errors import UserError  # noqa: E402
 from simulator.inputs.config import load_scenario  # noqa: E402
 from simulator.inputs.systems import resolve_systems  # noqa: E402
-from simulator.runs.break_even import TOLERANCE, crossing  # noqa: E402
+from simulator.runs.break_even import TOLERANCE, crossing, crossing_text  # noqa: E402
 from simulator.runs.run import LoadPoint, RunSpec, run_one  # noqa: E402
 
 ENGINES = ("vllm", "sglang", "trtllm")  # what `hw-profile estimate --engine` prices
@@ -474,8 +474,7 @@ def _even_lines(even: list[dict]) -> list[str]:
              "sign agrees |", "|---|---|---|---|---|---|---|---|"]
     for r in even:
         c, (lo, hi), (at_lo, at_hi) = r["comparison"], r["range"], r["ratios"]
-        point = (f"{r['break_even']:.2f}" if r["break_even"] is not None
-                 else (f"below {lo:g}" if min(at_lo, at_hi) > 1.0 else f"above {hi:g}"))
+        point = crossing_text(r["break_even"], lo, hi, at_lo)
         lines.append(f"| {c.run['id']} ({c.kind}) | {c.arm(c.a)['label']} | {c.arm(c.b)['label']} | "
                      f"{_ratio(c.measured(), c.measured_sign())} | {lo:g}-{hi:g} | {at_lo:.2f}x-{at_hi:.2f}x | {point} | "
                      f"{r['verdict']} |")

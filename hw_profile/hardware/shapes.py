@@ -555,8 +555,7 @@ _OPTIONAL = {
     "csa_layers", "hca_layers", "csa_ratio", "hca_ratio", "index_heads", "index_head_dim", "index_topk",
     "o_lora_rank", "o_groups", "expert_dtype", "kv_dtype", "linear_interval", "linear_key_heads",
     "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel", "full_layers",
-    "index_block",
-    "attn_output_gate", "expert_hidden", "attn_input_multiple", "fusion_inputs", "fused_context_kv",
+    "index_block", "attn_output_gate", "expert_hidden", "attn_input_multiple", "fusion_inputs", "fused_context_kv",
 }
 
 SHAPES: dict[str, ModelShape] = {

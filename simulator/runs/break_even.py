@@ -45,6 +45,13 @@ def crossing(ratio: Callable[[float], float], low: float, high: float,
     return at_low, at_high, (a + b) / 2.0
 
 
+def crossing_text(length: float | None, low: float, high: float, ratio_low: float) -> str:
+    """A crossing as tables print it: the length, or which side of the searched range it lies on."""
+    if length is not None:
+        return f"{length:.2f}"
+    return f"below {low:g}" if ratio_low >= 1.0 else f"above {high:g}"
+
+
 @dataclass(frozen=True)
 class BreakEven:
     system: str
@@ -59,9 +66,7 @@ class BreakEven:
 
     @property
     def verdict(self) -> str:
-        if self.length is not None:
-            return f"{self.length:.2f}"
-        return f"below {self.low:g}" if self.ratio_low >= 1.0 else f"above {self.high:g}"
+        return crossing_text(self.length, self.low, self.high, self.ratio_low)
 
 
 @dataclass(frozen=True)
