@@ -76,7 +76,7 @@ class Measurement:
     kv_dtype: str = ""  # "fp8" where the deployment chose an fp8 KV cache; "" = the model's own, else bf16
     expert_dtype: str = ""  # the routed experts' type where the deployment sets it (--expert-dtype); "" = the model's
     nic_gb_s: float = NIC_GB_S  # line rate per GPU an exchange across nodes moves its volume at
-    overlap_schedule: bool = True  # False where the engine ran without its overlap scheduler (SGLang <= 0.5.x with MTP)
+    overlap_schedule: bool = True  # False where the engine ran without its overlap scheduler (SGLang speculating before spec v2)
 
 
 def measurements() -> list[Measurement]:

@@ -413,9 +413,10 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
         click.echo(f"hw-profile: {len(notes) - len(asks)} more note(s) on how it was priced are in "
                    f"{written[-1].with_suffix('.json')} (notes; --notes prints them)", err=True)
     if engine == "sglang" and names and cost_terms.overlap_schedule:
-        click.echo(f"hw-profile: note: SGLang up to 0.5.x speculates without its overlap scheduler, about "
-                   f"{cost_terms.scheduler_ms:g} ms more a step: for such a version, write the tables your "
-                   "speculative systems use with --cost overlap_schedule=false (docs/hw-profile.md)", err=True)
+        click.echo(f"hw-profile: note: SGLang before spec v2 became its default (2026) speculates without its "
+                   f"overlap scheduler, about {cost_terms.scheduler_ms:g} ms more a step: for such a version, write "
+                   "the tables your speculative systems use with --cost overlap_schedule=false (docs/hw-profile.md)",
+                   err=True)
 
 
 @cli.command(help="Fit a step-time table T(B, K) to telemetry of a deployed system, or calibrate an estimate "
