@@ -680,11 +680,25 @@ class Simulation:
         else:
             self.route_one(rid)
 
-    def closed_loop(self, users: int, draw: Callable[[int], tuple]) -> None:
+    def closed_loop(self, users: int, draw: Callable[[int], tuple], total: int | None = None) -> None:
         """``users`` requests, each followed by a new one when it finishes; ``draw(n)`` returns n requests'
-        (prompt, output, mix) or (prompt, output, mix, prefix)."""
-        self.on_finish = lambda count: self.submit(*draw(count))
-        self.submit(*draw(users))
+        (prompt, output, mix) or (prompt, output, mix, prefix). With ``total``, a benchmark client's finite prompt
+        list: ``total`` requests in all, at most ``users`` at once, and none once the list is spent."""
+        if total is None:
+            self.on_finish = lambda count: self.submit(*draw(count))
+            self.submit(*draw(users))
+            return
+        left = total
+
+        def send(count: int) -> None:
+            nonlocal left
+            n = min(count, left)
+            if n > 0:
+                left -= n
+                self.submit(*draw(n))
+
+        self.on_finish = send
+        send(users)
 
     def open_loop(self, times: np.ndarray, prompt: np.ndarray, output: np.ndarray, mix: np.ndarray,
                   prefix: np.ndarray | None = None) -> None:

@@ -47,13 +47,23 @@ from simulator.runs.steady import choose_warmup
 
 @dataclass(frozen=True)
 class LoadPoint:
-    """Closed loop with ``concurrency`` users, or the scenario's open-loop traffic (concurrency None)."""
+    """Closed loop with ``concurrency`` users, or the scenario's open-loop traffic (concurrency None). With
+    ``requests``, a closed loop over a finite prompt list (``simulator.runs.batch``)."""
 
     concurrency: int | None
+    requests: int | None = None
 
     @property
     def label(self) -> str:
-        return f"closed-{self.concurrency}" if self.concurrency is not None else "open"
+        if self.concurrency is None:
+            return "open"
+        return f"closed-{self.concurrency}" + ("" if self.requests is None else f"-of-{self.requests}")
+
+    @property
+    def workload_key(self) -> str:
+        """What the workload's random stream is keyed on: a finite prompt list is the same list at every
+        concurrency (a benchmark client draws its prompts from a fixed seed), anything else its own load point."""
+        return self.label if self.requests is None else f"list-{self.requests}"
 
 
 @dataclass(frozen=True)
@@ -196,10 +206,10 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
     window = None  # one window of a replayed trace for the frontier and the open loop (workload.py)
     if m.traffic is not None and m.traffic.kind == "trace" and m.traffic.lengths_from_trace:
         window = (scn.resolve(m.traffic.trace), *trace_window(m.traffic, duration))
-    maker = RequestMaker(m.workload, scn.resolve, _stream(spec.seed, spec.point.label, "workload"), window)
+    maker = RequestMaker(m.workload, scn.resolve, _stream(spec.seed, spec.point.workload_key, "workload"), window)
     if spec.point.concurrency is not None:
         with in_run(scn, spec):  # the first requests are routed now
-            sim.closed_loop(spec.point.concurrency, maker.draw)
+            sim.closed_loop(spec.point.concurrency, maker.draw, spec.point.requests)
     else:
         # arrivals go on through the drain, so that the followed requests finish under the same load
         arr = open_loop_arrivals(m.traffic, maker, duration + drain_cap(scn, spec), scn.resolve,
