@@ -7,7 +7,9 @@ that folder's README) that the project can build is rebuilt as a planner would r
   (``--drafters``) and the deployment's published options (``--gpus``, ``--ep``, ``--parallel``,
   ``--expert-dtype``, ``--cost``), written once and cached (``--cache``);
 - each arm a closed loop at its measured concurrency (``frontier.concurrency``) on that table, with the arm's
-  system (``ar``, ``static-k`` on the drafter...) and the run's workload;
+  system (``ar``, ``static-k`` on the drafter...) and the run's workload: a steady one, or, where the source gives
+  the arm's prompt count (``requests``), the finite run its benchmark client made, measured from the first request
+  to the last as the client measures it (``simulator.runs.batch``);
 - acceptance: the profile named in the data scaled to the measured acceptance length (AL) of ONE arm
   (``acceptance.acceptance_length`` at that arm's verified drafts, ``simulator/core/acceptance/scaling.py``), the
   number a planner reads from their engine's logs. Both arms run on that one scaling; the other arm's AL, where
@@ -21,7 +23,7 @@ other sign at every one, and is open where it changes sign inside the range.
 
 The predicted ratio is arm b's throughput per GPU over arm a's. Where both arms serve the same workload, total
 (input + output) and output throughput have the same ratio, so the ratio of a "total tok/s" source is predicted
-from output throughput. A comparison the project cannot build (a model shape, a GPU or an engine the estimate does
+from output throughput; a finite run counts its own prompts. A comparison the project cannot build (a model shape, a GPU or an engine the estimate does
 not have) or that lacks a number the prediction needs (an arm's AL, concurrency, draft length or figure) is listed
 with what is missing instead of a number.
 
@@ -57,6 +59,7 @@ from hw_profile.hardware.shapes import SHAPES  # noqa: E402
 from simulator.errors import UserError  # noqa: E402
 from simulator.inputs.config import load_scenario  # noqa: E402
 from simulator.inputs.systems import resolve_systems  # noqa: E402
+from simulator.runs.batch import run_batch  # noqa: E402
 from simulator.runs.break_even import TOLERANCE, crossing, crossing_text  # noqa: E402
 from simulator.runs.run import LoadPoint, RunSpec, run_one  # noqa: E402
 
@@ -154,6 +157,9 @@ def load(path: Path = DATA) -> list[Comparison]:
             c = arm.get("concurrency")
             _need(c is None or (isinstance(c, int) and not isinstance(c, bool) and c > 0), f"{aw}.concurrency",
                   "a positive whole number or null")
+            n = arm.get("requests")
+            _need(n is None or (isinstance(n, int) and not isinstance(n, bool) and isinstance(c, int) and n >= c),
+                  f"{aw}.requests", "the prompts the benchmark sent, a whole number no smaller than the concurrency")
             _need(arm.get("sign") in (None, 1, -1), f"{aw}.sign", "+1, -1 or absent")
             if arm.get("system") not in (None, "ar"):
                 g = arm.get("gamma")
@@ -317,6 +323,16 @@ class ArmResult:
     tau: float  # emitted tokens per request-step, mean over the seeds' runs
     tpot_ms: float  # mean time per output token after the first (``decode_times``), mean over the seeds' runs
     ttft_ms: float  # mean time to first token (``decode_times``), mean over the seeds' runs
+    # a finite run's prompt tokens over its output tokens (None: a steady closed loop, whose workload's means say it)
+    prompt_per_output: float | None = None
+
+    def counted(self, metric: str) -> float:
+        """The output throughput per GPU on the basis ``metric`` counts: with each request's prompt for a "total"
+        metric where a finite run's own tokens say it (a steady loop's arms serve one workload: the ratio is the
+        same either way)."""
+        if metric.startswith("total") and self.prompt_per_output is not None:
+            return self.throughput_per_gpu * (1.0 + self.prompt_per_output)
+        return self.throughput_per_gpu
 
 
 def decode_times(req: dict, warmup: float, end: float) -> tuple[float, float]:
@@ -334,15 +350,19 @@ def decode_times(req: dict, warmup: float, end: float) -> tuple[float, float]:
 
 
 def simulate(c: Comparison, name: str, cache: Path, work: Path, seeds: int, al: float | None = None) -> ArmResult:
+    """An arm as a steady closed loop at its concurrency, or, where the source gives its prompt count
+    (``requests``), as the finite run its benchmark client made (``simulator.runs.batch``)."""
     arm = c.arm(name)
     path = table(estimate_args(c.run, arm), cache)
     doc = scenario_doc(c, name, path, al)
     scn_path = work / f"{doc['name']}-al-{c.al_from if al is None else al}.yaml"
     scn_path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    rows, times = [], []
     try:
         scn = load_scenario(scn_path)
         system = resolve_systems(scn)[0]
+        if arm.get("requests") is not None:
+            return _finite_arm(scn, system, arm, seeds)
+        rows, times = [], []
         for seed in range(seeds):
             row, sim = run_one(scn, RunSpec(system, LoadPoint(int(arm["concurrency"])), seed, False))
             rows.append(row)
@@ -352,6 +372,14 @@ def simulate(c: Comparison, name: str, cache: Path, work: Path, seeds: int, al: 
     tpot, ttft = np.mean(times, axis=0)
     return ArmResult(float(np.mean([r["throughput_per_gpu"] for r in rows])), float(np.mean([r["tau"] for r in rows])),
                      float(tpot), float(ttft))
+
+
+def _finite_arm(scn, system, arm: dict, seeds: int) -> ArmResult:
+    """Means over seeds of the finite runs of an arm's ``requests`` prompts at its concurrency."""
+    runs = [run_batch(scn, system, int(arm["concurrency"]), int(arm["requests"]), seed)[0] for seed in range(seeds)]
+    return ArmResult(float(np.mean([r.output_per_gpu for r in runs])), float(np.mean([r.tau for r in runs])),
+                     float(np.mean([r.tpot_ms for r in runs])), float(np.mean([r.ttft_ms for r in runs])),
+                     float(np.mean([r.prompt_tokens / r.output_tokens for r in runs])))
 
 
 AL_TOLERANCE = TOLERANCE  # a break-even acceptance length is found to within this
@@ -393,12 +421,13 @@ def predict(comparisons: list[Comparison], cache: Path, seeds: int) -> tuple[lis
             if lacks:
                 gaps.append((c, lacks))
                 continue
+            metric = c.run["metric"]
             if c.breaks_even:
-                even.append(break_even(c, lambda al, c=c: (arm_result(c, c.b, al).throughput_per_gpu
-                                                           / arm_result(c, c.a, al).throughput_per_gpu)))
+                even.append(break_even(c, lambda al, c=c, m=metric: (arm_result(c, c.b, al).counted(m)
+                                                                     / arm_result(c, c.a, al).counted(m))))
                 continue
             got = {name: arm_result(c, name) for name in (c.a, c.b)}
-            predicted = got[c.b].throughput_per_gpu / got[c.a].throughput_per_gpu
+            predicted = got[c.b].counted(metric) / got[c.a].counted(metric)
             measured = c.measured()
             sign = c.measured_sign()
             rows.append({"comparison": c, "measured": measured, "predicted": predicted,
@@ -436,17 +465,19 @@ def _mean_length(spec) -> float | None:
     return None
 
 
-def in_metric(run: dict, arm: dict, output_per_gpu: float) -> float | None:
+def in_metric(run: dict, arm: dict, output_per_gpu: float, prompt_per_output: float | None = None) -> float | None:
     """A simulated output throughput in the source's metric: per GPU (or rank) where it says so, else over the
-    deployment's GPUs; a "total" one also counts each request's prompt, (prompt + output) / output times the output
-    (Little's law over the closed loop's requests); None where the workload's mean lengths are not known in closed
-    form."""
+    deployment's GPUs; a "total" one also counts each request's prompt: a finite run's own ``prompt_per_output``,
+    else (prompt + output) / output times the output (Little's law over the closed loop's requests); None where the
+    workload's mean lengths are not known in closed form."""
     metric = run["metric"]
     if not metric.endswith(("per GPU", "per rank")):
         replicas, gpus_per_replica = layout(run, arm)
         output_per_gpu *= replicas * gpus_per_replica
     if not metric.startswith("total"):
         return output_per_gpu
+    if prompt_per_output is not None:
+        return output_per_gpu * (1.0 + prompt_per_output)
     wl = run.get("workload", {})
     prompt, output = _mean_length(wl.get("prompt", 512)), _mean_length(wl.get("output", 256))
     return None if prompt is None or output is None else output_per_gpu * (prompt + output) / output
@@ -507,7 +538,7 @@ def report(rows: list[dict], gaps: list[tuple], markdown: bool = True, even: lis
             mark = "*" if name == c.al_from and arm["system"] != "ar" else ""
             al = "-" if arm.get("al") is None else f"{arm['al']:g}{mark}"
             lines.append(f"| {c.run['id']} | {arm['label']} | {c.run['metric']} | {_num(arm.get('value'), ',g')} | "
-                         f"{_num(in_metric(c.run, arm, res.throughput_per_gpu))} | {_num(arm.get('tpot_ms'), 'g')} | "
+                         f"{_num(in_metric(c.run, arm, res.throughput_per_gpu, res.prompt_per_output))} | {_num(arm.get('tpot_ms'), 'g')} | "
                          f"{res.tpot_ms:.2f} | {_num(arm.get('ttft_ms'), 'g')} | {_num(_finite(res.ttft_ms), ',.0f')} | "
                          f"{al} | {res.tau:.2f} |")
     if even:

@@ -68,11 +68,11 @@ def test_the_split_follows_the_deployment_and_the_numbers(spec):
 
 
 def test_the_script_lists_each_comparison_it_cannot_build_once(spec, capsys, tmp_path):
-    # the Kimi-K3 runs: a shape now, but TokenSpeed (an engine the estimate does not price) or an unpublished draft
-    # length stands in the way of each, so nothing is simulated
-    assert spec.main(["--markdown", "--runs", "kimi-k3", "--cache", str(tmp_path)]) == 0
+    # the Kimi-K3 TokenSpeed runs: a shape now, but TokenSpeed (an engine the estimate does not price) and an
+    # unpublished draft length stand in the way of each, so nothing is simulated
+    assert spec.main(["--markdown", "--runs", "kimi-k3-tokenspeed", "--cache", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    wanted = [c for c in spec.load() if "kimi-k3" in c.run["id"]]
+    wanted = [c for c in spec.load() if "kimi-k3-tokenspeed" in c.run["id"]]
     lines = [ln for ln in out.splitlines() if ln.startswith("- kimi-k3")]
     assert len(lines) == len(wanted) > 0
     assert not any("model shape" in ln for ln in lines)
@@ -164,6 +164,31 @@ def test_a_simulated_figure_is_put_in_the_sources_metric(spec):
     assert spec.in_metric({**uniform, "metric": "total tok/s"}, arm, 100.0) == pytest.approx(400.0 * 5120 / 1024)
     # an arm's own estimate options (another GPU count) win over the run's
     assert spec.in_metric({**tp4, "metric": "output tok/s"}, {"estimate": {"gpus": 8}}, 100.0) == 800.0
+    # a finite run counts its own prompts, not the workload's means
+    assert spec.in_metric({**uniform, "metric": "total tok/s per GPU"}, arm, 100.0, 3.0) == pytest.approx(400.0)
+
+
+def test_a_finite_arms_ratio_counts_its_own_prompts_where_the_metric_does(spec):
+    """Two finite runs of different lists (128 and 512 prompts) drew different prompt lengths: a "total" metric's
+    ratio counts each run's own, an output metric's does not; a steady loop's arms share the workload's means."""
+    a = spec.ArmResult(100.0, 5.0, 10.0, 100.0, prompt_per_output=8.0)
+    b = spec.ArmResult(150.0, 5.0, 10.0, 100.0, prompt_per_output=9.0)
+    assert b.counted("total tok/s per GPU") / a.counted("total tok/s per GPU") == pytest.approx(1500.0 / 900.0)
+    assert b.counted("output tok/s") / a.counted("output tok/s") == pytest.approx(1.5)
+    steady = spec.ArmResult(100.0, 5.0, 10.0, 100.0)
+    assert steady.counted("total tok/s per GPU") == steady.counted("output tok/s") == 100.0
+
+
+@pytest.mark.parametrize("requests", [8, 16.5, True])  # fewer than the 16 at once, not whole, not a number
+def test_a_malformed_prompt_count_is_one_line(spec, tmp_path, requests):
+    doc = yaml.safe_load(spec.DATA.read_text())
+    run = next(r for r in doc["runs"] if r["id"] == "v4flash-sglang-h200-gb300")
+    run["arms"]["h200-ll-c16"]["requests"] = requests
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(spec.DataError, match=r"arms\.h200-ll-c16\.requests: expected the prompts the benchmark "
+                                             "sent, a whole number no smaller than the concurrency"):
+        spec.load(path)
 
 
 def _break_even_doc(sign: int | None = -1, al_range=(1.5, 3.5)) -> dict:
