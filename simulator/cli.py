@@ -556,23 +556,30 @@ def bench_cmd(profile: Path | None, inference_perf: Path | None, vllm_result: Pa
     write_scenario_file(out / "scenario.yaml", doc, bench)
     if write_scenario is not None:
         write_scenario_file(write_scenario, doc, bench)
-    total = bench.send_seconds
-    bar = progress_bar(f"{scn.name}: simulated seconds", round(total), unit="s", units="simulated s")
+    if bench.prompt_list is not None:  # one closed-loop run, seconds long: a line, not a bar over unknown time
+        click.echo(f"bench: {bench.prompt_list[0]} prompts, at most {bench.prompt_list[1]} at a time, to the last "
+                   "request", err=True)
+        bar = None
+    else:
+        bar = progress_bar(f"{scn.name}: simulated seconds", round(bench.send_seconds), unit="s",
+                           units="simulated s")
     seen = [0]
 
     def tick(t: float) -> None:
         step = round(t) - seen[0]
-        if step > 0:
+        if step > 0 and bar is not None:
             bar.update(step)
             seen[0] += step
 
     try:
         result = run_bench(scn, bench.stages, seed, tick)
     except KeyboardInterrupt:
-        bar.close()
+        if bar is not None:
+            bar.close()
         click.echo("\ninterrupted: nothing written but the scenario", err=True)
         sys.exit(130)
-    bar.close()
+    if bar is not None:
+        bar.close()
     path = write_bench_csv(out, result.table)
     click.echo(terminal_table(result.table))
     if result.table["overloaded"].any():

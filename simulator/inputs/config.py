@@ -265,6 +265,23 @@ class Workload(Strict):
 
 class Frontier(Strict):
     concurrency: list[PositiveInt] = Field(min_length=1, description="closed-loop users (whole deployment), one run each")
+    requests: list[PositiveInt] | None = Field(
+        None, description="a finite prompt list per point, as a benchmark client sends one (vllm bench serve "
+        "--num-prompts N --max-concurrency C): one count per concurrency point, none smaller than it. Such a point "
+        "runs until its last request finishes (run.duration_s caps it) and is measured from the first request to "
+        "the last, ramp-up and drain included (docs/model.md)")
+
+    @model_validator(mode="after")
+    def _lists_fit(self) -> Frontier:
+        if self.requests is None:
+            return self
+        if len(self.requests) != len(self.concurrency):
+            raise ValueError(f"requests: one count per concurrency point ({len(self.concurrency)}), got "
+                             f"{len(self.requests)}")
+        for c, n in zip(self.concurrency, self.requests, strict=True):
+            if n < c:
+                raise ValueError(f"requests: {n} prompts at concurrency {c}: a list no shorter than its concurrency")
+        return self
 
 
 class Segment(Strict):

@@ -52,9 +52,11 @@ class BenchProfile:
     """A benchmark profile read into scenario sections."""
 
     path: Path
-    stages: list[tuple[float, float]]  # (duration seconds, requests per second), in order
+    stages: list[tuple[float, float]]  # (duration seconds, requests per second), in order; none for a finite list
     workload: dict
     notes: list[str] = field(default_factory=list)  # what the replay does not model, one line each
+    # a client's finite prompt list instead of stages: (prompts, at most this many at a time), all ready at once
+    prompt_list: tuple[int, int] | None = None
 
     @property
     def send_seconds(self) -> float:
@@ -227,25 +229,34 @@ def _shifted(spec: dict, tokens: int) -> dict:
     return {**spec, "low": spec["low"] + tokens, "high": spec["high"] + tokens}
 
 
+# simulated seconds a replayed prompt list may take: a closed loop cannot overload, so it ends long before
+LIST_CAP_S = 86_400.0
+
+
 def bench_scenario(profile: BenchProfile, table: str, *, gpus_per_replica: int = 1, replicas: int = 1,
                    max_running: int = 128, max_batch_tokens: int = 2048, kv_capacity_tokens: int | None = None,
                    seed: int = 0, drain_s: float = 120.0) -> dict:
     """The scenario (a mapping, as YAML has it) that replays ``profile``: plain decoding (system ``ar``), vLLM's
     engine shape (mixed steps with chunked prefill of up to ``max_batch_tokens`` per step, prefill colocated),
     the whole benchmark as the measurement window (no warm-up: a benchmark reports every request), and
-    ``drain_s`` after the last stage to follow its requests to their end."""
+    ``drain_s`` after the last stage to follow its requests to their end. A profile's finite prompt list (a
+    closed-loop ``vllm bench serve`` result) is one frontier point instead, run until its last request finishes."""
     engine: dict[str, Any] = {"max_running": max_running, "max_batch_tokens": max_batch_tokens,
                               "prefill_chunk": max_batch_tokens, "schedule": "mixed", "prefill": "colocated"}
     if kv_capacity_tokens is not None:
         engine["kv_capacity_tokens"] = kv_capacity_tokens
-    return {
+    doc = {
         "name": profile.path.stem,
-        "description": f"replay of the inference-perf profile {profile.path.name} (simulate bench)",
+        "description": f"replay of the benchmark {profile.path.name} (simulate bench)",
         "seed": seed,
         "hardware": {"table": table, "replicas": replicas, "gpus_per_replica": gpus_per_replica},
         "engine": engine,
         "systems": ["ar"],
         "workload": profile.workload,
-        "traffic": profile.traffic,
-        "run": {"duration_s": profile.send_seconds, "warmup_s": 0.0, "drain_cap_s": float(drain_s)},
     }
+    if profile.prompt_list is not None:  # one frontier point: the list, run to its last request
+        prompts, at_once = profile.prompt_list
+        return {**doc, "frontier": {"concurrency": [at_once], "requests": [prompts]},
+                "run": {"duration_s": LIST_CAP_S, "warmup_s": 0.0}}
+    return {**doc, "traffic": profile.traffic,
+            "run": {"duration_s": profile.send_seconds, "warmup_s": 0.0, "drain_cap_s": float(drain_s)}}

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from simulator.core.engine import Simulation
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.inputs.systems import SystemSpec
 from simulator.outputs.metrics import percentile, step_metrics
-from simulator.runs.run import LoadPoint, RunSpec, build, in_run
-
-CHUNK_S = 5.0  # simulated seconds between checks of whether the batch has finished
+from simulator.runs.run import LoadPoint, RunSpec, build, in_run, run_list
 
 
 @dataclass(frozen=True)
@@ -50,39 +46,28 @@ class BatchResult:
 def run_batch(scn: LoadedScenario, system: SystemSpec, concurrency: int, requests: int,
               seed: int = 0) -> tuple[BatchResult, Simulation]:
     """Serve ``requests`` prompts of the scenario's workload at most ``concurrency`` at a time until the last has
-    finished; ``run.duration_s`` caps the simulated time (a batch unfinished by then is an error naming it)."""
+    finished; ``run.duration_s`` caps the simulated time (a list unfinished by then is an error naming it)."""
     if concurrency < 1 or requests < 1:
         raise UserError(f"{scn.path}: a finite run needs concurrency >= 1 and requests >= 1, got {concurrency} and "
                         f"{requests}")
     spec = RunSpec(system, LoadPoint(concurrency, requests), seed, False)
-    sim, hw, cap, _ = build(scn, spec)
-    req = sim.requests.data
+    sim, hw, _, _ = build(scn, spec)
     with in_run(scn, spec):
-        while True:
-            n = sim.requests.n
-            open_ = np.isnan(req["finish"][:n]) & ~req["rejected"][:n]
-            if n == requests and not open_.any():
-                break
-            if sim.env.now >= cap:
-                raise UserError(f"{scn.path}: system {spec.system.name!r}, {requests} requests at {concurrency} at "
-                                f"a time: {int(open_.sum()) + requests - n} unfinished after run.duration_s {cap:g} "
-                                "simulated seconds; raise it")
-            sim.run(until=min(sim.env.now + CHUNK_S, cap))
+        seconds = run_list(sim, scn, spec)
+    req = sim.requests.data
     served = ~req["rejected"][:requests]
-    first, finish = req["first_token"][:requests][served], req["finish"][:requests][served]
-    arrival, out = req["arrival"][:requests][served], req["output"][:requests][served]
     if not served.any():
         raise UserError(f"{scn.path}: system {spec.system.name!r}: none of the {requests} requests fits the KV cache")
-    seconds = float(finish.max())
+    first, finish = req["first_token"][:requests][served], req["finish"][:requests][served]
+    arrival, out = req["arrival"][:requests][served], req["output"][:requests][served]
     many = out > 1
     tpot = (finish[many] - first[many]) / (out[many] - 1) * 1e3
     ttft = (first - arrival) * 1e3
     gpus = hw.replicas * hw.gpus_per_replica
-    steps = sim.steps.frame()
     return BatchResult(
         seconds=seconds, requests=int(served.sum()), rejected=int((~served).sum()),
         prompt_tokens=int(req["prompt"][:requests][served].sum()), output_tokens=int(out.sum()), gpus=gpus,
-        tau=step_metrics(steps, 0.0, seconds, gpus)["tau"],
+        tau=step_metrics(sim.steps.frame(), 0.0, seconds, gpus)["tau"],
         ttft_ms=float(ttft.mean()), ttft_ms_p50=percentile(ttft, 50),
         tpot_ms=float(tpot.mean()) if many.any() else float("nan"), tpot_ms_p50=percentile(tpot, 50),
     ), sim

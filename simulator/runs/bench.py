@@ -19,7 +19,7 @@ from simulator.inputs.config import LoadedScenario, Scenario, format_validation_
 from simulator.inputs.inference_perf import BenchProfile
 from simulator.inputs.systems import resolve_systems
 from simulator.outputs.bench_table import bench_table
-from simulator.runs.run import LoadPoint, RunSpec, build, in_run, run_window
+from simulator.runs.run import LoadPoint, RunSpec, build, in_run, run_list, run_window
 
 
 @dataclass
@@ -49,12 +49,19 @@ def write_scenario(path: Path, doc: dict, profile: BenchProfile) -> Path:
 def run_bench(scn: LoadedScenario, stages: list[tuple[float, float]], seed: int,
               on_progress: Callable[[float], None] | None = None) -> BenchRun:
     """Run the scenario's one system over its traffic (the send window), then follow every request to its end or
-    the drain cap (run.drain_cap_s); ``on_progress`` hears the simulated seconds of the window as they pass."""
+    the drain cap (run.drain_cap_s); ``on_progress`` hears the simulated seconds of the window as they pass. A
+    scenario of one finite prompt list (``frontier.requests``) runs it to its last request, one stage."""
     m = scn.model
-    spec = RunSpec(system=resolve_systems(scn)[0], point=LoadPoint(None), seed=seed, quick=False)
+    listed = m.frontier is not None and m.frontier.requests is not None
+    point = LoadPoint(m.frontier.concurrency[0], m.frontier.requests[0]) if listed else LoadPoint(None)
+    spec = RunSpec(system=resolve_systems(scn)[0], point=point, seed=seed, quick=False)
     sim, hw, duration, _ = build(scn, spec)
     with in_run(scn, spec):  # no warm-up: a benchmark reports every request
-        run_window(sim, scn, spec, hw, duration, 0.0, on_progress)
+        if listed:  # a finite prompt list: one stage, from its first request to its last
+            end = run_list(sim, scn, spec)
+            stages = [(end, point.requests / end)]
+        else:
+            run_window(sim, scn, spec, hw, duration, 0.0, on_progress)
     requests, steps = sim.requests.frame(), sim.steps.frame()
     table = bench_table(requests, steps, stages, sim.env.now, hw.replicas, m.engine.max_running)
     return BenchRun(table, requests, steps, sim.env.now)

@@ -76,7 +76,8 @@ class RunSpec:
 
 
 def load_points(scn: LoadedScenario) -> list[LoadPoint]:
-    pts = [LoadPoint(c) for c in (scn.model.frontier.concurrency if scn.model.frontier else [])]
+    f = scn.model.frontier
+    pts = [LoadPoint(c, n) for c, n in zip(f.concurrency, f.requests or [None] * len(f.concurrency), strict=True)] if f else []
     if scn.model.traffic is not None:
         pts.append(LoadPoint(None))
     return pts
@@ -291,6 +292,26 @@ def run_window(sim: Simulation, scn: LoadedScenario, spec: RunSpec, hw: Hardware
     return warmup, steady, sim.env.now
 
 
+LIST_CHUNK_S = 5.0  # simulated seconds between checks of whether a finite list has finished
+
+
+def run_list(sim: Simulation, scn: LoadedScenario, spec: RunSpec) -> float:
+    """Run a finite prompt list (``spec.point.requests``) until its last request has finished, ``run.duration_s``
+    at most (``--quick`` or not: the list is what it is). Returns that time."""
+    requests, cap = spec.point.requests, scn.model.run.duration_s
+    req = sim.requests.data
+    while True:
+        n = sim.requests.n
+        open_ = np.isnan(req["finish"][:n]) & ~req["rejected"][:n]
+        if n == requests and not open_.any():
+            return sim.env.now if n == 0 else float(np.nanmax(req["finish"][:n], initial=0.0))
+        if sim.env.now >= cap:
+            raise UserError(f"{requests} requests at {spec.point.concurrency} at a time: "
+                            f"{int(open_.sum()) + requests - n} unfinished after run.duration_s {cap:g} simulated "
+                            "seconds; raise it")
+        sim.run(until=min(sim.env.now + LIST_CHUNK_S, cap))
+
+
 def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
             run_key: str = "") -> tuple[dict, Simulation]:
     """Run and summarise. Returns the runs.csv row and the simulation (its logs). With ``records_dir``, the run's
@@ -300,7 +321,11 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
     # a source that generates tokens records what it generated (live: every step also verifies the whole block)
     recording = records_dir is not None and isinstance(sim.source, RuntimeSource) and sim.source.start_recording()
     with in_run(scn, spec):
-        warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup)
+        if spec.point.requests is None:
+            warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup)
+        else:  # a benchmark's finite list: measured whole, from its first request to its last
+            stop = duration = run_list(sim, scn, spec)
+            warmup, steady = 0.0, True
     wall = time.perf_counter() - t0
     if spec.check_invariants:
         try:

@@ -88,3 +88,28 @@ def test_a_run_that_cannot_finish_in_time_says_so(flat_scenario):
         run_batch(scn, system, 2, 6)
     with pytest.raises(UserError, match="concurrency >= 1 and requests >= 1, got 2 and 0"):
         run_batch(scn, system, 2, 0)
+
+
+def test_a_scenario_point_with_a_prompt_list_is_that_finite_run(flat_scenario):
+    """`frontier.requests` makes each point its finite list: runs.csv's row is the whole list, measured from its
+    first request to its last, as run_batch measures it."""
+    from simulator.runs.run import load_points
+
+    scn, system = flat_scenario(output=5, frontier={"concurrency": [4, 2], "requests": [8, 3]})
+    points = load_points(scn)
+    assert [(p.concurrency, p.requests, p.label) for p in points] == [(4, 8, "closed-4-of-8"), (2, 3, "closed-2-of-3")]
+    row, sim = run_one(scn, RunSpec(system, points[0], 0, False))
+    check_invariants(sim)
+    res, _ = run_batch(scn, system, 4, 8)
+    assert row["sim_seconds"] == pytest.approx(res.seconds) == pytest.approx(0.1)
+    assert row["warmup_s"] == 0.0 and row["drain_seconds"] == 0.0
+    assert row["requests"] == 8 and row["unfinished"] == 0
+    assert row["throughput_per_gpu"] == pytest.approx(res.output_per_gpu)
+    assert row["bench"]["completed"] == 8
+
+
+@pytest.mark.parametrize(("requests", "why"), [([8], "one count per concurrency point \\(2\\), got 1"),
+                                               ([8, 1], "1 prompts at concurrency 2: a list no shorter than its")])
+def test_a_prompt_list_that_does_not_fit_the_frontier_is_one_line(flat_scenario, requests, why):
+    with pytest.raises(UserError, match=f"frontier.*requests: {why}"):
+        flat_scenario(frontier={"concurrency": [4, 2], "requests": requests})

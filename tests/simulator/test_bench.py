@@ -219,9 +219,35 @@ def test_a_vllm_bench_result_replays_its_rate_count_and_mean_lengths(tmp_path, h
     assert scenario["workload"]["output"] == {"dist": "fixed", "value": 40}
 
 
+@pytest.mark.parametrize(("cap", "at_once"), [(16, 16), (None, 64)])
+def test_a_closed_loop_vllm_result_replays_its_prompt_list(tmp_path, cap, at_once):
+    """`--max-concurrency C --request-rate inf` (all at once without a cap): the list of num_prompts, at most C at a
+    time, run to its last request as one stage; the scenario written reruns it with `simulate`, to the same
+    figures."""
+    path = vllm_result(tmp_path, num_prompts=64, completed=64, total_input_tokens=64 * 300,
+                       total_output_tokens=64 * 40, request_rate="inf", max_concurrency=cap)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["bench", str(path), "--table", str(H200_TABLE), "--out", str(out)])
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert f"64 prompts, at most {at_once} at a time" in res.output
+    table = pd.read_csv(out / "bench.csv")
+    assert table["stage"].astype(str).tolist() == ["0", "all"]
+    whole = table.iloc[-1]
+    assert whole["requests"] == whole["completed"] == 64 and whole["unfinished"] == 0 and not whole["overloaded"]
+    scenario = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert scenario["frontier"] == {"concurrency": [at_once], "requests": [64]} and "traffic" not in scenario
+    rerun = CliRunner().invoke(cli, [str(out / "scenario.yaml"), "--out", str(tmp_path / "rerun")])
+    assert rerun.exit_code == 0, (rerun.output, rerun.exception)
+    row = pd.read_csv(tmp_path / "rerun" / "runs.csv").iloc[0]
+    assert row["requests"] == 64 and row["unfinished"] == 0
+    assert row["throughput_per_gpu"] * row["gpus"] == pytest.approx(whole["output_tokens_per_s"], rel=1e-6)
+
+
 @pytest.mark.parametrize(("fields", "expect"), [
-    ({"max_concurrency": 8}, "max_concurrency: 8: a closed-loop benchmark is not supported"),
-    ({"request_rate": "inf"}, "request_rate: inf (every request at once) is not supported"),
+    ({"max_concurrency": 8}, "max_concurrency: 8 with request_rate 10.0: a concurrency cap on a finite rate is not "
+                             "supported"),
+    ({"request_rate": "inf", "max_concurrency": 0}, "max_concurrency: expected a positive whole number or null, got 0"),
+    ({"request_rate": "inf", "num_prompts": 12.5}, "num_prompts: expected a whole number, got 12.5"),
     ({"burstiness": 0.5}, "burstiness: 0.5: only Poisson arrivals (1.0) are supported"),
     ({"completed": 0}, "completed: expected a positive number, got 0"),
 ])
