@@ -692,10 +692,12 @@ class Simulation:
 
         def send(count: int) -> None:
             nonlocal left
-            n = min(count, left)
-            if n > 0:
+            while count > 0 and left > 0:
+                n = min(count, left)
                 left -= n
+                refused = self.rejected
                 self.submit(*draw(n))
+                count = self.rejected - refused  # a client sends its next prompt when one is refused
 
         self.on_finish = send
         send(users)

@@ -77,7 +77,10 @@ class RunSpec:
 
 def load_points(scn: LoadedScenario) -> list[LoadPoint]:
     f = scn.model.frontier
-    pts = [LoadPoint(c, n) for c, n in zip(f.concurrency, f.requests or [None] * len(f.concurrency), strict=True)] if f else []
+    pts = []
+    if f is not None:
+        lists = f.requests or [None] * len(f.concurrency)
+        pts = [LoadPoint(c, n) for c, n in zip(f.concurrency, lists, strict=True)]
     if scn.model.traffic is not None:
         pts.append(LoadPoint(None))
     return pts
@@ -304,7 +307,9 @@ def run_list(sim: Simulation, scn: LoadedScenario, spec: RunSpec) -> float:
         n = sim.requests.n
         open_ = np.isnan(req["finish"][:n]) & ~req["rejected"][:n]
         if n == requests and not open_.any():
-            return sim.env.now if n == 0 else float(np.nanmax(req["finish"][:n], initial=0.0))
+            if req["rejected"][:n].all():
+                raise UserError(f"none of the {requests} requests fits the KV cache")
+            return float(np.nanmax(req["finish"][:n]))
         if sim.env.now >= cap:
             raise UserError(f"{requests} requests at {spec.point.concurrency} at a time: "
                             f"{int(open_.sum()) + requests - n} unfinished after run.duration_s {cap:g} simulated "

@@ -113,3 +113,21 @@ def test_a_scenario_point_with_a_prompt_list_is_that_finite_run(flat_scenario):
 def test_a_prompt_list_that_does_not_fit_the_frontier_is_one_line(flat_scenario, requests, why):
     with pytest.raises(UserError, match=f"frontier.*requests: {why}"):
         flat_scenario(frontier={"concurrency": [4, 2], "requests": requests})
+
+
+def test_a_list_none_of_which_fits_the_cache_says_so(flat_scenario):
+    scn, system = flat_scenario(engine={"kv_capacity_tokens": 32})  # 64-token prompts never fit
+    with pytest.raises(UserError, match="closed-2-of-4, seed 0: none of the 4 requests fits the KV cache"):
+        run_batch(scn, system, 2, 4)
+
+
+def test_a_refused_prompt_is_followed_by_the_next_one(flat_scenario):
+    """A prompt the KV cache can never hold is refused, and the client sends its next one at once: the whole list
+    is sent, the refused ones counted apart."""
+    scn, system = flat_scenario(engine={"kv_capacity_tokens": 300},
+                                workload={"prompt": {"dist": "uniform", "low": 16, "high": 512}})
+    res, sim = run_batch(scn, system, 4, 24)
+    check_invariants(sim)
+    assert sim.requests.n == 24 and res.rejected > 0 and res.requests + res.rejected == 24
+    req = sim.requests.frame()
+    assert res.requests == int((req["prompt"] + req["output"] + sim.config.lookahead <= 300).sum())
