@@ -23,9 +23,9 @@ other sign at every one, and is open where it changes sign inside the range.
 
 The predicted ratio is arm b's throughput per GPU over arm a's. Where both arms serve the same workload, total
 (input + output) and output throughput have the same ratio, so the ratio of a "total tok/s" source is predicted
-from output throughput; a finite run counts its own prompts. A comparison the project cannot build (a model shape, a GPU or an engine the estimate does
-not have) or that lacks a number the prediction needs (an arm's AL, concurrency, draft length or figure) is listed
-with what is missing instead of a number.
+from output throughput; a finite run counts its own prompts. A comparison the project cannot build (a model
+shape, a GPU or an engine the estimate does not have) or that lacks a number the prediction needs (an arm's AL,
+concurrency, draft length or figure) is listed with what is missing instead of a number.
 
     ./run python benchmarks/sim_to_real_spec.py [--markdown] [--runs SUBSTRING] [--seeds N] [--cache DIR]
 
@@ -57,8 +57,8 @@ from hw_profile.estimate.estimate import ESTIMATE_DRAFTERS  # noqa: E402
 from hw_profile.hardware.gpus import get_gpu  # noqa: E402
 from hw_profile.hardware.shapes import SHAPES  # noqa: E402
 from simulator.errors import UserError  # noqa: E402
-from simulator.inputs.config import load_scenario  # noqa: E402
-from simulator.inputs.systems import resolve_systems  # noqa: E402
+from simulator.inputs.config import LoadedScenario, load_scenario  # noqa: E402
+from simulator.inputs.systems import SystemSpec, resolve_systems  # noqa: E402
 from simulator.runs.batch import run_batch  # noqa: E402
 from simulator.runs.break_even import TOLERANCE, crossing, crossing_text  # noqa: E402
 from simulator.runs.run import LoadPoint, RunSpec, run_one  # noqa: E402
@@ -374,7 +374,7 @@ def simulate(c: Comparison, name: str, cache: Path, work: Path, seeds: int, al: 
                      float(tpot), float(ttft))
 
 
-def _finite_arm(scn, system, arm: dict, seeds: int) -> ArmResult:
+def _finite_arm(scn: LoadedScenario, system: SystemSpec, arm: dict, seeds: int) -> ArmResult:
     """Means over seeds of the finite runs of an arm's ``requests`` prompts at its concurrency."""
     runs = [run_batch(scn, system, int(arm["concurrency"]), int(arm["requests"]), seed)[0] for seed in range(seeds)]
     return ArmResult(float(np.mean([r.output_per_gpu for r in runs])), float(np.mean([r.tau for r in runs])),
@@ -538,7 +538,8 @@ def report(rows: list[dict], gaps: list[tuple], markdown: bool = True, even: lis
             mark = "*" if name == c.al_from and arm["system"] != "ar" else ""
             al = "-" if arm.get("al") is None else f"{arm['al']:g}{mark}"
             lines.append(f"| {c.run['id']} | {arm['label']} | {c.run['metric']} | {_num(arm.get('value'), ',g')} | "
-                         f"{_num(in_metric(c.run, arm, res.throughput_per_gpu, res.prompt_per_output))} | {_num(arm.get('tpot_ms'), 'g')} | "
+                         f"{_num(in_metric(c.run, arm, res.throughput_per_gpu, res.prompt_per_output))} | "
+                         f"{_num(arm.get('tpot_ms'), 'g')} | "
                          f"{res.tpot_ms:.2f} | {_num(arm.get('ttft_ms'), 'g')} | {_num(_finite(res.ttft_ms), ',.0f')} | "
                          f"{al} | {res.tau:.2f} |")
     if even:
