@@ -25,7 +25,7 @@ from simulator.core.acceptance.scaling import benchmark_lengths, mix_weights, po
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario, acceptance_length_at, load_scenario
 from simulator.inputs.systems import SystemSpec, resolve_systems
-from simulator.runs.run import LoadPoint, RunSpec, run_one
+from simulator.runs.run import LoadPoint, RunSpec, load_points, run_one
 
 TOLERANCE = 0.05  # default precision of a crossing, in accepted tokens a step
 EDGE = 0.1  # the default range keeps this far inside (1, 1 + drafts), where a profile's scaling still reaches
@@ -85,11 +85,13 @@ class Search:
 
 def _throughput(search: Search, extra: list[str], name: str, concurrency: int) -> float:
     """Output tok/s per GPU of system ``name`` at ``concurrency``, mean over the seeds, on the scenario with the
-    overrides ``extra`` (after the command's own)."""
+    overrides ``extra`` (after the command's own): the scenario's finite prompt list at that load where its frontier
+    has one (``frontier.requests``), else a steady closed loop."""
     scn = load_scenario(search.path, [*search.sets, *search.with_plain, *extra])
     system = next(s for s in resolve_systems(scn) if s.name == name)
-    return float(np.mean([run_one(scn, RunSpec(system, LoadPoint(concurrency), seed, search.quick))[0]
-                          ["throughput_per_gpu"] for seed in search.seeds]))
+    point = next((p for p in load_points(scn) if p.concurrency == concurrency), LoadPoint(concurrency))
+    return float(np.mean([run_one(scn, RunSpec(system, point, seed, search.quick))[0]["throughput_per_gpu"]
+                          for seed in search.seeds]))
 
 
 def one_point(search: Search, name: str, concurrency: int) -> BreakEven:

@@ -141,3 +141,24 @@ def test_a_profile_without_the_scenario_drafter_is_refused(scenario_file):
                                                                                             "gamma": 3})
     with pytest.raises(UserError, match="'deployed-deepseek-v4' has no 'eagle3' drafter to scale"):
         scenario_length(load_scenario(path))
+
+
+def test_a_scenario_with_prompt_lists_breaks_even_on_its_lists(scenario_file):
+    """Where the frontier gives a finite prompt list at a load, the search runs that list (as the benchmark it
+    replays), not a steady loop; a load passed by hand without one is a steady loop."""
+    from simulator.inputs.config import load_scenario
+    from simulator.inputs.systems import resolve_systems
+    from simulator.runs.batch import run_batch
+    from simulator.runs.break_even import _throughput
+    from simulator.runs.run import LoadPoint, RunSpec, run_one
+
+    path = _scenario(scenario_file, frontier={"concurrency": [16], "requests": [40]},
+                     run={"duration_s": 300.0, "warmup_s": 2.0})
+    search = Search(path, (), 1.1, 5.9, 0.05, (0,), False)
+    scn = load_scenario(path, ["systems+=ar"])
+    plain = next(s for s in resolve_systems(scn) if s.name == "ar")
+    listed, _ = run_batch(scn, plain, 16, 40)
+    assert _throughput(search, [], "ar", 16) == pytest.approx(listed.output_per_gpu)
+    steady, _ = run_one(scn, RunSpec(plain, LoadPoint(8), 0, False))
+    assert _throughput(search, [], "ar", 8) == pytest.approx(steady["throughput_per_gpu"])
+    assert steady["throughput_per_gpu"] != pytest.approx(run_batch(scn, plain, 8, 44)[0].output_per_gpu, rel=0.01)
