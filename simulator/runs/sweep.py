@@ -153,6 +153,8 @@ class Sweep:
         for s in self.specs:
             doc = {**base, "system": s.system.key(), "seed": s.seed, "quick": s.quick,
                    "point": s.point.concurrency if s.point.concurrency is not None else traffic}
+            if s.point.requests is not None:  # a finite list at that load is another run than the steady loop
+                doc["requests"] = s.point.requests
             if plugins[s.system.name]:  # absent for built-ins, so keys of stored built-in runs stay valid
                 doc["plugins"] = plugins[s.system.name]
             if inputs:

@@ -229,3 +229,17 @@ def test_a_sources_input_digest_keys_its_runs(scenario_file, tmp_path, monkeypat
     assert keys() == first
     model.write_text("build 2")
     assert not set(keys()) & set(first)
+
+
+def test_a_finite_list_at_a_load_is_another_run_than_the_steady_loop(scenario_file, tmp_path):
+    """The run store's keys tell a prompt list at a concurrency from the steady loop there (and lists of other
+    lengths apart), so a sweep never serves one for the other; a steady point keeps its key."""
+    def keys(frontier):
+        scn = load_scenario(scenario_file(frontier=frontier, systems=["ar"]))
+        return Sweep.plan(scn, tmp_path / "o", quick=True, seed=None, replicates=None).keys()
+
+    steady = keys({"concurrency": [8]})
+    assert steady == keys({"concurrency": [8]})
+    listed = keys({"concurrency": [8], "requests": [16]})
+    longer = keys({"concurrency": [8], "requests": [32]})
+    assert len({*steady, *listed, *longer}) == 3
