@@ -2,8 +2,7 @@
 time (``vllm bench serve --max-concurrency C --num-prompts N``, SGLang's ``bench_serving`` likewise; an offline
 batch of N prompts is C = N), measured as those clients report it: from the first request sent to the last one
 finished, every request counted. The ramp-up while the first prompts prefill together and the drain while the
-last requests finish with the batch thinning out are part of it; a steady closed loop (``run.run_one``) leaves
-both out, which at a few waves of requests (SGLang's cookbook runs two: 32 requests at 16, 512 at 256) is most of
+last requests finish with the batch thinning out are part of it; a steady closed loop leaves both out, which at a few waves of requests (SGLang's cookbook runs two: 32 requests at 16, 512 at 256) is most of
 the difference between the two."""
 
 from __future__ import annotations
@@ -14,8 +13,7 @@ from simulator.core.engine import Simulation
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.inputs.systems import SystemSpec
-from simulator.outputs.metrics import percentile, step_metrics
-from simulator.runs.run import LoadPoint, RunSpec, build, in_run, run_list
+from simulator.runs.run import LoadPoint, RunSpec, run_one
 
 
 @dataclass(frozen=True)
@@ -28,9 +26,7 @@ class BatchResult:
     gpus: int
     tau: float  # emitted tokens per request-step over the run
     ttft_ms: float  # mean time to first token
-    ttft_ms_p50: float
     tpot_ms: float  # mean over requests of (finish - first token) / (output - 1), requests of two tokens or more
-    tpot_ms_p50: float
 
     @property
     def output_per_gpu(self) -> float:
@@ -46,26 +42,16 @@ class BatchResult:
 def run_batch(scn: LoadedScenario, system: SystemSpec, concurrency: int, requests: int,
               seed: int = 0) -> tuple[BatchResult, Simulation]:
     """Serve ``requests`` prompts of the scenario's workload at most ``concurrency`` at a time until the last has
-    finished; ``run.duration_s`` caps the simulated time (a list unfinished by then is an error naming it)."""
+    finished; ``run.duration_s`` caps the simulated time (a list unfinished by then is an error naming it). The
+    figures are the runs.csv row's of that point (``run.run_one``), whose window is the whole list."""
     if concurrency < 1 or requests < 1:
         raise UserError(f"{scn.path}: a finite run needs concurrency >= 1 and requests >= 1, got {concurrency} and "
                         f"{requests}")
-    spec = RunSpec(system, LoadPoint(concurrency, requests), seed, False)
-    sim, hw, _, _ = build(scn, spec)
-    with in_run(scn, spec):
-        seconds = run_list(sim, scn, spec)
-    req = sim.requests.data
-    served = ~req["rejected"][:requests]
-    first, finish = req["first_token"][:requests][served], req["finish"][:requests][served]
-    arrival, out = req["arrival"][:requests][served], req["output"][:requests][served]
-    many = out > 1
-    tpot = (finish[many] - first[many]) / (out[many] - 1) * 1e3
-    ttft = (first - arrival) * 1e3
-    gpus = hw.replicas * hw.gpus_per_replica
+    row, sim = run_one(scn, RunSpec(system, LoadPoint(concurrency, requests), seed, False))
+    counts = row["bench"]
     return BatchResult(
-        seconds=seconds, requests=int(served.sum()), rejected=int((~served).sum()),
-        prompt_tokens=int(req["prompt"][:requests][served].sum()), output_tokens=int(out.sum()), gpus=gpus,
-        tau=step_metrics(sim.steps.frame(), 0.0, seconds, gpus)["tau"],
-        ttft_ms=float(ttft.mean()), ttft_ms_p50=percentile(ttft, 50),
-        tpot_ms=float(tpot.mean()) if many.any() else float("nan"), tpot_ms_p50=percentile(tpot, 50),
+        seconds=row["sim_seconds"], requests=counts["completed"],
+        rejected=int(sim.requests.data["rejected"][:requests].sum()), prompt_tokens=counts["input_tokens"],
+        output_tokens=counts["output_tokens"], gpus=row["gpus"], tau=row["tau"], ttft_ms=row["ttft_mean"] * 1e3,
+        tpot_ms=row["tpot_mean"] * 1e3,
     ), sim

@@ -261,7 +261,7 @@ def drain_cap(scn: LoadedScenario, spec: RunSpec) -> float:
     return scn.model.run.quick_drain_cap_s if spec.quick else scn.model.run.drain_cap_s
 
 
-DRAIN_CHUNK_S = 1.0  # simulated seconds between checks of whether every followed request has finished
+DRAIN_CHUNK_S = 1.0  # simulated seconds between checks of whether every followed (or listed) request has finished
 
 
 PROGRESS_CHUNKS = 50  # pieces a window is run in when someone follows its progress
@@ -295,9 +295,6 @@ def run_window(sim: Simulation, scn: LoadedScenario, spec: RunSpec, hw: Hardware
     return warmup, steady, sim.env.now
 
 
-LIST_CHUNK_S = 5.0  # simulated seconds between checks of whether a finite list has finished
-
-
 def run_list(sim: Simulation, scn: LoadedScenario, spec: RunSpec) -> float:
     """Run a finite prompt list (``spec.point.requests``) until its last request has finished, ``run.duration_s``
     at most (``--quick`` or not: the list is what it is). Returns that time."""
@@ -314,7 +311,7 @@ def run_list(sim: Simulation, scn: LoadedScenario, spec: RunSpec) -> float:
             raise UserError(f"{requests} requests at {spec.point.concurrency} at a time: "
                             f"{int(open_.sum()) + requests - n} unfinished after run.duration_s {cap:g} simulated "
                             "seconds; raise it")
-        sim.run(until=min(sim.env.now + LIST_CHUNK_S, cap))
+        sim.run(until=min(sim.env.now + DRAIN_CHUNK_S, cap))
 
 
 def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
