@@ -191,9 +191,8 @@ class AttentionWork:
 
 def attention_work(shape: ModelShape, dep: Deployment) -> AttentionWork:
     g = dep.head_split
-    # a latent cache is one copy on every tp rank; per-head caches split with the KV heads, but never below one a
-    # rank (engines replicate a KV head over the ranks that share it), as ``ModelShape.kv_cache_facts`` holds them
-    read_split = 1 if shape.latent_kv else shape.kv_heads / max(shape.kv_heads // g, 1)
+    # a latent cache is one copy on every tp rank; per-head caches split with the KV heads (``kv_heads_per_rank``)
+    read_split = 1 if shape.latent_kv else shape.kv_heads / shape.kv_heads_per_rank(g)
     # a linear hybrid's per-token and per-request reads are its states, split with the heads whatever its cache
     state_split = g if shape.attention_kind in LINEAR_HYBRIDS else read_split
     kv_scale = kv_cache_bytes(shape) / 2.0

@@ -420,6 +420,11 @@ class ModelShape:
         index_keys = self.sparse_attention_layers * self.index_head_dim * 2.0
         return 2.0 * self.full_attention_layers * self.kv_heads * self.head_dim * 2.0 + index_keys
 
+    def kv_heads_per_rank(self, tp: int) -> int:
+        """KV heads one of ``tp`` tensor-parallel ranks holds: they split with the query heads, but never below one
+        (engines replicate a KV head over the ranks that share it)."""
+        return max(1, self.kv_heads // tp)
+
     def kv_cache_facts(self, value_bytes: float, tp: int, gpus: int) -> dict[str, float]:
         """The sidecar's KV facts for a cache of ``value_bytes`` per value on a table of ``gpus`` GPUs whose
         attention heads are split ``tp`` ways: ``kv_bytes_per_token_per_gpu``, what one context token holds on one
@@ -430,7 +435,7 @@ class ModelShape:
         if self.latent_kv or tp <= 1:
             per_gpu = total
         else:
-            per_gpu = total * max(self.kv_heads // tp, 1) / self.kv_heads
+            per_gpu = total * self.kv_heads_per_rank(tp) / self.kv_heads
         return {"kv_bytes_per_token_per_gpu": per_gpu, "kv_bytes_per_token": per_gpu * gpus}
 
     @property
@@ -858,11 +863,11 @@ def dense_gemms(shape: ModelShape, tp: int = 1) -> list[tuple[str, int, int, int
         out.append(("o", h, shape.heads * shape.v_head_dim // tp, full))
     elif kind == GATED_DELTANET:
         full = shape.full_attention_layers
-        kv_local = max(1, shape.kv_heads // tp)
+        kv_local = shape.kv_heads_per_rank(tp)
         out.append(("gated q+kv", (2 * shape.heads // tp + 2 * kv_local) * shape.head_dim, h, full))
         out.append(("o", h, shape.heads * shape.head_dim // tp, full))
     else:
-        kv_local = max(1, shape.kv_heads // tp)
+        kv_local = shape.kv_heads_per_rank(tp)
         out.append(("qkv", (shape.heads // tp + 2 * kv_local) * shape.head_dim, h * shape.attn_input_multiple, L))
         out.append(("o", h, shape.heads * shape.head_dim // tp, L))
     if kind == BLOCK_SPARSE:

@@ -195,7 +195,7 @@ def _gqa_attention(ctx, shape, R, q, c):
     """Decode attention of R requests of q query tokens each over c KV tokens: the kernel's time for R sequences
     with q x (local heads) query heads on the same KV heads (each KV head read once, q x its query rows)."""
     tp = ctx.gpus
-    heads, kv, hd = shape.heads // tp, max(1, shape.kv_heads // tp), shape.head_dim
+    heads, kv, hd = shape.heads // tp, shape.kv_heads_per_rank(tp), shape.head_dim
     gen = ctx.table("attention", "generation_attention_perf")
     if gen is None:
         raise HwProfileError(f"kernel database: {ctx.system}/{ctx.engine} has no generation attention table")
