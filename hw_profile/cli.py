@@ -87,6 +87,24 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def parse_drafter_configs(items: tuple[str, ...]) -> dict[str, dict]:
+    """``--drafter-config NAME=PATH`` (repeatable): each drafter's checkpoint config.json, one line per mistake."""
+    from hw_profile.hardware.shapes import read_config
+
+    out: dict[str, dict] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise HwProfileError(f"--drafter-config: expected NAME=PATH (e.g. dspark=drafter/config.json), got "
+                                 f"{item!r}")
+        if name.strip() in out:
+            raise HwProfileError(f"--drafter-config {name.strip()}: given twice")
+        if not Path(path.strip()).is_file():
+            raise HwProfileError(f"--drafter-config {name.strip()}: no such file: {path.strip()}")
+        out[name.strip()] = read_config(path.strip())
+    return out
+
+
 def device_and_shape(gpu: str, model: str, gpus: int):
     """``--gpu``, ``--model`` and ``--gpus`` of the table-writing commands, each mistake one line."""
     from hw_profile.hardware.gpus import get_gpu
@@ -332,6 +350,9 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
                    "auto picks dp for MLA/V4 MoE models when --ep equals --gpus")
 @click.option("--drafters", default="mtp,dspark", show_default=True, help="drafter tables to write beside the "
               "target's (comma list of mtp, dspark, eagle3, dflash; empty for none)")
+@click.option("--drafter-config", "drafter_configs", multiple=True, metavar="NAME=PATH",
+              help="a drafter checkpoint's own config.json (repeatable), e.g. dspark=draft/config.json: its layers "
+              "instead of the built-in ones (docs/hw-profile.md)")
 @click.option("--kernels", type=click.Choice(["auto", "db", "roofline"]), default="auto", show_default=True,
               help="db: require the kernel database (pip install 'dspark-sim[kernels]'); roofline: never use it")
 @click.option("--sibling", default=None, help="for a GPU the kernel database lacks: a GPU it covers (same engine) "
@@ -348,8 +369,8 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
               "drafters' tables NAME.drafter-<drafter>.csv beside it")
 @click.option("--notes", "show_notes", is_flag=True, help="print how the table was priced (the sidecar's notes)")
 @click.pass_obj
-def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, parallel, drafters, kernels, sibling,
-             costs, capture_sizes, max_batch_tokens, max_kv_tokens, name, out, show_notes) -> None:
+def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, parallel, drafters, drafter_configs,
+             kernels, sibling, costs, capture_sizes, max_batch_tokens, max_kv_tokens, name, out, show_notes) -> None:
     from hw_profile.estimate.engine_costs import engine_defaults, with_overrides
     from hw_profile.estimate.estimate import Deployment, default_parallel, layout_note, write_estimate_set
     from hw_profile.hardware.gpus import get_gpu
@@ -375,6 +396,7 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
         if value < 1:
             raise HwProfileError(f"{flag}: expected a positive integer, got {value}")
     names = [d.strip() for d in drafters.split(",") if d.strip()]
+    drafter_cfgs = parse_drafter_configs(drafter_configs)
     cost_terms = with_overrides(engine_defaults(engine), list(costs))
     if capture_sizes is not None:
         cost_terms = replace(cost_terms, capture_sizes=parse_sizes(capture_sizes))
@@ -382,13 +404,15 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
     meta = {"command": obj["command"]} if obj and obj.get("command") else {}
     if name:
         meta["label"] = name
+    if drafter_configs:
+        meta["drafter_configs"] = dict(item.split("=", 1) for item in drafter_configs)
     try:
         sibling_gpu = get_gpu(sibling) if sibling else None
     except KeyError as exc:
         raise HwProfileError(f"--sibling: {exc.args[0]}") from None
     written = write_estimate_set(shape, dep, out, names, kernels=kernels, meta=meta,
                                  b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens),
-                                 sibling=sibling_gpu)
+                                 sibling=sibling_gpu, drafter_configs=drafter_cfgs)
     from hw_profile.tables.step_table import StepTable
 
     for path in written:  # read back as a scenario will read them; the target's table comes last

@@ -73,6 +73,8 @@ from hw_profile.hardware.shapes import (
     ModelShape,
     dense_gemms,
     drafter_attention_window,
+    drafter_config_fields,
+    drafter_from_config,
     drafter_shape,
 )
 from hw_profile.kernels.families import (
@@ -804,7 +806,8 @@ def _stored_bytes_per_gpu(shape: ModelShape, dep: Deployment) -> float:
     return stored_weight_bytes_per_gpu(shape, dep.dtype, dep.gpus)
 
 
-def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[ModelShape, dict]]:
+def drafter_shapes(target: ModelShape, drafters: list[str],
+                   configs: dict[str, dict] | None = None) -> dict[str, tuple[ModelShape, dict]]:
     """The drafters' shapes (``drafter_shape``: layers built like the target's) and their sidecar entries: MTP is
     one layer; DSpark three MoE layers (V4) or five dense layers, plus its rank-256 Markov head. Under compressed
     attention both read only the 128-token window (V4's MTP and DSpark layers are window-only). EAGLE-3 and DFlash
@@ -813,9 +816,18 @@ def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[M
     pass), and which first projects three target layers' states into one over the tokens its first pass takes in
     (``fusion_inputs``, priced by the simulator on that pass); DFlash five, with the target's head, which fuses five
     target layers' states over the tokens it takes in and projects that feature's K and V in each of its layers
-    (``fused_context_kv``), the context its block attends to."""
+    (``fused_context_kv``), the context its block attends to.
+
+    ``configs``: a drafter checkpoint's own config.json by drafter name (``--drafter-config``). Its layers replace
+    the built-in ones (``drafter_from_config``), attending in full; it keeps its kind's other traits (EAGLE-3's
+    wider input, DFlash's context K and V), fuses as many target layers as the config names, and a DSpark
+    drafter's sidecar entry carries the config's Markov rank (``markov_rank``)."""
     out: dict[str, tuple[ModelShape, dict]] = {}
     window = drafter_attention_window(target)
+    configs = configs or {}
+    unknown = sorted(set(configs) - set(drafters))
+    if unknown:
+        raise HwProfileError(f"--drafter-config {unknown[0]}: not among --drafters ({', '.join(drafters) or 'none'})")
     for name in drafters:
         dense, vocab, own = False, None, {}  # own: what the drafter has beyond layers built like the target's
         if name == "mtp":
@@ -830,6 +842,17 @@ def drafter_shapes(target: ModelShape, drafters: list[str]) -> dict[str, tuple[M
             own = dict(fusion_inputs=DFLASH_FUSED, fused_context_kv=True)
         else:
             raise HwProfileError(f"--drafters: unknown drafter {name!r}; known: {', '.join(ESTIMATE_DRAFTERS)}")
+        if name in configs:
+            fused, rank = drafter_config_fields(configs[name])
+            try:
+                shape = drafter_from_config(target, configs[name], name=f"{target.name}-{name}-config")
+            except HwProfileError as exc:
+                raise HwProfileError(f"--drafter-config {name}: {exc}") from None
+            if fused:
+                own["fusion_inputs"] = fused
+            entry = {"markov_rank": rank} if rank is not None and name == "dspark" else {}
+            out[name] = (replace(shape, **own), entry)
+            continue
         try:
             shape = drafter_shape(target, layers, vocab=vocab, name=f"{target.name}-{name}-{layers}l", dense=dense)
         except HwProfileError as exc:
@@ -853,19 +876,22 @@ def layout_note(dep: Deployment) -> str:
 
 def write_estimate_set(target: ModelShape, dep: Deployment, out: str | Path, drafters: list[str],
                        kernels: str = "auto", meta: dict | None = None, b_axis: np.ndarray | None = None,
-                       k_axis: np.ndarray | None = None, sibling: GPU | None = None) -> list[Path]:
-    """The target's table at ``out`` and each drafter's beside it, the target's sidecar naming them."""
+                       k_axis: np.ndarray | None = None, sibling: GPU | None = None,
+                       drafter_configs: dict[str, dict] | None = None) -> list[Path]:
+    """The target's table at ``out`` and each drafter's beside it, the target's sidecar naming them; a drafter
+    in ``drafter_configs`` is built from its checkpoint's config (``drafter_shapes``)."""
     out = Path(out)
     if out.suffix != ".csv":
         raise HwProfileError(f"--out: expected a path ending in .csv, got {out}")
     out.parent.mkdir(parents=True, exist_ok=True)
     stem = out.stem
     drafter_set: dict[str, DrafterTable] = {}
-    for name, (shape, entry) in drafter_shapes(target, drafters).items():
+    for name, (shape, entry) in drafter_shapes(target, drafters, drafter_configs).items():
         table = estimate_table(shape, dep, f"{stem}.drafter-{name}", kernels=kernels, costs=drafter_costs(dep.costs),
                                meta=meta, b_axis=b_axis, k_axis=k_axis, sibling=sibling)
-        head = (markov_head_costs(dep.gpu, MARKOV_RANK, target.vocab, dep.dtype, dep.roofline, hidden=target.hidden)
-                if name == "dspark" else {})  # Markov and confidence heads
+        rank = int(entry.get("markov_rank", MARKOV_RANK))
+        head = (markov_head_costs(dep.gpu, rank, target.vocab, dep.dtype, dep.roofline, hidden=target.hidden)
+                if name == "dspark" and rank else {})  # Markov and confidence heads
         drafter_set[name] = DrafterTable(table, head, int(entry.get("attention_window", 0)))
     main = estimate_table(target, dep, stem, kernels=kernels, meta=meta, b_axis=b_axis, k_axis=k_axis, sibling=sibling)
     return TableSet(main, drafter_set).write(out)

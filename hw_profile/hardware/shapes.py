@@ -934,6 +934,38 @@ def drafter_shape(target: ModelShape, layers: int, vocab: int | None = None, nam
                    dense_layers=0, **changes)
 
 
+def drafter_config_fields(cfg: dict) -> tuple[int, int | None]:
+    """What a drafter checkpoint's config.json says beyond its layers: how many target layers' hidden states it
+    fuses (``target_layer_ids`` under ``dflash_config`` or ``dspark_config``, EAGLE-3's
+    ``eagle_aux_hidden_state_layer_ids``; 0 where it names none) and its Markov head's rank (None where unsaid)."""
+    fused, rank = 0, None
+    for key in ("dflash_config", "dspark_config", "eagle_config"):
+        sub = cfg.get(key)
+        if not isinstance(sub, dict):
+            continue
+        ids = sub.get("target_layer_ids") or sub.get("eagle_aux_hidden_state_layer_ids")
+        fused = len(ids) if isinstance(ids, list) and ids else fused
+        rank = int(sub["markov_rank"]) if sub.get("markov_rank") is not None else rank
+    return fused, rank
+
+
+def drafter_from_config(target: ModelShape, cfg: dict, name: str) -> ModelShape:
+    """A drafter checkpoint's own layers, read from its config.json (``shape_from_config``), as a drafter of
+    ``target``: its head over ``draft_vocab_size`` where the config keeps a reduced draft vocabulary. Its width
+    must be the target's, since it takes in the target's hidden states."""
+    cfg = dict(cfg)
+    if cfg.get("draft_vocab_size"):
+        cfg["vocab_size"] = cfg["draft_vocab_size"]
+    try:
+        shape = shape_from_config(cfg, name=name)
+    except KeyError as exc:
+        raise HwProfileError(str(exc.args[0])) from None
+    if shape.hidden != target.hidden:
+        raise HwProfileError(f"hidden_size {shape.hidden} is not the target's ({target.hidden}); a drafter takes in "
+                             "the target's hidden states at its width")
+    return replace(shape, name=name)
+
+
 def drafter_attention_window(target: ModelShape) -> int:
     """KV tokens per request a drafter of ``target`` reads (``drafter_shape``): the window under compressed sparse
     attention, else 0 (all of them)."""

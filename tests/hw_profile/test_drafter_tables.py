@@ -184,3 +184,76 @@ def test_an_estimated_eagle3_table_drives_an_eagle3_system(tmp_path, scenario_fi
     assert 0.1 < fusion < 0.2  # its shape fuses three target states: priced once a round, over what it takes in
     assert hw.draft["eagle3"].ms(8, 3, 4000.0) == pytest.approx(3 * eagle3.grid.lookup(8, 4000.0, 8)
                                                                + fusion * eagle3.grid.lookup(8, 0.0, 8))
+
+
+def _k3_dspark_config(**changes) -> dict:
+    """The fields of SGLang's Kimi-K3 DSpark training config (five dense layers of the target's width)."""
+    cfg = {"model_type": "qwen3", "num_hidden_layers": 5, "hidden_size": 7168, "intermediate_size": 14336,
+           "num_attention_heads": 64, "num_key_value_heads": 16, "head_dim": 64, "vocab_size": 163840,
+           "tie_word_embeddings": False, "dflash_config": {"target_layer_ids": [7, 23, 51, 67, 83], "markov_rank": 256}}
+    return {**cfg, **changes}
+
+
+def test_a_drafters_own_config_replaces_the_built_in_layers():
+    """--drafter-config: the checkpoint's layers (dense GQA here, where the built-in DSpark drafter of an MoE
+    target copies three of its MoE layers), the target layers it fuses, its Markov rank; EAGLE-3 keeps its wider
+    input and takes its draft vocabulary from the config."""
+    from hw_profile.errors import HwProfileError
+    from hw_profile.estimate.estimate import drafter_shapes
+
+    k3 = get_shape("kimi-k3")
+    built_in = drafter_shapes(k3, ["dspark"])["dspark"][0]
+    shape, entry = drafter_shapes(k3, ["dspark"], {"dspark": _k3_dspark_config()})["dspark"]
+    assert built_in.is_moe and built_in.layers == 3 and not shape.is_moe
+    assert (shape.layers, shape.heads, shape.kv_heads, shape.head_dim, shape.intermediate) == (5, 64, 16, 64, 14336)
+    assert shape.fusion_inputs == 5 and entry == {"markov_rank": 256}  # full attention: no window
+    h = 7168
+    layer = h * 64 * 64 + 2 * h * 16 * 64 + 64 * 64 * h + 3 * h * 14336  # q, k, v, o and the SwiGLU MLP
+    assert shape.matmul_params == 5 * layer + h * 163840
+    assert shape.fusion_params == 5 * h * h
+    assert shape.total_params < built_in.total_params / 20  # 3 MoE layers of 896 experts store far more
+    q8 = get_shape("qwen3-8b")
+    eagle = {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": q8.hidden, "intermediate_size": 12288,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 151936, "draft_vocab_size": 32000}
+    e, entry = drafter_shapes(q8, ["eagle3"], {"eagle3": eagle})["eagle3"]
+    assert (e.vocab, e.attn_input_multiple, e.fusion_inputs, entry) == (32000, 2, 3, {})
+    with pytest.raises(HwProfileError, match="--drafter-config dspark: hidden_size 4096 is not the target's"):
+        drafter_shapes(k3, ["dspark"], {"dspark": _k3_dspark_config(hidden_size=4096)})
+    with pytest.raises(HwProfileError, match="--drafter-config eagle3: not among --drafters"):
+        drafter_shapes(k3, ["dspark"], {"eagle3": eagle})
+    with pytest.raises(HwProfileError, match="--drafter-config dspark: config lacks 'num_attention_heads'"):
+        drafter_shapes(k3, ["dspark"], {"dspark": {"hidden_size": 7168}})
+
+
+def test_estimate_writes_a_configured_drafters_table(tmp_path, capsys):
+    """`hw-profile estimate --drafter-config dspark=PATH`: the drafter's table is priced on the config's layers,
+    its sidecar entry carries the config's Markov rank, the sidecars name the file; mistakes are one line."""
+    config = tmp_path / "draft.json"
+    config.write_text(json.dumps(_k3_dspark_config(dflash_config={"target_layer_ids": [1, 2], "markov_rank": 128})))
+    base = ["estimate", "--model", "kimi-k3", "--gpu", "MI350X", "--engine", "sglang", "--gpus", "8",
+            "--kernels", "roofline", "--drafters", "dspark", "--max-batch-tokens", "512", "--max-kv-tokens", "65536"]
+    tables = {}
+    for label, extra in (("built-in", []), ("config", ["--drafter-config", f"dspark={config}"])):
+        out = tmp_path / label / "t.csv"
+        with pytest.raises(SystemExit) as exc:
+            main([*base, *extra, "--out", str(out)])
+            raise SystemExit(0)
+        assert not exc.value.code
+        meta = json.loads(out.with_suffix(".json").read_text())
+        tables[label] = (StepTable.read(out.with_name("t.drafter-dspark.csv")), meta)
+    drafter, meta = tables["config"]
+    assert drafter.meta["model_shape"]["layers"] == 5 and drafter.meta["model_shape"]["fusion_inputs"] == 2
+    assert meta["drafter_tables"]["dspark"]["sequential_head"]["rank"] == 128
+    assert meta["drafter_configs"] == {"dspark": str(config)}
+    assert tables["built-in"][1]["drafter_tables"]["dspark"]["sequential_head"]["rank"] == 256
+    # a dense 1B-a-GPU drafter reads less than three of the target's MoE layers at 512 tokens
+    assert drafter.grid.step_ms(512, 0) < tables["built-in"][0].grid.step_ms(512, 0)
+    for bad, message in ((f"eagle3={config}", "--drafter-config eagle3: not among --drafters (dspark)"),
+                         ("dspark", "--drafter-config: expected NAME=PATH"),
+                         (f"dspark={tmp_path / 'none.json'}", "--drafter-config dspark: no such file")):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            main([*base, "--drafter-config", bad, "--out", str(tmp_path / "x.csv")])
+        err = capsys.readouterr().err
+        assert exc.value.code and message in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
