@@ -243,6 +243,8 @@ def estimate_args(run: dict, arm: dict) -> list[str]:
             args += [f"--{key.replace('_', '-')}", str(opts[key])]
     for name, value in sorted(opts.get("costs", {}).items()):
         args += ["--cost", f"{name}={str(value).lower() if isinstance(value, bool) else value}"]
+    for name, file in sorted(opts.get("drafter_config", {}).items()):  # files in the bundled data folder
+        args += ["--drafter-config", f"{name}={(DATA.parent / file).relative_to(ROOT)}"]
     return args
 
 
@@ -254,10 +256,20 @@ def _code_stamp() -> str:
     return h.hexdigest()[:12]
 
 
+def table_key(args: list[str]) -> str:
+    """The cache key of ``hw-profile estimate ARGS``: the options, the files they name (a drafter's config, whose
+    content the estimate reads) and the estimate's code."""
+    h = hashlib.sha256(" ".join(args).encode())
+    for arg in args:
+        path = ROOT / arg.partition("=")[2]
+        if path.suffix == ".json" and path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()[:12] + "-" + _code_stamp()
+
+
 def table(args: list[str], cache: Path) -> Path:
     """The target's table of ``hw-profile estimate ARGS`` (drafters' beside it), written once under ``cache``."""
-    key = hashlib.sha256(" ".join(args).encode()).hexdigest()[:12] + "-" + _code_stamp()
-    out = cache / key / "table.csv"
+    out = cache / table_key(args) / "table.csv"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "hw_profile.cli", "estimate", *args, "--out", str(out)]

@@ -271,3 +271,22 @@ def test_a_break_even_end_to_end(spec, capsys, tmp_path):
     assert lo < 1.0 < hi
     assert 1.2 < float(cells[6]) < 3.8 and cells[7] == "open"
     assert "Break-even: the sign right at every published acceptance length on" in out
+
+
+def test_a_drafters_config_reaches_the_estimate_and_keys_its_table(spec, tmp_path, monkeypatch):
+    """A run whose drafter is a published checkpoint names its config beside the data (`drafter_config`): the
+    estimate reads it from there, and a change to the file writes the table again."""
+    k3 = next(c.run for c in spec.load() if c.run["id"] == "kimi-k3-sglang-mi350x")
+    args = spec.estimate_args(k3, {})
+    i = args.index("--drafter-config")
+    name, _, rel = args[i + 1].partition("=")
+    assert name == "dspark" and not Path(rel).is_absolute() and (ROOT / rel).is_file()
+    assert yaml.safe_load((ROOT / rel).read_text())["num_hidden_layers"] == 5
+    # the key follows the file's content, not only its name
+    config = tmp_path / "d.json"
+    monkeypatch.setattr(spec, "ROOT", tmp_path)
+    config.write_text('{"num_hidden_layers": 5}')
+    before = spec.table_key(["--drafter-config", "dspark=d.json"])
+    assert spec.table_key(["--drafter-config", "dspark=d.json"]) == before
+    config.write_text('{"num_hidden_layers": 4}')
+    assert spec.table_key(["--drafter-config", "dspark=d.json"]) != before
