@@ -820,8 +820,10 @@ def drafter_shapes(target: ModelShape, drafters: list[str],
 
     ``configs``: a drafter checkpoint's own config.json by drafter name (``--drafter-config``). Its layers replace
     the built-in ones (``drafter_from_config``), attending in full; it keeps its kind's other traits (EAGLE-3's
-    wider input, DFlash's context K and V), fuses as many target layers as the config names, and a DSpark
-    drafter's sidecar entry carries the config's Markov rank (``markov_rank``)."""
+    wider input, DFlash's context K and V), fuses as many target layers as the config names, projects the fused
+    context's K and V in each layer where the config is built on DFlash's backbone (a ``dflash_config`` block, as
+    DSpark drafters trained by SpecForge and vLLM's speculators are), and a DSpark drafter's sidecar entry carries
+    the config's Markov rank (``markov_rank``)."""
     out: dict[str, tuple[ModelShape, dict]] = {}
     window = drafter_attention_window(target)
     configs = configs or {}
@@ -850,6 +852,8 @@ def drafter_shapes(target: ModelShape, drafters: list[str],
                 raise HwProfileError(f"--drafter-config {name}: {exc}") from None
             if fused:
                 own["fusion_inputs"] = fused
+            if isinstance(configs[name].get("dflash_config"), dict):  # DFlash's backbone (DSpark's too): its
+                own["fused_context_kv"] = True  # layers take the fused context in as K and V
             entry = {"markov_rank": rank} if rank is not None and name == "dspark" else {}
             out[name] = (replace(shape, **own), entry)
             continue

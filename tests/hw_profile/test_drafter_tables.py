@@ -210,7 +210,8 @@ def test_a_drafters_own_config_replaces_the_built_in_layers():
     h = 7168
     layer = h * 64 * 64 + 2 * h * 16 * 64 + 64 * 64 * h + 3 * h * 14336  # q, k, v, o and the SwiGLU MLP
     assert shape.matmul_params == 5 * layer + h * 163840
-    assert shape.fusion_params == 5 * h * h
+    # DFlash's backbone (its dflash_config): each layer also projects the fused context's K and V
+    assert shape.fused_context_kv and shape.fusion_params == 5 * h * h + 5 * 2 * h * 16 * 64
     assert shape.total_params < built_in.total_params / 20  # 3 MoE layers of 896 experts store far more
     q8 = get_shape("qwen3-8b")
     eagle = {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": q8.hidden, "intermediate_size": 12288,
