@@ -87,21 +87,20 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def parse_drafter_configs(items: tuple[str, ...]) -> dict[str, dict]:
-    """``--drafter-config NAME=PATH`` (repeatable): each drafter's checkpoint config.json, one line per mistake."""
-    from hw_profile.hardware.shapes import read_config
-
-    out: dict[str, dict] = {}
+def parse_drafter_configs(items: tuple[str, ...]) -> dict[str, str]:
+    """``--drafter-config NAME=PATH`` (repeatable): each drafter's checkpoint config.json by drafter name, one line
+    per mistake."""
+    out: dict[str, str] = {}
     for item in items:
-        name, sep, path = item.partition("=")
-        if not sep or not name.strip() or not path.strip():
+        name, sep, path = (part.strip() for part in item.partition("="))
+        if not sep or not name or not path:
             raise HwProfileError(f"--drafter-config: expected NAME=PATH (e.g. dspark=drafter/config.json), got "
                                  f"{item!r}")
-        if name.strip() in out:
-            raise HwProfileError(f"--drafter-config {name.strip()}: given twice")
-        if not Path(path.strip()).is_file():
-            raise HwProfileError(f"--drafter-config {name.strip()}: no such file: {path.strip()}")
-        out[name.strip()] = read_config(path.strip())
+        if name in out:
+            raise HwProfileError(f"--drafter-config {name}: given twice")
+        if not Path(path).is_file():
+            raise HwProfileError(f"--drafter-config {name}: no such file: {path}")
+        out[name] = path
     return out
 
 
@@ -374,6 +373,7 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
     from hw_profile.estimate.engine_costs import engine_defaults, with_overrides
     from hw_profile.estimate.estimate import Deployment, default_parallel, layout_note, write_estimate_set
     from hw_profile.hardware.gpus import get_gpu
+    from hw_profile.hardware.shapes import read_config
     from hw_profile.kernels.roofline import default_b_axis, default_k_axis
 
     device, shape = device_and_shape(gpu, model, gpus)
@@ -396,7 +396,7 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
         if value < 1:
             raise HwProfileError(f"{flag}: expected a positive integer, got {value}")
     names = [d.strip() for d in drafters.split(",") if d.strip()]
-    drafter_cfgs = parse_drafter_configs(drafter_configs)
+    drafter_paths = parse_drafter_configs(drafter_configs)
     cost_terms = with_overrides(engine_defaults(engine), list(costs))
     if capture_sizes is not None:
         cost_terms = replace(cost_terms, capture_sizes=parse_sizes(capture_sizes))
@@ -404,15 +404,16 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
     meta = {"command": obj["command"]} if obj and obj.get("command") else {}
     if name:
         meta["label"] = name
-    if drafter_configs:
-        meta["drafter_configs"] = dict(item.split("=", 1) for item in drafter_configs)
+    if drafter_paths:
+        meta["drafter_configs"] = drafter_paths
     try:
         sibling_gpu = get_gpu(sibling) if sibling else None
     except KeyError as exc:
         raise HwProfileError(f"--sibling: {exc.args[0]}") from None
     written = write_estimate_set(shape, dep, out, names, kernels=kernels, meta=meta,
                                  b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens),
-                                 sibling=sibling_gpu, drafter_configs=drafter_cfgs)
+                                 sibling=sibling_gpu,
+                                 drafter_configs={n: read_config(p) for n, p in drafter_paths.items()})
     from hw_profile.tables.step_table import StepTable
 
     for path in written:  # read back as a scenario will read them; the target's table comes last

@@ -951,19 +951,20 @@ def drafter_config_fields(cfg: dict) -> tuple[int, int | None]:
 
 def drafter_from_config(target: ModelShape, cfg: dict, name: str) -> ModelShape:
     """A drafter checkpoint's own layers, read from its config.json (``shape_from_config``), as a drafter of
-    ``target``: its head over ``draft_vocab_size`` where the config keeps a reduced draft vocabulary. Its width
-    must be the target's, since it takes in the target's hidden states."""
+    ``target``: its head over ``draft_vocab_size`` where the config keeps a reduced draft vocabulary, its cache in
+    the target's KV type (the deployment's, which the engine gives the drafter too). Its width must be the
+    target's, since it takes in the target's hidden states."""
     cfg = dict(cfg)
     if cfg.get("draft_vocab_size"):
         cfg["vocab_size"] = cfg["draft_vocab_size"]
     try:
-        shape = shape_from_config(cfg, name=name)
+        shape = shape_from_config(cfg)
     except KeyError as exc:
         raise HwProfileError(str(exc.args[0])) from None
     if shape.hidden != target.hidden:
         raise HwProfileError(f"hidden_size {shape.hidden} is not the target's ({target.hidden}); a drafter takes in "
                              "the target's hidden states at its width")
-    return replace(shape, name=name)
+    return replace(shape, name=name, kv_dtype=target.kv_dtype)
 
 
 def drafter_attention_window(target: ModelShape) -> int:

@@ -5,6 +5,7 @@ simulator."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -213,6 +214,9 @@ def test_a_drafters_own_config_replaces_the_built_in_layers():
     # DFlash's backbone (its dflash_config): each layer also projects the fused context's K and V
     assert shape.fused_context_kv and shape.fusion_params == 5 * h * h + 5 * 2 * h * 16 * 64
     assert shape.total_params < built_in.total_params / 20  # 3 MoE layers of 896 experts store far more
+    # the deployment's KV type reaches the drafter's cache, as it reaches the built-in drafters'
+    fp8 = replace(k3, kv_dtype="fp8")
+    assert drafter_shapes(fp8, ["dspark"], {"dspark": _k3_dspark_config()})["dspark"][0].kv_dtype == "fp8"
     q8 = get_shape("qwen3-8b")
     eagle = {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": q8.hidden, "intermediate_size": 12288,
              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 151936, "draft_vocab_size": 32000}
@@ -250,11 +254,13 @@ def test_estimate_writes_a_configured_drafters_table(tmp_path, capsys):
     # a dense 1B-a-GPU drafter reads less than three of the target's MoE layers at 512 tokens
     assert drafter.grid.step_ms(512, 0) < tables["built-in"][0].grid.step_ms(512, 0)
     for bad, message in ((f"eagle3={config}", "--drafter-config eagle3: not among --drafters (dspark)"),
+                         ([f"dspark={config}", f"dspark={config}"], "--drafter-config dspark: given twice"),
                          ("dspark", "--drafter-config: expected NAME=PATH"),
                          (f"dspark={tmp_path / 'none.json'}", "--drafter-config dspark: no such file")):
         capsys.readouterr()
         with pytest.raises(SystemExit) as exc:
-            main([*base, "--drafter-config", bad, "--out", str(tmp_path / "x.csv")])
+            flags = [x for item in ([bad] if isinstance(bad, str) else bad) for x in ("--drafter-config", item)]
+            main([*base, *flags, "--out", str(tmp_path / "x.csv")])
         err = capsys.readouterr().err
         assert exc.value.code and message in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1
