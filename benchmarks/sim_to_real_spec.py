@@ -394,16 +394,13 @@ def _finite_arm(scn: LoadedScenario, system: SystemSpec, arm: dict, seeds: int) 
                      float(np.mean([r.prompt_tokens / r.output_tokens for r in runs])))
 
 
-AL_TOLERANCE = TOLERANCE  # a break-even acceptance length is found to within this
-
-
 def break_even(c: Comparison, ratio) -> dict:
     """Where ``ratio(al)`` (arm b over arm a with the drafting arm at acceptance length ``al``) crosses 1 over the
     run's ``al_range`` (``simulator.runs.break_even.crossing``: its ends, then bisection; every run shares its
     seeds). The verdict: the measured sign against the predicted one at every published length ("yes", "no"), or
     "open" where the prediction changes sign inside the range."""
     lo, hi = (float(x) for x in c.run["al_range"])
-    at_lo, at_hi, point = crossing(ratio, lo, hi, AL_TOLERANCE)
+    at_lo, at_hi, point = crossing(ratio, lo, hi, TOLERANCE)
     # the sign of b over a at every published length (0: it changes inside the range)
     predicted = 1 if min(at_lo, at_hi) > 1.0 else (-1 if max(at_lo, at_hi) < 1.0 else 0)
     sign = c.measured_sign()
@@ -477,22 +474,21 @@ def _mean_length(spec) -> float | None:
     return None
 
 
-def in_metric(run: dict, arm: dict, output_per_gpu: float, prompt_per_output: float | None = None) -> float | None:
-    """A simulated output throughput in the source's metric: per GPU (or rank) where it says so, else over the
-    deployment's GPUs; a "total" one also counts each request's prompt: a finite run's own ``prompt_per_output``,
-    else (prompt + output) / output times the output (Little's law over the closed loop's requests); None where the
-    workload's mean lengths are not known in closed form."""
+def in_metric(run: dict, arm: dict, res: ArmResult) -> float | None:
+    """An arm's simulated throughput in the source's metric: per GPU (or rank) where it says so, else over the
+    deployment's GPUs; a "total" one also counts each request's prompt: a finite run's own
+    (``ArmResult.counted``), else (prompt + output) / output times the output (Little's law over the closed loop's
+    requests); None where the workload's mean lengths are not known in closed form."""
     metric = run["metric"]
+    value = res.counted(metric)
     if not metric.endswith(("per GPU", "per rank")):
         replicas, gpus_per_replica = layout(run, arm)
-        output_per_gpu *= replicas * gpus_per_replica
-    if not metric.startswith("total"):
-        return output_per_gpu
-    if prompt_per_output is not None:
-        return output_per_gpu * (1.0 + prompt_per_output)
+        value *= replicas * gpus_per_replica
+    if not metric.startswith("total") or res.prompt_per_output is not None:
+        return value
     wl = run.get("workload", {})
     prompt, output = _mean_length(wl.get("prompt", 512)), _mean_length(wl.get("output", 256))
-    return None if prompt is None or output is None else output_per_gpu * (prompt + output) / output
+    return None if prompt is None or output is None else value * (prompt + output) / output
 
 
 def _finite(x: float) -> float | None:
@@ -550,7 +546,7 @@ def report(rows: list[dict], gaps: list[tuple], markdown: bool = True, even: lis
             mark = "*" if name == c.al_from and arm["system"] != "ar" else ""
             al = "-" if arm.get("al") is None else f"{arm['al']:g}{mark}"
             lines.append(f"| {c.run['id']} | {arm['label']} | {c.run['metric']} | {_num(arm.get('value'), ',g')} | "
-                         f"{_num(in_metric(c.run, arm, res.throughput_per_gpu, res.prompt_per_output))} | "
+                         f"{_num(in_metric(c.run, arm, res))} | "
                          f"{_num(arm.get('tpot_ms'), 'g')} | "
                          f"{res.tpot_ms:.2f} | {_num(arm.get('ttft_ms'), 'g')} | {_num(_finite(res.ttft_ms), ',.0f')} | "
                          f"{al} | {res.tau:.2f} |")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -154,18 +155,19 @@ def test_a_simulated_figure_is_put_in_the_sources_metric(spec):
     Little's law over the closed loop (prompt + output tokens per output token)."""
     tp4 = {"estimate": {"gpus": 4, "parallel": "tp"}, "workload": {"prompt": 1024, "output": 2048}}
     dp16 = {"estimate": {"gpus": 16, "parallel": "dp"}, "replicas": 16, "workload": {"prompt": 1024, "output": 2048}}
-    arm = {}
-    assert spec.in_metric({**tp4, "metric": "output tok/s per GPU"}, arm, 100.0) == 100.0
-    assert spec.in_metric({**dp16, "metric": "output tok/s per rank"}, arm, 100.0) == 100.0
-    assert spec.in_metric({**tp4, "metric": "output tok/s"}, arm, 100.0) == 400.0
-    assert spec.in_metric({**dp16, "metric": "output tok/s"}, arm, 100.0) == 1600.0
-    assert spec.in_metric({**tp4, "metric": "total tok/s per GPU"}, arm, 100.0) == pytest.approx(150.0)
+    arm, res = {}, spec.ArmResult(100.0, 5.0, 10.0, 100.0)  # 100 output tok/s per GPU, a steady loop
+    assert spec.in_metric({**tp4, "metric": "output tok/s per GPU"}, arm, res) == 100.0
+    assert spec.in_metric({**dp16, "metric": "output tok/s per rank"}, arm, res) == 100.0
+    assert spec.in_metric({**tp4, "metric": "output tok/s"}, arm, res) == 400.0
+    assert spec.in_metric({**dp16, "metric": "output tok/s"}, arm, res) == 1600.0
+    assert spec.in_metric({**tp4, "metric": "total tok/s per GPU"}, arm, res) == pytest.approx(150.0)
     uniform = {**tp4, "workload": {"prompt": {"dist": "uniform", "low": 1, "high": 8191}, "output": 1024}}
-    assert spec.in_metric({**uniform, "metric": "total tok/s"}, arm, 100.0) == pytest.approx(400.0 * 5120 / 1024)
+    assert spec.in_metric({**uniform, "metric": "total tok/s"}, arm, res) == pytest.approx(400.0 * 5120 / 1024)
     # an arm's own estimate options (another GPU count) win over the run's
-    assert spec.in_metric({**tp4, "metric": "output tok/s"}, {"estimate": {"gpus": 8}}, 100.0) == 800.0
+    assert spec.in_metric({**tp4, "metric": "output tok/s"}, {"estimate": {"gpus": 8}}, res) == 800.0
     # a finite run counts its own prompts, not the workload's means
-    assert spec.in_metric({**uniform, "metric": "total tok/s per GPU"}, arm, 100.0, 3.0) == pytest.approx(400.0)
+    finite = replace(res, prompt_per_output=3.0)
+    assert spec.in_metric({**uniform, "metric": "total tok/s per GPU"}, arm, finite) == pytest.approx(400.0)
 
 
 def test_a_finite_arms_ratio_counts_its_own_prompts_where_the_metric_does(spec):
@@ -222,9 +224,9 @@ def test_the_break_even_length_is_where_the_ratio_crosses_one(spec, tmp_path):
         return al / 2.5
 
     r = spec.break_even(c, ratio)
-    assert abs(r["break_even"] - 2.5) <= spec.AL_TOLERANCE
+    assert abs(r["break_even"] - 2.5) <= spec.TOLERANCE
     assert r["ratios"] == pytest.approx((1.5 / 2.5, 3.5 / 2.5)) and r["verdict"] == "open"
-    assert len(asked) <= 2 + int(np.ceil(np.log2(2.0 / spec.AL_TOLERANCE)))
+    assert len(asked) <= 2 + int(np.ceil(np.log2(2.0 / spec.TOLERANCE)))
     # faster at every published length: wrong against a measured loss, right against a measured gain
     for sign, verdict in ((-1, "no"), (1, "yes")):
         asked.clear()
