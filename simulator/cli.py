@@ -19,13 +19,18 @@ User mistakes (a bad scenario, a missing file, an unknown policy) print one line
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from simulator.errors import UserError
 from simulator.runs.progress import PlanProgress, progress_bar
+
+if TYPE_CHECKING:
+    from simulator.inputs.inference_perf import BenchProfile
 
 # plan seeds per candidate: three, the fewest with a usable interval (t = 4.3); a plan of peak.yaml stays a few
 # minutes on 2 cores
@@ -556,36 +561,43 @@ def bench_cmd(profile: Path | None, inference_perf: Path | None, vllm_result: Pa
     write_scenario_file(out / "scenario.yaml", doc, bench)
     if write_scenario is not None:
         write_scenario_file(write_scenario, doc, bench)
-    if bench.prompt_list is not None:  # one closed-loop run, seconds long: a line, not a bar over unknown time
-        click.echo(f"bench: {bench.prompt_list[0]} prompts, at most {bench.prompt_list[1]} at a time, to the last "
-                   "request", err=True)
-        bar = None
-    else:
-        bar = progress_bar(f"{scn.name}: simulated seconds", round(bench.send_seconds), unit="s",
-                           units="simulated s")
-    seen = [0]
-
-    def tick(t: float) -> None:
-        step = round(t) - seen[0]
-        if step > 0 and bar is not None:
-            bar.update(step)
-            seen[0] += step
-
     try:
-        result = run_bench(scn, bench.stages, seed, tick)
+        with bench_progress(scn.name, bench) as tick:
+            result = run_bench(scn, bench.stages, seed, tick)
     except KeyboardInterrupt:
-        if bar is not None:
-            bar.close()
         click.echo("\ninterrupted: nothing written but the scenario", err=True)
         sys.exit(130)
-    if bar is not None:
-        bar.close()
     path = write_bench_csv(out, result.table)
     click.echo(terminal_table(result.table))
     if result.table["overloaded"].any():
         click.echo("overloaded: requests left unfinished or a queue growing through a stage (docs/benchmarks.md)")
     click.echo(f"\nbench: {path}\nscenario: {out / 'scenario.yaml'}"
                + (f"\nscenario (--write-scenario): {write_scenario}" if write_scenario is not None else ""))
+
+
+@contextmanager
+def bench_progress(name: str, bench: BenchProfile) -> Iterator[Callable[[float], None] | None]:
+    """What ``simulate bench`` shows while it runs, closed when the run ends or is interrupted: a bar over the send
+    window's simulated seconds, fed by the tick it yields; for a finite prompt list (one closed-loop run of unknown
+    length) one line, and no tick."""
+    if bench.prompt_list is not None:
+        click.echo(f"bench: {bench.prompt_list[0]} prompts, at most {bench.prompt_list[1]} at a time, to the last "
+                   "request", err=True)
+        yield None
+        return
+    bar = progress_bar(f"{name}: simulated seconds", round(bench.send_seconds), unit="s", units="simulated s")
+    seen = [0]
+
+    def tick(t: float) -> None:
+        step = round(t) - seen[0]
+        if step > 0:
+            bar.update(step)
+            seen[0] += step
+
+    try:
+        yield tick
+    finally:
+        bar.close()
 
 
 @cli.command("break-even")

@@ -2,8 +2,9 @@
 time (``vllm bench serve --max-concurrency C --num-prompts N``, SGLang's ``bench_serving`` likewise; an offline
 batch of N prompts is C = N), measured as those clients report it: from the first request sent to the last one
 finished, every request counted. The ramp-up while the first prompts prefill together and the drain while the
-last requests finish with the batch thinning out are part of it; a steady closed loop leaves both out, which at a few waves of requests (SGLang's cookbook runs two: 32 requests at 16, 512 at 256) is most of
-the difference between the two."""
+last requests finish with the batch thinning out are part of it; a steady closed loop leaves both out, which at
+a few waves of requests (SGLang's cookbook runs two: 32 requests at 16, 512 at 256) is most of the difference
+between the two."""
 
 from __future__ import annotations
 
