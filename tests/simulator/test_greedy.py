@@ -244,23 +244,26 @@ def test_candidate_sort_stays_exact_and_linear_when_confidences_agree_to_many_di
 
 def test_the_walk_forgets_its_cache_when_a_kernel_it_compiles_in_changes(tmp_path):
     """numba would serve _walk compiled from an old step_table.py or candidate_order.py: a changed digest of the three
-    sources empties _walk's cache (and records the new digest); an unchanged one keeps it."""
-    from simulator.core.policies import greedy
+    sources empties _walk's cache (and records the new digest); an unchanged one keeps it
+    (simulator/core/kernel_cache.py, the one guard)."""
+    import hw_profile.tables.step_table as step_table
+    from simulator.core.kernel_cache import guard_cached_kernel
+    from simulator.core.policies import candidate_order, greedy
 
     cache = greedy._walk._cache
     if not cache._cache_path:
         pytest.skip("numba caching is off")
     greedy_prefix_lengths(np.full((2, 3), 0.5), lambda b: 1.0 / b)  # compiled (or loaded) and cached
-    stamp = Path(cache._cache_path) / "greedy._walk.sources"
+    stamp = Path(cache._cache_path) / "simulator.core.policies.greedy._walk.sources"
     digest = stamp.read_text()
     assert cache._cache_file._load_index() != {}
-    greedy._forget_stale_walk()  # nothing changed: the cache stays
+    guard_cached_kernel(greedy._walk, step_table, candidate_order)  # nothing changed: the cache stays
     assert cache._cache_file._load_index() != {}
     index = Path(cache._cache_file._index_path)
     kept = index.read_bytes()
     try:
         stamp.write_text("an edit to hw_profile/tables/step_table.py")
-        greedy._forget_stale_walk()
+        guard_cached_kernel(greedy._walk, step_table, candidate_order)
         assert cache._cache_file._load_index() == {} and stamp.read_text() == digest
     finally:
         index.write_bytes(kept)  # the compiled walk is still right for this code: later processes load it

@@ -19,8 +19,10 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
+import hw_profile.tables.step_table
 from hw_profile.tables.step_table import StepTimeGrid, verify_ms_at
 from simulator.core.forward import StepCost
+from simulator.core.kernel_cache import guard_cached_kernel
 from simulator.core.policies.base import Policy, PolicyView, register
 from simulator.core.policies.greedy import greedy_prefix_lengths, top_k_prefix_lengths
 
@@ -42,6 +44,9 @@ def _verify_ms_rows(tokens, rows, kv, q_table, a, c, p, window, share):
     for i in range(tokens.shape[0]):
         out[i] = verify_ms_at(tokens[i], rows[i], kv[i], q_table, a, c, p, window, share)
     return out
+
+
+guard_cached_kernel(_verify_ms_rows, hw_profile.tables.step_table)  # verify_ms_at is compiled in
 
 
 def dummy_step_ms(grid: StepTimeGrid, tokens: np.ndarray, requests: np.ndarray, context: int) -> np.ndarray:

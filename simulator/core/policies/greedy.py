@@ -21,9 +21,7 @@ transcription the tests hold it to.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 from numba import njit
@@ -31,6 +29,7 @@ from numba import njit
 import hw_profile.tables.step_table
 from hw_profile.tables.cuda_graphs import NO_GRAPHS
 from hw_profile.tables.step_table import graph_batch, k_rows, step_ms_at, verify_ms_at
+from simulator.core.kernel_cache import guard_cached_kernel
 from simulator.core.policies import candidate_order
 from simulator.core.policies.candidate_order import descending_stable
 
@@ -158,29 +157,5 @@ def _walk(c, mode, capacity, rates, b_axis, k_axis, ms, kv, prefill, fixed, veri
     return lengths
 
 
-def _forget_stale_walk() -> None:
-    """numba keys a cached kernel on its own file's stamp, but ``_walk`` compiles in ``k_rows`` and
-    ``priced_step_ms_at`` (hw_profile/tables/step_table.py) and ``descending_stable`` (candidate_order.py): after an
-    edit to those files the cache would serve the old code. So a digest of the sources sits beside the cache, and
-    when it no longer matches,
-    ``_walk``'s cache is emptied and compiled afresh on first use."""
-    cache = getattr(_walk, "_cache", None)
-    where = getattr(cache, "_cache_path", None)
-    if not where:
-        return
-    files = [hw_profile.tables.step_table.__file__, candidate_order.__file__, __file__]
-    digest = hashlib.sha256(b"".join(Path(f).read_bytes() for f in files)).hexdigest()
-    stamp = Path(where) / "greedy._walk.sources"
-    try:
-        if stamp.read_text() == digest:
-            return
-    except OSError:
-        pass
-    cache.flush()
-    try:
-        stamp.write_text(digest)
-    except OSError:  # a read-only install: nothing there can go stale either
-        pass
-
-
-_forget_stale_walk()
+# _walk compiles in the table's pricing rule and the candidate order from their own files
+guard_cached_kernel(_walk, hw_profile.tables.step_table, candidate_order)
