@@ -303,10 +303,9 @@ def analytic(obj, gpu, model, gpus, ep, dtype, drafter_layers, markov_rank, expe
         params = drafter_params(params, drafter_layers, target.layers)
     table = analytic_table(shape, device, dtype=dtype, gpus=gpus, params=params, name=name, ep=ep,
                            b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens))
-    from hw_profile.kernels.roofline import stored_weight_bytes, stored_weight_bytes_per_gpu
+    from hw_profile.kernels.roofline import stored_weight_bytes
 
     weights_gb = stored_weight_bytes(shape, dtype) / 1e9
-    table.meta["weights_gb_per_gpu"] = round(stored_weight_bytes_per_gpu(shape, dtype, gpus) / 1e9, 2)
     if drafter_layers is not None:
         table.meta["drafter_of"] = {"model": target.name, "layers": target.layers}
         if drafter_attention_window(target):
@@ -607,14 +606,63 @@ def fit(obj, table, out) -> None:
 @click.option("--out", default=None, type=click.Path(dir_okay=False),
               help="default: TABLE.html beside TABLE (TABLE.vs.OTHER.html with OTHER)")
 def show(table, other, out) -> None:
+    from hw_profile.tables.checks import table_warnings
     from hw_profile.tables.step_table import StepTable
     from hw_profile.view.show import write_view
 
     tables = [StepTable.read(table)] + ([StepTable.read(other)] if other else [])
+    for t in tables:  # a view of a table that breaks an invariant says so, as simulate check does
+        for line in table_warnings(t, str(t.path)):
+            click.echo(f"warning: {line}", err=True)
     if out is None:
         out = Path(table).with_name(Path(table).stem + (f".vs.{Path(other).stem}" if other else "") + ".html")
     path = write_view(tables, out)
     click.echo(f"{path}: written")
+
+
+@cli.command(help="Check a table set against the table invariants T-1 ... T-4 (docs/hw-profile.md): step time that "
+             "falls as work grows, a busy or throttled measurement, points faster than the table's own roofline "
+             "bound. Exit 1 when any is broken.")
+@click.argument("table", type=click.Path(dir_okay=False))
+def check(table) -> None:
+    from hw_profile.tables.checks import set_warnings
+    from hw_profile.tables.table_set import TableSet
+
+    tables = TableSet.read(table)
+    lines = set_warnings(tables, table)
+    for line in lines:
+        click.echo(f"warning: {line}", err=True)
+    named = f" and {len(tables.drafters)} drafter table(s)" if tables.drafters else ""
+    facts = tables.facts
+    click.echo(f"{table}{named}: {'ok' if not lines else f'{len(lines)} invariant(s) broken'} "
+               f"({facts.provenance.words}; schema {facts.schema_version})")
+    if lines:
+        sys.exit(1)
+
+
+@cli.command(help="Rewrite the sidecars of tables written before the typed contract at its schema version, with "
+             "the facts their writers priced recorded as fields (weights, KV bytes, activation peak, datasheet); "
+             "the step times are not touched.")
+@click.argument("tables", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def upgrade(tables) -> None:
+    from atomic_files import atomic_write_text
+    from hw_profile.tables.sidecar import SCHEMA_VERSION
+    from hw_profile.tables.sidecar import upgrade as upgraded
+    from hw_profile.tables.step_table import sidecar_path
+
+    for table in tables:
+        side = sidecar_path(table)
+        try:
+            meta = json.loads(side.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise HwProfileError(f"{side}: not a readable sidecar ({exc})") from None
+        if not isinstance(meta, dict):
+            raise HwProfileError(f"{side}: a sidecar must be a JSON object")
+        if meta.get("schema_version") == SCHEMA_VERSION:
+            click.echo(f"{side}: at schema {SCHEMA_VERSION} already")
+            continue
+        atomic_write_text(side, json.dumps(upgraded(meta), indent=2, sort_keys=True) + "\n")
+        click.echo(f"{side}: upgraded to schema {SCHEMA_VERSION}")
 
 
 @cli.command(help="Print T(TABLE) / T(OTHER) at TABLE's own points: per context, the median ratio at each B.")
@@ -623,7 +671,7 @@ def show(table, other, out) -> None:
 @click.option("--csv", "csv_out", default=None, type=click.Path(dir_okay=False), help="also write every point's ratio")
 def compare(table, other, csv_out) -> None:
     from atomic_files import atomic_write
-    from hw_profile.tables.step_table import StepTable, table_caveat
+    from hw_profile.tables.step_table import StepTable
     from hw_profile.view.compare import ratio_frame, summary_lines
 
     first, second = StepTable.read(table), StepTable.read(other)
@@ -631,7 +679,7 @@ def compare(table, other, csv_out) -> None:
     for line in summary_lines(frame, first.label(), second.label()):
         click.echo(line)
     for t in (first, second):
-        caveat = table_caveat(t.meta)
+        caveat = t.facts.provenance.caveat
         if caveat is not None:
             click.echo(f"  {t.label()} is {caveat['kind']}: {caveat['text']}")
     if csv_out:

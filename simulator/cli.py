@@ -93,10 +93,10 @@ def output_dir(scenario: Path, sets: tuple[str, ...], out: Path | None, plan_opt
 
 
 def table_warnings(scn) -> list[str]:
-    """What the scenario's step-time tables say against themselves (simulator/inputs/table_checks.py): warned once
-    before a run or a plan, as `simulate check` does."""
+    """What the scenario's step-time tables say against themselves (the table invariants T-1 ... T-4 of
+    hw_profile.tables.checks): warned once before a run or a plan, as `simulate check` does."""
+    from simulator.inputs.hardware import scenario_table_warnings
     from simulator.inputs.systems import resolve_systems
-    from simulator.inputs.table_checks import scenario_table_warnings
 
     return scenario_table_warnings(scn, {s.drafter for s in resolve_systems(scn)})
 
@@ -432,12 +432,15 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     """Validate a scenario (and the files it names) without running it."""
     import numpy as np
 
-    from hw_profile.tables.step_table import table_caveat
     from simulator.core.policies import make_policy
     from simulator.inputs.config import load_scenario, unused_settings
-    from simulator.inputs.hardware import load_hardware, load_target_table, scenario_grid_warnings
+    from simulator.inputs.hardware import (
+        load_hardware,
+        load_table_set,
+        scenario_grid_warnings,
+        scenario_table_warnings,
+    )
     from simulator.inputs.systems import resolve_systems
-    from simulator.inputs.table_checks import scenario_table_warnings
     from simulator.runs.run import (
         check_engine_limits,
         check_live_clock,
@@ -470,11 +473,11 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
                f"{m.run.duration_s:g} s simulated each ({m.run.quick_duration_s:g} s with --quick)")
     click.echo(f"  hardware: {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s), table "
                f"{m.hardware.table}, KV capacity {hw.kv_capacity:,} tokens per replica")
-    target_table = load_target_table(scn)
-    caveat = table_caveat(target_table.meta)
+    tables = load_table_set(scn)
+    caveat = tables.provenance.caveat
     if caveat is not None:  # an analytic table's step times are a speed bound: say so where the table is named
         click.echo(f"  hardware table is {caveat['kind']}: {caveat['text']}")
-    click.echo(f"  {staircase_line(target_table.cuda_graphs)}")
+    click.echo(f"  {staircase_line(tables.cuda_graphs)}")
     if m.engine.prefill == "disaggregated":
         pool = (f"{m.hardware.prefill_replicas} replica(s) x {m.hardware.prefill_gpus_per_replica or m.hardware.gpus_per_replica}"
                 f" GPU(s), table {m.hardware.prefill_table or m.hardware.table}" if m.hardware.prefill_replicas

@@ -5,6 +5,7 @@ anywhere in simulator/."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,20 @@ def test_simulator_never_imports_torch():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n.split(".")[0] in ("torch", "transformers") for n in names), path
+
+
+def test_the_simulator_reads_hw_profile_through_the_table_contract_only():
+    """hw_profile's one contract with the simulator is its tables wing (the table set, its typed sidecar facts, the
+    step-time lookup): no other wing is imported, no sidecar dict is read by key, and the table checks live in
+    hw_profile (hw_profile.tables.checks)."""
+    imported = set()
+    for path in (ROOT / "simulator").rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"meta\[|meta\.get\(", text), path  # typed facts, never the sidecar's keys
+        for node in ast.walk(ast.parse(text, str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            imported.update((n, path.name) for n in names if n.split(".")[0] == "hw_profile")
+    assert imported  # the walk saw the simulator's imports of the tables wing
+    assert {(n, f) for n, f in imported if not n.startswith("hw_profile.tables")} == set()
+    assert not (ROOT / "simulator" / "inputs" / "table_checks.py").exists()

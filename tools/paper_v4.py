@@ -36,7 +36,13 @@ from hw_profile.calibrate.calibrate import Calibration, DraftShare, calibrated_t
 from hw_profile.calibrate.observations import Assumptions, read_telemetry
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import ModelShape, get_shape
-from hw_profile.kernels.roofline import DTYPE_BYTES, RooflineParams, markov_head_costs
+from hw_profile.kernels.roofline import (
+    DTYPE_BYTES,
+    RooflineParams,
+    markov_head_costs,
+    stored_weight_bytes_per_gpu,
+)
+from hw_profile.tables.sidecar import memory_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "scenarios" / "reference" / "paper_fig7_fig8_mtp1.csv"
@@ -95,7 +101,10 @@ def write_paper_v4(out_dir: Path = HARDWARE_DIR, reference: Path = REFERENCE) ->
         stem = f"paper-v4-{key}-calibrated"
         head = head_layer_equivalents(shape)
         common = {"device": f"{GPU} (assumed)", "gpu": gpu.to_dict(), "gpus": 1, "dtype": "fp8",
-                  "model_shape": shape.to_dict()}
+                  "model_shape": shape.to_dict(),
+                  **memory_fields(shape, "fp8", head_split=1, gpus=1,
+                                  weight_bytes_per_gpu=stored_weight_bytes_per_gpu(shape, "fp8", 1),
+                                  device_memory_gb=gpu.memory_gb)}
         drafters = {
             "mtp": (1 + head, {}),
             "dspark": (DSPARK_LAYERS + head, {"sequential_head": markov_head_costs(gpu, MARKOV_RANK, shape.vocab,

@@ -39,7 +39,8 @@ from hw_profile.kernels.roofline import (
     default_k_axis,
     expert_bytes,
 )
-from hw_profile.tables.step_table import StepTable, roofline_caveat, table_meta
+from hw_profile.tables.sidecar import memory_fields, roofline_caveat
+from hw_profile.tables.step_table import StepTable, table_meta
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ def dp_ep_table(shape: ModelShape, gpu: GPU, dtype: str = "fp8", params: DpEpPar
             "step_ms_p90": ms, "repeats": 0, "throttled": False, "power_w": joules / (ms * 1e-3), "energy_j": joules}
     meta = table_meta(name=name, kind="analytic-dp-ep", caveat=roofline_caveat(), device=gpu.name, gpu=gpu.to_dict(),
                       gpus=1, dtype=dtype, model_shape=shape.to_dict(), dp_ep=asdict(params), roofline=asdict(roofline),
-                      weight_bytes_per_gpu=stored_bytes_per_gpu(shape, params.ep, dtype),
-                      **shape.kv_cache_facts(DTYPE_BYTES[dtype], 1, 1))
+                      **memory_fields(shape, dtype, head_split=1, gpus=1,
+                                      weight_bytes_per_gpu=stored_bytes_per_gpu(shape, params.ep, dtype),
+                                      device_memory_gb=gpu.memory_gb))
     return StepTable.from_points(rows, meta)

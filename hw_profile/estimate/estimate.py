@@ -103,6 +103,7 @@ from hw_profile.kernels.roofline import (
     stored_weight_bytes_per_gpu,
 )
 from hw_profile.tables.cuda_graphs import CudaGraphs
+from hw_profile.tables.sidecar import memory_fields
 from hw_profile.tables.step_table import StepTable, VerifyAttention, table_meta
 from hw_profile.tables.table_set import DrafterTable, TableSet
 
@@ -197,7 +198,7 @@ def attention_work(shape: ModelShape, dep: Deployment) -> AttentionWork:
     read_split = 1 if shape.latent_kv else shape.kv_heads / shape.kv_heads_per_rank(g)
     # a linear hybrid's per-token and per-request reads are its states, split with the heads whatever its cache
     state_split = g if shape.attention_kind in LINEAR_HYBRIDS else read_split
-    kv_scale = kv_cache_bytes(shape) / 2.0
+    kv_scale = kv_cache_bytes(shape, dep.dtype) / 2.0
     return AttentionWork(shape.kv_read_bytes_per_token * kv_scale / read_split, shape.attn_flops_per_kv_token / g,
                          shape.attn_read_bytes_per_query_token * kv_scale / state_split,
                          shape.attn_read_bytes_per_request * kv_scale / state_split,
@@ -772,9 +773,9 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
                                      measured_chunk_token(shape, dep, kernels, sibling)),
         verify_attention=verify_attention(shape, dep, used).to_meta(),
         cuda_graphs=cuda_graphs(shape, dep, used).to_meta(),
-        weight_bytes_per_gpu=weights_per_gpu,
-        # the cache this table priced (kv_cache_bytes), which the simulator sizes the KV pool with
-        **shape.kv_cache_facts(kv_cache_bytes(shape), dep.head_split, dep.table_gpus),
+        # the weights and the cache this table priced, which the simulator sizes the KV pool with
+        **memory_fields(shape, dep.dtype, head_split=dep.head_split, gpus=dep.table_gpus,
+                        weight_bytes_per_gpu=weights_per_gpu, device_memory_gb=dep.gpu.memory_gb),
         **(meta or {}),
     )
     return StepTable.from_points(rows, table_meta(**full))

@@ -195,6 +195,19 @@ def gpu_names() -> list[str]:
     return sorted([*GPUS, *ALIASES])
 
 
+def named_gpu(device: object) -> GPU | None:
+    """The listed part a device string names, as a driver reports it (``NVIDIA H200`` is the H200; a variant such
+    as an H100 PCIe is read as the listed part); None when the list does not know it. A measurement records the
+    datasheet it finds here once, in its sidecar's ``gpu`` block, so that no reader parses device names."""
+    words = str(device or "").replace("NVIDIA", " ").replace("AMD", " ").replace("Instinct", " ").split()
+    for name in (words[0], words[0].split("-")[0]) if words else ():
+        try:
+            return get_gpu(name)
+        except KeyError:
+            continue
+    return None
+
+
 def get_gpu(name: str) -> GPU:
     """A named GPU, or a device described by a JSON file (a path ending in .json)."""
     if str(name).endswith(".json"):

@@ -53,11 +53,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hw_profile.hardware.dtypes import DTYPE_BYTES
+from hw_profile.hardware.dtypes import DTYPE_BYTES, kv_cache_bytes
 from hw_profile.hardware.gpus import GPU, get_gpu
 from hw_profile.hardware.moe import routed_weight_params
 from hw_profile.hardware.shapes import ModelShape, get_shape
-from hw_profile.tables.step_table import StepTable, roofline_caveat, table_meta
+from hw_profile.tables.sidecar import memory_fields, roofline_caveat
+from hw_profile.tables.step_table import StepTable, table_meta
 
 # fp4 and w4a16 (fp4 weights run in 16-bit arithmetic, as Marlin kernels do): expert storage only (expert_dtype)
 _REFERENCE_NVLINK_GB_S = 900.0  # the link RooflineParams.nvlink_gb_s was set for (H100/H200 SXM)
@@ -111,7 +112,7 @@ def attention_bytes_flops(shape: ModelShape, b: np.ndarray, k: np.ndarray, dtype
     (compressed sparse attention's selected rows and window, a Gated DeltaNet token's state) and per request (a
     Gated DeltaNet request's states), at one request a token: these tables' K axis carries no request count, so a
     request's verified tokens are priced as if each were its own (``hw-profile estimate`` prices R = B / q)."""
-    kv_scale = DTYPE_BYTES[dtype] / 2.0  # the cache in the table's dtype
+    kv_scale = kv_cache_bytes(shape, dtype) / 2.0  # the one cache type rule every producer prices
     read = (k * shape.kv_read_bytes_per_token
             + b * (shape.attn_read_bytes_per_query_token + shape.attn_read_bytes_per_request)) * kv_scale
     flops = shape.attn_flops_per_kv_token * k + shape.attn_flops_per_query_token * b
@@ -252,7 +253,9 @@ def analytic_table(
         model_shape=shape.to_dict(),
         roofline=params.__dict__,
         caveat=roofline_caveat(),
-        **shape.kv_cache_facts(DTYPE_BYTES[dtype], gpus, gpus),  # the cache in the table's dtype, as priced
+        **memory_fields(shape, dtype, head_split=gpus, gpus=gpus,
+                        weight_bytes_per_gpu=stored_weight_bytes_per_gpu(shape, dtype, gpus),
+                        device_memory_gb=dev.memory_gb),
         **moe,
     )
     return StepTable.from_points(rows, meta)

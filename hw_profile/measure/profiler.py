@@ -40,9 +40,12 @@ from pathlib import Path
 import numpy as np
 
 from hw_profile.errors import HwProfileError
+from hw_profile.hardware.gpus import named_gpu
 from hw_profile.hardware.shapes import ModelShape, drafter_shape, get_shape, read_config, with_layers
+from hw_profile.kernels.roofline import stored_weight_bytes_per_gpu
 from hw_profile.measure.load import LoadWatch, relative_spread
 from hw_profile.measure.telemetry import NvmlSampler, PointTelemetry
+from hw_profile.tables.sidecar import memory_fields
 from hw_profile.tables.step_table import StepTable, table_meta
 from hw_profile.tables.table_set import TableSet
 
@@ -523,11 +526,14 @@ def _metadata(cfg: ProfileConfig, timed: ModelShape, target: ModelShape, model, 
 
     if cfg.device == "cuda":
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        sheet = named_gpu(props.name)
         device = {"device": props.name, "device_memory_gb": round(props.total_memory / 1e9, 1),
-                  "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
+                  "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+                  "gpu": sheet.to_dict() if sheet else None}  # the datasheet the table checks' bound reads
     else:
         device = {"device": "cpu", "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
                   "torch_threads": torch.get_num_threads()}
+    memory_gb = device.pop("device_memory_gb", None)  # recorded with the memory facts it sizes the pool with
     telemetry = sampler.device_info()
     kind = "drafter" if cfg.drafter_layers is not None else "measured"
     meta = table_meta(
@@ -540,7 +546,10 @@ def _metadata(cfg: ProfileConfig, timed: ModelShape, target: ModelShape, model, 
         model=str(cfg.model),
         model_shape=timed.to_dict(),
         target_shape=target.to_dict() if target != timed else None,
-        **target.kv_cache_facts(DTYPE_BYTES[cfg.dtype], 1, 1),  # the cache the target holds in the measured dtype
+        # the whole target's weights and cache (a profile of some layers still sizes the pool of all of them)
+        **memory_fields(target, cfg.dtype, head_split=1, gpus=1,
+                        weight_bytes_per_gpu=stored_weight_bytes_per_gpu(target, cfg.dtype, 1),
+                        device_memory_gb=memory_gb),
         layers_override=cfg.layers if cfg.drafter_layers is None else None,
         drafter_layers=cfg.drafter_layers,
         implementation={**implementation_info(model, moe=timed.is_moe),

@@ -47,6 +47,12 @@ from numba import boolean, float64, njit
 from atomic_files import atomic_write, atomic_write_text
 from hw_profile.errors import HwProfileError
 from hw_profile.tables.cuda_graphs import NO_GRAPHS, CudaGraphs
+from hw_profile.tables.sidecar import (
+    MEMORY_KEYS,
+    SCHEMA_VERSION,
+    Sidecar,
+    upgrade,
+)
 
 COLUMNS = [
     "batch_tokens",
@@ -287,6 +293,12 @@ class StepTable:
                 meta = json.loads(side.read_text())
             except json.JSONDecodeError as exc:
                 raise TableError(f"{side}: sidecar is not valid JSON ({exc})") from None
+            if not isinstance(meta, dict):
+                raise TableError(f"{side}: a sidecar must be a JSON object")
+            try:
+                meta = upgrade(meta)  # a sidecar from before the typed contract, as its writer priced it
+            except HwProfileError as exc:
+                raise TableError(f"{side}: {exc}") from None
             ChunkAttention.from_meta(meta, str(side))  # a malformed block fails here, with the table
             VerifyAttention.from_meta(meta, str(side))
             try:
@@ -298,8 +310,22 @@ class StepTable:
         return cls(points=df[_columns(df)].copy(), meta=meta, path=path)
 
     def write(self, path: str | Path) -> Path:
-        """Write the CSV and its JSON sidecar, each atomically."""
+        """Write the CSV and its JSON sidecar, each atomically, the sidecar at ``SCHEMA_VERSION``. A producer that
+        records a model shape records its memory facts with it (``sidecar.memory_fields``, which sets the schema):
+        a sidecar that declares the schema without them is a bug of its writer, refused here rather than left to a
+        reader; metadata with no schema at all (built by hand) is written as ``upgrade`` reads an old sidecar."""
         path = Path(path)
+        if "schema_version" not in self.meta:  # metadata built by hand: recorded as an old sidecar is read
+            self.meta = upgrade(self.meta)
+        self.__dict__.pop("facts", None)
+        facts = Sidecar.of(self.meta, str(sidecar_path(path)))
+        missing = [k for k in MEMORY_KEYS if k not in self.meta] if facts.shape is not None else []
+        if self.meta["schema_version"] != SCHEMA_VERSION:
+            raise HwProfileError(f"{path}: a table's writer declared schema {self.meta['schema_version']!r}; this "
+                                 f"hw_profile writes {SCHEMA_VERSION}")
+        if missing:
+            raise HwProfileError(f"{path}: a table's writer left out {', '.join(missing)} "
+                                 "(hw_profile.tables.sidecar.memory_fields)")
         atomic_write(path, lambda tmp: self.points[_columns(self.points)].to_csv(tmp, index=False, float_format="%.6g"))
         atomic_write_text(sidecar_path(path), json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
         self.path = path
@@ -323,6 +349,14 @@ class StepTable:
     def cuda_graphs(self) -> CudaGraphs | None:
         """The sidecar's captured CUDA-graph sizes (``hw_profile.tables.cuda_graphs``), if it has them."""
         return CudaGraphs.from_meta(self.meta, str(sidecar_path(self.path)) if self.path else "table metadata")
+
+    @cached_property
+    def facts(self) -> Sidecar:
+        """The sidecar's typed facts (``hw_profile.tables.sidecar``; an old sidecar read through ``upgrade``)."""
+        try:
+            return Sidecar.of(self.meta, str(sidecar_path(self.path)) if self.path else "table metadata")
+        except HwProfileError as exc:
+            raise TableError(str(exc)) from None
 
     @cached_property
     def grid(self) -> StepTimeGrid:
@@ -693,82 +727,3 @@ def table_meta(**fields) -> dict:
     }
     meta.update({k: v for k, v in fields.items() if v is not None and not (isinstance(v, float) and math.isnan(v))})
     return meta
-
-
-#: what an analytic table's step times are, in words: its sidecar carries this (``caveat``) and the views print it
-ROOFLINE_BOUND = (
-    "a speed bound, not a forecast: the step time if every step reached the assumed shares of the device's "
-    "datasheet FLOPs and bandwidth (comp_eff, mem_eff) with only a fixed launch overhead besides; real serving "
-    "steps are slower (smaller kernels, scheduling, sampling, imbalance), so read it as how fast the hardware could "
-    "go, and measure (hw-profile sps) or calibrate (hw-profile calibrate) a table to forecast"
-)
-
-
-def roofline_caveat() -> dict:
-    return {"kind": "roofline-bound", "text": ROOFLINE_BOUND}
-
-
-#: what a table's step times are, by the kind its sidecar records (``table_kind``)
-TABLE_KINDS = {"measured": "measured on the hardware", "calibrated": "calibrated on measurements",
-               "estimate": "an estimate (measured kernels or a kernel roofline, plus the engine's costs)",
-               "roofline": "a roofline speed bound, not a forecast", "unknown": "of unrecorded origin"}
-
-
-def table_kind(meta: dict) -> str:
-    """What a table's step times are: ``measured`` (``hw-profile sps``), ``calibrated`` (``calibrate``, from
-    telemetry or on an estimate), ``estimate`` (``hw-profile estimate``), ``roofline`` (``hw-profile analytic``: a
-    speed bound), or ``unknown`` (a sidecar that does not say). A smoothed table is of the kind it was smoothed
-    from."""
-    smoothed = meta.get("smoothed") if isinstance(meta.get("smoothed"), dict) else {}
-    kind = str(smoothed.get("from_kind") or meta.get("kind") or "")
-    caveat = meta.get("caveat") if isinstance(meta.get("caveat"), dict) else {}
-    if kind.startswith("analytic") or caveat.get("kind") == "roofline-bound":
-        return "roofline"
-    if kind.startswith("calibrated"):
-        return "calibrated"
-    if kind in ("estimate", "measured"):
-        return kind
-    if kind == "drafter":
-        return "measured"
-    return "unknown"
-
-
-def expected_error(meta: dict) -> dict:
-    """How far a table's step times are to be trusted, as one block: the sidecar's ``expected_error`` where its
-    writer recorded one (``hw-profile estimate``), else what its kind says: a roofline table is a speed bound, a
-    measured one is as good as the machine was quiet, a calibrated one fits its points to its residuals. Always
-    has ``kind`` and a one-line ``summary``; ``step_median`` (a fraction) where a typical step-time error is known."""
-    if isinstance(meta.get("expected_error"), dict) and meta["expected_error"].get("summary"):
-        return meta["expected_error"]
-    kind = table_kind(meta)
-    if kind == "roofline":
-        summary = ("a roofline speed bound, not a forecast: real steps are slower (a few times at low load), so "
-                   "GPU counts on it are lower bounds")
-    elif kind == "estimate":
-        caveat = table_caveat(meta) or {}
-        summary = f"an estimate: {caveat.get('text', 'its accuracy was not recorded')}"
-    elif kind == "measured":
-        load = meta.get("machine_load") if isinstance(meta.get("machine_load"), dict) else {}
-        busy = "; the machine was busy while it measured" if load.get("verdict") == "busy" else ""
-        summary = f"measured on {meta.get('device') or 'the hardware'} (each point's p10-p90 in the table){busy}"
-    elif kind == "calibrated":
-        calibration = meta.get("calibration") if isinstance(meta.get("calibration"), dict) else {}
-        residuals = calibration.get("residuals_pct")
-        # telemetry fits record their rms; a fit on one to three points records each point's residual
-        rms = (residuals.get("rms") if isinstance(residuals, dict) else
-               float(np.sqrt(np.mean(np.square(residuals)))) if isinstance(residuals, list) and residuals else None)
-        summary = ("calibrated on measurements" + (f": residuals rms {rms:.1f}% on the points it was fitted to"
-                                                  if isinstance(rms, (int, float)) else ""))
-    else:
-        summary = "of unrecorded origin: its error is unknown"
-    return {"kind": kind, "summary": summary}
-
-
-def table_caveat(meta: dict) -> dict | None:
-    """The sidecar's ``caveat`` ({kind, text}); analytic tables written before sidecars carried one (kind
-    ``analytic``/``analytic-dp-ep``, or smoothed from one) get the roofline caveat. None: no caveat."""
-    if isinstance(meta.get("caveat"), dict):
-        return meta["caveat"]
-    smoothed = meta.get("smoothed") if isinstance(meta.get("smoothed"), dict) else {}
-    kinds = (meta.get("kind"), smoothed.get("from_kind"))
-    return roofline_caveat() if any(str(k).startswith("analytic") for k in kinds) else None

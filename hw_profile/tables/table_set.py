@@ -22,30 +22,40 @@ simulator uses (the bundled tables' regeneration scripts in ``tools/`` keep thei
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from hw_profile.errors import HwProfileError
-from hw_profile.hardware.dtypes import DTYPE_BYTES, kv_cache_bytes
-from hw_profile.hardware.shapes import ModelShape
 from hw_profile.tables.cuda_graphs import CudaGraphs
+from hw_profile.tables.sidecar import (
+    DeploymentFacts,
+    DrafterFacts,
+    EngineFacts,
+    MemoryFacts,
+    Provenance,
+    Sidecar,
+)
 from hw_profile.tables.step_table import ChunkAttention, StepTable, TableError, VerifyAttention
 
 DRAFTER_TABLES = "drafter_tables"  # the target sidecar's entry naming the drafters' tables
-# What a GPU of a serving replica holds besides weights and the KV cache, outside the activation peak: the CUDA
-# context, NCCL buffers, captured CUDA graphs and the allocator's slack. A judgement (vLLM's start-up log reports
-# graph capture at a few hundred MiB and a non-torch share near 1 GiB on an H100), not a measurement.
-RUNTIME_BYTES_PER_GPU = 1.5e9
 
 
 @dataclass(frozen=True)
 class DrafterTable:
-    """One drafter's step-time table and what its forward adds: a sequential head's cost per drafted position
-    (DSpark's Markov and confidence heads: ``per_position_ms``, ``per_row_position_ms``) and the KV window its
-    layers read (0: the whole context)."""
+    """One drafter's step-time table and what its forward adds (``DrafterFacts``): a sequential head's cost per
+    drafted position (DSpark's Markov and confidence heads: ``per_position_ms``, ``per_row_position_ms``), the KV
+    window its layers read (0: the whole context), and the shares of its pass the draft cost needs. The target
+    sidecar's entry wins over the drafter table's own sidecar for the head and the window."""
 
     table: StepTable
     sequential_head: dict = field(default_factory=dict)
     attention_window: int = 0
+
+    @property
+    def facts(self) -> DrafterFacts:
+        own = self.table.facts.drafter
+        return DrafterFacts(self.sequential_head or own.sequential_head, self.attention_window or own.attention_window,
+                            own.calibrated_share, own.first_pass_share, own.fusion_share)
 
     def entry(self, file_name: str) -> dict:
         """The target sidecar's entry for this drafter, its table saved as ``file_name``."""
@@ -55,79 +65,6 @@ class DrafterTable:
         if self.attention_window:
             out["attention_window"] = self.attention_window
         return out
-
-
-@dataclass(frozen=True)
-class MemoryFacts:
-    """What one GPU of a table's deployment holds: its memory, the weights it stores and the KV bytes one context
-    token takes on it (the cache the table priced), and the model shape the activation peak is sized from."""
-
-    memory_gb: float
-    weight_bytes_per_gpu: float
-    kv_bytes_per_token_per_gpu: float
-    shape: ModelShape
-
-    @classmethod
-    def of(cls, meta: dict, gpus: int) -> MemoryFacts | None:
-        """The facts a sidecar records, on ``gpus`` GPUs per replica; None without GPU memory and model shape.
-        A sidecar written before tables recorded their cache and weights is read as its writer priced them (an
-        estimate: a bf16 cache unless the model fixes one; other tables: the table's dtype). The memory is the
-        sidecar's ``gpu.memory_gb``, or a measured table's ``device_memory_gb``."""
-        try:
-            # a table measured on a GPU records the memory the device reported (hw-profile sps)
-            mem = float(meta["gpu"]["memory_gb"] if "gpu" in meta else meta["device_memory_gb"])
-            shape = ModelShape(**meta["model_shape"])
-        except (KeyError, TypeError, ValueError):
-            return None
-        return cls(mem, weight_bytes_per_gpu(meta, shape, gpus), kv_bytes_per_token_per_gpu(meta, shape, gpus), shape)
-
-    def states_bytes_per_gpu(self, gpus: int, max_running: int) -> float:
-        """What ``max_running`` requests' recurrent states take on one of ``gpus`` GPUs (split with the heads): a
-        linear hybrid's ``ModelShape.state_bytes_per_request`` each; 0 for other models."""
-        return max_running * self.shape.state_bytes_per_request / gpus
-
-    def kv_capacity(self, gpus: int, utilization: float = 0.9, max_batch_tokens: int = 8192,
-                    max_running: int = 256) -> int | None:
-        """KV tokens one replica holds, as vLLM sizes its pool: on each GPU, ``utilization`` x its memory less the
-        weights it stores, the activation peak of a forward at the batch-token cap (``activation_peak_bytes``), the
-        runtime (``RUNTIME_BYTES_PER_GPU``) and, for a linear hybrid, ``max_running`` requests' recurrent states
-        (``states_bytes_per_gpu``), divided by the KV bytes one token holds there; None when nothing is left."""
-        free = (self.memory_gb * 1e9 * utilization - self.weight_bytes_per_gpu
-                - self.states_bytes_per_gpu(gpus, max_running)
-                - activation_peak_bytes(self.shape, gpus, max_batch_tokens, max_running) - RUNTIME_BYTES_PER_GPU)
-        per_token = self.kv_bytes_per_token_per_gpu
-        return int(free / per_token) if free > 0 and per_token > 0 else None
-
-
-def weight_bytes_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:
-    """Weight bytes one GPU stores: the sidecar's ``weight_bytes_per_gpu`` where the table knows it (expert-parallel
-    ranks), else the model's parameters in the table's dtype spread over ``gpus``."""
-    if "weight_bytes_per_gpu" in meta:
-        return float(meta["weight_bytes_per_gpu"])
-    return shape.total_params * DTYPE_BYTES.get(str(meta.get("dtype", "bf16")), 2.0) / gpus
-
-
-def kv_bytes_per_token_per_gpu(meta: dict, shape: ModelShape, gpus: int) -> float:
-    """KV bytes one context token holds on one GPU, as the table priced its cache: the sidecar's
-    ``kv_bytes_per_token_per_gpu``, or its replica's ``kv_bytes_per_token`` over the table's GPUs; a sidecar written
-    before tables recorded it is read as its writer priced it (an estimate: a bf16 cache unless the model fixes
-    one; other tables: the table's dtype) on ``gpus`` GPUs."""
-    if "kv_bytes_per_token_per_gpu" in meta:
-        return float(meta["kv_bytes_per_token_per_gpu"])
-    if "kv_bytes_per_token" in meta:
-        return float(meta["kv_bytes_per_token"]) / max(int(meta.get("gpus", gpus) or gpus), 1)
-    dtype_bytes = DTYPE_BYTES.get(str(meta.get("dtype", "bf16")), 2.0)
-    value = kv_cache_bytes(shape) if meta.get("kind") == "estimate" else dtype_bytes
-    return shape.kv_cache_facts(value, gpus, gpus)["kv_bytes_per_token_per_gpu"]
-
-
-def activation_peak_bytes(shape: ModelShape, gpus: int, max_batch_tokens: int, max_running: int) -> float:
-    """The activation peak of one GPU's forward at the batch-token cap, which the engine reserves before sizing its
-    KV pool (vLLM profiles a forward of max_num_batched_tokens): one layer's residual, attention and MLP activations
-    at 16 bits (hidden x 4 and intermediate x 3 per token, split over the GPUs) plus the sampler's fp32 logits and
-    probabilities for every running request."""
-    width = shape.hidden * 4.0 + max(shape.intermediate, shape.expert_intermediate) * 3.0 / gpus
-    return max_batch_tokens * width * 2.0 + max_running * shape.vocab * 4.0 * 2.0
 
 
 @dataclass
@@ -159,10 +96,29 @@ class TableSet:
         written.append(self.target.write(path))
         return written
 
-    # --- what the simulator reads ----------------------------------------------------------------------------------
+    # --- what the simulator reads: typed facts only ------------------------------------------------------------
     @property
-    def meta(self) -> dict:
-        return self.target.meta
+    def facts(self) -> Sidecar:
+        """The target sidecar's facts (``hw_profile.tables.sidecar``)."""
+        return self.target.facts
+
+    @property
+    def provenance(self) -> Provenance:
+        return self.facts.provenance
+
+    @property
+    def deployment(self) -> DeploymentFacts:
+        return self.facts.deployment
+
+    @property
+    def engine(self) -> EngineFacts:
+        """What the engine the set was estimated for does outside the forwards (nothing for a measured set)."""
+        return self.facts.engine
+
+    @property
+    def memory(self) -> MemoryFacts | None:
+        """One GPU's memory facts, None where the sidecar records no model shape or device memory."""
+        return self.facts.memory
 
     @property
     def chunk_attention(self) -> ChunkAttention | None:
@@ -176,16 +132,10 @@ class TableSet:
     def cuda_graphs(self) -> CudaGraphs | None:
         return self.target.cuda_graphs
 
-    @property
-    def engine_costs(self) -> dict:
-        """The engine costs the set was estimated with (``hw_profile.estimate.engine_costs``), {} for a measured
-        set: it times forwards only."""
-        costs = self.meta.get("engine_costs")
-        return costs if isinstance(costs, dict) else {}
-
-    def memory(self, gpus: int) -> MemoryFacts | None:
-        """One GPU's memory facts on ``gpus`` GPUs per replica (``MemoryFacts.of``)."""
-        return MemoryFacts.of(self.meta, gpus)
+    @cached_property
+    def named_drafters(self) -> dict[str, dict]:
+        """The target sidecar's drafter entries (drafter -> entry), {} without them."""
+        return drafter_entries(self.target)
 
 
 def drafter_entries(target: StepTable) -> dict[str, dict]:
@@ -211,8 +161,12 @@ def read_drafter(path: Path, entry: dict | None = None, where: str = "") -> Draf
     except TableError as exc:
         raise TableError(f"{where}: {exc}" if where else str(exc)) from None
     entry = entry or {}
-    head = entry.get("sequential_head") or table.meta.get("sequential_head") or {}
-    window = entry.get("attention_window") or table.meta.get("attention_window", 0)
+    head = entry.get("sequential_head") or {}
     if not isinstance(head, dict):
         raise HwProfileError(f"{where or path}: sequential_head must be an object, got {head!r}")
-    return DrafterTable(table, dict(head), int(window or 0))
+    try:
+        own = table.facts.drafter  # the table's own sidecar: its head and window where the entry names none
+    except HwProfileError as exc:
+        raise TableError(f"{where}: {exc}" if where else str(exc)) from None
+    return DrafterTable(table, dict(head or own.sequential_head),
+                        int(entry.get("attention_window") or own.attention_window or 0))

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from atomic_files import atomic_write_text
-from hw_profile.tables.step_table import StepTable, table_caveat, throttled_flags
+from hw_profile.tables.sidecar import table_caveat
+from hw_profile.tables.step_table import StepTable, throttled_flags
 from hw_profile.view.compare import ratio_frame
 
 _PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",

@@ -51,9 +51,9 @@ class DraftCost:
     seq_per_position_ms: float = 0.0
     seq_per_row_position_ms: float = 0.0
     attention_window: int = 0  # sliding-window drafter: each request's drafter reads at most this many KV tokens
-    first_pass_share: float = 1.0  # of a pass's per-token cost, what is not the head (inputs.hardware.first_pass_share)
+    first_pass_share: float = 1.0  # of a pass's per-token cost, what is not the head (hw_profile.tables.sidecar.DrafterFacts)
     takes_in: str = "processed"  # what the first pass takes in: "processed" (vLLM) or "accepted" (SGLang) tokens
-    fusion_share: float = 0.0  # weights run over the taken-in tokens over a pass's (inputs.hardware.fusion_share)
+    fusion_share: float = 0.0  # weights run over the taken-in tokens over a pass's (hw_profile.tables.sidecar.DrafterFacts)
 
     def ms(self, rows: int, gamma: int, kv_tokens: float, fed: int = 0) -> float:
         """Milliseconds to draft gamma tokens for each of ``rows`` requests holding ``kv_tokens`` in total, an

@@ -5,11 +5,11 @@ contract with hw_profile) with the scenario's overrides applied."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
-from hw_profile.hardware.shapes import ModelShape
 from hw_profile.tables.step_table import ChunkAttention, StepTable, StepTimeGrid, TableError
-from hw_profile.tables.table_set import DrafterTable, TableSet, drafter_entries, read_drafter
+from hw_profile.tables.table_set import DrafterTable, TableSet, read_drafter
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
@@ -29,27 +29,39 @@ class Hardware:
     schedule_ahead: bool = False  # the engine schedules a step ahead (engine.schedule_ahead, else the table's)
 
 
-def _read(path: Path, field: str) -> StepTable:
+def read_table_set(path: Path, field: str) -> TableSet:
+    """The table set at ``path`` (``TableSet.read``: the target and the drafter tables its sidecar names), read
+    once per file version however many times a command asks (``simulate check`` and a plan ask often)."""
     try:
-        return StepTable.read(path)
+        stat = path.stat()
+    except OSError:
+        stat = None
+    try:
+        return _read_set(path, stat.st_mtime_ns if stat else 0, stat.st_size if stat else 0)
     except TableError as exc:
         raise UserError(f"{field}: {exc}") from None
 
 
-def load_target_table(scn: LoadedScenario) -> StepTable:
-    return _read(scn.resolve(scn.model.hardware.table), "hardware.table")
+@lru_cache(maxsize=16)
+def _read_set(path: Path, mtime_ns: int, size: int) -> TableSet:
+    return TableSet.read(path)
 
 
 def load_table_set(scn: LoadedScenario) -> TableSet:
-    """The scenario's table set: ``hardware.table`` and the drafter tables its sidecar names (read when used)."""
-    return TableSet(load_target_table(scn))
+    """The scenario's table set: ``hardware.table`` and the drafter tables its sidecar names."""
+    return read_table_set(scn.resolve(scn.model.hardware.table), "hardware.table")
+
+
+def load_target_table(scn: LoadedScenario) -> StepTable:
+    return load_table_set(scn).target
 
 
 def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
     hw = scn.model.hardware
     tables = load_table_set(scn)
     target = tables.target
-    policy = _read(scn.resolve(hw.policy_table), "hardware.policy_table").grid if hw.policy_table else target.grid
+    policy = (read_table_set(scn.resolve(hw.policy_table), "hardware.policy_table").target.grid
+              if hw.policy_table else target.grid)
     draft: dict[str, DraftCost] = {}
     for name in sorted(drafters):
         kind = DRAFTER_KINDS[name]
@@ -57,25 +69,26 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
             draft[name] = DraftCost(kind, None)
             continue
         dt = drafter_table(scn, tables, name)
-        head = dt.sequential_head if name == "dspark" else {}  # the one drafter with a sequential head
+        facts = dt.facts
+        head = facts.sequential_head if name == "dspark" else {}  # the one drafter with a sequential head
         draft[name] = DraftCost(kind, dt.table.grid, float(head.get("per_position_ms", 0.0)),
-                                float(head.get("per_row_position_ms", 0.0)), dt.attention_window,
-                                first_pass_share(dt.table.meta), takes_in(tables), fusion_share(dt.table.meta))
+                                float(head.get("per_row_position_ms", 0.0)), facts.attention_window,
+                                facts.first_pass_share, tables.engine.drafter_takes_in, facts.fusion_share)
     eng = scn.model.engine
-    memory = tables.memory(hw.gpus_per_replica)  # None without GPU memory and model shape in the sidecar
-    kv = eng.kv_capacity_tokens or (memory.kv_capacity(hw.gpus_per_replica, eng.gpu_memory_utilization,
-                                                       eng.max_batch_tokens, eng.max_running) if memory else None)
+    memory = tables.memory  # None without GPU memory and model shape in the sidecar
+    kv = eng.kv_capacity_tokens or (memory.kv_capacity(eng.gpu_memory_utilization, eng.max_batch_tokens,
+                                                       eng.max_running) if memory else None)
     if kv is None:
         if memory is None:
             why = f"table {hw.table} does not record its GPU memory and model shape"
         else:
-            states = memory.states_bytes_per_gpu(hw.gpus_per_replica, eng.max_running)
+            states = memory.states_bytes_per_gpu(eng.max_running)
             held = f"its weights ({memory.weight_bytes_per_gpu / 1e9:.0f} GB a GPU)"
             if states:  # a linear hybrid's running requests hold their recurrent states whatever their context
                 held += f" and engine.max_running {eng.max_running} requests' states ({states / 1e9:.0f} GB a GPU)"
-            why = (f"{held} leave no room for a KV cache in {memory.memory_gb:g} GB at engine.gpu_memory_utilization "
-                   f"{eng.gpu_memory_utilization:g} on hardware.gpus_per_replica {hw.gpus_per_replica} "
-                   f"(table {hw.table})")
+            why = (f"{held} leave no room for a KV cache in {memory.device_memory_gb:g} GB at "
+                   f"engine.gpu_memory_utilization {eng.gpu_memory_utilization:g} on hardware.gpus_per_replica "
+                   f"{hw.gpus_per_replica} (table {hw.table})")
         raise UserError(f"{scn.path}: engine.kv_capacity_tokens: required, since {why}")
     return Hardware(clock=target.grid, policy=policy, draft=draft, kv_capacity=int(kv),
                     gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=target.energy_grid,
@@ -83,69 +96,32 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
                     schedule_ahead=schedule_ahead(tables, eng.schedule_ahead))
 
 
-def takes_in(tables: TableSet) -> str:
-    """What an autoregressive drafter's first pass takes in on the engine the table set was estimated for
-    (``engine_costs.engine``; ``DraftCost.takes_in``): SGLang's draft extend the accepted tokens, vLLM's proposer
-    (and a set that names no engine) every token the target processed."""
-    return "accepted" if tables.engine_costs.get("engine") == "sglang" else "processed"
-
-
-def _recorded_shape(meta: dict) -> tuple[bool, ModelShape | None]:
-    """(whether the drafter was calibrated as a share of its target, the model shape its sidecar records or None).
-    A calibrated drafter's fit took it on one token a request (``hw_profile.calibrate``), as it keeps being charged:
-    nothing is added to it by shape."""
-    calibration = meta.get("calibration")
-    if isinstance(calibration, dict) and calibration.get("draft_share"):
-        return True, None
-    try:
-        return False, ModelShape(**meta["model_shape"])
-    except (KeyError, TypeError, ValueError):
-        return False, None
-
-
-def first_pass_share(meta: dict) -> float:
-    """``DraftCost.first_pass_share`` of a drafter table: of the matrix work its pass does per token, the share
-    outside the LM head, from the model shape its sidecar records; 1.0 (all of it) where it records none; 0 for a
-    drafter calibrated as a share of its target."""
-    calibrated, shape = _recorded_shape(meta)
-    if calibrated:
-        return 0.0
-    if shape is None or shape.matmul_params <= 0:
-        return 1.0
-    return (shape.matmul_params - shape.head_params) / shape.matmul_params
-
-
-def fusion_share(meta: dict) -> float:
-    """``DraftCost.fusion_share`` of a drafter table: the weights it runs over the target tokens it takes in
-    (EAGLE-3's and DFlash's fusion projections, DFlash's context K and V; ``ModelShape.fusion_params``) over the
-    matrix work of one of its passes, from the model shape its sidecar records; 0 without one, or for a drafter
-    calibrated as a share of its target."""
-    _, shape = _recorded_shape(meta)
-    if shape is None or shape.matmul_params <= 0:
-        return 0.0
-    return shape.fusion_params / shape.matmul_params
-
-
 def drafter_table(scn: LoadedScenario, tables: TableSet, name: str) -> DrafterTable:
     """Drafter ``name``'s table: the scenario's ``hardware.drafter_tables`` (its own sidecar's head and window),
-    else the one the set's sidecar names (``drafter_table_source``)."""
-    path, field, entry = drafter_table_source(scn, drafter_entries(tables.target), name)
-    try:
-        return read_drafter(path, entry)
-    except TableError as exc:
-        raise UserError(f"{field}: {exc}") from None
-
-
-def drafter_table_source(scn: LoadedScenario, sidecar: dict, name: str) -> tuple[Path, str, dict]:
-    """Where drafter ``name``'s cost table is: the scenario's ``hardware.drafter_tables``, else the target table's
-    sidecar (``sidecar``: its ``drafter_tables``). (path, the field that names it, the sidecar's entry or {})."""
+    else the one the set's sidecar names."""
     hw = scn.model.hardware
     if name in hw.drafter_tables:
-        return scn.resolve(hw.drafter_tables[name]), f"hardware.drafter_tables.{name}", {}
-    if name in sidecar:
-        entry = sidecar[name]
-        return (scn.resolve(hw.table).parent / entry["table"], f"hardware.table (sidecar drafter_tables.{name})",
-                entry)
+        path, field = drafter_table_source(scn, tables, name)
+        try:
+            return read_drafter(path)
+        except TableError as exc:
+            raise UserError(f"{field}: {exc}") from None
+    if name in tables.drafters:
+        return tables.drafters[name]
+    raise UserError(
+        f"{scn.path}: hardware.drafter_tables.{name}: no cost table for drafter {name!r} "
+        f"(give one, or use a table whose sidecar lists drafter_tables)"
+    )
+
+
+def drafter_table_source(scn: LoadedScenario, tables: TableSet, name: str) -> tuple[Path, str]:
+    """Where drafter ``name``'s cost table is: the scenario's ``hardware.drafter_tables``, else the table set's
+    (path, the field that names it); a drafter neither names is refused in one line."""
+    hw = scn.model.hardware
+    if name in hw.drafter_tables:
+        return scn.resolve(hw.drafter_tables[name]), f"hardware.drafter_tables.{name}"
+    if name in tables.drafters and tables.drafters[name].table.path is not None:
+        return tables.drafters[name].table.path, f"hardware.table (sidecar drafter_tables.{name})"
     raise UserError(
         f"{scn.path}: hardware.drafter_tables.{name}: no cost table for drafter {name!r} "
         f"(give one, or use a table whose sidecar lists drafter_tables)"
@@ -154,21 +130,15 @@ def drafter_table_source(scn: LoadedScenario, sidecar: dict, name: str) -> tuple
 
 def schedule_ahead(tables: TableSet, override: bool | None) -> bool:
     """Whether the engine schedules each step while the previous one runs: the scenario's ``engine.schedule_ahead``,
-    else what the table was estimated with (``engine_costs.overlap_schedule``: vLLM's asynchronous scheduling,
+    else what the table was estimated with (``EngineFacts.overlap_schedule``: vLLM's asynchronous scheduling,
     SGLang's and TensorRT-LLM's overlap schedulers), else false (a measured table times forwards only)."""
-    if override is not None:
-        return override
-    return bool(tables.engine_costs.get("overlap_schedule", False))
+    return override if override is not None else tables.engine.overlap_schedule
 
 
 def request_ms(tables: TableSet, override: float | None) -> float:
     """What a request spends outside the forwards: the scenario's ``engine.request_ms``, else the engine cost the
-    table was estimated with (``hw-profile estimate`` records ``engine_costs.request_ms``), else 0 (a measured
-    table times forwards only)."""
-    if override is not None:
-        return float(override)
-    value = tables.engine_costs.get("request_ms")
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else 0.0
+    table was estimated with (``EngineFacts.request_ms``), else 0 (a measured table times forwards only)."""
+    return float(override) if override is not None else tables.engine.request_ms
 
 
 def grid_warnings(scn: LoadedScenario, hw: Hardware, max_gamma: int) -> list[str]:
@@ -205,3 +175,23 @@ def scenario_grid_warnings(scn: LoadedScenario) -> list[str]:
     systems = resolve_systems(scn)
     hw = load_hardware(scn, {s.drafter for s in systems})
     return grid_warnings(scn, hw, max((s.gamma for s in systems if s.drafter != "none"), default=0))
+
+
+def scenario_table_warnings(scn: LoadedScenario, drafters: set[str]) -> list[str]:
+    """The table invariants (``hw_profile.tables.checks``, T-1 ... T-4) for every table a scenario reads: its
+    target table, the policy's and the prefill pool's copies, and the cost tables of ``drafters`` (each file
+    once; a drafter's steps bounded by its target's memory)."""
+    from hw_profile.tables.checks import kv_room, table_warnings
+
+    hw = scn.model.hardware
+    tables = load_table_set(scn)
+    named: dict[Path, tuple[str, StepTable]] = {scn.resolve(hw.table): ("hardware.table", tables.target)}
+    for field, value in (("hardware.policy_table", hw.policy_table), ("hardware.prefill_table", hw.prefill_table)):
+        if value and scn.resolve(value) not in named:
+            named[scn.resolve(value)] = (field, read_table_set(scn.resolve(value), field).target)
+    for name in sorted(d for d in drafters if d != "none"):
+        path, field = drafter_table_source(scn, tables, name)
+        if path not in named:
+            named[path] = (f"drafter {name}'s table", drafter_table(scn, tables, name).table)
+    room = kv_room(tables.facts)
+    return [line for path, (field, table) in named.items() for line in table_warnings(table, f"{path} ({field})", room)]

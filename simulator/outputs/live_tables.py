@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from hw_profile.tables.step_table import StepTable
+from hw_profile.tables.table_set import DrafterTable, TableSet
 
 
 def write_live_tables(out: Path, runs: pd.DataFrame) -> list[Path]:
@@ -28,10 +29,8 @@ def write_live_tables(out: Path, runs: pd.DataFrame) -> list[Path]:
         stem = f"{run['policy']}__{run['load_point']}__seed{run['seed']}{quick}"
         folder = out / "live-tables"
         meta = {**tables["meta"], "system": run["policy"], "load_point": run["load_point"]}
-        drafter = str(run["drafter"])
-        if tables.get("drafter"):
-            name = f"{stem}.drafter-{drafter}.csv"
-            StepTable.from_points(tables["drafter"], {**meta, "role": "drafter"}).write(folder / name)
-            meta["drafter_tables"] = {drafter: {"table": name}}
-        written.append(StepTable.from_points(tables["target"], {**meta, "role": "target"}).write(folder / f"{stem}.csv"))
+        drafters = ({str(run["drafter"]): DrafterTable(StepTable.from_points(tables["drafter"], {**meta, "role": "drafter"}))}
+                    if tables.get("drafter") else {})
+        target = StepTable.from_points(tables["target"], {**meta, "role": "target"})
+        written.append(TableSet(target, drafters).write(folder / f"{stem}.csv")[-1])
     return written

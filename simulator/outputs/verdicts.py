@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from hw_profile.tables.step_table import TABLE_KINDS
+from hw_profile.tables.sidecar import TABLE_KINDS
 from simulator.outputs.summary import headroom_text
 
 # a system's status in a plan document (plan.json's systems[*].status): written by runs/plan.py, read here

@@ -121,11 +121,9 @@ def shown_scenario(scn: LoadedScenario, options: list[HardwareOption]) -> Loaded
 def check_options(scn: LoadedScenario, options: list[HardwareOption]) -> tuple[list[HardwareOption], list[str]]:
     """Every option's scenario loaded as a run would load it (its table, drafters' tables, KV capacity), before
     any run, so that a bad third option does not fail after the first two plans. Returns the options with
-    their GPU named, and warnings (the tables' own among them: ``table_checks``)."""
-    from hw_profile.tables.step_table import StepTable
-    from simulator.inputs.hardware import load_hardware
+    their GPU named, and warnings (the tables' own invariants among them: ``hw_profile.tables.checks``)."""
+    from simulator.inputs.hardware import load_hardware, load_table_set, scenario_table_warnings
     from simulator.inputs.systems import resolve_systems
-    from simulator.inputs.table_checks import scenario_table_warnings
 
     warnings = []
     if scn.model.engine.kv_capacity_tokens:
@@ -139,11 +137,11 @@ def check_options(scn: LoadedScenario, options: list[HardwareOption]) -> tuple[l
             load_hardware(variant, drafters)
         except UserError as exc:
             raise UserError(f"--hardware {o.name}: {exc}") from None
-        # what each option's tables say against themselves (simulator/inputs/table_checks.py), as check would
+        # what each option's tables say against themselves (the table invariants), as check would
         warnings += [f"--hardware {o.name}: {line}" for line in scenario_table_warnings(variant, drafters)]
-        meta = StepTable.read(o.table).meta
-        gpu = meta.get("gpu", {}).get("name") if isinstance(meta.get("gpu"), dict) else None
-        out.append(replace(o, gpu=str(gpu or meta.get("device") or o.name)))
+        deployment = load_table_set(variant).deployment
+        gpu = deployment.datasheet.name if deployment.datasheet else deployment.device
+        out.append(replace(o, gpu=str(gpu or o.name)))
     return out, warnings
 
 

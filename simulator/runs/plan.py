@@ -33,11 +33,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from hw_profile.tables.step_table import expected_error, table_kind
+from hw_profile.tables.sidecar import Provenance
 from simulator.core.policies import resolve
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
-from simulator.inputs.hardware import load_target_table
+from simulator.inputs.hardware import load_table_set
 from simulator.inputs.systems import SystemSpec, resolve_systems
 from simulator.outputs.frontier import default_baseline
 from simulator.outputs.metrics import overloaded
@@ -467,7 +467,7 @@ class Planner:
             "baseline": default_baseline(names, m.sla.baseline),
             "quick": self.quick, "seed": self.seed, "seeds": self.seeds, "overrides": list(self.scn.overrides),
             "runs_executed": self.runs,
-            "table": table_facts(str(m.hardware.table), load_target_table(self.scn).meta),
+            "table": table_facts(str(m.hardware.table), load_table_set(self.scn).provenance),
             "systems": {r["system"]: {**r, "search": [t.log() for t in plans[r["system"]].trials]} for r in rows},
             "no_speculation": [s.name for s in self.systems if not speculates(s)],
         }
@@ -494,9 +494,9 @@ def plan_table(doc: dict) -> pd.DataFrame:
     return df
 
 
-def table_facts(path: str, meta: dict) -> dict:
+def table_facts(path: str, provenance: Provenance) -> dict:
     """What a plan records of the table its GPU counts rest on: where it is, its kind and how far to trust it."""
-    return {"path": path, "kind": table_kind(meta), "expected_error": expected_error(meta)}
+    return {"path": path, "kind": provenance.kind, "expected_error": provenance.expected_error}
 
 
 def write_plan(out: Path, doc: dict) -> tuple[Path, Path]:

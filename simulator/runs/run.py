@@ -252,9 +252,9 @@ def prefill_mode(scn: LoadedScenario, hw: Hardware) -> Disaggregated | None:
 
 @lru_cache(maxsize=4)
 def _prefill_table(scn: LoadedScenario):
-    from simulator.inputs.hardware import _read
+    from simulator.inputs.hardware import read_table_set
 
-    return _read(scn.resolve(scn.model.hardware.prefill_table), "hardware.prefill_table")
+    return read_table_set(scn.resolve(scn.model.hardware.prefill_table), "hardware.prefill_table").target
 
 
 def drain_cap(scn: LoadedScenario, spec: RunSpec) -> float:

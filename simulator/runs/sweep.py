@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-import hw_profile
+import hw_profile.tables
 import simulator
 from atomic_files import atomic_write
 from simulator.core.acceptance import resolve_source
@@ -49,7 +49,8 @@ def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else "missing"
 
 
-PROJECT_ROOTS = tuple(Path(pkg.__file__).resolve().parent for pkg in (simulator, hw_profile))
+# the two packages whose code a run depends on (hw_profile.tables sits one folder below its package)
+PROJECT_ROOTS = (Path(simulator.__file__).resolve().parent, Path(hw_profile.tables.__file__).resolve().parents[1])
 
 
 @functools.cache  # once per process: a command's runs are keyed by the code it started with

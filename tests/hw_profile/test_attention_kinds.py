@@ -169,18 +169,24 @@ def test_a_gated_deltanet_request_reads_its_states_once_however_many_tokens_it_v
 
 def test_a_gated_deltanet_drafter_attends_in_full_and_its_states_take_kv_room():
     from hw_profile.hardware.shapes import drafter_shape
-    from hw_profile.tables.table_set import MemoryFacts
+    from hw_profile.tables.sidecar import MemoryFacts, memory_fields
 
     qn = get_shape("qwen3-next-80b-a3b")
     mtp = drafter_shape(qn, 1)
     assert (mtp.attention_kind, mtp.full_attention_layers, mtp.state_bytes_per_request) == ("gqa", 1, 0.0)
-    facts = MemoryFacts(141.0, 20e9, qn.kv_bytes_per_token, qn)
-    one, many = (facts.kv_capacity(1, max_running=r, max_batch_tokens=256) for r in (1, 257))
-    plain = MemoryFacts(141.0, 20e9, qn.kv_bytes_per_token, replace(qn, linear_interval=0))
+
+    def facts_of(shape):
+        f = memory_fields(shape, "bf16", head_split=1, gpus=1, weight_bytes_per_gpu=20e9, device_memory_gb=141.0)
+        return MemoryFacts(141.0, 20e9, qn.kv_bytes_per_token, f["activation_bytes_per_batch_token"],
+                           f["logits_bytes_per_request"], f["state_bytes_per_request"])
+
+    facts = facts_of(qn)
+    one, many = (facts.kv_capacity(max_running=r, max_batch_tokens=256) for r in (1, 257))
+    plain = facts_of(replace(qn, linear_interval=0))
     # 256 more running requests take their states out of the pool (beyond what the activation peak takes)
     lost_to_states = 256 * qn.state_bytes_per_request / qn.kv_bytes_per_token
-    other = (plain.kv_capacity(1, max_running=1, max_batch_tokens=256)
-             - plain.kv_capacity(1, max_running=257, max_batch_tokens=256))
+    other = (plain.kv_capacity(max_running=1, max_batch_tokens=256)
+             - plain.kv_capacity(max_running=257, max_batch_tokens=256))
     assert one - many == pytest.approx(lost_to_states + other, abs=2)
 
 

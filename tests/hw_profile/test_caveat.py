@@ -8,7 +8,8 @@ import json
 import pytest
 
 from hw_profile.cli import main
-from hw_profile.tables.step_table import StepTable, table_caveat
+from hw_profile.tables.sidecar import table_caveat
+from hw_profile.tables.step_table import StepTable
 from tests.conftest import ROOT
 from tests.simulator.test_config import run_cli
 

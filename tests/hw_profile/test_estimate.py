@@ -730,13 +730,12 @@ def test_an_eager_steps_launches_hide_under_its_kernels():
 def test_kv_facts_are_the_cache_the_table_priced():
     """The sidecar's KV bytes per token are the cache the estimate priced: bf16 for an fp8-weight model whose
     cache type is the engine's default, so the simulator no longer sizes its pool at fp8 (twice the room)."""
-    from hw_profile.tables.table_set import MemoryFacts
 
     shape, d = dep("qwen3-8b", "H200", dtype="fp8")
     table = estimate_table(shape, d, "t", kernels="roofline", b_axis=np.array([1, 64]), k_axis=np.array([0, 4096]))
     per_token = 36 * 2 * 8 * 128 * 2  # layers x (K, V) x kv heads x head dim x 2 bytes
     assert table.meta["kv_bytes_per_token"] == table.meta["kv_bytes_per_token_per_gpu"] == per_token
-    kv = MemoryFacts.of(table.meta, 1).kv_capacity(1, 0.9, 2048, 128)
+    kv = table.facts.memory.kv_capacity(0.9, 2048, 128)
     room = 141e9 * 0.9 - table.meta["weight_bytes_per_gpu"]
     assert 0.97 * room / per_token < kv < room / per_token
     assert kv * per_token + table.meta["weight_bytes_per_gpu"] <= 141e9 * 0.9  # it fits the memory it was given

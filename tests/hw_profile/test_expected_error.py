@@ -18,7 +18,8 @@ from hw_profile.estimate.accuracy import (
     SERVING_RUNS,
     estimate_expected_error,
 )
-from hw_profile.tables.step_table import StepTable, expected_error
+from hw_profile.tables.sidecar import expected_error
+from hw_profile.tables.step_table import StepTable
 from tests.conftest import ROOT
 
 HARDWARE = ROOT / "scenarios" / "hardware"

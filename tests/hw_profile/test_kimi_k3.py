@@ -114,8 +114,9 @@ def test_it_is_tensor_parallel_by_default_and_priced_on_the_roofline():
 
 
 def test_a_scenario_says_when_running_requests_states_leave_no_kv_room(tmp_path):
-    """On one GPU's share of the 8-GPU table, 384 running requests' KDA states (232 MB each) and the weights fill
-    the GPU: the scenario asks for a KV capacity and says what holds the memory; on all 8 GPUs it plans."""
+    """On each GPU of the 8-GPU table (its memory facts: the weights' and the KDA states' share of one GPU, 232 MB a
+    request over 8), 4,096 running requests' states and the weights fill the GPU: the scenario asks for a KV
+    capacity and says what holds the memory; at 384 running requests it plans."""
     from tests.simulator.test_config import ROOT, run_cli
 
     k3 = get_shape("kimi-k3")
@@ -123,8 +124,10 @@ def test_a_scenario_says_when_running_requests_states_leave_no_kv_room(tmp_path)
     dep = Deployment(gpu=get_gpu("MI355X"), gpus=8, ep=8, dtype="bf16", parallel="tp", engine="sglang")
     write_estimate_set(k3, dep, table, ["mtp", "dspark"])
     peak = ROOT / "scenarios" / "peak.yaml"
-    res = run_cli("check", str(peak), "--set", f"hardware.table={table}")
+    eight = ("--set", f"hardware.table={table}", "--set", "hardware.gpus_per_replica=8")
+    res = run_cli("check", str(peak), *eight, "--set", "engine.max_running=4096")
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
-    assert "engine.max_running 384 requests' states (89 GB a GPU)" in res.stderr
-    res = run_cli("check", str(peak), "--set", f"hardware.table={table}", "--set", "hardware.gpus_per_replica=8")
+    assert f"engine.max_running 4096 requests' states ({4096 * k3.state_bytes_per_request / 8 / 1e9:.0f} GB a GPU)" \
+        in res.stderr
+    res = run_cli("check", str(peak), *eight)
     assert res.returncode == 0, res.stderr

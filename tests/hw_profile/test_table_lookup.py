@@ -66,7 +66,7 @@ def test_skipped_rows_are_ignored_and_round_trip_keeps_metadata(tmp_path):
     table = StepTable.from_points(rows, {"device": "test", "model_shape": {"layers": 2}})
     path = table.write(tmp_path / "t.csv")
     back = StepTable.read(path)
-    assert back.meta == {"device": "test", "model_shape": {"layers": 2}}
+    assert back.meta == {"device": "test", "model_shape": {"layers": 2}, "schema_version": 2}
     assert len(back.points) == 4 and len(back.ok) == 3
     assert back.grid.step_ms(3, 0) == pytest.approx(3.0)
 

@@ -288,7 +288,10 @@ def test_the_first_pass_leaves_out_the_drafters_head_by_its_shape():
     """The share a first pass's extra tokens pay is the drafter's matrix work outside its head, from the shape its
     table records: one Qwen3-8B layer under a 32,000-token head for EAGLE-3; all of it without a recorded shape."""
     from hw_profile.hardware.shapes import drafter_shape, get_shape
-    from simulator.inputs.hardware import first_pass_share
+    from hw_profile.tables.sidecar import Sidecar
+
+    def first_pass_share(meta):
+        return Sidecar.of(meta).drafter.first_pass_share
 
     q8 = get_shape("qwen3-8b")
     eagle3 = drafter_shape(q8, 1, vocab=32_000)
@@ -306,7 +309,10 @@ def test_the_fusion_of_the_targets_states_is_priced_by_its_share_of_a_pass():
     calibrated as a share of its target."""
     from hw_profile.estimate.estimate import drafter_shapes
     from hw_profile.hardware.shapes import get_shape
-    from simulator.inputs.hardware import fusion_share
+    from hw_profile.tables.sidecar import Sidecar
+
+    def fusion_share(meta):
+        return Sidecar.of(meta).drafter.fusion_share
 
     q8 = get_shape("qwen3-8b")
     eagle3 = drafter_shapes(q8, ["eagle3"])["eagle3"][0]

@@ -263,7 +263,7 @@ def test_a_bound_ranks_after_the_forecasts_it_is_compared_with():
 
 
 def test_a_comparison_that_mixes_a_bound_with_estimates_says_so():
-    from hw_profile.tables.step_table import table_kind
+    from hw_profile.tables.sidecar import table_kind
     from simulator.outputs.verdicts import kinds_caveat
 
     assert [table_kind(m) for m in ({"kind": "analytic"}, {"kind": "estimate"}, {"kind": "calibrated-estimate"},

@@ -4,7 +4,7 @@ headroom is smaller than the table's typical step-time error says the count is l
 from __future__ import annotations
 
 from hw_profile.estimate.accuracy import DECODE_MEDIAN_ERROR
-from hw_profile.tables.step_table import StepTable
+from hw_profile.tables.table_set import TableSet
 from simulator.outputs.verdicts import table_error_caveat
 from simulator.runs.plan import table_facts
 from tests.conftest import ROOT
@@ -13,7 +13,7 @@ HARDWARE = ROOT / "scenarios" / "hardware"
 
 
 def facts(name: str) -> dict:
-    return table_facts(name, StepTable.read(HARDWARE / name).meta)
+    return table_facts(name, TableSet.read(HARDWARE / name).provenance)
 
 
 def test_an_estimates_error_larger_than_the_headroom_limits_the_count():

@@ -305,16 +305,17 @@ def test_the_engine_costs_outside_the_forward_come_from_the_table_unless_the_sce
 
 
 def test_every_table_writer_records_the_kv_cache_it_priced():
-    """The KV bytes a token holds, per GPU and per replica, as each writer priced them: an analytic table in its
-    dtype, split over tensor-parallel GPUs but never below one KV head a GPU; a latent (MLA) cache whole on every
-    GPU."""
+    """The KV bytes a token holds, per GPU and per replica, as each writer priced them: an analytic table of fp8
+    weights with the engines' default 16-bit cache (the one cache type rule every writer shares), split over
+    tensor-parallel GPUs but never below one KV head a GPU; a latent (MLA) cache whole on every GPU."""
     from hw_profile.hardware.gpus import get_gpu
     from hw_profile.hardware.shapes import get_shape
     from hw_profile.kernels.roofline import analytic_table
 
     qwen = get_shape("qwen3-8b")  # 36 layers, 8 KV heads of 128
     t = analytic_table(qwen, get_gpu("H200"), gpus=2, dtype="fp8", b_axis=np.array([1, 8]), k_axis=np.array([0, 64]))
-    assert t.meta["kv_bytes_per_token_per_gpu"] == 36 * 2 * 4 * 128 * 1  # fp8, 4 KV heads a GPU
+    assert t.meta["kv_bytes_per_token_per_gpu"] == 36 * 2 * 4 * 128 * 2  # bf16 cache, 4 KV heads a GPU
+    assert t.meta["kv_dtype"] == "bf16"
     assert t.meta["kv_bytes_per_token"] == 2 * t.meta["kv_bytes_per_token_per_gpu"]
     assert qwen.kv_cache_facts(2.0, 16, 16)["kv_bytes_per_token_per_gpu"] == 36 * 2 * 1 * 128 * 2  # one head each
     v3 = get_shape("deepseek-v3")

@@ -1,5 +1,5 @@
-"""Step-time tables checked as scenarios are (simulator/inputs/table_checks.py): each warning from a real table
-written to a temporary folder (a bundled table with one point spoiled, a sidecar marked busy), and none from the
+"""The table invariants T-1 ... T-4 (hw_profile/tables/checks.py), as `hw-profile check` and `simulate check` run
+them: each warning from a real table written to a temporary folder (a bundled table with one point spoiled, a sidecar marked busy), and none from the
 bundled tables."""
 
 from __future__ import annotations
@@ -14,11 +14,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.gpus import get_gpu, named_gpu
 from hw_profile.hardware.shapes import get_shape
+from hw_profile.tables import checks
+from hw_profile.tables.checks import DROP, table_warnings
+from hw_profile.tables.sidecar import MEMORY_KEYS, Sidecar
 from hw_profile.tables.step_table import StepTable
-from simulator.inputs.table_checks import DROP, device_of, kv_room, roofline_bound_ms, table_warnings
 from tests.conftest import H200_TABLE, ROOT
+
+
+def kv_room(meta: dict) -> float | None:
+    return checks.kv_room(Sidecar.of(meta))
+
+
+def roofline_bound_ms(meta: dict, b, k):
+    return checks.roofline_bound_ms(Sidecar.of(meta), b, k)
 
 HARDWARE = ROOT / "scenarios" / "hardware"
 CPU_TABLE = HARDWARE / "cpu-qwen3-0.6b.csv"
@@ -85,8 +95,8 @@ def test_points_beyond_the_memory_are_not_judged(tmp_path):
 
 def test_the_bundled_scenarios_give_no_table_warning():
     from simulator.inputs.config import load_scenario
+    from simulator.inputs.hardware import scenario_table_warnings
     from simulator.inputs.systems import resolve_systems
-    from simulator.inputs.table_checks import scenario_table_warnings
 
     for path in sorted((ROOT / "scenarios").glob("*.yaml")):
         scn = load_scenario(path, ())
@@ -158,7 +168,7 @@ def test_a_busy_measurement_is_named(tmp_path):
 
     path = copy_table(CPU_TABLE, tmp_path / "busy.csv", edit_meta=busy)
     lines = table_warnings(StepTable.read(path), "busy.csv")
-    assert lines == ["busy.csv: measured on a busy machine (sidecar machine_load.verdict busy: load average before "
+    assert lines == ["busy.csv: T-2: measured on a busy machine (sidecar machine_load.verdict busy: load average before "
                      "4.15, competing threads during 4.1 on 2 cores): its step times are slower and noisier than the "
                      "hardware; measure it again on a quiet machine"]
 
@@ -178,7 +188,7 @@ def test_throttled_points_are_counted(tmp_path):
     lines = table_warnings(StepTable.read(path), "hot.csv")
     n = len(StepTable.read(H200_TABLE).ok)
     assert len(lines) == 1
-    assert lines[0].startswith(f"hot.csv: 3 of {n} points were measured while the GPU throttled its clocks "
+    assert lines[0].startswith(f"hot.csv: T-3: 3 of {n} points were measured while the GPU throttled its clocks "
                                "(hw_thermal_slowdown, sw_power_cap), even after re-measuring")
 
 
@@ -196,7 +206,7 @@ def test_a_point_faster_than_the_roofline_bound_is_named(tmp_path):
     path = copy_table(H200_TABLE, tmp_path / "fast.csv", spoil)
     lines = [line for line in table_warnings(StepTable.read(path), "fast.csv") if "roofline bound" in line]
     n = len(StepTable.read(H200_TABLE).ok)
-    assert lines == [f"fast.csv: 1 of {n} points (B 1, K 0) are faster than the table's own roofline bound for "
+    assert lines == [f"fast.csv: T-4: 1 of {n} points (B 1, K 0) are faster than the table's own roofline bound for "
                      "qwen3-8b on 1 x H200 in bf16 (the weights read at the datasheet bandwidth, the FLOPs at its "
                      f"peak), which is impossible; the worst: B = 1 at K = 0 takes {fast:.3g} ms against a bound of "
                      f"{bound:.3g} ms: the table or its sidecar's model, device or dtype is wrong there"]
@@ -210,8 +220,8 @@ def test_a_point_faster_than_the_roofline_bound_is_named(tmp_path):
 
 
 def test_the_bound_reads_the_kv_cache_the_sidecar_priced():
-    meta = StepTable.read(HARDWARE / "b200-qwen3-8b-bf16.csv").meta
-    assert "kv_bytes_per_token_per_gpu" not in meta  # written before sidecars said: its cache is in its dtype
+    meta = {k: v for k, v in json.loads((HARDWARE / "b200-qwen3-8b-bf16.json").read_text()).items()
+            if k not in (*MEMORY_KEYS, "schema_version")}  # as written before sidecars said: its cache in its dtype
     shape, b200 = get_shape("qwen3-8b"), get_gpu("B200")
     k = 1_000_000.0
     weights = shape.matmul_params * 2.0
@@ -231,8 +241,13 @@ def test_the_bound_reads_the_kv_cache_the_sidecar_priced():
 @pytest.mark.parametrize("device, name", [("NVIDIA H200", "H200"), ("NVIDIA A100-SXM4-80GB", "A100"),
                                           ("cpu", None), ("NVIDIA GH200 480GB", None)])
 def test_a_measured_tables_device_name_finds_its_datasheet(device, name):
-    gpu = device_of({"device": device})
+    """Once, where a measurement names its device (or an old sidecar is upgraded): the checks read the datasheet
+    block only."""
+    gpu = named_gpu(device)
     assert (gpu.name if gpu is not None else None) == name
+    facts = Sidecar.of({"device": device})  # a sidecar from before the contract, upgraded
+    assert (facts.deployment.datasheet.name if facts.deployment.datasheet else None) == name
+    assert Sidecar.of({"device": device, "schema_version": 2}).deployment.datasheet is None  # no name parsing
 
 
 def test_check_and_a_run_warn_once(scenario_file, tmp_path):
@@ -278,7 +293,7 @@ def test_each_hardware_options_tables_are_checked(scenario_file, tmp_path):
     spiked = copy_table(H200_TABLE, tmp_path / "spiked.csv", spoil, keep_drafters)
     scn = load_scenario(scenario_file(systems=["ar"], traffic={"kind": "poisson", "rate": 10.0}, frontier=None))
     _, warnings = check_options(scn, parse_options([f"good={H200_TABLE}:3.5", f"bad={spiked}:3.5"]))
-    assert warnings and all(w.startswith(f"--hardware bad: {spiked} (hardware.table): step time falls as the ")
+    assert warnings and all(w.startswith(f"--hardware bad: {spiked} (hardware.table): T-1: step time falls as the ")
                             for w in warnings)  # along B, and along K at that B
     assert sum("falls as the batch grows" in w for w in warnings) == 1
 
@@ -299,7 +314,7 @@ def test_a_power_cap_that_kept_the_clock_near_its_top_is_not_named(tmp_path):
     assert table_warnings(StepTable.read(near), "near.csv") == []
     far = copy_table(H200_TABLE, tmp_path / "far.csv", capped(1782.0), edit_meta=top)
     assert [line.split(" were measured")[0] for line in table_warnings(StepTable.read(far), "far.csv")] == [
-        f"far.csv: 2 of {len(StepTable.read(H200_TABLE).ok)} points"]
+        f"far.csv: T-3: 2 of {len(StepTable.read(H200_TABLE).ok)} points"]
     # without the top clock in the sidecar the reason alone counts, as before
     unknown = copy_table(H200_TABLE, tmp_path / "unknown.csv", capped(1965.0))
     assert len(table_warnings(StepTable.read(unknown), "unknown.csv")) == 1
@@ -322,3 +337,16 @@ def test_a_drafters_bound_reads_its_own_layers_cache():
     assert roofline_bound_ms(meta, np.array([128.0]), np.array([524_288.0]))[0] == pytest.approx(expect, rel=1e-6)
     # below the measured 11.2 ms there, where the target's 36-layer cache gave 16.4 ms
     assert expect < 11.2 < 16.4
+
+
+def test_the_invariants_documented_are_the_ones_checked():
+    """docs/hw-profile.md's table lists T-1 ... T-n as the module's docstring numbers them, and every warning the
+    module writes carries one of those numbers."""
+    import re
+
+    doc = (ROOT / "docs" / "hw-profile.md").read_text()
+    listed = re.findall(r"^\| (T-\d+) \|", doc, re.M)
+    stated = re.findall(r"^- \*\*(T-\d+) ", checks.__doc__, re.M)
+    assert listed == stated == [f"T-{i}" for i in range(1, len(stated) + 1)] and len(stated) >= 4
+    source = (ROOT / "hw_profile" / "tables" / "checks.py").read_text()
+    assert set(re.findall(r"(T-\d+): ", source)) == set(stated)  # each numbered line the module writes
