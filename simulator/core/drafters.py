@@ -11,7 +11,10 @@ transformer of the drafter's shape, see tools/embedded.py):
   the tokens the target took in the step before, to keep the drafter's cache up to date: vLLM's proposer over
   every token the target processed (verified tokens and prompt chunks), SGLang's draft extend over the accepted
   ones and prompt chunks (``takes_in``). Its head runs over one row per request, so the extra tokens pay the
-  table's per-token cost less the head's share (``first_pass_share``).
+  table's per-token cost less the head's share (``first_pass_share``). MTP-k is such a chain: the engines (vLLM's
+  ``num_speculative_tokens``, SGLang's ``speculative-num-steps``) run DeepSeek's one MTP module
+  (``num_nextn_predict_layers`` = 1) k times, each pass proposing the next token from the one before, so its table
+  (a forward of the module's layer and LM head) is priced k times, not once over a block.
 - EAGLE-3 first projects three of the target's hidden states into one for every token its first pass takes in,
   and DFlash five, then the K and V of that feature in each of its layers (the context its block attends to): a
   pass's cost over those tokens without context, scaled by those weights over a pass's (``fusion_share``).
@@ -28,14 +31,18 @@ from hw_profile.tables.step_table import StepTimeGrid
 class DrafterKind:
     name: str
     description: str
-    fixed_gamma: int | None  # none: 0, mtp: 1; others take the scenario's gamma
+    fixed_gamma: int | None  # none: 0 (it drafts nothing); the others draft the gamma a scenario asks
     parallel: bool
     extra_block_tokens: int = 0
+    # gamma of a system that gives none: None takes the scenario drafter's (``drafter.gamma``); MTP's 1, so that
+    # naming the drafter alone keeps MTP-1, DeepSeek-V3's production setting
+    default_gamma: int | None = None
 
 
 DRAFTER_KINDS: dict[str, DrafterKind] = {
     "none": DrafterKind("none", "no drafter: plain autoregressive decoding", 0, parallel=False),
-    "mtp": DrafterKind("mtp", "one-layer MTP module (DeepSeek-V3), one token", 1, parallel=False),
+    "mtp": DrafterKind("mtp", "one-layer MTP module (DeepSeek-V3), chained gamma passes (MTP-k), default 1", None,
+                       parallel=False, default_gamma=1),
     "dspark": DrafterKind("dspark", "DSpark: parallel backbone + Markov head + confidence head", None,
                           parallel=True),
     "dflash": DrafterKind("dflash", "DFlash: parallel backbone, no sequential or confidence head", None,

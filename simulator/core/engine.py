@@ -94,6 +94,7 @@ STEP_COLUMNS = {
     "prefill_tokens": np.int64, "prefill_done": np.int64, "batch_tokens": np.int64, "kv_tokens": np.int64,
     "verified": np.int64, "accepted": np.int64, "emitted": np.int64, "draft_ms": np.float64,
     "step_ms": np.float64, "queued": np.int64, "kv_used": np.int64,
+    "drafted": np.int64,  # draft tokens the source proposed, a row of gamma a decoding request (INV-4 reads it)
 }
 
 
@@ -131,21 +132,22 @@ class StepPlan:
     the forward, and the only state carried across the clock's ``yield`` to ``apply_outcomes``.
 
     decode_rows: the batch rows that decode this step (a slice of all rows, or an index array when some prefill);
-    remaining, context, ids: (rows,) of those requests; prefill_chunks: (running,) prompt tokens each row
-    prefills this step, None when nothing prefills; lengths, accepted: (rows,) the policy's verification lengths
-    and the accepted draft tokens, None without speculation; ended: (rows,) bool, requests a token-generating
-    source ended at EOS this step (``Proposal.ended``), or None; prefill_ended: batch rows whose completing
-    prefill sampled an end-of-sequence token (``RuntimeSource.prefilled``), or None; cached: (running,) the
-    tokens each row holds before its chunk, computed only where something reads it (chunks' attention, a prefix
-    being computed), else None; chunk_ms: what the chunks add to the forward beyond T (their attention,
-    ``ForwardPrice.chunk_terms``); kv: T's K, the decoding rows' KV plus, on a table that does not price chunks'
-    attention, the chunks' cached prompt; kv_decode: the KV tokens the decoding rows read (what their verified
-    tokens attend over); cost: the step's ``StepCost`` on the clock's table, which prices it at any verified B.
+    remaining, context, ids: (rows,) of those requests; prefill_chunks: (running,) prompt tokens each row prefills
+    this step, None when nothing prefills; lengths, accepted: (rows,) the policy's verification lengths and the
+    accepted draft tokens, None without speculation; drafted: the draft tokens the source proposed (gamma a
+    decoding row); ended: (rows,) bool, requests a token-generating source ended at EOS this step
+    (``Proposal.ended``), or None; prefill_ended: batch rows whose completing prefill sampled an end-of-sequence
+    token (``RuntimeSource.prefilled``), or None; cached: (running,) the tokens each row holds before its chunk,
+    computed only where something reads it (chunks' attention, a prefix being computed), else None; chunk_ms: what
+    the chunks add to the forward beyond T (their attention, ``ForwardPrice.chunk_terms``); kv: T's K, the
+    decoding rows' KV plus, on a table that does not price chunks' attention, the chunks' cached prompt;
+    kv_decode: the KV tokens the decoding rows read (what their verified tokens attend over); cost: the step's
+    ``StepCost`` on the clock's table, which prices it at any verified B.
     """
 
-    __slots__ = ("accepted", "batch_tokens", "cached", "chunk_ms", "context", "cost", "decode_rows", "draft_ms", "ended",
-                 "ids", "kv", "kv_decode", "kv_used", "lengths", "prefill_chunks", "prefill_ended", "prefill_tokens",
-                 "remaining", "rows", "running", "stall_ms", "start", "step_ms", "verified")
+    __slots__ = ("accepted", "batch_tokens", "cached", "chunk_ms", "context", "cost", "decode_rows", "draft_ms",
+                 "drafted", "ended", "ids", "kv", "kv_decode", "kv_used", "lengths", "prefill_chunks", "prefill_ended",
+                 "prefill_tokens", "remaining", "rows", "running", "stall_ms", "start", "step_ms", "verified")
 
     def __init__(self, start: float, running: int, kv_used: int):
         self.start = start
@@ -156,6 +158,7 @@ class StepPlan:
         self.lengths: np.ndarray | None = None
         self.accepted: np.ndarray | None = None
         self.verified = 0
+        self.drafted = 0
         self.draft_ms = 0.0
         self.stall_ms = 0.0
         self.ended: np.ndarray | None = None
@@ -394,6 +397,7 @@ class Replica:
             remaining = plan.remaining
             proposal = sim.source.propose(plan.ids)
             conf = checked_confidence(sim.source, proposal.confidence, rows, gamma)
+            plan.drafted = conf.size
             maxl, conf = verifiable(conf, remaining, gamma)  # positions past a request's end: confidence 0
             view = PolicyView(conf, remaining, plan.context, prices.policy_cost(plan), gamma, self.step_no,
                               proposal.outcome if self.policy.needs_outcome else None, maxl, plan.ids)
@@ -459,7 +463,7 @@ class Replica:
             replica=self.index, start=plan.start, end=now, running=n, decoding=rows,
             prefill_tokens=plan.prefill_tokens, prefill_done=done_prefill, batch_tokens=plan.batch_tokens,
             kv_tokens=plan.kv, verified=plan.verified, accepted=acc_sum, emitted=emitted, draft_ms=plan.draft_ms,
-            step_ms=plan.step_ms, queued=len(self.queue), kv_used=plan.kv_used,
+            step_ms=plan.step_ms, queued=len(self.queue), kv_used=plan.kv_used, drafted=plan.drafted,
         )
         self.step_no += 1
 

@@ -7,7 +7,8 @@ and ``simulate SCENARIO --check-invariants`` runs it on every run of a command.
 - INV-2 work-conserving: a replica waits between steps only when it has nothing running and nothing queued; the
   router's count of each replica's load is what the replica holds;
 - INV-3 step-tokens: per step, emitted = accepted drafts + decoding requests + completed prefills;
-- INV-4 verify-bounds: accepted <= verified <= gamma x decoding requests;
+- INV-4 verify-bounds: accepted <= verified <= drafted = gamma x decoding requests (the drafter proposes the whole
+  gamma the system asks for, every decoding request, every step);
 - INV-5 batch-cap: B never exceeds ``max_batch_tokens``;
 - INV-6 kv-capacity: KV use (contexts + lookahead slots, a shared prefix once, cached prefixes until evicted) never
   exceeds the capacity; (when the run stops) each replica's KV cache totals equal their recount from its batch;
@@ -66,8 +67,10 @@ def check_invariants(sim: Simulation) -> None:
 
     if not np.array_equal(st["emitted"], st["accepted"] + st["decoding"] + st["prefill_done"]):
         bad.append("INV-3 step-tokens: emitted != accepted + decoding requests + completed prefills in some step")
-    if np.any(st["accepted"] > st["verified"]) or np.any(st["verified"] > sim.config.gamma * st["decoding"]):
-        bad.append("INV-4 verify-bounds: accepted <= verified <= gamma x decoding violated")
+    if np.any(st["accepted"] > st["verified"]) or np.any(st["verified"] > st["drafted"]):
+        bad.append("INV-4 verify-bounds: accepted <= verified <= drafted violated")
+    if np.any(st["drafted"] != sim.config.gamma * st["decoding"]):
+        bad.append(f"INV-4 verify-bounds: a step drafted other than gamma ({sim.config.gamma}) x decoding requests")
     if np.any(st["batch_tokens"] > sim.config.max_batch_tokens):
         bad.append(f"INV-5 batch-cap: batch tokens above the cap {sim.config.max_batch_tokens}: max {st['batch_tokens'].max()}")
     if np.any(st["kv_used"] > sim.config.kv_capacity):

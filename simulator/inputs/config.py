@@ -190,7 +190,26 @@ class Acceptance(Strict):
 
 class DrafterDefault(Strict):
     name: DrafterName = "dspark"
-    gamma: PositiveInt = 7
+    gamma: PositiveInt = Field(7, description="draft tokens a step (default 7; mtp's 1, MTP-1: mtp with gamma k is "
+                               "MTP-k, k chained passes of the module)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_gamma(cls, data: Any) -> Any:
+        # `drafter: {name: mtp}` is MTP-1, the kind's own default, not seven chained passes
+        name = data.get("name") if isinstance(data, dict) else None
+        kind = DRAFTER_KINDS.get(name) if isinstance(name, str) else None
+        if kind is not None and kind.default_gamma is not None and "gamma" not in data:
+            return {**data, "gamma": kind.default_gamma}
+        return data
+
+    @model_validator(mode="after")
+    def _drafts_what_is_asked(self) -> DrafterDefault:
+        fixed = DRAFTER_KINDS[self.name].fixed_gamma
+        if fixed is not None and "gamma" in self.model_fields_set and self.gamma != fixed:
+            raise FieldError("gamma", f"drafter {self.name!r} drafts {fixed} tokens a step; expected no gamma, got "
+                             f"{self.gamma}")
+        return self
 
 
 class System(Strict):
@@ -386,7 +405,7 @@ class Scenario(Strict):
 
 def acceptance_length_at(scenario: Scenario) -> int:
     """Drafts verified per step where ``acceptance.acceptance_length`` was measured: its ``acceptance_length_at``,
-    else the scenario drafter's gamma (1 for MTP)."""
+    else the scenario drafter's gamma (MTP's default 1)."""
     fixed = DRAFTER_KINDS[scenario.drafter.name].fixed_gamma
     given = scenario.acceptance.acceptance_length_at
     return int(given if given is not None else (fixed if fixed is not None else scenario.drafter.gamma))

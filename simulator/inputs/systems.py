@@ -1,12 +1,18 @@
 """Systems: a drafter plus a verification policy, under a name (docs/model.md, "Systems, requests and replicas").
 
 In a scenario a system is either a mapping (``{name, drafter, gamma, policy, params}``) or a shorthand string:
-``ar`` (no drafter), ``mtp-1`` (the MTP module verified one token a step), or a policy name run on the scenario's
-default drafter (``drafter: {name: dspark, gamma: 7}``), e.g. ``static-5``, ``threshold-0.7``, ``dspark``.
+``ar`` (no drafter), ``mtp-k`` (the MTP module chained k times a step, all k verified: ``mtp-1`` is DeepSeek-V3's
+setting), or a policy name run on the scenario's default drafter (``drafter: {name: dspark, gamma: 7}``), e.g.
+``static-5``, ``threshold-0.7``, ``dspark``.
+
+A system drafts exactly the gamma it asks for (its own, else the scenario drafter's when it drafts with that one,
+else its drafter's default: MTP's 1), and ``static-k`` verifies k of them (fewer only where a request has fewer
+tokens left); a system that would draft or verify fewer than it names is refused, in one line naming the field.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from simulator.core.drafters import DRAFTER_KINDS
@@ -14,7 +20,17 @@ from simulator.core.policies import resolve
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario, System
 
-SHORTHANDS = {"ar": ("none", "ar"), "mtp-1": ("mtp", "static-1")}
+MTP_K = re.compile(r"mtp-([1-9][0-9]*)")
+
+
+def shorthand(entry: str, drafter: str) -> System:
+    """The system a shorthand string names (module docstring)."""
+    if entry == "ar":
+        return System(name="ar", drafter="none", policy="ar")
+    m = MTP_K.fullmatch(entry)
+    if m:
+        return System(name=entry, drafter="mtp", gamma=int(m.group(1)), policy=f"static-{m.group(1)}")
+    return System(name=entry, drafter=drafter, policy=entry)
 
 
 @dataclass(frozen=True)
@@ -35,23 +51,28 @@ def resolve_systems(scn: LoadedScenario) -> list[SystemSpec]:
     out: list[SystemSpec] = []
     for i, entry in enumerate(m.systems):
         where = f"{scn.path}: systems[{i}]"
-        if isinstance(entry, str):
-            drafter, policy = SHORTHANDS.get(entry, (m.drafter.name, entry))
-            entry = System(name=entry, drafter=drafter, policy=policy)
+        short = isinstance(entry, str)
+        if short:
+            entry = shorthand(entry, m.drafter.name)
         drafter = entry.drafter or m.drafter.name
+        gamma, asked = system_gamma(entry, drafter, m.drafter.name, m.drafter.gamma)
         kind = DRAFTER_KINDS[drafter]
-        if kind.fixed_gamma is not None:
-            if entry.gamma is not None and entry.gamma != kind.fixed_gamma:
-                raise UserError(f"{where}.gamma: drafter {drafter!r} proposes {kind.fixed_gamma} token(s), got {entry.gamma}")
-            gamma = kind.fixed_gamma
-        else:
-            gamma = entry.gamma or m.drafter.gamma
+        if kind.fixed_gamma is not None and gamma != kind.fixed_gamma:
+            raise UserError(f"{where}.gamma: drafter {drafter!r} drafts {kind.fixed_gamma} tokens a step; expected "
+                            f"no gamma, got {gamma}")
         cls, implied = resolve(entry.policy, what=f"{where}.policy")
         if drafter == "none" and cls.name != "ar":
             raise UserError(f"{where}: drafter 'none' proposes nothing to verify; use policy 'ar' or a drafter")
-        name = entry.name or (entry.policy if not (drafter == "mtp" and entry.policy == "static-1") else "mtp-1")
-        out.append(SystemSpec(name=name, drafter=drafter, gamma=gamma, policy=entry.policy,
-                              params={**implied, **entry.params}))
+        params = {**implied, **entry.params}
+        k = params.get("k") if cls.name == "static" else None
+        if isinstance(k, int) and k > gamma:
+            source = {"system": f"systems[{i}].gamma", "scenario": "drafter.gamma",
+                      "kind": f"its default; set systems[{i}].gamma"}[asked]
+            raise UserError(f"{where if short else where + '.policy'}: {entry.policy} verifies {k} drafts a step, "
+                            f"but drafter {drafter!r} drafts {gamma} ({source}); expected k <= {gamma}, or a gamma "
+                            f"of at least {k}")
+        name = entry.name or (f"mtp-{gamma}" if drafter == "mtp" and entry.policy == f"static-{gamma}" else entry.policy)
+        out.append(SystemSpec(name=name, drafter=drafter, gamma=gamma, policy=entry.policy, params=params))
     names = [s.name for s in out]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
@@ -61,3 +82,17 @@ def resolve_systems(scn: LoadedScenario) -> list[SystemSpec]:
                         "keep it in the list (--set systems+=NAME appends one) or name another with "
                         "--set sla.baseline=NAME")
     return out
+
+
+def system_gamma(entry: System, drafter: str, default: str, default_gamma: int) -> tuple[int, str]:
+    """(the gamma a system drafts, where it comes from: ``system``, ``kind`` or ``scenario``): its own gamma, else
+    its drafter kind's fixed one (none's 0), else the scenario drafter's when it drafts with that drafter, else its
+    drafter kind's default (MTP's 1), else the scenario drafter's."""
+    kind = DRAFTER_KINDS[drafter]
+    if entry.gamma is not None:
+        return entry.gamma, "system"
+    if kind.fixed_gamma is not None:
+        return kind.fixed_gamma, "kind"
+    if drafter != default and kind.default_gamma is not None:
+        return kind.default_gamma, "kind"
+    return default_gamma, "scenario"

@@ -12,7 +12,7 @@ from simulator.core.acceptance.profile import load_profile
 from simulator.core.acceptance.scaling import benchmark_lengths, mix_weights, pooled_over_mix, scaled_profile
 from simulator.core.calibration import logit
 from simulator.errors import UserError
-from simulator.inputs.config import load_scenario
+from simulator.inputs.config import acceptance_length_at, load_scenario
 from tests.simulator.engine_helpers import simulate
 from tests.simulator.test_config import run_cli
 
@@ -65,6 +65,20 @@ def test_acceptance_length_at_another_block(scenario_file):
     seven, _ = simulate(path, "static-7")
     assert three["tau"] == pytest.approx(2.5, rel=0.02)
     assert seven["tau"] > three["tau"] + 0.1
+
+
+def test_mtp_k_is_scaled_at_its_k_drafts(scenario_file):
+    """An MTP-2 length (`drafter: {name: mtp, gamma: 2}`) is measured at 2 drafts a step, not MTP-1's one: 2.3 is
+    a length one draft cannot reach, and a run of mtp-2 reads it."""
+    fields = dict(acceptance={"profile": "paper-qwen3-8b", "acceptance_length": 2.3}, drafter={"name": "mtp",
+                  "gamma": 2}, systems=["mtp-2"], workload={"prompt": 64, "output": 512, "mix": {"chat": 1}},
+                  frontier={"concurrency": [48]}, engine={"max_running": 64, "max_batch_tokens": 8192},
+                  run={"duration_s": 20.0, "warmup_s": 2.0})
+    assert acceptance_length_at(load_scenario(scenario_file(**fields)).model) == 2
+    row, _ = simulate(scenario_file(**fields))
+    assert row["tau"] == pytest.approx(2.3, rel=0.02)
+    plain, _ = simulate(scenario_file(name="plain", **{**fields, "acceptance": {"profile": "paper-qwen3-8b"}}))
+    assert plain["tau"] > 2.3 + 0.1
 
 
 @pytest.mark.parametrize(("acceptance", "needle"), [

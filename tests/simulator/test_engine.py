@@ -215,8 +215,8 @@ def test_a_drafters_passes_are_corrected_for_the_tokens_per_request_they_compute
 
 
 def test_an_autoregressive_drafters_first_pass_takes_in_the_last_steps_target_tokens_but_not_their_head():
-    """EAGLE-3 and MTP (vLLM's proposer): gamma passes of one token a request, the first over every token the target
-    processed in the step before, whose extra tokens pay the table's per-token cost less the head's share; a
+    """EAGLE-3 and MTP-k (vLLM's proposer): gamma passes of one token a request, the first over every token the
+    target processed in the step before, whose extra tokens pay the table's per-token cost less the head's share; a
     parallel drafter and a step after no more tokens than rows are unchanged."""
     from hw_profile.tables.step_table import StepTimeGrid
     from simulator.core.drafters import DRAFTER_KINDS, DraftCost
@@ -225,14 +225,13 @@ def test_an_autoregressive_drafters_first_pass_takes_in_the_last_steps_target_to
     k = np.array([0.0, 0.0, 1e6, 1e6])
     grid = StepTimeGrid.from_points(b, k, 1.0 + 0.001 * b)  # 1 ms a pass plus 1 us a token
     rows, gamma, kv = 10, 3, 40_000.0
-    for name in ("eagle3", "mtp"):
+    for name, g in (("eagle3", gamma), ("mtp", 1), ("mtp", gamma)):
         share = 0.25 if name == "eagle3" else 1.0
-        gamma_used = gamma if name == "eagle3" else 1
         cost = DraftCost(DRAFTER_KINDS[name], grid, first_pass_share=share)
         one = 1.0 + 0.001 * rows
-        assert cost.ms(rows, gamma_used, kv) == pytest.approx(gamma_used * one)
-        assert cost.ms(rows, gamma_used, kv, fed=rows) == pytest.approx(gamma_used * one)
-        assert cost.ms(rows, gamma_used, kv, fed=250) == pytest.approx(gamma_used * one + 0.001 * 240 * share)
+        assert cost.ms(rows, g, kv) == pytest.approx(g * one)
+        assert cost.ms(rows, g, kv, fed=rows) == pytest.approx(g * one)
+        assert cost.ms(rows, g, kv, fed=250) == pytest.approx(g * one + 0.001 * 240 * share)
     dspark = DraftCost(DRAFTER_KINDS["dspark"], grid, first_pass_share=0.25)
     assert dspark.ms(rows, gamma, kv, fed=250) == dspark.ms(rows, gamma, kv)
     # EAGLE-3's fusion projection: over every token the first pass takes in, a pass's cost there without context

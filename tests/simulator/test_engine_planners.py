@@ -385,10 +385,10 @@ def test_every_built_in_policy_runs_under_the_invariant_checker():
     """test_engine.py's shapes run every system of ALL_SYSTEMS through check_invariants: every registered
     built-in must be among them."""
     from simulator.core.policies import REGISTRY, resolve
-    from simulator.inputs.systems import SHORTHANDS
+    from simulator.inputs.systems import shorthand
     from tests.simulator.test_engine import ALL_SYSTEMS
 
-    policies = [s["policy"] if isinstance(s, dict) else SHORTHANDS.get(s, (None, s))[1] for s in ALL_SYSTEMS]
+    policies = [s["policy"] if isinstance(s, dict) else shorthand(s, "dspark").policy for s in ALL_SYSTEMS]
     covered = {resolve(p)[0] for p in policies}
     assert set(REGISTRY.values()) <= covered
 

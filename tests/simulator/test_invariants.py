@@ -223,6 +223,21 @@ def test_docs_model_states_every_invariant_as_the_checker_does():
     assert cited >= 8
 
 
+def test_a_step_that_drafts_less_than_gamma_breaks_inv4(scenario_file):
+    """INV-4 also holds the drafter to the whole gamma: a step whose source proposed one token fewer than gamma x
+    decoding requests fires, though it verified no more than it drafted."""
+    scn = load_scenario(scenario_file(drafter={"name": "dspark", "gamma": 3}, systems=["static-1"],
+                                      workload={"prompt": 64, "output": 32}))
+    _, sim = run_one(scn, RunSpec(resolve_systems(scn)[0], LoadPoint(8), 0, True))
+    check_invariants(sim)
+    i = busy_step(sim)
+    assert step_col(sim, "drafted")[i] == 3 * step_col(sim, "decoding")[i] > step_col(sim, "verified")[i]
+    step_col(sim, "drafted")[i] -= 1
+    with pytest.raises(InvariantViolation, match=r"INV-4 verify-bounds: a step drafted other than gamma \(3\) x "
+                                                 "decoding requests"):
+        check_invariants(sim)
+
+
 def test_the_routers_load_count_is_held_to_the_replicas(scenario_file):
     scn = load_scenario(scenario_file(systems=["static-3"], workload={"prompt": 64, "output": 32},
                                       hardware={"replicas": 3}, frontier={"concurrency": [10]}))
