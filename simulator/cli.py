@@ -435,8 +435,10 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     from simulator.core.policies import make_policy
     from simulator.inputs.config import load_scenario, unused_settings
     from simulator.inputs.hardware import (
+        kv_pool_of,
         load_hardware,
         load_table_set,
+        pool_prompt_lines,
         scenario_grid_warnings,
         scenario_table_warnings,
     )
@@ -461,7 +463,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     prefill_mode(scn, hw)  # reads hardware.prefill_table when one is named
     points = load_points(scn)
     m = scn.model
-    for line in [*unused_settings(m), *scenario_grid_warnings(scn),
+    for line in [*unused_settings(m), *scenario_grid_warnings(scn), *pool_prompt_lines(scn, hw),
                  *scenario_table_warnings(scn, {s.drafter for s in systems})]:
         click.echo(f"warning: {line}", err=True)
     click.echo(f"{scenario}: ok")
@@ -474,6 +476,8 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     click.echo(f"  hardware: {m.hardware.replicas} replica(s) x {m.hardware.gpus_per_replica} GPU(s), table "
                f"{m.hardware.table}, KV capacity {hw.kv_capacity:,} tokens per replica")
     tables = load_table_set(scn)
+    if m.engine.kv_capacity_tokens is None and tables.memory is not None:
+        click.echo(f"  KV pool sized by {kv_pool_of(scn, tables, {s.drafter for s in systems}).why}")
     caveat = tables.provenance.caveat
     if caveat is not None:  # an analytic table's step times are a speed bound: say so where the table is named
         click.echo(f"  hardware table is {caveat['kind']}: {caveat['text']}")

@@ -104,7 +104,7 @@ def write_paper_v4(out_dir: Path = HARDWARE_DIR, reference: Path = REFERENCE) ->
                   "model_shape": shape.to_dict(),
                   **memory_fields(shape, "fp8", head_split=1, gpus=1,
                                   weight_bytes_per_gpu=stored_weight_bytes_per_gpu(shape, "fp8", 1),
-                                  device_memory_gb=gpu.memory_gb)}
+                                  device_memory_gb=gpu.device_memory_bytes / 1e9)}
         drafters = {
             "mtp": (1 + head, {}),
             "dspark": (DSPARK_LAYERS + head, {"sequential_head": markov_head_costs(gpu, MARKOV_RANK, shape.vocab,

@@ -120,5 +120,5 @@ def dp_ep_table(shape: ModelShape, gpu: GPU, dtype: str = "fp8", params: DpEpPar
                       gpus=1, dtype=dtype, model_shape=shape.to_dict(), dp_ep=asdict(params), roofline=asdict(roofline),
                       **memory_fields(shape, dtype, head_split=1, gpus=1,
                                       weight_bytes_per_gpu=stored_bytes_per_gpu(shape, params.ep, dtype),
-                                      device_memory_gb=gpu.memory_gb))
+                                      device_memory_gb=gpu.device_memory_bytes / 1e9))
     return StepTable.from_points(rows, meta)

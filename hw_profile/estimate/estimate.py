@@ -775,7 +775,7 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         cuda_graphs=cuda_graphs(shape, dep, used).to_meta(),
         # the weights and the cache this table priced, which the simulator sizes the KV pool with
         **memory_fields(shape, dep.dtype, head_split=dep.head_split, gpus=dep.table_gpus,
-                        weight_bytes_per_gpu=weights_per_gpu, device_memory_gb=dep.gpu.memory_gb),
+                        weight_bytes_per_gpu=weights_per_gpu, device_memory_gb=dep.gpu.device_memory_bytes / 1e9),
         **(meta or {}),
     )
     return StepTable.from_points(rows, table_meta(**full))

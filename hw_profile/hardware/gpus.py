@@ -78,6 +78,23 @@ Beside its figures, each entry says where the part sits, as data rather than rul
   (the SXM board's where the database has both), None where it has none. A part the database measures is
   therefore this entry alone: ``hw_profile.kernels.database`` maps systems to GPUs by reading it.
 
+Memory as the device reports it (``device_memory_bytes``): the engines size their KV pools from what the CUDA
+driver reports, not from the datasheet's GB of HBM. Two figures where a public log gives them:
+
+- ``smi_memory_mib``: ``nvidia-smi``'s ``memory.total`` (SGLang picks its default ``mem_fraction_static`` from it):
+  H100 81,559 MiB, A100 (80 GB) 81,920 MiB, B200 183,359 MiB (pasted nvidia-smi output in public issues:
+  wilicc/gpu-burn#114, modal-labs/modal-client#2797, NVIDIA/TensorRT-LLM#10278), H200 143,771 MiB (the commonly
+  quoted total; not confirmed from a pasted log here);
+- ``cuda_memory_gib``: the CUDA driver's total (``cudaMemGetInfo``, ``torch.cuda.mem_get_info``: what vLLM
+  multiplies ``gpu_memory_utilization`` by): H100 79.11 GiB and A100 (80 GB) 79.14 GiB (PyTorch's out-of-memory
+  messages "total capacity of ..." in vllm-project/vllm#27508 and lianqi1008/Control-GIC#6), H200 139.8 GiB
+  (torch's total on the H200 this project measured, scenarios/hardware/h200-qwen3-8b-bf16-measured.json:
+  150.1e9 bytes), B200 178.36 GiB (a vLLM start-up line in vllm-project/vllm#21489 whose GPU is not named: ASSUMED
+  a B200 from its size).
+
+A part without them is taken to report its datasheet's GB as GiB less 1.1% (``REPORTED_SHARE``: H100 79.11 of 80,
+A100 79.14 of 80, H200 139.8 of 141 and B200 178.36 of 180 GiB give 0.989-0.991): marketed HBM sizes are binary.
+
 A device that is not listed (another GPU, or the CPU a table was measured on) can be given as a JSON file with the
 fields of ``GPU`` (see ``gpu_from_file``); ``hw-profile peaks`` writes one for the machine at hand.
 """
@@ -108,6 +125,21 @@ class GPU:
     # GPUs sharing one NVLink fabric; a device file that does not say is taken for a board of 8, as HGX parts are
     nvlink_domain: int = 8
     kernel_db_system: str | None = None  # the kernel database's system folder for this part; None: not measured
+    smi_memory_mib: float | None = None  # nvidia-smi's memory.total (module docstring); None: not known
+    cuda_memory_gib: float | None = None  # the CUDA driver's total memory (module docstring); None: not known
+
+    @property
+    def device_memory_bytes(self) -> float:
+        """Bytes of memory the device reports to the engines: the CUDA driver's total where it is known, else the
+        datasheet's GB read as GiB less what drivers keep (``REPORTED_SHARE``)."""
+        if self.cuda_memory_gib:
+            return self.cuda_memory_gib * 2.0**30
+        return self.memory_gb * 2.0**30 * REPORTED_SHARE
+
+    @property
+    def smi_mib(self) -> float:
+        """nvidia-smi's total in MiB: the recorded figure, else the datasheet's GB read as GiB."""
+        return self.smi_memory_mib or self.memory_gb * 1024.0
 
     def peak_tflops(self, dtype: str) -> float:
         """Dense matmul peak for weights and activations in ``dtype``. fp4 on a part without FP4 cores runs at its
@@ -128,6 +160,9 @@ class GPU:
         return {k: v for k, v in asdict(self).items() if v is not None and k not in PLACEMENT}
 
 
+# a datasheet's GB of HBM are GiB, of which the driver reports about this share (module docstring)
+REPORTED_SHARE = 0.99
+
 VENDORS = ("nvidia", "amd", "intel")
 # GPU's fields that say where a part sits rather than how fast it is (see ``GPU.to_dict``)
 PLACEMENT = ("vendor", "nvlink_domain", "kernel_db_system")
@@ -136,13 +171,16 @@ PLACEMENT = ("vendor", "nvlink_domain", "kernel_db_system")
 GPUS: dict[str, GPU] = {
     "A100": GPU("A100", bf16_tflops=312.0, hbm_tb_s=2.039, memory_gb=80, tdp_w=400, idle_w=52,
                 fp8_tflops=None, tf32_tflops=156.0, nvlink_gb_s=600,
-                vendor="nvidia", nvlink_domain=8, kernel_db_system="a100_sxm"),
+                vendor="nvidia", nvlink_domain=8, kernel_db_system="a100_sxm",
+                smi_memory_mib=81920, cuda_memory_gib=79.14),
     "H100": GPU("H100", bf16_tflops=989.4, hbm_tb_s=3.35, memory_gb=80, tdp_w=700, idle_w=90,
                 fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=900,
-                vendor="nvidia", nvlink_domain=8, kernel_db_system="h100_sxm"),
+                vendor="nvidia", nvlink_domain=8, kernel_db_system="h100_sxm",
+                smi_memory_mib=81559, cuda_memory_gib=79.11),
     "H200": GPU("H200", bf16_tflops=989.4, hbm_tb_s=4.8, memory_gb=141, tdp_w=700, idle_w=90,
                 fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=900,
-                vendor="nvidia", nvlink_domain=8, kernel_db_system="h200_sxm"),
+                vendor="nvidia", nvlink_domain=8, kernel_db_system="h200_sxm",
+                smi_memory_mib=143771, cuda_memory_gib=139.8),
     "H800": GPU("H800", bf16_tflops=989.4, hbm_tb_s=3.35, memory_gb=80, tdp_w=700, idle_w=90,
                 fp8_tflops=1978.9, tf32_tflops=494.7, nvlink_gb_s=400,
                 vendor="nvidia", nvlink_domain=8),
@@ -154,7 +192,8 @@ GPUS: dict[str, GPU] = {
                     vendor="nvidia", nvlink_domain=8),
     "B200": GPU("B200", bf16_tflops=2250.0, hbm_tb_s=8.0, memory_gb=180, tdp_w=1000, idle_w=130,
                 fp8_tflops=4500.0, tf32_tflops=1100.0, nvlink_gb_s=1800, fp4_tflops=9000.0,
-                vendor="nvidia", nvlink_domain=8, kernel_db_system="b200_sxm"),
+                vendor="nvidia", nvlink_domain=8, kernel_db_system="b200_sxm",
+                smi_memory_mib=183359, cuda_memory_gib=178.36),
     "B300": GPU("B300", bf16_tflops=2250.0, hbm_tb_s=8.0, memory_gb=288, tdp_w=1100, idle_w=143,
                 fp8_tflops=4500.0, tf32_tflops=1125.0, nvlink_gb_s=1800, fp4_tflops=13500.0,
                 vendor="nvidia", nvlink_domain=8, kernel_db_system="b300_sxm"),

@@ -255,7 +255,7 @@ def analytic_table(
         caveat=roofline_caveat(),
         **memory_fields(shape, dtype, head_split=gpus, gpus=gpus,
                         weight_bytes_per_gpu=stored_weight_bytes_per_gpu(shape, dtype, gpus),
-                        device_memory_gb=dev.memory_gb),
+                        device_memory_gb=dev.device_memory_bytes / 1e9),
         **moe,
     )
     return StepTable.from_points(rows, meta)

@@ -138,9 +138,17 @@ class Engine(Strict):
         "scheduling, SGLang's overlap scheduler), so a new request joins two steps later; default: the table's "
         "engine costs (an estimate's overlap_schedule), else false")
     gpu_memory_utilization: float = Field(
-        0.9, gt=0.0, le=1.0, description="share of each GPU's memory the engine may take (vLLM's "
+        0.9, gt=0.0, le=1.0, description="vLLM's pool: share of each GPU's memory the engine may take (vLLM's "
         "--gpu-memory-utilization, default 0.9): KV tokens = (this x GPU memory - weights - activation peak - "
         "CUDA graphs and runtime) / KV bytes per token")
+    pool: Literal["vllm", "sglang"] | None = Field(
+        None, description="whose rule sizes the KV pool (hw_profile/tables/kv_pool.py): 'vllm' "
+        "(gpu_memory_utilization) or 'sglang' (mem_fraction_static); default: the engine the table was estimated "
+        "for, else vllm")
+    mem_fraction_static: float | None = Field(
+        None, gt=0.0, le=1.0, description="SGLang's pool: share of the memory free at start-up held for weights and "
+        "the KV pool (SGLang's --mem-fraction-static); default: SGLang's own rule from the GPU's memory and the "
+        "parallelism")
     prefill_chunk: PositiveInt = Field(
         2048, description="schedule mixed: max prompt tokens of one request per step (chunked prefill)")
     schedule: Literal["mixed", "prefill-first"] = Field(
@@ -228,6 +236,15 @@ class SharedPrefix(Strict):
         "num_users_per_system_prompt): each group has this many whole prompts, and requests cycle through the "
         "groups x prompts_per_group prompts in one shuffled order, so a repeated prompt is cached whole (the prompt "
         "length must be fixed); unset: every prompt is its own after the shared prefix")
+
+
+def longest_prompt(spec: Any) -> int | None:
+    """The most tokens a prompt spec can draw, where the spec says it (fixed, uniform, or a clipping ``max``)."""
+    if isinstance(spec, FixedLength):
+        return spec.value
+    if isinstance(spec, UniformLength):
+        return spec.high
+    return getattr(spec, "max", None)
 
 
 def shortest_prompt(spec: Any) -> int | None:

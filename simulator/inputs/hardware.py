@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from hw_profile.tables.kv_pool import POOL_ENGINES, KvPool, kv_pool
 from hw_profile.tables.step_table import ChunkAttention, StepTable, StepTimeGrid, TableError
 from hw_profile.tables.table_set import DrafterTable, TableSet, read_drafter
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.errors import UserError
-from simulator.inputs.config import LoadedScenario
+from simulator.inputs.config import LoadedScenario, longest_prompt, shortest_prompt
 
 
 @dataclass
@@ -76,8 +77,7 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
                                 facts.first_pass_share, tables.engine.drafter_takes_in, facts.fusion_share)
     eng = scn.model.engine
     memory = tables.memory  # None without GPU memory and model shape in the sidecar
-    kv = eng.kv_capacity_tokens or (memory.kv_capacity(eng.gpu_memory_utilization, eng.max_batch_tokens,
-                                                       eng.max_running) if memory else None)
+    kv = eng.kv_capacity_tokens or (kv_pool_of(scn, tables, drafters).tokens if memory else None)
     if kv is None:
         if memory is None:
             why = f"table {hw.table} does not record its GPU memory and model shape"
@@ -86,14 +86,46 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
             held = f"its weights ({memory.weight_bytes_per_gpu / 1e9:.0f} GB a GPU)"
             if states:  # a linear hybrid's running requests hold their recurrent states whatever their context
                 held += f" and engine.max_running {eng.max_running} requests' states ({states / 1e9:.0f} GB a GPU)"
+            pool = kv_pool_of(scn, tables, drafters)
+            field = "gpu_memory_utilization" if pool.engine == "vllm" else "mem_fraction_static"
             why = (f"{held} leave no room for a KV cache in {memory.device_memory_gb:g} GB at "
-                   f"engine.gpu_memory_utilization {eng.gpu_memory_utilization:g} on hardware.gpus_per_replica "
+                   f"engine.{field} {pool.fraction:g} ({pool.engine}'s rule) on hardware.gpus_per_replica "
                    f"{hw.gpus_per_replica} (table {hw.table})")
         raise UserError(f"{scn.path}: engine.kv_capacity_tokens: required, since {why}")
     return Hardware(clock=target.grid, policy=policy, draft=draft, kv_capacity=int(kv),
                     gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=target.energy_grid,
                     chunk_attention=tables.chunk_attention, request_ms=request_ms(tables, eng.request_ms),
                     schedule_ahead=schedule_ahead(tables, eng.schedule_ahead))
+
+
+def kv_pool_of(scn: LoadedScenario, tables: TableSet, drafters: set[str]) -> KvPool:
+    """The KV pool the scenario's engine sizes from the table set's memory facts (``hw_profile.tables.kv_pool``):
+    ``engine.pool``'s rule, else the engine the table was estimated for, else vLLM's; SGLang's default fraction
+    reserves 2 GiB more when the run drafts (``drafters`` other than none)."""
+    eng = scn.model.engine
+    engine = eng.pool or (tables.engine.engine if tables.engine.engine in POOL_ENGINES else "vllm")
+    sheet = tables.deployment.datasheet
+    return kv_pool(tables.memory, engine, utilization=eng.gpu_memory_utilization,
+                   mem_fraction_static=eng.mem_fraction_static, smi_mib=sheet.smi_mib if sheet else None,
+                   tp=scn.model.hardware.gpus_per_replica, speculative=bool(set(drafters) - {"none"}),
+                   max_batch_tokens=eng.max_batch_tokens, max_running=eng.max_running)
+
+
+def pool_prompt_lines(scn: LoadedScenario, hw: Hardware) -> list[str]:
+    """A warning where the KV pool cannot hold the longest prompt the workload can draw (those requests are refused
+    as an engine refuses them); a ``UserError`` where it cannot hold the shortest, since every request would be."""
+    w = scn.model.workload
+    low, high = shortest_prompt(w.prompt), longest_prompt(w.prompt)
+    where = ("engine.kv_capacity_tokens" if scn.model.engine.kv_capacity_tokens
+             else "the KV pool its engine sizes from hardware.table's memory facts")
+    if low is not None and low >= hw.kv_capacity:
+        raise UserError(f"{scn.path}: workload.prompt: every prompt ({low:,} tokens or more) exceeds {where} "
+                        f"({hw.kv_capacity:,} tokens per replica): expected prompts shorter than the pool, or a "
+                        "larger pool (more GPUs per replica, engine.gpu_memory_utilization / mem_fraction_static)")
+    if high is not None and high >= hw.kv_capacity:
+        return [f"{scn.path}: workload.prompt: prompts of up to {high:,} tokens do not fit in {where} "
+                f"({hw.kv_capacity:,} tokens per replica): those requests are refused"]
+    return []
 
 
 def drafter_table(scn: LoadedScenario, tables: TableSet, name: str) -> DrafterTable:

@@ -736,9 +736,11 @@ def test_kv_facts_are_the_cache_the_table_priced():
     per_token = 36 * 2 * 8 * 128 * 2  # layers x (K, V) x kv heads x head dim x 2 bytes
     assert table.meta["kv_bytes_per_token"] == table.meta["kv_bytes_per_token_per_gpu"] == per_token
     kv = table.facts.memory.kv_capacity(0.9, 2048, 128)
-    room = 141e9 * 0.9 - table.meta["weight_bytes_per_gpu"]
+    device = 139.8 * 2**30  # the H200 as the CUDA driver reports it (hw_profile/hardware/gpus.py), not 141e9
+    assert table.meta["device_memory_gb"] * 1e9 == pytest.approx(device)
+    room = device * 0.9 - table.meta["weight_bytes_per_gpu"]
     assert 0.97 * room / per_token < kv < room / per_token
-    assert kv * per_token + table.meta["weight_bytes_per_gpu"] <= 141e9 * 0.9  # it fits the memory it was given
+    assert kv * per_token + table.meta["weight_bytes_per_gpu"] <= device * 0.9  # it fits the memory it was given
 
 
 def test_table_set_loads_from_hardware_table_alone(tmp_path):
