@@ -195,6 +195,8 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
               help="largest deployment (prefill + decode) the search tries")
 @click.option("--rate-tolerance", type=click.FloatRange(min=0.001, max=1.0), default=0.05, show_default=True,
               help="relative precision of the headroom search")
+@click.option("--force", is_flag=True, help="plan for an --sla under 1 tok/s/user or a --ttft-p99 over 60 s (refused "
+              "otherwise: most likely a unit slip)")
 @click.option("--out", type=click.Path(path_type=Path), help="output directory [default: results/<scenario stem>]")
 @click.option("--quick", is_flag=True, help="short runs for a smoke test (run.quick_duration_s)")
 @click.option("--seed", type=int, help="seed of the first replicate [default: the scenario's]")
@@ -224,7 +226,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 @backend_options
 @overrides
 def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99: float, gpu_hour_cost: float,
-             max_gpus: int, rate_tolerance: float, out: Path | None, quick: bool, seed: int | None,
+             max_gpus: int, rate_tolerance: float, force: bool, out: Path | None, quick: bool, seed: int | None,
              replicates: int, jobs: int | None, check_invariants: bool, probe_replicas: int | None,
              per_segment: bool, segment_s: float | None, segment_run_s: float, hardware: tuple[str, ...],
              rank_bounds_together: bool, backend: str, address: str | None, sets: tuple[str, ...]) -> None:
@@ -232,8 +234,9 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
 
     from simulator.inputs.config import load_scenario
     from simulator.outputs.capacity_report import terminal_plan, unmet_lines
-    from simulator.runs.plan import Planner, Target, write_plan
+    from simulator.runs.plan import Planner, Target, check_plausible, write_plan
 
+    check_plausible(sla_tps, ttft_p99, force)
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
     target = Target(tps=sla_tps or scn.model.sla.tps_targets[0], attainment=attainment, ttft_p99=ttft_p99,
