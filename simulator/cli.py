@@ -52,7 +52,8 @@ class ScenarioFirst(click.Group):
 @click.group(cls=ScenarioFirst, context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """Simulate speculative decoding under load: `simulate SCENARIO.yaml` runs every system at every load point
-    of the scenario and writes results/<scenario>/runs.csv."""
+    of the scenario and writes results/<scenario>/runs.csv. Add --debug anywhere to see the traceback behind a
+    plug-in's one-line error."""
 
 
 overrides = click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
@@ -722,9 +723,13 @@ def one_line(doc: str) -> str:
 
 
 def main() -> None:
+    # --debug, anywhere on the line (not an option of one command): a plug-in's traceback above its one-line error
+    debug = "--debug" in sys.argv[1:]
     try:
-        cli(standalone_mode=False)
+        cli(args=[a for a in sys.argv[1:] if a != "--debug"], standalone_mode=False)
     except UserError as exc:
+        if debug and getattr(exc, "detail", ""):
+            click.echo(exc.detail.rstrip("\n"), err=True)
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:
