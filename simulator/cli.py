@@ -93,6 +93,14 @@ def output_dir(scenario: Path, sets: tuple[str, ...], out: Path | None, plan_opt
     return out
 
 
+def keep_outputs(out: Path) -> Path:
+    """``out``, whose earlier outputs come back as they were if this command fails (simulator/outputs/kept.py)."""
+    from simulator.outputs.kept import kept_on_failure
+
+    click.get_current_context().with_resource(kept_on_failure(out))
+    return out
+
+
 def table_warnings(scn) -> list[str]:
     """What the scenario's step-time tables say against themselves (simulator/inputs/table_checks.py): warned once
     before a run or a plan, as `simulate check` does."""
@@ -140,7 +148,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
-    out = output_dir(scenario, sets, out)
+    out = keep_outputs(output_dir(scenario, sets, out))
     sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh or check_invariants, check_invariants)
     for line in [*unused_settings(scn.model), *scenario_grid_warnings(scn), *table_warnings(scn)]:
         click.echo(f"warning: {line}", err=True)
@@ -265,12 +273,12 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         choices, warnings = check_options(scn, parse_options(hardware))
         for line in warnings:
             click.echo(f"warning: {line}", err=True)
-        out = output_dir(scenario, sets, out, (*options, *(f"plan.hardware={h}" for h in hardware)))
+        out = keep_outputs(output_dir(scenario, sets, out, (*options, *(f"plan.hardware={h}" for h in hardware))))
         return plan_hardware_cmd(scn, out, target, runner, choices, quick, seed, replicates, check_invariants,
                                  bounds_apart=not rank_bounds_together)
     if rank_bounds_together:
         raise UserError("--rank-bounds-together ranks --hardware options; expected it with --hardware")
-    out = output_dir(scenario, sets, out, options)
+    out = keep_outputs(output_dir(scenario, sets, out, options))
     for line in table_warnings(scn):
         click.echo(f"warning: {line}", err=True)
     if per_segment:
@@ -542,7 +550,14 @@ def bench_cmd(profile: Path | None, inference_perf: Path | None, vllm_result: Pa
     from simulator.inputs.config import read_yaml
     from simulator.inputs.inference_perf import bench_scenario, read_profile
     from simulator.inputs.vllm_bench_result import is_vllm_bench_result, read_vllm_result
-    from simulator.runs.bench import run_bench, scenario_from_doc, terminal_table, write_bench_csv
+    from simulator.runs.bench import (
+        check_table,
+        run_bench,
+        scenario_from_doc,
+        table_flag,
+        terminal_table,
+        write_bench_csv,
+    )
     from simulator.runs.bench import write_scenario as write_scenario_file
 
     given = [p for p in (profile, inference_perf, vllm_result) if p is not None]
@@ -556,21 +571,22 @@ def bench_cmd(profile: Path | None, inference_perf: Path | None, vllm_result: Pa
     bench = read_vllm_result(profile) if vllm else read_profile(profile)
     for line in bench.notes:
         click.echo(f"note: {line}", err=True)
-    local = Path(table)
-    doc = bench_scenario(bench, str(local.resolve()) if local.is_file() else table, gpus_per_replica=gpus,
-                         replicas=replicas, max_running=max_running, max_batch_tokens=max_batch_tokens,
+    doc = bench_scenario(bench, table_flag(table), gpus_per_replica=gpus, replicas=replicas,
+                         max_running=max_running, max_batch_tokens=max_batch_tokens,
                          kv_capacity_tokens=kv_capacity_tokens, seed=seed, drain_s=drain_s)
-    out = out if out is not None else Path("results") / profile.stem
+    out = keep_outputs(out if out is not None else Path("results") / profile.stem)
     scn = scenario_from_doc(doc, bench, out / "scenario.yaml")  # validated before anything is written
-    write_scenario_file(out / "scenario.yaml", doc, bench)
-    if write_scenario is not None:
-        write_scenario_file(write_scenario, doc, bench)
+    check_table(scn, table)
     try:
         with bench_progress(scn.name, bench) as tick:
             result = run_bench(scn, bench.stages, seed, tick)
     except KeyboardInterrupt:
-        click.echo("\ninterrupted: nothing written but the scenario", err=True)
+        click.echo("\ninterrupted: nothing written", err=True)
         sys.exit(130)
+    # the scenario beside the table it made, both once the run succeeded: a failed run leaves the pair it found
+    write_scenario_file(out / "scenario.yaml", doc, bench)
+    if write_scenario is not None:
+        write_scenario_file(write_scenario, doc, bench)
     path = write_bench_csv(out, result.table)
     click.echo(terminal_table(result.table))
     if result.table["overloaded"].any():
@@ -653,7 +669,7 @@ def break_even_cmd(scenario: Path, systems: str, concurrency: tuple[int, ...], l
                    f"{r['ratio_low']:6.2f}x {r['ratio_high']:6.2f}x  {r['break_even']}")
     if quick:
         click.echo("(--quick: short smoke runs; do not plan on these numbers)")
-    path = atomic_write(output_dir(scenario, sets, out) / "break_even.csv",
+    path = atomic_write(keep_outputs(output_dir(scenario, sets, out)) / "break_even.csv",
                         lambda tmp: pd.DataFrame(table).to_csv(tmp, index=False))
     click.echo(f"\nbreak-even: {path}")
 
