@@ -210,7 +210,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 @click.option("--quick", is_flag=True, help="short runs for a smoke test (run.quick_duration_s)")
 @click.option("--seed", type=int, help="seed of the first replicate [default: the scenario's]")
 @click.option("--replicates", type=click.IntRange(min=1), default=PLAN_REPLICATES, show_default=True,
-              help="seeds per candidate: a size meets when the 95%% interval of its attainment clears the target")
+              help="seeds per candidate: a size meets when the 95% interval of its attainment clears the target")
 @click.option("--jobs", type=click.IntRange(min=1), help="parallel runs [default: all cores]")
 @click.option("--check-invariants", is_flag=True,
               help="check the engine's invariants (docs/model.md) on every run the plan reads, stored ones run "
