@@ -113,6 +113,7 @@ def test_it_is_tensor_parallel_by_default_and_priced_on_the_roofline():
     assert (mtp.attention_kind, mtp.full_attention_layers, mtp.state_bytes_per_request) == ("mla", 1, 0.0)
 
 
+@pytest.mark.slow
 def test_a_scenario_says_when_running_requests_states_leave_no_kv_room(tmp_path):
     """On one GPU's share of the 8-GPU table, 384 running requests' KDA states (232 MB each) and the weights fill
     the GPU: the scenario asks for a KV capacity and says what holds the memory; on all 8 GPUs it plans."""

@@ -67,6 +67,7 @@ def test_a_failed_simulate_leaves_the_earlier_outputs(scenario_file, tmp_path, c
     assert isinstance(res.exception, OSError) and snapshot(out) == before
 
 
+@pytest.mark.slow
 def test_a_failed_plan_leaves_the_earlier_outputs(scenario_file, tmp_path, crashy, monkeypatch):
     path = scenario_file(**{**SMALL_PLAN, "systems": ["mtp-1"]})
     out = tmp_path / "out"

@@ -15,6 +15,7 @@ from simulator.runs.run import LoadPoint, RunSpec, plugin_crashes
 from tests.conftest import ROOT
 
 
+@pytest.mark.slow
 def test_a_crashing_plugin_is_one_line_naming_it_the_system_and_the_load_point(scenario_file, tmp_path, crashy):
     """Through the console script, runs on a process pool (the error crosses from a worker): one line, exit 2;
     --debug, anywhere on the line, prints the plug-in's traceback above it."""

@@ -235,6 +235,7 @@ def test_a_measured_tables_device_name_finds_its_datasheet(device, name):
     assert (gpu.name if gpu is not None else None) == name
 
 
+@pytest.mark.slow
 def test_check_and_a_run_warn_once(scenario_file, tmp_path):
     base = pd.read_csv(H200_TABLE)
     k = int(np.sort(base["kv_tokens"].unique())[5])

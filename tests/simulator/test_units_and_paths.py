@@ -16,6 +16,7 @@ from tests.conftest import H200_TABLE
 from tests.simulator.test_config import run_cli
 
 
+@pytest.mark.slow
 def test_a_per_user_speed_under_1_tok_s_is_refused_unless_forced(scenario_file):
     path = scenario_file(sla={"tps_targets": [80, 0.005]})
     res = run_cli("check", str(path))
@@ -39,6 +40,7 @@ def test_plan_flags_out_of_range_are_refused_unless_forced(sla, ttft, expect):
     check_plausible(1.0, 60.0, force=False)  # the edges are plausible
 
 
+@pytest.mark.slow
 def test_plan_refuses_a_500_second_ttft_before_running_anything(scenario_file, tmp_path):
     path = scenario_file(traffic={"kind": "poisson", "rate": 10.0}, frontier=None)
     res = run_cli("plan", str(path), "--ttft-p99", "500", "--out", str(tmp_path / "out"))
