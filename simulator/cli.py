@@ -3,7 +3,7 @@
     simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2] [--fresh]
              [--check-invariants] [--backend local|ray [--address auto|HOST:PORT]]
     simulate plan SCENARIO.yaml [--sla TPS] [--attainment A] [--ttft-p99 S] [--gpu-hour-cost USD] [--max-gpus N]
-             [--hardware NAME=TABLE.csv:USD_PER_GPU_HOUR]... [--out DIR] [--check-invariants] [--backend ...]
+             [--hardware NAME=TABLE.csv:USD_PER_GPU_HOUR]... [--force] [--out DIR] [--check-invariants] [--backend ...]
              [--set path=value]... [--per-segment [--segment-s S] [--segment-run-s S]] [--probe-replicas R]
     simulate check SCENARIO.yaml [--set path=value]...
     simulate bench PROFILE --table TABLE.csv [--gpus N] [--replicas R] [--max-running N] [--max-batch-tokens N]
