@@ -3,7 +3,7 @@
     simulate SCENARIO.yaml [--out DIR] [--quick] [--seed S] [--jobs N] [--set path=value]... [--records DIR2] [--fresh]
              [--check-invariants] [--backend local|ray [--address auto|HOST:PORT]]
     simulate plan SCENARIO.yaml [--sla TPS] [--attainment A] [--ttft-p99 S] [--gpu-hour-cost USD] [--max-gpus N]
-             [--hardware NAME=TABLE.csv:USD_PER_GPU_HOUR]... [--out DIR] [--check-invariants] [--backend ...]
+             [--hardware NAME=TABLE.csv:USD_PER_GPU_HOUR]... [--force] [--out DIR] [--check-invariants] [--backend ...]
              [--set path=value]... [--per-segment [--segment-s S] [--segment-run-s S]] [--probe-replicas R]
     simulate check SCENARIO.yaml [--set path=value]...
     simulate bench PROFILE --table TABLE.csv [--gpus N] [--replicas R] [--max-running N] [--max-batch-tokens N]
@@ -52,7 +52,8 @@ class ScenarioFirst(click.Group):
 @click.group(cls=ScenarioFirst, context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """Simulate speculative decoding under load: `simulate SCENARIO.yaml` runs every system at every load point
-    of the scenario and writes results/<scenario>/runs.csv."""
+    of the scenario and writes results/<scenario>/runs.csv. Add --debug anywhere to see the traceback behind a
+    plug-in's one-line error."""
 
 
 overrides = click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
@@ -89,6 +90,14 @@ def output_dir(scenario: Path, sets: tuple[str, ...], out: Path | None, plan_opt
     if sets or plan_options:
         given = "overrides" if not plan_options else ("plan options" if not sets else "overrides and plan options")
         click.echo(f"{given} given: writing to {out} (--out to choose)", err=True)
+    return out
+
+
+def keep_outputs(out: Path) -> Path:
+    """``out``, whose earlier outputs come back as they were if this command fails (simulator/outputs/kept.py)."""
+    from simulator.outputs.kept import kept_on_failure
+
+    click.get_current_context().with_resource(kept_on_failure(out))
     return out
 
 
@@ -139,7 +148,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
-    out = output_dir(scenario, sets, out)
+    out = keep_outputs(output_dir(scenario, sets, out))
     sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh or check_invariants, check_invariants)
     for line in [*unused_settings(scn.model), *scenario_grid_warnings(scn), *table_warnings(scn)]:
         click.echo(f"warning: {line}", err=True)
@@ -195,11 +204,13 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
               help="largest deployment (prefill + decode) the search tries")
 @click.option("--rate-tolerance", type=click.FloatRange(min=0.001, max=1.0), default=0.05, show_default=True,
               help="relative precision of the headroom search")
+@click.option("--force", is_flag=True, help="plan for an --sla under 1 tok/s/user or a --ttft-p99 over 60 s (refused "
+              "otherwise: most likely a unit slip)")
 @click.option("--out", type=click.Path(path_type=Path), help="output directory [default: results/<scenario stem>]")
 @click.option("--quick", is_flag=True, help="short runs for a smoke test (run.quick_duration_s)")
 @click.option("--seed", type=int, help="seed of the first replicate [default: the scenario's]")
 @click.option("--replicates", type=click.IntRange(min=1), default=PLAN_REPLICATES, show_default=True,
-              help="seeds per candidate: a size meets when the 95%% interval of its attainment clears the target")
+              help="seeds per candidate: a size meets when the 95% interval of its attainment clears the target")
 @click.option("--jobs", type=click.IntRange(min=1), help="parallel runs [default: all cores]")
 @click.option("--check-invariants", is_flag=True,
               help="check the engine's invariants (docs/model.md) on every run the plan reads, stored ones run "
@@ -224,7 +235,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 @backend_options
 @overrides
 def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99: float, gpu_hour_cost: float,
-             max_gpus: int, rate_tolerance: float, out: Path | None, quick: bool, seed: int | None,
+             max_gpus: int, rate_tolerance: float, force: bool, out: Path | None, quick: bool, seed: int | None,
              replicates: int, jobs: int | None, check_invariants: bool, probe_replicas: int | None,
              per_segment: bool, segment_s: float | None, segment_run_s: float, hardware: tuple[str, ...],
              rank_bounds_together: bool, backend: str, address: str | None, sets: tuple[str, ...]) -> None:
@@ -232,8 +243,9 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
 
     from simulator.inputs.config import load_scenario
     from simulator.outputs.capacity_report import terminal_plan, unmet_lines
-    from simulator.runs.plan import Planner, Target, write_plan
+    from simulator.runs.plan import Planner, Target, check_plausible, write_plan
 
+    check_plausible(sla_tps, ttft_p99, force)
     scn = load_scenario(scenario, sets)
     runner = make_backend(backend, address, jobs)
     target = Target(tps=sla_tps or scn.model.sla.tps_targets[0], attainment=attainment, ttft_p99=ttft_p99,
@@ -261,12 +273,12 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         choices, warnings = check_options(scn, parse_options(hardware))
         for line in warnings:
             click.echo(f"warning: {line}", err=True)
-        out = output_dir(scenario, sets, out, (*options, *(f"plan.hardware={h}" for h in hardware)))
+        out = keep_outputs(output_dir(scenario, sets, out, (*options, *(f"plan.hardware={h}" for h in hardware))))
         return plan_hardware_cmd(scn, out, target, runner, choices, quick, seed, replicates, check_invariants,
                                  bounds_apart=not rank_bounds_together)
     if rank_bounds_together:
         raise UserError("--rank-bounds-together ranks --hardware options; expected it with --hardware")
-    out = output_dir(scenario, sets, out, options)
+    out = keep_outputs(output_dir(scenario, sets, out, options))
     for line in table_warnings(scn):
         click.echo(f"warning: {line}", err=True)
     if per_segment:
@@ -545,7 +557,14 @@ def bench_cmd(profile: Path | None, inference_perf: Path | None, vllm_result: Pa
     from simulator.inputs.config import read_yaml
     from simulator.inputs.inference_perf import bench_scenario, read_profile
     from simulator.inputs.vllm_bench_result import is_vllm_bench_result, read_vllm_result
-    from simulator.runs.bench import run_bench, scenario_from_doc, terminal_table, write_bench_csv
+    from simulator.runs.bench import (
+        check_table,
+        run_bench,
+        scenario_from_doc,
+        table_flag,
+        terminal_table,
+        write_bench_csv,
+    )
     from simulator.runs.bench import write_scenario as write_scenario_file
 
     given = [p for p in (profile, inference_perf, vllm_result) if p is not None]
@@ -559,21 +578,22 @@ def bench_cmd(profile: Path | None, inference_perf: Path | None, vllm_result: Pa
     bench = read_vllm_result(profile) if vllm else read_profile(profile)
     for line in bench.notes:
         click.echo(f"note: {line}", err=True)
-    local = Path(table)
-    doc = bench_scenario(bench, str(local.resolve()) if local.is_file() else table, gpus_per_replica=gpus,
-                         replicas=replicas, max_running=max_running, max_batch_tokens=max_batch_tokens,
+    doc = bench_scenario(bench, table_flag(table), gpus_per_replica=gpus, replicas=replicas,
+                         max_running=max_running, max_batch_tokens=max_batch_tokens,
                          kv_capacity_tokens=kv_capacity_tokens, seed=seed, drain_s=drain_s)
-    out = out if out is not None else Path("results") / profile.stem
+    out = keep_outputs(out if out is not None else Path("results") / profile.stem)
     scn = scenario_from_doc(doc, bench, out / "scenario.yaml")  # validated before anything is written
-    write_scenario_file(out / "scenario.yaml", doc, bench)
-    if write_scenario is not None:
-        write_scenario_file(write_scenario, doc, bench)
+    check_table(scn, table)
     try:
         with bench_progress(scn.name, bench) as tick:
             result = run_bench(scn, bench.stages, seed, tick)
     except KeyboardInterrupt:
-        click.echo("\ninterrupted: nothing written but the scenario", err=True)
+        click.echo("\ninterrupted: nothing written", err=True)
         sys.exit(130)
+    # the scenario beside the table it made, both once the run succeeded: a failed run leaves the pair it found
+    write_scenario_file(out / "scenario.yaml", doc, bench)
+    if write_scenario is not None:
+        write_scenario_file(write_scenario, doc, bench)
     path = write_bench_csv(out, result.table)
     click.echo(terminal_table(result.table))
     if result.table["overloaded"].any():
@@ -656,7 +676,7 @@ def break_even_cmd(scenario: Path, systems: str, concurrency: tuple[int, ...], l
                    f"{r['ratio_low']:6.2f}x {r['ratio_high']:6.2f}x  {r['break_even']}")
     if quick:
         click.echo("(--quick: short smoke runs; do not plan on these numbers)")
-    path = atomic_write(output_dir(scenario, sets, out) / "break_even.csv",
+    path = atomic_write(keep_outputs(output_dir(scenario, sets, out)) / "break_even.csv",
                         lambda tmp: pd.DataFrame(table).to_csv(tmp, index=False))
     click.echo(f"\nbreak-even: {path}")
 
@@ -726,9 +746,13 @@ def one_line(doc: str) -> str:
 
 
 def main() -> None:
+    # --debug, anywhere on the line (not an option of one command): a plug-in's traceback above its one-line error
+    debug = "--debug" in sys.argv[1:]
     try:
-        cli(standalone_mode=False)
+        cli(args=[a for a in sys.argv[1:] if a != "--debug"], standalone_mode=False)
     except UserError as exc:
+        if debug and getattr(exc, "detail", ""):
+            click.echo(exc.detail.rstrip("\n"), err=True)
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:

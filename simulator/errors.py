@@ -14,3 +14,14 @@ class PolicyError(UserError):
 
 class SourceError(UserError):
     """An acceptance source that cannot be loaded or that returned an invalid outcome."""
+
+
+class PluginCrash(UserError):
+    """A plug-in (a policy, acceptance source or engine rule named as ``module:Class`` or an entry point) raised
+    during a run: one line names it, the system and the load point; ``detail`` keeps the traceback, which
+    ``simulate --debug`` prints (it travels with the error from a worker process, where the traceback object
+    cannot)."""
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail

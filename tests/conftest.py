@@ -50,3 +50,35 @@ def examples_on_path(monkeypatch):
     """docs/examples importable, as a user's PYTHONPATH=docs/examples would make it."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
     return EXAMPLES
+
+
+CRASHY = '''
+import numpy as np
+
+from simulator import Policy
+
+
+class Crashy(Policy):
+    """Verifies one draft a step for 20 steps, then fails as a buggy plug-in would."""
+
+    reads_confidence = False
+
+    def __init__(self):
+        self.steps = 0
+
+    def choose(self, view):
+        self.steps += 1
+        if self.steps > 20:
+            raise ZeroDivisionError("a bug in the plug-in")
+        return np.minimum(1, view.max_lengths)
+'''
+
+
+@pytest.fixture
+def crashy(tmp_path, monkeypatch):
+    """A plug-in policy ``crashy_policy:Crashy`` that raises during a run."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "crashy_policy.py").write_text(CRASHY)
+    monkeypatch.syspath_prepend(str(folder))
+    return "crashy_policy:Crashy"

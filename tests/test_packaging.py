@@ -31,6 +31,7 @@ def run(cmd: list[str], cwd: Path, env: dict, timeout: int = 600) -> subprocess.
     return res
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_non_editable_install_runs_without_the_source_tree(tmp_path):
     """Build the wheel, install it into a fresh virtual environment (its dependencies come from this one's

@@ -7,9 +7,12 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.heavy
 def test_one_run_is_predicted_as_the_page_says(monkeypatch, capsys):
     spec = importlib.util.spec_from_file_location("sim_to_real_serving", ROOT / "benchmarks" / "sim_to_real_serving.py")
     module = importlib.util.module_from_spec(spec)

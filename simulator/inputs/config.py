@@ -4,8 +4,8 @@ A scenario is YAML. Every field is validated on load; unknown keys are errors; a
 one line that names the file, the field path and what was expected. ``--set dotted.path=value`` (value parsed as
 YAML; list items by index, e.g. ``systems.0.gamma=5``) overrides fields before validation; ``--set
 dotted.path+=value`` appends to a list (``systems+=oracle``: one more system without retyping the list, its
-baseline kept). Paths inside a scenario
-(tables, traces, profiles) are relative to the scenario file.
+baseline kept). Paths inside a scenario (tables, traces, profiles) are relative to the scenario file; a relative
+path given with ``--set`` is relative to the working directory, as any path typed on the command line.
 """
 
 from __future__ import annotations
@@ -372,9 +372,26 @@ class Run(Strict):
         return self
 
 
+# Plausible ranges of SLA figures: a per-user speed under 1 tok/s or a TTFT limit over a minute is far more often a
+# unit slip (tok/s/GPU for tok/s/user, milliseconds for seconds) than a target; `force` accepts one anyway.
+MIN_TPS_PER_USER = 1.0  # tok/s/user
+MAX_TTFT_S = 60.0  # seconds
+
+
 class SLA(Strict):
     tps_targets: list[PositiveFloat] = Field(min_length=1, description="tokens/s/user; the first is the one sla_attainment uses")
     baseline: str | None = Field(None, description="system the gains are measured against (default: mtp-1 if present)")
+    force: bool = Field(False, description=f"accept tps_targets under {MIN_TPS_PER_USER:g} tok/s/user (refused "
+                                           "otherwise, as a likely unit slip)")
+
+    @model_validator(mode="after")
+    def _plausible(self) -> SLA:
+        low = [t for t in self.tps_targets if t < MIN_TPS_PER_USER]
+        if low and not self.force:
+            i = self.tps_targets.index(low[0])
+            raise FieldError(f"tps_targets[{i}]", f"expected a per-user speed of at least {MIN_TPS_PER_USER:g} "
+                             f"tok/s/user, got {low[0]:g} tok/s/user (set sla.force: true to keep it)")
+        return self
 
 
 class Scenario(Strict):
@@ -466,6 +483,35 @@ class LoadedScenario:
         if not here.exists() and (library_dir() / p).exists():
             return library_dir() / p
         return here
+
+
+# Scenario fields that name a file (`*` any key of a mapping; list indices are skipped when matching)
+PATH_FIELDS = ("hardware.table", "hardware.policy_table", "hardware.prefill_table", "hardware.drafter_tables.*",
+               "acceptance.trace", "acceptance.profile", "traffic.trace", "workload.prompt.trace",
+               "workload.output.trace")
+
+
+def _path_field(keys: list[str]) -> bool:
+    named = [k for k in keys if not k.isdigit()]
+    return any(len(f) == len(named) and all(a in ("*", b) for a, b in zip(f, named, strict=True))
+               for f in (p.split(".") for p in PATH_FIELDS))
+
+
+def _from_cwd(keys: list[str], value: Any) -> Any:
+    """An override's value with each relative file path in it made absolute against the working directory: a path
+    typed on the command line means what the shell around it means (the scenario's own paths stay relative to
+    its folder). A path not found there but in the built-in library keeps the library's meaning, and a name
+    that is not a file (a built-in acceptance profile) is kept as it is."""
+    if isinstance(value, dict):
+        return {k: _from_cwd([*keys, str(k)], v) for k, v in value.items()}
+    if not isinstance(value, str) or not _path_field(keys) or Path(value).is_absolute():
+        return value
+    here = Path.cwd() / value
+    if here.exists():
+        return str(here)
+    if keys[-1] == "profile" or (library_dir() / value).exists():
+        return value
+    return str(here)  # missing: the error names where it was looked for
 
 
 def parse_override(text: str) -> tuple[list[str], Any, bool]:
@@ -613,7 +659,7 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
         raise UserError(f"{path}: expected a mapping of scenario fields at the top level")
     for text in overrides:
         keys, value, append = parse_override(text)
-        apply_override(doc, keys, value, text, append)
+        apply_override(doc, keys, _from_cwd(keys, value), text, append)
     try:
         model = Scenario.model_validate(doc)
     except ValidationError as exc:

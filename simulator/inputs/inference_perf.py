@@ -5,8 +5,11 @@ What is read, and what it becomes:
 
 - ``load.type: constant`` with ``load.stages: [{rate, duration}]``: ``traffic`` of kind poisson, one segment per
   stage, ``repeat: false`` (sending stops after the last stage) and ``exact_counts: true`` (round(rate x duration)
-  requests per stage, exponential gaps scaled to span it). Other load types (poisson, concurrent, trace replay) and
-  ``load.sweep`` are refused, naming the field.
+  requests per stage, exponential gaps scaled to span it: inference-perf's constant timer is that exponential-gap
+  timer, not evenly spaced requests). ``load.type: poisson`` is the same but ``exact_counts: false``: its timer
+  draws a Poisson count each second, so a stage's count is itself Poisson, as in a Poisson stream (a note says
+  that within each second the replay's arrivals are a Poisson stream's, not the timer's scaled gaps). Other load
+  types (concurrent, trace replay) and ``load.sweep`` are refused, naming the field.
 - ``data.type: shared_prefix``: ``data.shared_prefix.{num_unique_system_prompts | num_groups, system_prompt_len,
   question_len, output_len, num_users_per_system_prompt | num_prompts_per_group}`` becomes a fixed prompt of
   system + question tokens, a fixed output of ``output_len`` tokens and ``workload.shared_prefix {tokens:
@@ -41,7 +44,7 @@ CLIENT_SECTIONS = ("api", "report", "storage", "tokenizer", "metrics", "circuit_
 LOAD_CLIENT = ("interval", "num_workers", "worker_max_concurrency", "worker_max_tcp_connections", "request_timeout",
                "request_retries", "request_retry_backoff_sec", "base_seed", "circuit_breakers")
 SERVER_FIELDS = ("type", "model_name", "base_url", "api_key", "cert_path", "key_path", "ignore_eos")
-LOAD_TYPES = ("constant",)
+LOAD_TYPES = ("constant", "poisson")
 DATA_TYPES = ("shared_prefix", "random", "synthetic")
 #: a distribution's fields (total_count sizes inference-perf's prompt pool, not the load)
 DIST_FIELDS = ("min", "max", "mean", "std_dev", "total_count", "type")
@@ -57,6 +60,9 @@ class BenchProfile:
     notes: list[str] = field(default_factory=list)  # what the replay does not model, one line each
     # a client's finite prompt list instead of stages: (prompts, at most this many at a time), all ready at once
     prompt_list: tuple[int, int] | None = None
+    # each stage sends exactly round(rate x duration) requests (inference-perf's constant timer); false: a Poisson
+    # count (its poisson timer)
+    exact_counts: bool = True
 
     @property
     def send_seconds(self) -> float:
@@ -65,7 +71,7 @@ class BenchProfile:
     @property
     def traffic(self) -> dict:
         return {"kind": "poisson", "segments": [{"duration_s": d, "rate": r} for d, r in self.stages],
-                "repeat": False, "exact_counts": True}
+                "repeat": False, "exact_counts": self.exact_counts}
 
 
 class _Reader:
@@ -134,21 +140,27 @@ def read_profile(path: str | Path) -> BenchProfile:
     doc = r.mapping(doc, "(top level)")
     r.known(doc, "", ("load", "data", "server", *CLIENT_SECTIONS))
     notes: list[str] = []
-    stages = _stages(r, r.mapping(doc["load"], "load"), notes)
+    load = r.mapping(doc["load"], "load")
+    stages = _stages(r, load, notes)
     workload = _workload(r, r.mapping(doc["data"], "data"), notes)
     server = r.mapping(doc.get("server", {}), "server")
     r.known(server, "server", SERVER_FIELDS)
     if server.get("ignore_eos") is not True:
         notes.append("server.ignore_eos is not true: the benchmark's outputs could end early at an end token; the "
                      "replay generates every output to its full length (an upper bound)")
-    return BenchProfile(path, stages, workload, notes)
+    return BenchProfile(path, stages, workload, notes, exact_counts=load["type"] == "constant")
 
 
 def _stages(r: _Reader, load: dict, notes: list[str]) -> list[tuple[float, float]]:
     r.known(load, "load", ("type", "stages", "sweep", "lora_traffic_split", "trace", *LOAD_CLIENT))
     kind = load.get("type")
     if kind not in LOAD_TYPES:
-        raise r.fail("load.type", f"{kind!r} is not supported; supported: {', '.join(LOAD_TYPES)} (rate stages)")
+        raise r.fail("load.type", f"{kind!r} is not supported; supported: constant (rate stages, exponential gaps "
+                                  "scaled to each stage's exact count) and poisson (rate stages, a Poisson count)")
+    if kind == "poisson":
+        notes.append("load.type poisson: each stage's request count is Poisson, as the benchmark's; within a second "
+                     "the benchmark spaces that second's requests by scaled exponential gaps, the replay by a "
+                     "Poisson stream's")
     for key, what in (("sweep", "a rate sweep chosen at run time; give the stages it chose as load.stages"),
                       ("lora_traffic_split", "LoRA adapters are not modelled"),
                       ("trace", "trace replay: use a scenario with traffic kind trace")):

@@ -90,12 +90,15 @@ def format_plan(doc: dict) -> pd.DataFrame:
     if doc.get("prefill") is None:
         df = df.drop(columns=["decode_gpus", "prefill_gpus", "prefill_replicas"])
     tol = doc["target"].get("rate_tolerance", 0.05)
+    cap = doc["target"]["max_gpus"]
 
     def fmt(col: str, v, r: dict):
         if col == "headroom":
             return headroom_text(r["headroom_lo"], r["headroom_hi"], tol)
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "-"
+        if col == "gpus" and v > cap:  # what it needs (a fleet probe's count, or both pools together), not a size run
+            return f"{v:.0f} > {cap}"
         if col == "gpus" and not _missing(r["gpus_lo"]) and r["gpus_lo"] < v:
             return f"{r['gpus_lo']:.0f}-{v:.0f}"
         if col == "attainment":
@@ -146,6 +149,9 @@ def terminal_plan(doc: dict) -> str:
     df["SLA attainment"] = df["SLA attainment"].str.split(" (", regex=False).str[0]  # its interval: in the report
     text, dropped = fit_width(df)
     legend = HEADROOM_RULE + "; a GPU range: unresolvable at these seeds"
+    cap = doc["target"]["max_gpus"]
+    if any(e["gpus"] > cap for e in doc["systems"].values()):
+        legend += f"; N > {cap}: it needs N GPUs, above --max-gpus {cap}, so unmet"
     if dropped:
         legend += f"; in plan.csv and the report: {', '.join(dropped)}"
     return text + "\n" + textwrap.fill(f"({legend})", TERMINAL_WIDTH, break_on_hyphens=False)
@@ -221,7 +227,8 @@ def capacity_html(doc: dict) -> str:
 {engine}
 <p class="meta">Per system, the fewest GPUs at which the scenario's open-loop traffic meets the SLA: at least
 {t['attainment']:.0%} of requests at or above {t['tps_per_user']:g} tok/s/user, TTFT p99 within {t['ttft_p99_s']:g} s,
-not saturated or overloaded (exponential-then-bisection search over replicas, at most {t['max_gpus']} GPUs). Max req/s per
+not saturated or overloaded (exponential-then-bisection search over replicas, at most {t['max_gpus']} GPUs a pool; a
+count shown as N &gt; {t['max_gpus']} is what a system needs, above that limit, so unmet). Max req/s per
 replica: the most traffic the chosen size sustains at the SLA, per replica. {html.escape(HEADROOM_RULE[0].upper() + HEADROOM_RULE[1:])}
 (at the search's {t.get('rate_tolerance', 0.05):.0%} precision). SLA attainment: its 95% interval over the seeds in
 brackets; GPUs: a range where the seeds cannot resolve the count. Cost per million output tokens at ${t['gpu_hour_cost_usd']:g} per GPU-hour, all GPUs

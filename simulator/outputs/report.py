@@ -153,6 +153,11 @@ def open_loop_figure(runs: pd.DataFrame, col: dict[str, str], time_scale: float)
                                      showlegend=i == 1, line={"color": col[system]}), row=r + 1, col=c + 1)
             fig.update_yaxes(title_text=unit, row=r + 1, col=c + 1)
     fig.update_yaxes(range=[0, 1], row=1, col=2)  # SLA attainment: a share, always on 0-1
+    # counts and rates from zero: an axis fitted to the data started the queue at 0.5, a queue that looked never
+    # empty
+    for i, (key, _, _) in enumerate(panels):
+        if key in ("arrivals_per_s", "queued", "running", "throughput_per_gpu"):
+            fig.update_yaxes(rangemode="tozero", row=i // 2 + 1, col=i % 2 + 1)
     fig.update_xaxes(title_text="tide time (hours)" if hours else "simulated time (s)", row=3)
     fig.update_layout(title="Open-loop traffic over time (first seed)", height=780, legend_title="system")
     return fig

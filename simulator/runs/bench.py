@@ -16,7 +16,9 @@ from pydantic import ValidationError
 from atomic_files import atomic_write, atomic_write_text
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario, Scenario, format_validation_error
+from simulator.inputs.hardware import load_target_table
 from simulator.inputs.inference_perf import BenchProfile
+from simulator.inputs.library import library_dir
 from simulator.inputs.systems import resolve_systems
 from simulator.outputs.bench_table import bench_table
 from simulator.runs.run import LoadPoint, RunSpec, build, in_run, run_list, run_window
@@ -37,6 +39,27 @@ def scenario_from_doc(doc: dict, profile: BenchProfile, where: Path) -> LoadedSc
     except ValidationError as exc:
         raise UserError(f"{format_validation_error(where, exc)} (the scenario built from {profile.path})") from None
     return LoadedScenario(model, where, [])
+
+
+def table_flag(table: str) -> str:
+    """``--table`` as the scenario names it: a file here by its absolute path (the scenario is written in the
+    output folder, and a relative path would be read from there), a bundled table by its library name."""
+    local = Path(table)
+    if local.is_file():
+        return str(local.resolve())
+    if (library_dir() / table).is_file():
+        return table
+    raise UserError(f"--table {table}: step-time table not found (a CSV file, or a bundled table by its library "
+                    "name, e.g. hardware/h200-qwen3-8b-bf16.csv; `simulate list` lists them)")
+
+
+def check_table(scn: LoadedScenario, table: str) -> None:
+    """Read the table before the run, so that a bad one is named by the flag that gave it, not by the field of the
+    scenario built from it."""
+    try:
+        load_target_table(scn)
+    except UserError as exc:
+        raise UserError(f"--table {table}: {str(exc).removeprefix('hardware.table: ')}") from None
 
 
 def write_scenario(path: Path, doc: dict, profile: BenchProfile) -> Path:

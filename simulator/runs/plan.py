@@ -36,7 +36,7 @@ import pandas as pd
 from hw_profile.tables.sidecar import Provenance
 from simulator.core.policies import resolve
 from simulator.errors import UserError
-from simulator.inputs.config import LoadedScenario
+from simulator.inputs.config import MAX_TTFT_S, MIN_TPS_PER_USER, LoadedScenario
 from simulator.inputs.hardware import load_table_set
 from simulator.inputs.systems import SystemSpec, resolve_systems
 from simulator.outputs.frontier import default_baseline
@@ -62,6 +62,19 @@ class Target:
     max_gpus: int = 64
     gpu_hour_cost: float = 1.0      # USD per GPU-hour
     rate_tolerance: float = 0.05    # relative precision of the headroom search
+
+
+def check_plausible(sla_tps: float | None, ttft_p99: float, force: bool) -> None:
+    """``--sla`` and ``--ttft-p99`` within the plausible ranges of an SLA (``MIN_TPS_PER_USER``, ``MAX_TTFT_S``)
+    unless ``--force``: outside them a figure is far more often in the wrong unit than meant."""
+    if force:
+        return
+    if sla_tps is not None and sla_tps < MIN_TPS_PER_USER:
+        raise UserError(f"--sla {sla_tps:g}: expected a per-user speed of at least {MIN_TPS_PER_USER:g} tok/s/user, "
+                        f"got {sla_tps:g} tok/s/user (--force to plan for it anyway)")
+    if ttft_p99 > MAX_TTFT_S:
+        raise UserError(f"--ttft-p99 {ttft_p99:g}: expected a TTFT p99 limit of at most {MAX_TTFT_S:g} seconds, got "
+                        f"{ttft_p99:g} s (the flag is in seconds, not milliseconds; --force to plan for it anyway)")
 
 
 def shortfall(row: dict, target: Target, ttft: bool = True) -> str | None:

@@ -21,11 +21,11 @@ from simulator.core.engine import Simulation, StepPrices
 from simulator.core.engine_config import EngineConfig
 from simulator.core.engine_rules import resolve_rule
 from simulator.core.invariants import InvariantViolation, check_invariants
-from simulator.core.plugins import construct
+from simulator.core.plugins import construct, source_files
 from simulator.core.policies import make_policy
 from simulator.core.policies import resolve as resolve_policy
 from simulator.core.prefill import Disaggregated
-from simulator.errors import UserError
+from simulator.errors import PluginCrash, UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.inputs.hardware import Hardware, load_hardware
 from simulator.inputs.systems import SystemSpec
@@ -174,6 +174,57 @@ def check_rules(scn: LoadedScenario) -> dict[str, type]:
                                       ("preemption", "engine.preemption", m.engine.preemption))}
 
 
+def plugin_specs(scn: LoadedScenario, system: SystemSpec) -> list[tuple[str, str, type]]:
+    """(scenario field, spec, class) of each plug-in a run of ``system`` loads: its policy, the acceptance source
+    and the engine rules that are not the project's own."""
+    m = scn.model
+    found = [("policy", system.policy, resolve_policy(system.policy)[0])]
+    if system.drafter != "none":
+        found.append(("acceptance.source", m.acceptance.source, resolve_source(m.acceptance.source,
+                                                                               what=f"{scn.path}: acceptance.source")))
+    specs = {"router": m.hardware.router, "admission": m.engine.admission, "preemption": m.engine.preemption}
+    fields = {"router": "hardware.router", "admission": "engine.admission", "preemption": "engine.preemption"}
+    found += [(fields[kind], specs[kind], cls) for kind, cls in check_rules(scn).items()]
+    return [(f, spec, cls) for f, spec, cls in found if cls.__module__.partition(".")[0] != "simulator"]
+
+
+@contextmanager
+def plugin_crashes(scn: LoadedScenario, spec: RunSpec):
+    """An exception raised in a plug-in's own code during a run becomes one line naming the plug-in, the system
+    and the load point (a PluginCrash, its traceback kept for ``--debug``); the project's own exceptions keep
+    their traceback: they are bugs of the simulator."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as exc:
+        import traceback
+
+        plugins = plugin_specs(scn, spec.system)
+        own = Path(__file__).resolve().parents[1]  # the simulator's files, which a plug-in's base classes list too
+        files = {f: (field, name) for field, name, cls in plugins for f in source_files(cls) if not f.is_relative_to(own)}
+        hit = next((files[f] for f in reversed(_raised_in(exc)) if f in files), None)
+        if hit is None:
+            raise
+        field, name = hit
+        where = f"system {spec.system.name!r} at load point {spec.point.label}, seed {spec.seed}"
+        raise PluginCrash(f"{scn.path}: plug-in {name!r} ({field}) raised {type(exc).__name__}: {exc} ({where}; "
+                          "--debug shows the traceback)", "".join(traceback.format_exception(exc))) from None
+
+
+def _raised_in(exc: BaseException) -> list[Path]:
+    """The files of the frames an exception passed through, outermost first, its causes' included (SimPy raises
+    a process's exception again from its event loop, the plug-in's frames in the cause)."""
+    import traceback
+
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.insert(0, exc)
+        exc = exc.__cause__ or exc.__context__
+    return [Path(fr.filename).resolve() for e in chain for fr in traceback.extract_tb(e.__traceback__)]
+
+
 @contextmanager
 def in_run(scn: LoadedScenario, spec: RunSpec):
     """A UserError raised while a run runs (a plug-in rule or policy that broke its contract) names the run."""
@@ -319,15 +370,16 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
     """Run and summarise. Returns the runs.csv row and the simulation (its logs). With ``records_dir``, the run's
     records are written there, marked with ``run_key`` (the run store's key) when one is given."""
     t0 = time.perf_counter()
-    sim, hw, duration, warmup = build(scn, spec)
-    # a source that generates tokens records what it generated (live: every step also verifies the whole block)
-    recording = records_dir is not None and isinstance(sim.source, RuntimeSource) and sim.source.start_recording()
-    with in_run(scn, spec):
-        if spec.point.requests is None:
-            warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup)
-        else:  # a benchmark's finite list: measured whole, from its first request to its last
-            stop = duration = run_list(sim, scn, spec)
-            warmup, steady = 0.0, True
+    with plugin_crashes(scn, spec):
+        sim, hw, duration, warmup = build(scn, spec)
+        # a source that generates tokens records what it generated (live: every step also verifies the whole block)
+        recording = records_dir is not None and isinstance(sim.source, RuntimeSource) and sim.source.start_recording()
+        with in_run(scn, spec):
+            if spec.point.requests is None:
+                warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup)
+            else:  # a benchmark's finite list: measured whole, from its first request to its last
+                stop = duration = run_list(sim, scn, spec)
+                warmup, steady = 0.0, True
     wall = time.perf_counter() - t0
     if spec.check_invariants:
         try:

@@ -111,6 +111,7 @@ def tiny_doc(al: float = 3.0) -> dict:
         "ab": [{"a": "a100", "b": "h200", "kind": "H200/A100", "al_from": "a"}]}]}
 
 
+@pytest.mark.slow
 def test_one_ab_end_to_end_where_every_step_is_cheaper(spec, capsys, tmp_path):
     """A100 against H200 on the roofline: where the H200's target and drafter tables are cheaper at every point,
     the same closed loop (same workload and acceptance streams) must run faster on it, whatever the measured
@@ -138,6 +139,7 @@ def test_one_ab_end_to_end_where_every_step_is_cheaper(spec, capsys, tmp_path):
     assert abs(float(error.rstrip("%")) - (predicted / 0.8 - 1) * 100) <= 1
 
 
+@pytest.mark.slow
 def test_a_scenario_that_cannot_be_built_is_one_line(spec, capsys, tmp_path):
     # an acceptance length no block of 3 drafts can reach (at most 4 tokens a step)
     data = tmp_path / "runs.yaml"
@@ -258,6 +260,7 @@ def test_a_malformed_range_is_one_line(spec, capsys, tmp_path, bad):
                                                "[low, high] with 1 < low < high")
 
 
+@pytest.mark.heavy
 def test_a_break_even_end_to_end(spec, capsys, tmp_path):
     """Through the script's command: the predicted ratio grows from the range's low end to its high end, and the
     printed break-even length lies between them."""

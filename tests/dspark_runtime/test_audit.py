@@ -71,6 +71,7 @@ LOSSLESS_CASES = [("dspark", 1), ("dspark", 2), ("dspark", 19), ("dspark-async",
                   ("sglang-compact", 6), ("sglang-compact", 21), ("trtllm-adaptive", 2), ("trtllm-adaptive", 10)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler,seed", LOSSLESS_CASES)
 def test_random_world_lossless_schedulers_match_target(scheduler, seed):
     r = run_audit("random", scheduler, 30_000, seed=seed)
@@ -79,6 +80,7 @@ def test_random_world_lossless_schedulers_match_target(scheduler, seed):
     assert r["admission_p_value"] > PASS
 
 
+@pytest.mark.slow
 def test_random_world_catches_the_global_search():
     seed = 6  # one request, Theta falls at the first admission and only some x_1 make it rise again
     r = run_audit("random", "global", 30_000, seed=seed)

@@ -22,6 +22,7 @@ def test_every_confidence_planner_is_audited():
     assert planners <= set(REGISTRY) and planners <= set(SCHEDULERS)
 
 
+@pytest.mark.slow
 def test_appendix_a_vllm_adaptive_sizes_from_the_step_before():
     """One request, c_1 = 0.8, c_2 = 0.9 after A and 0 after B. The EMA of c_2 is above the break-even 0.53 exactly
     when the step before drew A (0.8 x 0.9 + 0.2 x at most 0.9 against 0.2 x at most 0.9), so the budget is 2 or
@@ -44,6 +45,7 @@ def test_appendix_a_sglang_compact_stops_early_on_its_fit():
     assert r["p_value"] > PASS
 
 
+@pytest.mark.slow
 def test_appendix_a_trtllm_adaptive_buys_the_second_draft_after_an_a():
     """Its floor verifies x_1 every step; the second draft is bought (Theta 2.52 / 2222 against 1.8 / 2000, 26%
     over its 1% margin) exactly when the block before drew A (c_2 = 0.9; after B its survival is 0 and the trim

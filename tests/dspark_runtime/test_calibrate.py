@@ -36,6 +36,7 @@ def test_sts_lowers_ece_of_the_cumulative_product():
         assert after["auroc"][k] == pytest.approx(before["auroc"][k])
 
 
+@pytest.mark.heavy
 def test_calibration_is_saved_with_the_drafter(smoke_world):
     paths, _, _ = smoke_world
     cal = json.loads((paths.drafter("dspark") / "calibration.json").read_text())

@@ -64,6 +64,7 @@ def test_the_host_nvml_stand_in_goes_through_the_sampler():
     assert table.throttled_steps() == 0 and table.points()[0]["util_pct"] == pytest.approx(tel.util_pct)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the real run would start on a GPU")
 def test_a_real_run_without_a_gpu_stops_at_its_first_step_with_one_line(tmp_path):
     res = _script(tmp_path, timeout=120)
@@ -76,6 +77,7 @@ def test_a_real_run_without_a_gpu_stops_at_its_first_step_with_one_line(tmp_path
     assert not (tmp_path / "out" / "live").exists()
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_the_dry_run_takes_every_step_and_prints_the_summary(smoke_world, tmp_path):
     paths, _, _ = smoke_world
@@ -112,6 +114,7 @@ def test_the_dry_run_takes_every_step_and_prints_the_summary(smoke_world, tmp_pa
 LEASE = ROOT / "benchmarks" / "gpu_lease.sh"
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_the_lease_script_dry_run_measures_every_table_and_archives_after_each_step(smoke_world, tmp_path):
     paths, _, _ = smoke_world

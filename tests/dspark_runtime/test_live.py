@@ -74,6 +74,7 @@ def greedy(target, prompts: list[list[int]], steps: int, eos: int) -> list[list[
     return out
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("prefill", ["colocated", "disaggregated"])
 def test_temperature_zero_is_the_targets_greedy_decoding_with_preemptions(smoke_world, smoke_models, tmp_path,
                                                                           prefill):
@@ -104,6 +105,7 @@ def test_temperature_zero_is_the_targets_greedy_decoding_with_preemptions(smoke_
         assert ended_at_eos or len(got) == req["output"][rid]
 
 
+@pytest.mark.heavy
 def test_disaggregated_a_first_token_at_eos_ends_the_request_with_that_token_alone(smoke_world, smoke_models,
                                                                                       tmp_path):
     """The pool's first token is sampled when the pool finishes: an end token there ends the request with one
@@ -179,6 +181,7 @@ def _tau(row: dict, key: str) -> float:
     return float(row["tau_by_mix"][key])
 
 
+@pytest.mark.heavy
 def test_live_trace_and_fitted_profile_agree(smoke_world, tmp_path):
     """One scenario under live, under its own recorded trace, and under the profile fitted to that trace."""
     from simulator.core.acceptance.trace_fit import fit_profile_file
@@ -249,6 +252,7 @@ def test_with_eos_the_trace_records_where_requests_ended_and_replays_end_them_th
     assert_agrees_with_live(live_row, trace_row, prof_row)
 
 
+@pytest.mark.slow
 def test_live_clock_charges_measured_time_and_writes_a_table(smoke_world, tmp_path):
     import pandas as pd
 
@@ -292,6 +296,7 @@ def _one_line_error(res: subprocess.CompletedProcess, *words: str) -> None:
         assert w in lines[0], lines[0]
 
 
+@pytest.mark.heavy
 def test_bad_input_is_one_line(smoke_world, tmp_path):
     paths, _, _ = smoke_world
     missing = live_scenario(tmp_path, tmp_path / "no-world", "missing")
@@ -313,6 +318,7 @@ def test_bad_input_is_one_line(smoke_world, tmp_path):
     _one_line_error(simulate("check", str(profile)), "hardware.clock")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["transformers", "tokenizers", "safetensors"])
 def test_a_missing_runtime_dependency_is_one_line(module, tmp_path):
     """torch present, another runtime module absent (a stand-in package that cannot be imported shadows it): the

@@ -70,6 +70,7 @@ def scenario(tmp_path: Path, acceptance: dict, gamma: int, name: str = "ckpt", *
     return path
 
 
+@pytest.mark.heavy
 def test_temperature_zero_with_checkpoints_is_the_targets_greedy_decoding(checkpoints, tmp_path):
     root, gamma = checkpoints
     acc = {"target": str(root / "target"), "drafter_checkpoint": str(root / "drafter"),
@@ -93,6 +94,7 @@ def test_temperature_zero_with_checkpoints_is_the_targets_greedy_decoding(checkp
         assert len(got) == req["generated"][rid]
 
 
+@pytest.mark.heavy
 def test_bad_checkpoint_paths_are_one_line(checkpoints, tmp_path):
     root, gamma = checkpoints
     good = {"target": str(root / "target"), "drafter_checkpoint": str(root / "drafter"),

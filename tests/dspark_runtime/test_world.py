@@ -29,6 +29,7 @@ def test_build_writes_every_stage(smoke_world):
     assert len(cal["temperatures"]) == size.gamma and cal["split"] == "calib" and cal["n_blocks"] > 0
 
 
+@pytest.mark.slow
 def test_corpus_is_deterministic_and_held_out(smoke_world):
     paths, size, _ = smoke_world
     records = load_corpus(paths.corpus)
@@ -42,6 +43,7 @@ def test_corpus_is_deterministic_and_held_out(smoke_world):
     assert not any(r.prompt in train_prompts for r in records if r.split == "eval")
 
 
+@pytest.mark.slow
 def test_rebuild_is_cached(smoke_world):
     paths, _, _ = smoke_world
     before = (paths.drafter("dspark") / "model.safetensors").stat().st_mtime_ns
@@ -51,6 +53,7 @@ def test_rebuild_is_cached(smoke_world):
     assert (paths.drafter("dspark") / "model.safetensors").stat().st_mtime_ns == before
 
 
+@pytest.mark.slow
 def test_eval_writes_metrics_and_trace(smoke_world, tmp_path):
     paths, size, _ = smoke_world
     out = tmp_path / "eval"
@@ -86,6 +89,7 @@ def test_eval_writes_metrics_and_trace(smoke_world, tmp_path):
     assert (out / "acceptance.html").is_file() and (out / "summary.csv").is_file()
 
 
+@pytest.mark.slow
 def test_user_errors_are_one_line_exit_2(tmp_path):
     runner = CliRunner()
     result = runner.invoke(cli, ["eval", "--size", "smoke", "--data-dir", str(tmp_path), "--quiet"])
@@ -125,6 +129,7 @@ def test_world_sizes_are_consistent():
         assert size.hidden_size == size.heads * size.head_dim
 
 
+@pytest.mark.slow
 def test_eval_of_explicit_checkpoint_directories(smoke_world, tmp_path):
     """The real-checkpoint route: a target directory and DeepSpec drafter directories given by path, dtype by flag."""
     paths, _, _ = smoke_world

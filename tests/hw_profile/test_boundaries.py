@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[2] / "hw_profile"
 
 
@@ -21,6 +23,7 @@ def test_never_imports_simulator_or_runtime():
                 assert name.split(".")[0] not in ("simulator", "dspark_runtime"), f"{path.name} imports {name}"
 
 
+@pytest.mark.slow
 def test_imports_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"

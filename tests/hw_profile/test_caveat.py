@@ -49,6 +49,7 @@ def test_bundled_analytic_tables_written_before_the_caveat_get_it():
     assert table_caveat({"kind": "smoothed", "smoothed": {"from_kind": "analytic"}})["kind"] == "roofline-bound"
 
 
+@pytest.mark.slow
 def test_simulate_check_names_a_bound_table():
     res = run_cli("check", str(ROOT / "scenarios" / "tiny-world-trace.yaml"))
     assert res.returncode == 0 and "hardware table is roofline-bound: a speed bound, not a forecast" in res.stdout

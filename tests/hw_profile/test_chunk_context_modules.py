@@ -139,6 +139,7 @@ def test_a_gated_deltanet_prompt_token_is_priced_from_the_measured_chunked_kerne
     assert "ns_per_token" not in chunk_attention(get_shape("qwen3-8b"), dep, None, measured)
 
 
+@pytest.mark.slow
 @needs_db
 def test_check_says_what_a_prompt_token_costs_beyond_t(tmp_path):
     from hw_profile.estimate.engine_costs import engine_defaults

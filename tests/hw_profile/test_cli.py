@@ -104,6 +104,7 @@ def test_an_fp4_checkpoint_of_another_moe_model_reads_half_the_expert_bytes(tmp_
     assert tables["fp4"].grid.step_ms(1, 0) < tables["auto"].grid.step_ms(1, 0)
 
 
+@pytest.mark.slow
 def test_sps_on_cpu(tiny_config, tmp_path, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "t.csv"

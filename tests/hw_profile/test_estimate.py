@@ -637,6 +637,7 @@ def test_a_roofline_estimate_says_its_kernels_pay_measured_floors():
         assert ("borrowed for this AMD part" in notes) == borrowed
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
                     reason="the kernel database (dspark-sim[kernels]) is not installed")
@@ -998,6 +999,7 @@ def test_a_flat_estimate_between_the_points_moves_only_the_per_step_cost(tmp_pat
     assert fit.fitted == ["f"] and fit.s == 1.0 and any("flat" in n for n in fit.notes)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
                     reason="the kernel database (dspark-sim[kernels]) is not installed")
@@ -1037,6 +1039,7 @@ def test_estimate_from_a_transformers_config(tiny_config, tmp_path, capsys):
     assert "h20.drafter-mtp.csv" in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
                     reason="the kernel database (dspark-sim[kernels]) is not installed")
 def test_the_accuracy_claimed_in_sidecars_and_docs_is_what_sim_to_real_measures(tmp_path, monkeypatch, capsys):

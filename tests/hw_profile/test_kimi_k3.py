@@ -113,6 +113,7 @@ def test_it_is_tensor_parallel_by_default_and_priced_on_the_roofline():
     assert (mtp.attention_kind, mtp.full_attention_layers, mtp.state_bytes_per_request) == ("mla", 1, 0.0)
 
 
+@pytest.mark.slow
 def test_a_scenario_says_when_running_requests_states_leave_no_kv_room(tmp_path):
     """On each GPU of the 8-GPU table (its memory facts: the weights' and the KDA states' share of one GPU, 232 MB a
     request over 8), 4,096 running requests' states and the weights fill the GPU: the scenario asks for a KV

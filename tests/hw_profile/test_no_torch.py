@@ -37,6 +37,7 @@ print("torch-free:", sys.modules["torch"] is None and sys.modules["transformers"
 """
 
 
+@pytest.mark.slow
 def test_table_commands_run_with_torch_and_transformers_unimportable(tmp_path):
     res = subprocess.run([sys.executable, "-c", NO_TORCH, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)

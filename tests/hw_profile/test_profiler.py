@@ -24,6 +24,7 @@ def _cfg(model, **kw):
     return ProfileConfig(**base)
 
 
+@pytest.mark.slow
 def test_tiny_cpu_table_is_sane(tiny_config, tmp_path):
     out = tmp_path / "tiny.csv"
     lines = []

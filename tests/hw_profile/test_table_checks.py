@@ -250,6 +250,7 @@ def test_a_measured_tables_device_name_finds_its_datasheet(device, name):
     assert Sidecar.of({"device": device, "schema_version": 2}).deployment.datasheet is None  # no name parsing
 
 
+@pytest.mark.slow
 def test_check_and_a_run_warn_once(scenario_file, tmp_path):
     base = pd.read_csv(H200_TABLE)
     k = int(np.sort(base["kv_tokens"].unique())[5])

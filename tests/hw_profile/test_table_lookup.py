@@ -109,6 +109,7 @@ def probes(rng: np.random.Generator, axis: np.ndarray, n: int) -> np.ndarray:
     return np.where(rng.random(n) < 0.5, rng.choice(pool, n), rng.uniform(axis[0] - span, axis[-1] + 3 * span, n))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_scalar_array_and_walk_lookups_are_one_rule(seed):

@@ -19,6 +19,7 @@ from tests.simulator.test_config import run_cli
 OUTPUT = (384.0, 0.7, 2048)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("profile", "drafter", "target", "at", "mix"), [
     ("paper-qwen3-8b", "dspark", 3.2, 5, {"math": 1, "code": 1, "chat": 2}),
     ("paper-qwen3-8b", "dspark", 5.5, 7, {"chat": 1}),
@@ -41,6 +42,7 @@ def test_scaled_profile_measures_the_target_and_keeps_its_shape(profile, drafter
     assert all(q.drafters[name] is p.drafters[name] for name in others)
 
 
+@pytest.mark.slow
 def test_a_run_measures_the_length_it_was_scaled_to(scenario_file):
     """static-5 with acceptance_length 2.6 at 5 drafts: runs.csv's tau reads 2.6 (sampling and the closed loop's
     pooling within 2%); the same scenario without the field reads the profile's own level."""
@@ -54,6 +56,7 @@ def test_a_run_measures_the_length_it_was_scaled_to(scenario_file):
     assert abs(plain["tau"] - 2.6) > 0.3
 
 
+@pytest.mark.slow
 def test_acceptance_length_at_another_block(scenario_file):
     """Measured at 3 drafts a step, run at 7: the static-3 arm reads the target, the longer block more."""
     fields = dict(acceptance={"profile": "paper-qwen3-8b", "acceptance_length": 2.5, "acceptance_length_at": 3},
@@ -100,6 +103,7 @@ def test_bad_acceptance_lengths_are_one_line_naming_file_and_field(scenario_file
     assert message.startswith(f"{path}: ") and needle in message and "\n" not in message
 
 
+@pytest.mark.slow
 def test_a_length_no_run_can_measure_is_one_line_at_run_time(scenario_file):
     """Below the range check but past what requests that end can pool (1.9999 at one draft a step, outputs of
     64 tokens): the command stops with one line naming the file and the field, exit code 2."""

@@ -67,6 +67,7 @@ def test_the_same_list_at_every_concurrency(flat_scenario):
     assert many.seconds < one.seconds
 
 
+@pytest.mark.slow
 def test_a_long_list_approaches_the_steady_closed_loop(scenario_file):
     """On a real table, the ramp-up and the drain weigh less as the list grows: 20 requests at 16 a time lose a
     large share of the steady loop's throughput, 640 within a few percent of it."""

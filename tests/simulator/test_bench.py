@@ -61,6 +61,18 @@ def test_shared_prefix_profile_maps_to_stages_and_a_shared_prefix(tmp_path):
     assert any("enable_multi_turn_chat" in n for n in prof.notes) and any("ignore_eos" in n for n in prof.notes)
 
 
+def test_poisson_load_is_a_poisson_count_per_stage(tmp_path):
+    # inference-perf's poisson timer draws a Poisson count each second: a stage's count is Poisson, not exact
+    doc = json.loads(json.dumps(SHARED))
+    doc["load"]["type"] = "poisson"
+    prof = read_profile(write(tmp_path, doc))
+    assert prof.stages == [(8.0, 4.0), (8.0, 50.0)]
+    assert prof.traffic == {"kind": "poisson", "repeat": False, "exact_counts": False,
+                            "segments": [{"duration_s": 8.0, "rate": 4.0}, {"duration_s": 8.0, "rate": 50.0}]}
+    assert [n for n in prof.notes if n.startswith("load.type poisson")]
+    assert read_profile(write(tmp_path, SHARED, "c.json")).traffic["exact_counts"] is True  # constant: exact
+
+
 def test_random_profile_lengths(tmp_path):
     uni = {**RANDOM, "data": {**RANDOM["data"], "input_distribution": {"type": "uniform", "min": 100, "max": 300}}}
     prof = read_profile(write(tmp_path, uni))
@@ -70,7 +82,8 @@ def test_random_profile_lengths(tmp_path):
 
 
 @pytest.mark.parametrize("change, expect", [
-    (lambda d: d["load"].update(type="poisson"), "load.type: 'poisson' is not supported; supported: constant"),
+    (lambda d: d["load"].update(type="concurrent"), "load.type: 'concurrent' is not supported; supported: constant "
+                                                    r"\(rate stages, exponential gaps .*\) and poisson"),
     (lambda d: d["load"].update(stages=[]), "load.stages: expected a non-empty list"),
     (lambda d: d["load"]["stages"][1].update(rate="fast"), r"load.stages\[1\].rate: expected a number"),
     (lambda d: d["load"]["stages"][0].update(concurrency_level=8), r"load.stages\[0\].concurrency_level: unknown or "

@@ -55,6 +55,7 @@ def _scenario(scenario_file, **extra):
     return scenario_file(**{**fields, **extra})
 
 
+@pytest.mark.heavy
 def test_runs_either_side_of_the_break_even_fall_either_side_of_no_speculation(scenario_file):
     """Through the real simulator: the found length brackets the tie. Runs just below it are slower than no
     speculation, just above faster (same seeds, so the workload is the same); the scenario's own acceptance
@@ -78,6 +79,7 @@ def test_runs_either_side_of_the_break_even_fall_either_side_of_no_speculation(s
     assert b.plain_tps_per_gpu == pytest.approx(below.plain_tps_per_gpu)
 
 
+@pytest.mark.heavy
 def test_the_command_prints_the_table_and_writes_the_csv(scenario_file, tmp_path):
     path = _scenario(scenario_file, frontier={"concurrency": [4, 32]})
     out = tmp_path / "out"
@@ -97,6 +99,7 @@ def test_the_command_prints_the_table_and_writes_the_csv(scenario_file, tmp_path
             assert 1.2 < r.length < 4.5 and r.ratio_low < 1.0 < r.ratio_high
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "fields", "message"), [
     (["--range", "3", "2"], {}, "--range: expected 1 < LOW < HIGH < 6"),
     (["--range", "1.5", "6.5"], {}, "--range: expected 1 < LOW < HIGH < 6"),
@@ -143,6 +146,7 @@ def test_a_profile_without_the_scenario_drafter_is_refused(scenario_file):
         scenario_length(load_scenario(path))
 
 
+@pytest.mark.slow
 def test_a_scenario_with_prompt_lists_breaks_even_on_its_lists(scenario_file):
     """Where the frontier gives a finite prompt list at a load, the search runs that list (as the benchmark it
     replays), not a steady loop; a load passed by hand without one is a steady loop."""

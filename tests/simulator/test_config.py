@@ -81,6 +81,7 @@ def run_cli(*args, cwd=ROOT):
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_exit_2(scenario_file, tmp_path):
     path = scenario_file(systems=["dspark", "nonsense-policy"])
     res = run_cli("check", str(path))
@@ -94,6 +95,7 @@ def test_cli_errors_are_one_line_exit_2(scenario_file, tmp_path):
     assert res.returncode == 2 and "scenario file not found" in res.stderr
 
 
+@pytest.mark.slow
 def test_cli_check_reports_what_would_run(scenario_file):
     path = scenario_file(systems=["mtp-1", "dspark"], frontier={"concurrency": [1, 8]})
     res = run_cli("check", str(path), "--set", "run.replicates=3")
@@ -101,12 +103,14 @@ def test_cli_check_reports_what_would_run(scenario_file):
     assert "runs: 12 (x3 seeds)" in res.stdout and "mtp-1 [mtp, gamma 1, static-1]" in res.stdout
 
 
+@pytest.mark.slow
 def test_mix_entry_unknown_to_profile(scenario_file):
     path = scenario_file(workload={"mix": {"poetry": 1}})
     res = run_cli("check", str(path))
     assert res.returncode == 2 and "workload.mix.poetry: not a domain or benchmark" in res.stderr
 
 
+@pytest.mark.slow
 def test_baseline_must_be_one_of_the_systems(scenario_file):
     path = scenario_file(systems=["mtp-1", "dspark"], sla={"tps_targets": [80], "baseline": "mtp-2"})
     res = run_cli("check", str(path))
@@ -139,6 +143,7 @@ def test_quoted_numbers_are_refused_not_converted(scenario_file, fields, expect)
         load_scenario(scenario_file(**fields))
 
 
+@pytest.mark.slow
 def test_bad_mix_entry_names_the_file_and_field(scenario_file):
     path = scenario_file(workload={"mix": {"math": 1, "cdoe": 1}})
     res = run_cli("check", str(path))
@@ -147,6 +152,7 @@ def test_bad_mix_entry_names_the_file_and_field(scenario_file):
            "(did you mean 'code'?)" in res.stderr
 
 
+@pytest.mark.slow
 def test_gamma_too_large_blames_the_system(scenario_file):
     path = scenario_file(systems=["mtp-1", {"name": "big", "policy": "dspark", "gamma": 100}],
                          engine={"max_running": 64, "max_batch_tokens": 4096})
@@ -174,6 +180,7 @@ def test_builtin_scenarios_and_library_files_are_found_by_name(tmp_path, monkeyp
     assert scn.resolve("hardware/h200-qwen3-8b-bf16.csv") == tmp_path / "hardware" / "h200-qwen3-8b-bf16.csv"
 
 
+@pytest.mark.slow
 def test_list_shows_scenarios_and_sources():
     res = run_cli("list")
     assert res.returncode == 0, res.stderr
@@ -182,6 +189,7 @@ def test_list_shows_scenarios_and_sources():
     assert sources.startswith("  profile            Samples acceptance") and "\n  trace              Replays" in sources
 
 
+@pytest.mark.slow
 def test_a_prefill_table_is_never_silently_ignored(scenario_file):
     """Without a disaggregated prefill it prices nothing: an error. Without prefill_replicas a run's unbounded pool
     prices prompts from hardware.table: `check` (and a run) warn; a plan sizes finite pools with it."""

@@ -3,6 +3,8 @@ and a scenario whose engine limits reach far beyond a table's grid is warned abo
 
 from __future__ import annotations
 
+import pytest
+
 from hw_profile.tables.step_table import StepTable
 from simulator.inputs.config import load_scenario
 from simulator.inputs.hardware import scenario_grid_warnings
@@ -13,6 +15,7 @@ from tests.simulator.test_config import run_cli
 CPU = ROOT / "scenarios" / "cpu-qwen3-0.6b.yaml"
 
 
+@pytest.mark.slow
 def test_cpu_scenario_stays_inside_its_tables_and_runs():
     assert scenario_grid_warnings(load_scenario(CPU)) == []
     res = run_cli("check", str(CPU))
@@ -29,6 +32,7 @@ def test_cpu_scenario_stays_inside_its_tables_and_runs():
     assert 1.0 < row["tps_per_user"] < 20.0 and row["tau"] > 1.5
 
 
+@pytest.mark.slow
 def test_engine_limits_beyond_the_grid_are_warned_about():
     scn = load_scenario(CPU, ["engine.max_batch_tokens=2048", "engine.prefill_chunk=1024"])
     (target, *drafters) = scenario_grid_warnings(scn)

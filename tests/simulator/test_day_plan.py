@@ -152,6 +152,7 @@ def day(tmp_path_factory):
     return path, folder / "o", planner.run()
 
 
+@pytest.mark.slow
 def test_a_small_day_plan_sizes_each_segment_and_sums_gpu_hours(day):
     doc = day[2]
     rows = pd.DataFrame(doc["rows"])
@@ -225,6 +226,7 @@ def azure_trace(path, seconds):
     return path
 
 
+@pytest.mark.slow
 def test_a_trace_is_cut_into_segments_of_its_own_timeline(tmp_path):
     # 0-600 s: a request every 10 s; 600-1200 s: every 2 s (the last at 1198 ends the recording)
     seconds = [*range(0, 600, 10), *range(600, 1200, 2)]
@@ -245,6 +247,7 @@ def test_a_trace_is_cut_into_segments_of_its_own_timeline(tmp_path):
     assert doc["days_per_span"] == pytest.approx(1198 / 86400)
 
 
+@pytest.mark.slow
 def test_traffic_without_segments_is_refused_in_one_line(tmp_path):
     constant = write(tmp_path / "flat.yaml", traffic={"kind": "poisson", "rate": 40.0})
     with pytest.raises(UserError, match=r"traffic.segments: --per-segment .* one constant rate \(40 requests/s\)"):

@@ -127,6 +127,7 @@ def test_a_trace_replay_ends_its_requests_where_they_ended(scenario_file, tmp_pa
     assert by["math"] < 0.5 * by["chat"]
 
 
+@pytest.mark.slow
 def test_the_fitted_profile_ends_requests_as_the_trace_did(scenario_file, tmp_path):
     live_like_trace(tmp_path / "trace.csv", np.random.default_rng(5), requests=2000)
     profile = fit_profile_file(tmp_path / "trace.csv", tmp_path / "fitted.yaml")

@@ -83,6 +83,7 @@ SHAPES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_invariants_hold_for_every_policy_and_shape(scenario_file, shape):
     path = scenario_file(systems=ALL_SYSTEMS, **SHAPES[shape])
@@ -350,6 +351,7 @@ def test_policy_table_steers_the_policy_while_the_clock_keeps_the_raw_table(scen
         assert np.allclose(forward, expect)
 
 
+@pytest.mark.slow
 def test_the_clock_and_the_policy_pay_for_tokens_per_request_beyond_what_the_table_priced(scenario_file, tmp_path):
     """A table whose sidecar says it priced verification's attention at 2 tokens per request (MTP-1's budget): a
     step verifying q per request over K KV tokens pays K x (max(A, C q) - max(A, C 2)) ns more, in the clock and in

@@ -31,6 +31,7 @@ from tests.simulator.test_plan import small_plan_scenario
 SMALL_TARGET = Target(tps=100.0, attainment=0.9, ttft_p99=1.0, max_gpus=16, rate_tolerance=0.2)
 
 
+@pytest.mark.slow
 def test_a_plans_engine_choice_is_its_fewest_gpus_and_its_noise_flag_its_seeds_bounds(scenario_file, tmp_path):
     # 300 requests/s: plain decoding needs a GPU more than the drafters here, and two seeds judge the margin
     path = small_plan_scenario(scenario_file, systems=["ar", "mtp-1", "dspark"],
@@ -170,6 +171,7 @@ def day_with_ar(tmp_path_factory):
                                           quick=True).run()
 
 
+@pytest.mark.slow
 def test_a_day_plan_picks_a_policy_per_segment_from_that_segments_gpu_counts(day_with_ar):
     doc = day_with_ar[2]
     rows = pd.DataFrame(doc["rows"])
@@ -219,6 +221,7 @@ def test_a_day_segments_fewest_gpus_not_ruled_out_follow_its_seeds(day_with_ar, 
     assert day._gpus_lo(rate_plan([0.5, 0.6, 0.55]), "ar", {}) == 3    # clearly failing at 2
 
 
+@pytest.mark.slow
 def test_cli_prints_the_engine_choice_and_writes_it(day_with_ar, scenario_file, tmp_path):
     from click.testing import CliRunner
 

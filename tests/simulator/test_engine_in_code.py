@@ -291,6 +291,7 @@ class Nobody(Preemption):
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine, message", [
     ({"admission": "broken_rules:Forgetful"},
      "admission rule Forgetful: take() returned None; expected a list of the request ids it took from the queue"),
@@ -317,6 +318,7 @@ def test_a_broken_admission_or_preemption_plug_in_stops_a_run_with_one_line(scen
     assert line.startswith(f"error: {path}: system 'ar' at closed-8, seed ") and line.endswith(message)
 
 
+@pytest.mark.slow
 def test_check_lists_the_rules_each_system_runs_by(scenario_file):
     path = scenario_file(systems=["ar", "dspark", {"name": "half", "policy": "half_block:HalfBlock"}],
                          hardware={"router": "round-robin", "replicas": 2},

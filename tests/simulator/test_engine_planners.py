@@ -363,6 +363,7 @@ def test_bad_parameters_are_one_line(name, params, needle):
     assert needle in str(exc.value) and "\n" not in str(exc.value)
 
 
+@pytest.mark.slow
 def test_engine_planners_in_a_scenario_trim_with_load(scenario_file):
     """All three run in the engine (invariants checked), verify less per request-step at high load than at low,
     and SGLang's planner without a table verifies the whole block."""

@@ -53,6 +53,7 @@ def test_conditional_from_accepted_counts_survivors():
     assert conditional_from_accepted(np.array([0, 1, 2, 2]), 2) == pytest.approx([0.75, 2 / 3])
 
 
+@pytest.mark.slow
 def test_fitted_profile_reproduces_the_trace(tmp_path):
     trace = synthetic_trace(tmp_path / "trace.csv")
     fit_profile_file(tmp_path / "trace.csv", tmp_path / "fit.yaml")
@@ -86,6 +87,7 @@ def test_fitted_profile_reproduces_the_trace(tmp_path):
         assert np.mean(confidence_report(raw, acc)["auroc"]) == pytest.approx(want, abs=0.03)
 
 
+@pytest.mark.slow
 def test_fit_recovers_a_domain_biased_head_and_the_deployed_temperatures(tmp_path):
     """A head more confident on chat than its acceptance warrants, calibrated by known temperatures: the fit keeps
     those temperatures, and a replay's policy sees each domain's confidences as the trace's did."""
@@ -118,6 +120,7 @@ def test_deployed_temperatures_only_for_temperature_scaled_confidences():
     assert deployed_temperatures(raw, np.full((500, 3), np.nan)) is None  # the trace recorded no calibrated ones
 
 
+@pytest.mark.slow
 def test_fit_profile_cli_bad_input_is_one_line(tmp_path):
     res = subprocess.run([sys.executable, "-c", "from simulator.cli import main; main()", "fit-profile",
                           str(tmp_path / "none.csv"), "--out", str(tmp_path / "p.yaml")],
@@ -175,6 +178,7 @@ def replay_served(prof, domain: str, requests: int = 3000) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+@pytest.mark.heavy
 def test_fit_recovers_how_much_requests_differ_and_replays_the_served_tau(tmp_path):
     """Math's requests differ widely in difficulty (request effect sd 2, chat's 0.5): the fit recovers each
     domain's spread from the trace's request ids, and a replay of the fitted profile, decoding requests as the

@@ -46,6 +46,7 @@ def test_replicas_needed_known_values_and_guard():
 FLEET = {"systems": ["mtp-1"], "traffic": {"kind": "poisson", "rate": 700.0}}
 
 
+@pytest.mark.slow
 def test_a_small_fleet_plan_confirms_the_derived_size_at_full_traffic(scenario_file, tmp_path):
     from click.testing import CliRunner
 
@@ -87,6 +88,7 @@ def test_a_small_fleet_plan_confirms_the_derived_size_at_full_traffic(scenario_f
     assert plan.loc[0, "probe_replicas"] == 1 and plan.loc[0, "decode_gpus"] == n
 
 
+@pytest.mark.slow
 def test_a_disaggregated_fleet_plan_derives_the_prefill_pool_from_its_probe(scenario_file, tmp_path):
     path = small_plan_scenario(scenario_file, systems=["mtp-1"], traffic={"kind": "poisson", "rate": 300.0},
                                engine={"max_running": 32, "max_batch_tokens": 4096, "prefill": "disaggregated"},

@@ -156,6 +156,7 @@ def random_step_rate(rng: np.random.Generator, rows: int = 0) -> StepCost:
                     float(rng.random() * rows * 3e4))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.integers(1, 300), st.integers(1, 9), st.integers(0, 2**32 - 1),
        st.sampled_from(["uniform", "ties", "0/1", "near-ties"]), st.booleans())

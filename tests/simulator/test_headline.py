@@ -9,6 +9,7 @@ import os
 import re
 
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from simulator.cli import cli, default_out
@@ -128,6 +129,7 @@ def test_a_baseline_whose_users_all_stalled_is_flagged_and_the_summary_and_repor
     assert "no request that arrived in the measurement window finished" in page.read_text()
 
 
+@pytest.mark.slow
 def test_terminal_tables_fit_120_columns_and_name_what_they_leave_to_the_report(scenario_file, tmp_path):
     from simulator.outputs.summary import fit_width, terminal_headline
 

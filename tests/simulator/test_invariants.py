@@ -169,6 +169,7 @@ class CountsBonus(Policy):
 """
 
 
+@pytest.mark.slow
 def test_check_invariants_flag_stops_a_run_whose_plugin_breaks_one(scenario_file, tmp_path):
     plug = tmp_path / "plug"
     plug.mkdir()
@@ -249,6 +250,7 @@ def test_the_routers_load_count_is_held_to_the_replicas(scenario_file):
         check_invariants(sim)
 
 
+@pytest.mark.slow
 def test_check_invariants_flag_stops_a_plan_whose_plugin_breaks_one(scenario_file, tmp_path):
     plug = tmp_path / "plug"
     plug.mkdir()

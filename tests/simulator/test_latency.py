@@ -57,6 +57,7 @@ def test_tpot_and_e2e_by_hand(scenario_file):
     assert row["ttft_p50"] <= row["ttft_p90"] <= row["ttft_p99"]
 
 
+@pytest.mark.slow
 def test_vllm_bench_results_sit_beside_runs_csv_and_calibrate_reads_them_back(scenario_file, tmp_path):
     from hw_profile.calibrate.observations import read_telemetry
 

@@ -130,6 +130,7 @@ def small_plan_scenario(scenario_file, **extra):
     return scenario_file(**fields)
 
 
+@pytest.mark.slow
 def test_plan_finds_the_fewest_replicas_and_resumes_from_the_store(scenario_file, tmp_path):
     path = small_plan_scenario(scenario_file)
     scn = load_scenario(path)
@@ -157,6 +158,7 @@ def test_plan_finds_the_fewest_replicas_and_resumes_from_the_store(scenario_file
     assert {k: v["gpus"] for k, v in doc2["systems"].items()} == {k: v["gpus"] for k, v in doc["systems"].items()}
 
 
+@pytest.mark.slow
 def test_plan_reports_unmet_at_max_gpus(scenario_file, tmp_path):
     path = small_plan_scenario(scenario_file, traffic={"kind": "poisson", "rate": 400.0})
     target = Target(tps=100.0, attainment=0.9, ttft_p99=1.0, max_gpus=2, rate_tolerance=0.2)
@@ -184,6 +186,7 @@ def test_an_unmet_system_is_measured_down_to_half_its_traffic_not_further(scenar
     assert unmet_lines(doc) == [f"! {k} unmet: {e['why_unmet']}" for k, e in doc["systems"].items()]
 
 
+@pytest.mark.slow
 def test_disaggregated_plan_sizes_a_prefill_pool_against_the_ttft_limit(scenario_file, tmp_path):
     path = small_plan_scenario(scenario_file, engine={"max_running": 32, "max_batch_tokens": 4096,
                                                       "prefill": "disaggregated"},
@@ -228,6 +231,7 @@ def test_verdict_names_the_fewest_gpus_and_the_saving_over_the_baseline():
     assert "the baseline mtp-1 does not meet it within 64 GPUs" in verdict(doc)
 
 
+@pytest.mark.slow
 def test_cli_plan_prints_the_table_and_verdict_and_the_report_shows_it(scenario_file, tmp_path):
     from click.testing import CliRunner
 
@@ -257,6 +261,7 @@ def test_cli_plan_prints_the_table_and_verdict_and_the_report_shows_it(scenario_
     assert "GPUs needed at the SLA" not in (out / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_plan_needs_open_loop_traffic(scenario_file, tmp_path):
     path = scenario_file()  # closed loop only
     proc = subprocess.run([sys.executable, "-m", "simulator.cli", "plan", str(path), "--out", str(tmp_path / "o")],
@@ -284,6 +289,7 @@ def test_a_finite_prefill_pool_keeps_the_engine_invariants_and_queues_prompts(sc
     assert sim1.prefill_pool.busy_s == pytest.approx(sim1.env.now, rel=0.05)  # the one replica never rests
 
 
+@pytest.mark.slow
 def test_plan_options_get_their_own_folder_and_the_terminal_table_fits(scenario_file, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
@@ -315,6 +321,7 @@ def test_plan_options_get_their_own_folder_and_the_terminal_table_fits(scenario_
     assert f"traffic.rate: {rate!r} in the file, {rate * 0.5:g} here" in page
 
 
+@pytest.mark.slow
 def test_a_zero_traffic_rate_is_refused_in_one_line(scenario_file, tmp_path):
     path = small_plan_scenario(scenario_file, traffic={"kind": "poisson", "rate": 0.0})
     proc = subprocess.run([sys.executable, "-m", "simulator.cli", "plan", str(path), "--out", str(tmp_path / "o")],
@@ -327,6 +334,7 @@ DISAGG = {"engine": {"max_running": 32, "max_batch_tokens": 4096, "prefill": "di
           "workload": {"prompt": 3000, "output": 48}, "traffic": {"kind": "poisson", "rate": 40.0}}
 
 
+@pytest.mark.slow
 def test_headroom_is_measured_with_the_planned_prefill_pool_and_its_bound_meets(scenario_file, tmp_path):
     path = small_plan_scenario(scenario_file, systems=["mtp-1"], **DISAGG)
     target = Target(tps=100.0, attainment=0.9, ttft_p99=0.3, max_gpus=32, rate_tolerance=0.3)
@@ -342,6 +350,7 @@ def test_headroom_is_measured_with_the_planned_prefill_pool_and_its_bound_meets(
     assert any(not t["met"] and t["traffic_scale"] > 1 + e["headroom"] for t in head)
 
 
+@pytest.mark.slow
 def test_the_pools_grow_jointly_never_decode_against_a_prefill_shortfall(scenario_file, tmp_path):
     """Confirmed with too small a prefill pool (one replica for ~3 replicas' prompts), the plan adds prefill
     replicas while the shortfall is the prefill pool's, and no decode replica."""

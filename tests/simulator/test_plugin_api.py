@@ -33,6 +33,7 @@ def test_the_docs_name_exactly_the_exported_api():
     assert {n.strip() for n in line.split(",")} == set(DOCUMENTED)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("old, names", [("simulator.policies", ["Policy", "PolicyView"]),
                                         ("simulator.acceptance", ["AcceptanceSource", "Proposal"]),
                                         ("simulator.acceptance.base", ["GrowingArrays"]),

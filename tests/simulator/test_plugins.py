@@ -259,6 +259,7 @@ def test_checked_confidence_passes_valid_arrays_through_and_names_each_fault():
         checked_confidence(src, "high", 3, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [("check",), ("run", "--quick", "--jobs", "2")])
 def test_bad_policy_parameters_stop_check_and_run_with_one_line(scenario_file, tmp_path, command):
     from tests.simulator.test_config import run_cli

@@ -32,6 +32,7 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_sweep_is_identical_to_the_local_pool_and_stores_as_it_goes(scenario_file, tmp_path, local_ray):
     path = scenario_file(**SMALL)
     scn = load_scenario(path)
@@ -58,6 +59,7 @@ def test_ray_sweep_is_identical_to_the_local_pool_and_stores_as_it_goes(scenario
     assert on_ray.execute(2, None, Backend("ray", 2)) == 0  # resumes: nothing left to run
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_cli_plan_on_ray_matches_the_local_plan(scenario_file, tmp_path, local_ray):
     from click.testing import CliRunner
@@ -73,6 +75,7 @@ def test_cli_plan_on_ray_matches_the_local_plan(scenario_file, tmp_path, local_r
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "l" / "plan.csv"), pd.read_csv(tmp_path / "r" / "plan.csv"))
 
 
+@pytest.mark.slow
 def test_without_ray_the_backend_says_how_to_install_it_in_one_line(scenario_file, tmp_path):
     path = scenario_file()
     code = ("import sys; sys.modules['ray'] = None; from simulator.cli import main; "

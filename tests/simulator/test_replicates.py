@@ -83,6 +83,7 @@ def test_a_plateau_around_the_target_is_a_range_of_counts_not_a_noise_picked_one
     assert planner.row_of(plan2, None)["status"] == "unresolved"
 
 
+@pytest.mark.slow
 def test_a_replicated_plan_runs_every_candidate_at_each_seed_with_common_draws(scenario_file, tmp_path):
     path = small_plan_scenario(scenario_file)
     target = Target(tps=100.0, attainment=0.9, ttft_p99=1.0, max_gpus=8, rate_tolerance=0.3)

@@ -27,6 +27,7 @@ def test_paper_scenarios_run_on_calibrated_tables_and_compare_dspark_with_mtp1(s
     assert "mtp-1" in text and "dspark-async" in text and scn.model.sla.baseline == "mtp-1"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_scenario_checks(path):
     from click.testing import CliRunner

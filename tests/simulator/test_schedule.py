@@ -172,6 +172,7 @@ def test_scenario_schedule_and_sidecar_reach_the_engine(tmp_path, scenario_file,
     assert row["tau"] >= 1.0
 
 
+@pytest.mark.slow
 def test_check_names_the_schedule_and_price_and_a_wrong_schedule_is_one_line(tmp_path, scenario_file):
     from tests.simulator.test_config import run_cli
 
@@ -245,6 +246,7 @@ def test_request_ms_delays_every_request_before_the_engine_sees_it(tmp_path):
     assert runs[3.0]["arrival"][0] == runs[0.0]["arrival"][0] == 0.0
 
 
+@pytest.mark.slow
 def test_gpu_memory_utilization_sizes_the_pool_and_a_bad_one_is_one_line(tmp_path):
     from tests.simulator.test_config import run_cli
 

@@ -24,6 +24,7 @@ def comparable(df: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns=["wall_seconds"]).reset_index(drop=True)
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_resumes_without_repeating_runs(scenario_file, tmp_path):
     path = scenario_file(**SMALL)
     scn = load_scenario(path)
@@ -76,6 +77,7 @@ def test_a_changed_setting_or_input_file_invalidates_only_what_it_touches(scenar
     assert not set(keys) & set(not_quick.keys())
 
 
+@pytest.mark.slow
 def test_cli_ctrl_c_keeps_finished_runs_and_rerun_completes(scenario_file, tmp_path):
     path = scenario_file(**{**SMALL, "run": {"quick_duration_s": 6.0, "quick_warmup_s": 1.0}})
     out = tmp_path / "cli"
@@ -104,6 +106,7 @@ def test_cli_ctrl_c_keeps_finished_runs_and_rerun_completes(scenario_file, tmp_p
     assert set(summary["systems"]) == {"mtp-1", "dspark", "static-3"}
 
 
+@pytest.mark.slow
 def test_replicates_give_confidence_intervals_and_records_are_written(scenario_file, tmp_path):
     from click.testing import CliRunner
 
@@ -126,6 +129,7 @@ def test_replicates_give_confidence_intervals_and_records_are_written(scenario_f
     assert "report:" in res.output
 
 
+@pytest.mark.slow
 def test_editing_a_plugin_between_runs_recomputes_its_runs(scenario_file, tmp_path):
     """A researcher's policy lives outside the project; changing its code changes the run key."""
     plug = tmp_path / "plug"
@@ -158,6 +162,7 @@ def test_editing_a_plugin_between_runs_recomputes_its_runs(scenario_file, tmp_pa
     assert edited.loc["mtp-1", "throughput_per_gpu"] == first.loc["mtp-1", "throughput_per_gpu"]
 
 
+@pytest.mark.slow
 def test_records_of_stored_runs_are_written_and_fresh_ignores_the_store(scenario_file, tmp_path):
     path = scenario_file(systems=["mtp-1", "dspark"], frontier={"concurrency": [4]})
     scn = load_scenario(path)
