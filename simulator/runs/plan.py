@@ -580,6 +580,41 @@ class Planner:
             p.phase, p.done = "done", True
         return self.document(plans, prefill_plan, prefill)
 
+    # --- where the searches stand (the progress line) ------------------------------------------------------
+    def outlook(self) -> list[dict]:
+        """Per search (each system's, and the prefill pool's when disaggregated): ``name``, ``done``, what is
+        still ``open`` (the GPU counts the answer lies between, or, once the count is decided, the headroom
+        bracket) and ``left``, about how many more candidates it may ask, from its own bounds: the probes
+        its bisection needs at most, and for phases not begun the probes of a typical one (a headroom search's
+        first probe fails). Each candidate runs at every seed at most."""
+        out = []
+        if self.prefill_plan is not None:
+            p = self.prefill_plan
+            cap = max(self.target.max_gpus // self.prefill_gpr, 1)
+            out.append({"name": "prefill pool", "done": p.done, "open": gpu_range(p.counts, self.prefill_gpr, cap),
+                        "left": 0 if p.done else fewest_left(cap, [(t.prefill_replicas, t.why_not is None)
+                                                                   for t in p.trials if t.phase == "prefill"])})
+        tol = self.target.rate_tolerance
+        cap = max(self.target.max_gpus // self.gpr, 1)
+        for name, p in self.plans.items():
+            if p.done:
+                out.append({"name": name, "done": True, "open": "", "left": 0})
+                continue
+            if p.phase == "decode":
+                left = fewest_left(cap, [(t.replicas, t.why_not is None) for t in p.trials if t.phase == "decode"])
+                left += (1 if self.disaggregated else 0) + headroom_left(None, 2.0, tol)
+                shown = gpu_range(p.counts, self.gpr, cap)
+            elif p.phase in ("waiting for the prefill pool", "with-prefill"):
+                left = 1 + headroom_left(None, 2.0, tol)
+                shown = f"{p.replicas * self.gpr} decode GPUs, to confirm with the prefill pool"
+            else:
+                left = headroom_left(p.scales, 2.0, tol) if p.phase == "headroom" else 1
+                lo, hi = p.scales
+                bracket = f"{lo - 1:+.0%}..{hi - 1:+.0%}" if hi is not None else f"{lo - 1:+.0%} or more"
+                shown = f"{(p.replicas or 0) * self.gpr + (p.prefill or 0) * self.prefill_gpr} GPUs, headroom {bracket}"
+            out.append({"name": name, "done": False, "open": shown, "left": left})
+        return out
+
     # --- output ----------------------------------------------------------------------------------------------
     def row_of(self, plan: SystemPlan, prefill: int | None) -> dict:
         prefill = plan.prefill if plan.prefill is not None else prefill
@@ -677,6 +712,43 @@ def speculates(s: SystemSpec) -> bool:
     ``static-0`` (the no-speculation arm a plan's engine choice is measured against)."""
     cls, implied = resolve(s.policy)
     return not (s.drafter == "none" or cls.name == "ar" or (cls.name == "static" and {**implied, **s.params}.get("k") == 0))
+
+
+def fewest_left(cap: int, seen: list[tuple[int, bool]]) -> int:
+    """The most probes ``fewest(cap)`` can still make after ``seen`` (its probes so far and whether each met): its
+    path replayed for every answer consistent with them."""
+    most = 0
+    for answer in range(1, cap + 2):  # cap + 1: none meets
+        search, probes = fewest(cap), []
+        try:
+            n = next(search)
+            while True:
+                probes.append(n)
+                n = search.send(n >= answer)
+        except StopIteration:
+            pass
+        if [(n, n >= answer) for n in probes[:len(seen)]] == seen:
+            most = max(most, len(probes) - len(seen))
+    return most
+
+
+def headroom_left(scales: tuple[float, float | None] | None, guess: float, tolerance: float) -> int:
+    """About how many probes a headroom search (``most_traffic``) still makes: with its bracket known, the
+    bisection's count to ``tolerance``; before it has one, its first probe (at ``guess``, taken to fail) and the
+    bisection below it; one more to complete its least clear failure (``Planner.complete``)."""
+    lo, hi = scales if scales is not None else (1.0, None)
+    first = 0
+    if hi is None:
+        lo, hi, first = max(lo, 1.0), max(lo, 1.0) * max(guess, 1.0 + 2 * tolerance), 1
+    ratio = math.log(hi / lo) / math.log(1 + tolerance) if lo > 0 else 1.0
+    return first + (math.ceil(math.log2(ratio)) if ratio > 1 else 0) + 1
+
+
+def gpu_range(counts: tuple[int, int | None], gpr: int, cap: int) -> str:
+    lo, hi = counts
+    if hi is not None and hi == lo:
+        return f"{lo * gpr} GPUs"
+    return f"{lo * gpr}-{(hi if hi is not None else cap) * gpr} GPUs"
 
 
 def plan_table(doc: dict) -> pd.DataFrame:
