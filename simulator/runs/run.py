@@ -487,8 +487,8 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
     if watch is not None and watch.stopped is not None:
         # its figures are those of a run cut short (a plan reads only its verdict); the store keeps it apart
         row["stopped"] = watch.stopped
-        if stop < duration:  # the window's end, where saturation is read, was never reached
-            row["saturated"] = row["prefill_saturated"] = None
+        if stop < duration:  # the window's end, where saturation and the arrival rate are read, was never reached
+            row["saturated"] = row["prefill_saturated"] = row["arrival_rate"] = None
     elif spec.point.concurrency is None:
         row["series"] = time_series(steps, req, duration, hw.replicas, gpus, m.sla.tps_targets[0])
     if records_dir is not None:
