@@ -11,6 +11,7 @@ Ray is imported only when ``--backend ray`` is asked for, so ``simulate`` works 
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -161,12 +162,16 @@ class Pool:
     queues a task, ``wait`` stores and returns the tasks that finished, with their rows (at least one while any
     is pending).
     Unlike ``execute``'s batch, no worker waits for the slowest run of a round, and the workers (their imports,
-    compiled kernels and tables) outlive each run. ``jobs`` 1 runs each task in this process when waited for."""
+    compiled kernels and tables) outlive each run. ``jobs`` 1 runs each task in this process when waited for.
+    A task's priority orders it before those queued later (on Ray, which schedules itself, it is ignored)."""
 
     def __init__(self, backend: Backend):
         self.backend = backend
         self.pending: dict = {}  # future or Ray reference -> task
-        self.queue: list[Task] = []  # jobs 1: run in order, in this process
+        # tasks wait here, by priority then order, until a worker is free (a pool's own queue would run them
+        # strictly in order); with jobs 1 each runs in this process when waited for
+        self.held: list[tuple[int, int, Task]] = []
+        self.order = 0
         self._pool = None
         self._ray = None
         self._remote = None
@@ -190,28 +195,35 @@ class Pool:
                 self._ray.shutdown()
             self._ray = None
         self.pending.clear()
-        self.queue.clear()
+        self.held.clear()
 
     @property
     def busy(self) -> int:
         """Tasks submitted and not yet returned by ``wait``."""
-        return len(self.pending) + len(self.queue)
+        return len(self.pending) + len(self.held)
 
-    def submit(self, task: Task) -> None:
+    def submit(self, task: Task, priority: int = 1) -> None:
+        """Queue a task; a lower ``priority`` runs sooner on the local pool (what other searches wait for)."""
         task.store.parent.mkdir(parents=True, exist_ok=True)
         if self.backend.kind == "ray":
             self.pending[self._ray_remote().remote(self._for_ray(task))] = task
-        elif self.backend.jobs <= 1:
-            self.queue.append(task)
         else:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(max_workers=self.backend.jobs)
+            heapq.heappush(self.held, (priority, self.order, task))
+            self.order += 1
+            if self.backend.jobs > 1:
+                self._dispatch()
+
+    def _dispatch(self) -> None:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.backend.jobs)
+        while self.held and len(self.pending) < self.backend.jobs:
+            task = heapq.heappop(self.held)[2]
             self.pending[self._pool.submit(run_task, task)] = task
 
     def wait(self) -> list[tuple[Task, dict]]:
         """The tasks that finished since the last call, each with its row (stored already); waits for one."""
-        if self.queue:
-            task = self.queue.pop(0)
+        if self.held and self.backend.jobs <= 1:  # in this process, the first by priority and order
+            task = heapq.heappop(self.held)[2]
             row = run_task(task)
             store_row(task, row)
             return [(task, row)]
@@ -228,6 +240,8 @@ class Pool:
             row = result()
             store_row(task, row)
             out.append((task, row))
+        if self.held:
+            self._dispatch()
         return out
 
     def _ray_remote(self):

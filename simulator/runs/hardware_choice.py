@@ -190,7 +190,7 @@ def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backe
             for _, _, planner in planners.values():
                 planner.driver = driver
             found = driver.run({(name, k): (planners[name][2], g) for name, gens in searches.items()
-                                for k, g in gens.items()})
+                                for k, g in gens.items()}, urgent={(name, "\0prefill") for name in planners})
         wall = round(time.perf_counter() - t0, 1)  # side by side: each option's plan took the whole time
         docs = {}
         for name, (_, _, planner) in planners.items():

@@ -18,8 +18,12 @@ requests at all. Per system:
    for the decode pool's; never one against the other's shortfall), and its headroom is measured with both.
 
 Every candidate is a run of the sweep's run store (``DIR/.runs``, keyed by everything that determines it), so a
-plan resumes where an interrupted one stopped and shares runs with sweeps of the same settings. Each round of
-the search runs one candidate per system in parallel, on the local pool or Ray.
+plan resumes where an interrupted one stopped and shares runs with sweeps of the same settings. Every search
+runs at once on one pool (the local one or Ray) held for the whole plan, each moving on when its own candidate
+is decided (search.py); runs that certainly fail stop early and a candidate one seed has failed is not met
+(run.EarlyStop, search.py), with every seed run where the report reads whether a count clearly fails
+(docs/planning.md, "What a plan runs"). ``exhaustive`` plans as before that: every candidate in full at every
+seed, in rounds.
 """
 
 from __future__ import annotations
@@ -334,14 +338,14 @@ class Planner:
         self.runs += len(todo)
         return [combine([json.loads(t.store.read_text()) for t in group]) for group in tasks]
 
-    def drive(self, searches: dict[str, Generator]) -> dict[str, object]:
+    def drive(self, searches: dict[str, Generator], urgent=()) -> dict[str, object]:
         """Run the searches until all return (search.Driver; ``exhaustive``: in rounds)."""
         if self.exhaustive:
             return self._drive_rounds(searches)
         if self.driver is not None:
-            return self.driver.run({k: (self, g) for k, g in searches.items()})
+            return self.driver.run({k: (self, g) for k, g in searches.items()}, urgent)
         with Driver(self.backend) as driver:
-            return driver.run({k: (self, g) for k, g in searches.items()})
+            return driver.run({k: (self, g) for k, g in searches.items()}, urgent)
 
     def _drive_rounds(self, searches: dict[str, Generator]) -> dict[str, object]:
         """Advance every search a round at a time (one candidate each, run together) until all return."""
@@ -539,7 +543,7 @@ class Planner:
             return self._run_rounds()
         searches = self.searches()
         with Driver(self.backend) as self.driver:
-            found = self.drive(searches)
+            found = self.drive(searches, urgent={"\0prefill"})  # every system's confirmation waits for it
         self.driver = None
         return self.finish(found)
 

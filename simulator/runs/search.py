@@ -138,6 +138,7 @@ class Driver:
         self.ready: deque[tuple[Hashable, Any]] = deque()
         self.inflight: dict[tuple, list[tuple[Evaluation, int]]] = {}
         self.tasks: dict[tuple, tuple[Owner, Task]] = {}
+        self.urgent: set[Hashable] = set()  # searches others wait for (After): their runs go first
 
     def __enter__(self) -> Driver:
         return self
@@ -162,11 +163,14 @@ class Driver:
         if len(waiting) > 1:
             return False
         self.tasks[key] = (owner, task)
-        self.pool.submit(task)
+        self.pool.submit(task, 0 if ev.name in self.urgent else 1)
         return True
 
-    def run(self, searches: dict[Hashable, tuple[Owner, Generator]]) -> dict[Hashable, Any]:
-        """Advance every search until all have returned; their return values by name."""
+    def run(self, searches: dict[Hashable, tuple[Owner, Generator]], urgent=()) -> dict[Hashable, Any]:
+        """Advance every search until all have returned; their return values by name. The runs of ``urgent``
+        searches, and of any another waits for, go before the others (the critical path: a prefill pool's
+        search, which every system's confirmation waits for)."""
+        self.urgent.update(urgent)
         results: dict[Hashable, Any] = {}
         parked: dict[Hashable, list[Hashable]] = {}  # a search's name -> the searches waiting for it (After)
         owners = {name: owner for name, (owner, _) in searches.items()}
@@ -188,6 +192,7 @@ class Driver:
                     self.ready.append((other, stop.value))
                 continue
             if isinstance(wanted, After):
+                self.urgent.add(wanted.name)
                 if wanted.name in results:
                     self.ready.append((name, results[wanted.name]))
                 else:
