@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+WIDTH = 120  # columns of a plan's progress line off a terminal
+
 
 def eta_s(done: int, total: int | None, elapsed_s: float) -> float | None:
     """Seconds left for ``total - done`` runs at the pace the ``done`` ones took (``elapsed_s`` for all of them);
@@ -138,19 +140,23 @@ class PlanProgress:
         open, the runs done, and the time left for the candidates they may still ask, at this command's pace."""
         found = self.searches()
         open_ = [e for e in found if not e["done"]]
-        shown = ", ".join(f"{e['name']} {e['open']}" for e in open_[: self.shown])
-        more = f" and {len(open_) - self.shown} more" if len(open_) > self.shown else ""
-        line = f"{self.desc}: {len(found) - len(open_)}/{len(found)} searches decided"
-        if open_:
-            line += f"; open: {shown}{more}"
-        line += f"; {done} runs done, {elapsed:.0f} s"
+        head = f"{self.desc}: {len(found) - len(open_)}/{len(found)} searches decided"
+        tail = f"; {done} runs done, {elapsed:.0f} s"
         left = sum(e["left"] for e in open_)
         if left:
             runs = left * self.seeds
             seeds = f" at {self.seeds} seeds" if self.seeds > 1 else ""
             pace = eta_s(done, done + runs, elapsed)
-            line += f"; at most {left} candidates left ({runs} runs{seeds})"
-            line += f", about {seconds(pace)} at this pace" if pace is not None else ", pace not known yet"
+            tail += f"; at most {left} candidates ({runs} runs{seeds}) left"
+            tail += f", about {seconds(pace)}" if pace is not None else ", pace not known yet"
+        if not open_:
+            return head + tail
+        # as many open searches as fit a WIDTH-column log line (at least one, a few at most), the rest counted
+        for k in range(min(self.shown, len(open_)), 0, -1):
+            more = f" and {len(open_) - k} more" if len(open_) > k else ""
+            line = head + "; open: " + ", ".join(f"{e['name']} {e['open']}" for e in open_[:k]) + more + tail
+            if len(line) <= WIDTH or k == 1:
+                return line
         return line
 
     @property

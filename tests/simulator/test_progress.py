@@ -9,6 +9,7 @@ import pytest
 
 from simulator.inputs.config import LoadedScenario, load_scenario
 from simulator.inputs.systems import resolve_systems
+from simulator.runs import progress
 from simulator.runs.backends import Backend, Task
 from simulator.runs.plan import Planner, SystemPlan, Target, Trial
 from simulator.runs.progress import LineProgress, PlanProgress, eta_s, seconds
@@ -129,8 +130,14 @@ def test_a_followed_plan_states_its_searches_bounds_and_the_time_they_leave(scen
         clock.now += 5
         bar.stored()
     assert stream.getvalue().splitlines()[-1] == (
-        "scn: plan: 0/2 searches decided; open: mtp-1 3-8 GPUs, dspark 2 GPUs, headroom +0%..+100%; 10 runs done, "
-        "50 s; at most 15 candidates left (45 runs at 3 seeds), about 4 min at this pace")
+        "scn: plan: 0/2 searches decided; open: mtp-1 3-8 GPUs and 1 more; 10 runs done, 50 s; at most 15 "
+        "candidates (45 runs at 3 seeds) left, about 4 min")
+    assert bar.status(10, 50.0).startswith("scn: plan: 0/2") and "dspark" not in bar.status(10, 50.0)
+    progress.WIDTH = 200  # room for both: each with what it still brackets
+    try:
+        assert "open: mtp-1 3-8 GPUs, dspark 2 GPUs, headroom +0%..+100%;" in bar.status(10, 50.0)
+    finally:
+        progress.WIDTH = 120
     searching.done = bracketing.done = True
     bar.close()
     assert stream.getvalue().splitlines()[-1] == "scn: plan: 2/2 searches decided; 10 runs done, 50 s"
@@ -153,5 +160,5 @@ def test_a_real_plans_line_never_promises_fewer_runs_than_remain(scenario_file, 
     assert decided == sorted(decided) and lines[-1].startswith("scn: plan: 3/3 searches decided; ")
     for line in lines[:-1]:
         done = int(line.split(" runs done")[0].rsplit(" ", 1)[1])
-        left = int(line.split(" candidates left (")[1].split(" runs")[0]) if "candidates left" in line else 0
+        left = int(line.split(" candidates (")[1].split(" runs")[0]) if " candidates (" in line else 0
         assert planner.runs - done <= left, line  # the runs that did remain were within the bound stated
