@@ -101,8 +101,10 @@ class PlanProgress:
     the ETA of the runs known so far, which later candidates add to. A plan that says where its searches stand
     (``follow``: Planner.outlook) is told by those instead::
 
-        peak: plan: 5/9 searches decided; open: mtp-1 5-8 GPUs, dspark 4 GPUs, headroom +9%..+19% and 2 more;
-        96 runs done, 212 s; at most 31 candidates left (93 runs at 3 seeds), about 3 min at this pace
+        peak: plan runs: 5/9 searches decided; open: mtp-1 4-8 GPUs and 3 more; 96 runs done, 212 s; at most 31
+        candidates (93 runs at 3 seeds) left, about 3 min
+
+    (one line: as many open searches as fit 120 columns, each with what it still brackets, the rest counted)
 
     the ETA from the bounds of every search still open. On a terminal, a bar whose total is the runs done and
     those that may be left, with the same words beside it."""
