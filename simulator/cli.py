@@ -293,6 +293,7 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     else:
         planner = Planner(scn, out, target, runner, quick, seed, on_stored=bar.stored, replicates=replicates,
                           check_invariants=check_invariants, on_queued=bar.queued)
+        bar.follow([("", planner.outlook)], replicates)
         writer = write_plan
     doc = run_plan(bar, out, planner.run)
     csv, js = writer(out, doc)
@@ -382,7 +383,8 @@ def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool
     doc = run_plan(bar, out, lambda: plan_hardware(
         scn, out, target, runner, choices, quick, seed, replicates, check_invariants,
         on_stored=bar.stored, on_queued=bar.queued, on_plan=option_done, bounds_apart=bounds_apart,
-        log=lambda line: click.echo(line, err=True)))
+        log=lambda line: click.echo(line, err=True),
+        on_start=lambda planners: bar.follow([(f"{name}/", p.outlook) for name, p in planners], replicates)))
     csv, js = write_hardware(out, doc)
     report = write_report(out / "report.html", shown_scenario(scn, choices), None, None, None,
                           load_target_table(scn), hardware=doc)

@@ -39,6 +39,7 @@ from simulator.outputs.summary import write_table_and_json
 from simulator.outputs.verdicts import MET, UNRESOLVED_STATUS, hardware_verdict
 from simulator.runs.backends import Backend, Task
 from simulator.runs.plan import Planner, Target
+from simulator.runs.search import Driver
 
 SPEC_FORM = "NAME=TABLE.csv:USD_PER_GPU_HOUR, e.g. b200=scenarios/hardware/b200-qwen3-8b-bf16.csv:6.00"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under OUT/hardware/
@@ -152,31 +153,55 @@ def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backe
                   on_stored: Callable[[Task], None] | None = None,
                   on_queued: Callable[[list[Task]], None] | None = None,
                   on_plan: Callable[[HardwareOption, LoadedScenario, Path, dict], None] | None = None,
-                  log: Callable[[str], None] = lambda line: None, bounds_apart: bool = True) -> dict:
-    """The Planner once per option (``OUT/hardware/NAME``), then the ranking. ``on_plan`` is called with each
-    option's finished plan (the CLI writes its files and report there); returns hardware.json's document."""
+                  log: Callable[[str], None] = lambda line: None, bounds_apart: bool = True,
+                  exhaustive: bool = False,
+                  on_start: Callable[[list[tuple[str, Planner]]], None] | None = None) -> dict:
+    """The Planner once per option (``OUT/hardware/NAME``), all options' searches at once on one backend (their
+    runs side by side, a run two options share once: the same table at two prices), then the ranking.
+    ``on_start`` hears the planners (name, planner) before any run (progress), ``on_plan`` each option's finished
+    plan (the CLI writes its files and report there); returns hardware.json's document. ``exhaustive``: one
+    option after the other, as Planner's."""
     import time
 
-    plans: dict[str, dict] = {}
-    runs = 0
+    planners: dict[str, tuple[HardwareOption, LoadedScenario, Planner]] = {}
     for i, o in enumerate(options, 1):
         log(f"hardware {i}/{len(options)}: {o.name} ({o.gpu}, {o.table}, ${o.usd_per_gpu_hour:.2f}/GPU-hour)")
         variant = option_scenario(scn, o)
-        folder = out / "hardware" / o.name
         # one run store for every option (OUT/.runs): its keys hash the table's name and content, so the same
         # table at two prices shares its runs and different tables never mix
-        planner = Planner(variant, out, replace(target, gpu_hour_cost=o.usd_per_gpu_hour), backend, quick, seed,
-                          on_stored=on_stored, replicates=replicates, check_invariants=check_invariants,
-                          on_queued=on_queued)
-        t0 = time.perf_counter()
-        doc = planner.run()
-        doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
-        runs += planner.runs
-        plans[o.name] = doc
+        planners[o.name] = (o, variant, Planner(variant, out, replace(target, gpu_hour_cost=o.usd_per_gpu_hour),
+                                                backend, quick, seed, on_stored=on_stored, replicates=replicates,
+                                                check_invariants=check_invariants, on_queued=on_queued,
+                                                exhaustive=exhaustive))
+    if on_start is not None:
+        on_start([(name, planner) for name, (_, _, planner) in planners.items()])
+    t0 = time.perf_counter()
+    if exhaustive:
+        docs = {}
+        for name, (_, _, planner) in planners.items():
+            t = time.perf_counter()
+            docs[name] = planner.run()
+            docs[name]["wall_seconds"] = round(time.perf_counter() - t, 1)
+    else:
+        searches = {name: planner.searches() for name, (_, _, planner) in planners.items()}
+        with Driver(backend) as driver:
+            for _, _, planner in planners.values():
+                planner.driver = driver
+            found = driver.run({(name, k): (planners[name][2], g) for name, gens in searches.items()
+                                for k, g in gens.items()}, urgent={(name, "\0prefill") for name in planners})
+        wall = round(time.perf_counter() - t0, 1)  # side by side: each option's plan took the whole time
+        docs = {}
+        for name, (_, _, planner) in planners.items():
+            planner.driver = None
+            docs[name] = planner.finish({k: v for (option, k), v in found.items() if option == name})
+            docs[name]["wall_seconds"] = wall
+    plans: dict[str, dict] = {}
+    for name, (o, variant, _) in planners.items():
+        plans[name] = docs[name]
         if on_plan is not None:
-            on_plan(o, variant, folder, doc)
+            on_plan(o, variant, out / "hardware" / o.name, docs[name])
     doc = compare(scn, options, plans, bounds_apart)
-    doc["runs_executed"] = runs
+    doc["runs_executed"] = sum(planner.runs for _, _, planner in planners.values())
     return doc
 
 

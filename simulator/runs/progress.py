@@ -1,11 +1,12 @@
 """Progress of a command's runs: a bar on a terminal, plain lines elsewhere (a log file, CI, a pipe), where a
 bar's carriage returns are noise and silence looks like a hang.
 
-A sweep knows its runs before it starts (``progress_bar``). A plan learns them as it searches: each round queues
-one candidate per system still searching, so its total is the runs known so far, and it says what it is
-searching (``PlanProgress``). Both give an estimate of the time left from the pace at which this command's runs
-have finished so far (their own wall times, with however many run side by side): for a plan, the time left of
-the runs known so far, which more rounds may add to.
+A sweep knows its runs before it starts (``progress_bar``). A plan learns them as it searches, so its progress
+(``PlanProgress``) says where its searches stand: how many are decided, the GPU counts (or the headroom) each
+open one still brackets, and the most candidates their bounds leave them to ask. Both give an estimate of the
+time left from the pace at which this command's runs have finished so far (their own wall times, with however
+many run side by side): for a plan, of the runs its open searches may still ask; for one that does not say
+where its searches stand (a fleet's, a day plan's), of the runs known so far, which later candidates add to.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
+
+WIDTH = 120  # columns of a plan's progress line off a terminal
 
 
 def eta_s(done: int, total: int | None, elapsed_s: float) -> float | None:
@@ -47,8 +50,11 @@ class LineProgress:
         self.t0 = self.last = clock()
         self.closed = False
         self.postfix = ""  # what is being done now (PlanProgress)
+        self.text: Callable[[int, float], str] | None = None  # the whole line from (done, elapsed), when set
 
     def line(self) -> str:
+        if self.text is not None:
+            return self.text(self.n, self.clock() - self.t0)
         of = f"/{self.total}" if self.total is not None else ""
         elapsed = self.clock() - self.t0
         eta = eta_s(self.n, self.total, elapsed) if self.n < (self.total or 0) else None
@@ -86,21 +92,32 @@ def progress_bar(desc: str, total: int | None = None, stream: TextIO | None = No
 
 
 class PlanProgress:
-    """A plan's progress: ``queued`` hears each round's runs as the planner hands them to the backend, ``stored``
-    (a planner's ``on_stored``) each finished one. Off a terminal, every ``every_s`` seconds and at the end::
+    """A plan's progress: ``queued`` hears runs as the planner hands them to the backend, ``stored`` (a
+    planner's ``on_stored``) each finished one. Off a terminal, every ``every_s`` seconds and at the end::
 
         peak: plan runs: 248/260 runs done (known so far), 1073 s, about 52 s left; searching dspark at 4 GPUs,
         goodput-k at 6 GPUs
 
-    (the ETA of the runs known so far: later rounds add more). On a terminal, a bar whose total grows as runs are
-    queued, with the same words beside it."""
+    the ETA of the runs known so far, which later candidates add to. A plan that says where its searches stand
+    (``follow``: Planner.outlook) is told by those instead::
+
+        peak: plan runs: 5/9 searches decided; open: mtp-1 4-8 GPUs and 3 more; 96 runs done, 212 s; at most 31
+        candidates (93 runs at 3 seeds) left, about 3 min
+
+    (one line: as many open searches as fit 120 columns, each with what it still brackets, the rest counted)
+
+    the ETA from the bounds of every search still open. On a terminal, a bar whose total is the runs done and
+    those that may be left, with the same words beside it."""
 
     def __init__(self, desc: str, stream: TextIO | None = None, every_s: float = 10.0,
                  clock: Callable[[], float] = time.monotonic, shown: int = 3):
         stream = stream or sys.stderr
+        self.desc = desc
         self.shown = shown
         self.tables: set[str] = set()
         self.searching: list[str] = []
+        self.sources: list[tuple[str, Callable[[], list[dict]]]] = []
+        self.seeds = 1
         if stream.isatty():
             from tqdm import tqdm
 
@@ -109,6 +126,40 @@ class PlanProgress:
         else:
             self.bar = None
             self.lines = LineProgress(desc, 0, stream, every_s, "runs", clock, " (known so far)")
+
+    def follow(self, sources: list[tuple[str, Callable[[], list[dict]]]], seeds: int) -> None:
+        """Tell the progress by these searches' own bounds: (label, a planner's ``outlook``) each (labels name
+        a hardware option; '' for one plan), every candidate at ``seeds`` seeds at most."""
+        self.sources, self.seeds = sources, seeds
+        if self.lines is not None:
+            self.lines.text = self.status
+
+    def searches(self) -> list[dict]:
+        return [{**e, "name": f"{label}{e['name']}"} for label, outlook in self.sources for e in outlook()]
+
+    def status(self, done: int, elapsed: float) -> str:
+        """The line of a plan that follows its searches: how many are decided, what each open one has left
+        open, the runs done, and the time left for the candidates they may still ask, at this command's pace."""
+        found = self.searches()
+        open_ = [e for e in found if not e["done"]]
+        head = f"{self.desc}: {len(found) - len(open_)}/{len(found)} searches decided"
+        tail = f"; {done} runs done, {elapsed:.0f} s"
+        left = sum(e["left"] for e in open_)
+        if left:
+            runs = left * self.seeds
+            seeds = f" at {self.seeds} seeds" if self.seeds > 1 else ""
+            pace = eta_s(done, done + runs, elapsed)
+            tail += f"; at most {left} candidates ({runs} runs{seeds}) left"
+            tail += f", about {seconds(pace)}" if pace is not None else ", pace not known yet"
+        if not open_:
+            return head + tail
+        # as many open searches as fit a WIDTH-column log line (at least one, a few at most), the rest counted
+        for k in range(min(self.shown, len(open_)), 0, -1):
+            more = f" and {len(open_) - k} more" if len(open_) > k else ""
+            line = head + "; open: " + ", ".join(f"{e['name']} {e['open']}" for e in open_[:k]) + more + tail
+            if len(line) <= WIDTH or k == 1:
+                return line
+        return line
 
     @property
     def total(self) -> int:
@@ -134,6 +185,17 @@ class PlanProgress:
         else:
             self.lines.total += len(tasks)
             self.lines.postfix = self.postfix()
+        self._follow_bar()
+
+    def _follow_bar(self) -> None:
+        """On a terminal, a followed plan's bar: its total the runs done and those its searches may still ask."""
+        if self.bar is None or not self.sources:
+            return
+        found = self.searches()
+        self.bar.total = int(self.bar.n) + sum(e["left"] for e in found if not e["done"]) * self.seeds
+        open_ = [f"{e['name']} {e['open']}" for e in found if not e["done"]]
+        self.bar.set_postfix_str(f"{len(found) - len(open_)}/{len(found)} decided; open: " + ", ".join(open_[:self.shown]),
+                                 refresh=True)
 
     def describe(self, task) -> str:
         """The system a run searches and the size it tries (GPUs, the prefill pool's included), and the table
@@ -154,6 +216,7 @@ class PlanProgress:
     def stored(self, task=None) -> None:
         if self.bar is not None:
             self.bar.update(1)
+            self._follow_bar()
         else:
             self.lines.update(1)
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import time
 import zlib
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from simulator.outputs.metrics import (
     step_metrics,
     tau_by_mix,
     time_series,
+    user_speed,
 )
 from simulator.runs.steady import choose_warmup
 
@@ -67,12 +69,30 @@ class LoadPoint:
 
 
 @dataclass(frozen=True)
+class StopRule:
+    """What a plan judges an open-loop run by, so that the run may end as soon as that judgement is a certain
+    failure (``EarlyStop``): at least ``attainment`` of the followed requests at ``tps`` tok/s/user or more (None:
+    not judged, a prefill pool's search), TTFT p99 within ``ttft_p99`` (None: not judged) and, with
+    ``decode_saturation``, a decode queue not growing at the window's end (a finite prefill pool's backlog
+    always counts)."""
+
+    tps: float
+    attainment: float | None = None
+    ttft_p99: float | None = None
+    decode_saturation: bool = True
+
+    def key(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class RunSpec:
     system: SystemSpec
     point: LoadPoint
     seed: int
     quick: bool
     check_invariants: bool = False  # simulate --check-invariants
+    stop: StopRule | None = None  # a plan's run that may end early (its row then says so: ``stopped``)
 
 
 def load_points(scn: LoadedScenario) -> list[LoadPoint]:
@@ -237,6 +257,12 @@ def in_run(scn: LoadedScenario, spec: RunSpec):
 
 
 def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, float, float]:
+    return _build(scn, spec)[:4]
+
+
+def _build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, float, float, int | None]:
+    """``build``, and for the open loop the number of arrivals in the measurement window (None for a closed
+    loop): the most requests its per-request metrics can follow, which ``EarlyStop`` bounds them by."""
     m = scn.model
     check_engine_limits(scn, spec.system)
     rules = check_rules(scn)
@@ -265,12 +291,12 @@ def build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, flo
     if spec.point.concurrency is not None:
         with in_run(scn, spec):  # the first requests are routed now
             sim.closed_loop(spec.point.concurrency, maker.draw, spec.point.requests)
-    else:
-        # arrivals go on through the drain, so that the followed requests finish under the same load
-        arr = open_loop_arrivals(m.traffic, maker, duration + drain_cap(scn, spec), scn.resolve,
-                                 _stream(spec.seed, "arrivals"))
-        sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix, prefix=arr.prefix)
-    return sim, hw, duration, warmup
+        return sim, hw, duration, warmup, None
+    # arrivals go on through the drain, so that the followed requests finish under the same load
+    arr = open_loop_arrivals(m.traffic, maker, duration + drain_cap(scn, spec), scn.resolve,
+                             _stream(spec.seed, "arrivals"))
+    sim.open_loop(arr.time, arr.prompt, arr.output, arr.mix, prefix=arr.prefix)
+    return sim, hw, duration, warmup, int(((arr.time >= warmup) & (arr.time < duration)).sum())
 
 
 def shared_prefix_config(scn: LoadedScenario) -> dict:
@@ -319,22 +345,32 @@ PROGRESS_CHUNKS = 50  # pieces a window is run in when someone follows its progr
 
 
 def run_window(sim: Simulation, scn: LoadedScenario, spec: RunSpec, hw: Hardware, duration: float,
-               warmup: float, on_progress: Callable[[float], None] | None = None) -> tuple[float, bool, float]:
+               warmup: float, on_progress: Callable[[float], None] | None = None,
+               watch: EarlyStop | None = None) -> tuple[float, bool, float]:
     """Run the window, pick the warm-up (steady.py), then keep the load on until every request that arrived in
     the measurement window has finished, or the drain cap. Returns (warm-up used, steady, time stopped).
-    ``on_progress`` hears the window's simulated seconds as they pass (a long benchmark replay)."""
-    if on_progress is None:
-        sim.run(until=duration)
-    else:
+    ``on_progress`` hears the window's simulated seconds as they pass (a long benchmark replay). ``watch``
+    (an open loop's ``EarlyStop``) is asked every simulated second from the warm-up on, and at the window's end,
+    whether the run's verdict is already a certain failure; the run then stops there (``watch.stopped``)."""
+    if on_progress is not None:
         for t in np.linspace(0.0, duration, PROGRESS_CHUNKS + 1)[1:]:
             sim.run(until=t)
             on_progress(float(t))
+    elif watch is not None:
+        for t in [*np.arange(DRAIN_CHUNK_S, duration, DRAIN_CHUNK_S), duration]:
+            sim.run(until=float(t))
+            if t > warmup and t < duration and watch.check(float(t)):
+                return warmup, False, sim.env.now
+    else:
+        sim.run(until=duration)
     # Only a closed loop's warm-up moves. At an open-loop point every system of one seed serves the same arrivals
     # (common random numbers): scored over the same window they are compared on the same requests, where a
     # warm-up moved per run scored 228 to 341 of them. An open-loop window that is not steady is flagged, not
     # moved; a tide or a trace varies by design anyway.
     adjust = spec.point.concurrency is not None
     warmup, steady = choose_warmup(sim.steps.frame(), duration, hw.replicas, warmup, adjust)
+    if watch is not None and watch.at_window_end(duration):
+        return warmup, steady, sim.env.now
     stop = duration + drain_cap(scn, spec)
     req = sim.requests.data
     while sim.env.now < stop:
@@ -343,7 +379,75 @@ def run_window(sim: Simulation, scn: LoadedScenario, spec: RunSpec, hw: Hardware
         if not np.isnan(req["finish"][:n][mine]).any():
             break
         sim.run(until=min(sim.env.now + DRAIN_CHUNK_S, stop))
+        if watch is not None and sim.env.now < stop and watch.check(sim.env.now):
+            break
     return warmup, steady, sim.env.now
+
+
+class EarlyStop:
+    """Whether an open-loop run's SLA verdict under ``rule`` is already a certain failure, so that a plan need not
+    run it to its drain cap. Sound by construction: each test below only fires when every continuation of the
+    run fails, so the verdict of the full run is a failure too (tests/simulator/test_early_stop.py checks it
+    against full runs and against brute force over what the rest of the run could do).
+
+    - saturation, at the window's end only (where the full run reads it): the decode queue (with
+      ``rule.decode_saturation``) or a finite prefill pool's backlog still growing; the row's flags are then
+      exactly the full run's, and so is its shortfall;
+    - attainment: ``slow`` followed requests can no longer reach ``rule.tps`` (finished below it, or unfinished
+      with (output - 1) / (now - first token) below it already: finishing later only lowers it). Attainment is at
+      most 1 - slow / W, W the arrivals in the measurement window (at least as many as the requests it follows,
+      rejected ones and those still to arrive included); below ``rule.attainment``, it fails;
+    - TTFT: ``waited`` followed requests have a TTFT above ``rule.ttft_p99`` (known, or still without a first
+      token longer than that). ``numpy.percentile``'s p99 of n values is above the limit once more than
+      n - floor(0.99 (n - 1)) of them are, a count that does not fall as n grows, so W bounds it for every n the
+      run can end with (one more for the float's rounding).
+
+    The run's row then carries ``stopped``: when, which test and its bound. Not for a source that generates real
+    tokens (an end token can shorten a request's output, which these bounds take as known)."""
+
+    def __init__(self, sim: Simulation, rule: StopRule, warmup: float, end: float, window_arrivals: int,
+                 replicas: int, max_running: int):
+        self.sim, self.rule, self.warmup, self.end = sim, rule, warmup, end
+        self.window_arrivals, self.replicas, self.max_running = window_arrivals, replicas, max_running
+        self.stopped: dict | None = None
+
+    def check(self, now: float) -> bool:
+        n = self.sim.requests.n
+        req = {k: v[:n] for k, v in self.sim.requests.data.items()}
+        found = certain_failure(req, now, self.warmup, self.end, self.window_arrivals, self.rule)
+        if found is not None:
+            self.stopped = {"at_s": round(now, 6), **found}
+        return found is not None
+
+    def at_window_end(self, end: float) -> bool:
+        pool = self.sim.prefill_pool
+        decode = self.rule.decode_saturation and saturated(self.sim.steps.frame(), end, self.replicas,
+                                                           self.max_running)
+        if decode or (pool is not None and pool.saturated(end)):
+            self.stopped = {"at_s": round(end, 6), "test": "saturated"}
+            return True
+        return self.check(end)
+
+
+def certain_failure(req: dict[str, np.ndarray], now: float, warmup: float, end: float, window_arrivals: int,
+                    rule: StopRule) -> dict | None:
+    """``EarlyStop``'s attainment and TTFT tests on the request log ``req`` (its first rows, as logged by ``now``):
+    None, or which failed with its bound (``attainment_at_most``; ``ttft_over``, the requests over the limit)."""
+    sel = followed(req, warmup, end)
+    first, arrival = req["first_token"][sel], req["arrival"][sel]
+    if rule.attainment is not None and window_arrivals:
+        done = ~np.isnan(req["finish"][sel])
+        with np.errstate(invalid="ignore"):  # NaN (no generation phase, or no first token yet) is never slow
+            slow = int((user_speed(req["output"][sel], first, np.where(done, req["finish"][sel], now))
+                        < rule.tps).sum())
+        at_most = 1.0 - slow / window_arrivals
+        if slow and at_most < rule.attainment:
+            return {"test": "attainment", "attainment_at_most": at_most, "slow": slow}
+    if rule.ttft_p99 is not None and window_arrivals:
+        over = int((np.where(np.isnan(first), now, first) - arrival > rule.ttft_p99).sum())
+        if over > window_arrivals - math.floor(0.99 * (window_arrivals - 1)):
+            return {"test": "ttft", "ttft_over": over}
+    return None
 
 
 def run_list(sim: Simulation, scn: LoadedScenario, spec: RunSpec) -> float:
@@ -371,12 +475,16 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
     records are written there, marked with ``run_key`` (the run store's key) when one is given."""
     t0 = time.perf_counter()
     with plugin_crashes(scn, spec):
-        sim, hw, duration, warmup = build(scn, spec)
+        sim, hw, duration, warmup, window_arrivals = _build(scn, spec)
         # a source that generates tokens records what it generated (live: every step also verifies the whole block)
         recording = records_dir is not None and isinstance(sim.source, RuntimeSource) and sim.source.start_recording()
+        watch = None
+        if spec.stop is not None and window_arrivals is not None and not isinstance(sim.source, RuntimeSource):
+            watch = EarlyStop(sim, spec.stop, warmup, duration, window_arrivals, hw.replicas,
+                              scn.model.engine.max_running)
         with in_run(scn, spec):
             if spec.point.requests is None:
-                warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup)
+                warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup, watch=watch)
             else:  # a benchmark's finite list: measured whole, from its first request to its last
                 stop = duration = run_list(sim, scn, spec)
                 warmup, steady = 0.0, True
@@ -429,7 +537,12 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
         "wall_seconds": wall,
     })
     row["tau_by_mix"] = tau_by_mix(req, warmup, duration, list(m.workload.mix))
-    if spec.point.concurrency is None:
+    if watch is not None and watch.stopped is not None:
+        # its figures are those of a run cut short (a plan reads only its verdict); the store keeps it apart
+        row["stopped"] = watch.stopped
+        if stop < duration:  # the window's end, where saturation and the arrival rate are read, was never reached
+            row["saturated"] = row["prefill_saturated"] = row["arrival_rate"] = None
+    elif spec.point.concurrency is None:
         row["series"] = time_series(steps, req, duration, hw.replicas, gpus, m.sla.tps_targets[0])
     if records_dir is not None:
         stem = records_stem(scn, spec)
