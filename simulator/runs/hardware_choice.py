@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -39,7 +39,7 @@ from simulator.outputs.summary import write_table_and_json
 from simulator.outputs.verdicts import MET, UNRESOLVED_STATUS, hardware_verdict
 from simulator.runs.backends import Backend, Task
 from simulator.runs.plan import Planner, Target
-from simulator.runs.search import Driver
+from simulator.runs.search import After, Driver
 
 SPEC_FORM = "NAME=TABLE.csv:USD_PER_GPU_HOUR, e.g. b200=scenarios/hardware/b200-qwen3-8b-bf16.csv:6.00"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under OUT/hardware/
@@ -148,6 +148,18 @@ def check_options(scn: LoadedScenario, options: list[HardwareOption]) -> tuple[l
 
 # --- the plans ----------------------------------------------------------------------------------------------------
 
+def within(option: str, search: Generator) -> Generator:
+    """``search`` of one option's plan, run beside other options' on one driver, where every search is named
+    (option, name): the searches it waits for (``After``) are its own option's."""
+    value = None
+    while True:
+        try:
+            wanted = search.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value = yield After((option, wanted.name)) if isinstance(wanted, After) else wanted
+
+
 def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backend, options: list[HardwareOption],
                   quick: bool = False, seed: int | None = None, replicates: int = 1, check_invariants: bool = False,
                   on_stored: Callable[[Task], None] | None = None,
@@ -187,7 +199,7 @@ def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backe
         with Driver(backend) as driver:
             for _, _, planner in planners.values():
                 planner.driver = driver
-            found = driver.run({(name, k): (planners[name][2], g) for name, gens in searches.items()
+            found = driver.run({(name, k): (planners[name][2], within(name, g)) for name, gens in searches.items()
                                 for k, g in gens.items()}, urgent={(name, "\0prefill") for name in planners})
         wall = round(time.perf_counter() - t0, 1)  # side by side: each option's plan took the whole time
         docs = {}

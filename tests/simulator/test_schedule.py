@@ -259,14 +259,14 @@ def test_gpu_memory_utilization_sizes_the_pool_and_a_bad_one_is_one_line(tmp_pat
         res = run_cli("check", str(peak), "--set", f"engine.gpu_memory_utilization={u}")
         assert res.returncode == 0, res.stderr
         pools.append(int(res.stdout.split("KV capacity ")[1].split(" tokens")[0].replace(",", "")))
-    # the pool is (U x memory - weights - activations - runtime) / KV bytes: 0.4 x 141 GB more at 0.9, over
-    # the bf16 cache of a Qwen3-8B-shaped model (147,456 bytes a token)
-    assert pools[1] - pools[0] == pytest.approx(0.4 * 141e9 / 147_456, abs=2)
-    # a tenth of the H200's 141 GB holds less than Qwen3-8B's 16 GB of bf16 weights: no pool, and the line says why
+    # the pool is (U x memory - weights - activations - runtime) / KV bytes in blocks of 16: 0.4 x the 139.8 GiB the
+    # H200 reports more at 0.9, over the bf16 cache of a Qwen3-8B-shaped model (147,456 bytes a token)
+    assert pools[1] - pools[0] == pytest.approx(0.4 * 139.8 * 2**30 / 147_456, abs=16)
+    # a tenth of the H200's memory holds less than Qwen3-8B's 16 GB of bf16 weights: no pool, and the line says why
     res = run_cli("check", str(peak), "--set", "engine.gpu_memory_utilization=0.1")
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
     assert ("engine.kv_capacity_tokens: required, since its weights (16 GB a GPU) leave no room for a KV cache in "
-            "141 GB at engine.gpu_memory_utilization 0.1 on hardware.gpus_per_replica 1") in res.stderr
+            "150.109 GB at engine.gpu_memory_utilization 0.1 (vllm's rule) on hardware.gpus_per_replica 1") in res.stderr
 
 
 def test_a_scheduler_one_step_ahead_admits_a_new_request_a_step_later(tmp_path):
