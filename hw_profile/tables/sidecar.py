@@ -179,7 +179,7 @@ class Sidecar:
         meta = upgrade(meta)
         shape = _shape(meta.get("model_shape"), f"{where}: model_shape")
         target_shape = _shape(meta.get("target_shape"), f"{where}: target_shape")
-        deployment = _deployment(meta, shape, where)
+        deployment = _deployment(meta, shape)
         return cls(
             schema_version=int(meta["schema_version"]),
             provenance=Provenance(table_kind(meta), str(meta.get("kind") or ""), str(meta.get("name") or ""),
@@ -311,7 +311,7 @@ def datasheet(meta: dict) -> GPU | None:
     return None
 
 
-def _deployment(meta: dict, shape: ModelShape | None, where: str) -> DeploymentFacts:
+def _deployment(meta: dict, shape: ModelShape | None) -> DeploymentFacts:
     gpus = _whole(meta.get("gpus"), 1)
     deployment = meta.get("deployment") if isinstance(meta.get("deployment"), dict) else {}
     costs = meta.get("engine_costs") if isinstance(meta.get("engine_costs"), dict) else {}

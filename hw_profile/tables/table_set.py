@@ -22,7 +22,6 @@ simulator uses (the bundled tables' regeneration scripts in ``tools/`` keep thei
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 from hw_profile.errors import HwProfileError
@@ -132,10 +131,6 @@ class TableSet:
     def cuda_graphs(self) -> CudaGraphs | None:
         return self.target.cuda_graphs
 
-    @cached_property
-    def named_drafters(self) -> dict[str, dict]:
-        """The target sidecar's drafter entries (drafter -> entry), {} without them."""
-        return drafter_entries(self.target)
 
 
 def drafter_entries(target: StepTable) -> dict[str, dict]:
