@@ -413,6 +413,7 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
                                  b_axis=default_b_axis(max_batch_tokens), k_axis=default_k_axis(max_kv_tokens),
                                  sibling=sibling_gpu,
                                  drafter_configs={n: read_config(p) for n, p in drafter_paths.items()})
+    from hw_profile.tables.sidecar import SpeculativeMode
     from hw_profile.tables.step_table import StepTable
 
     for path in written:  # read back as a scenario will read them; the target's table comes last
@@ -436,11 +437,8 @@ def estimate(obj, model, gpu, gpus, ep, engine, dtype, kv_dtype, expert_dtype, p
     if not show_notes and len(notes) > len(asks):
         click.echo(f"hw-profile: {len(notes) - len(asks)} more note(s) on how it was priced are in "
                    f"{written[-1].with_suffix('.json')} (notes; --notes prints them)", err=True)
-    if engine == "sglang" and names and cost_terms.overlap_schedule:
-        click.echo(f"hw-profile: note: SGLang before spec v2 became its default (2026) speculates without its "
-                   f"overlap scheduler, about {cost_terms.scheduler_ms:g} ms more a step: for such a version, write "
-                   "the tables your speculative systems use with --cost overlap_schedule=false (docs/hw-profile.md)",
-                   err=True)
+    if names:  # what a speculative system of these tables runs differently, as the sidecar records it
+        click.echo(f"hw-profile: speculative mode: {SpeculativeMode.from_meta(table.meta, str(path)).words}", err=True)
 
 
 @cli.command(help="Fit a step-time table T(B, K) to telemetry of a deployed system, or calibrate an estimate "

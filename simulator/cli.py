@@ -439,6 +439,18 @@ def staircase_line(graphs) -> str:
             f"{graphs.counts} ({shown}); past {sizes[-1]} eager, at least {graphs.eager_floor_ms:.3g} ms a step")
 
 
+def speculative_line(mode, engine) -> str:
+    """What the scenario's speculative systems run differently from its plain ones (``SpeculativeMode``)."""
+    from dataclasses import replace
+
+    if engine.speculative_max_running is not None:
+        mode = replace(mode, max_running=engine.speculative_max_running)
+    if not mode.changes:
+        return ("speculative mode: as plain decoding (the table records no change when the engine speculates"
+                + (f": {mode.engine} {mode.version})" if mode.engine else ")"))
+    return f"speculative mode (speculative systems only): {mode.words}"
+
+
 @cli.command("check")
 @click.argument("scenario", type=click.Path(path_type=Path))
 @overrides
@@ -496,6 +508,8 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     if caveat is not None:  # an analytic table's step times are a speed bound: say so where the table is named
         click.echo(f"  hardware table is {caveat['kind']}: {caveat['text']}")
     click.echo(f"  {staircase_line(tables.cuda_graphs)}")
+    if any(s.drafter != "none" and s.gamma for s in systems):  # what the speculative systems run differently
+        click.echo(f"  {speculative_line(hw.speculative, m.engine)}")
     if m.engine.prefill == "disaggregated":
         pool = (f"{m.hardware.prefill_replicas} replica(s) x {m.hardware.prefill_gpus_per_replica or m.hardware.gpus_per_replica}"
                 f" GPU(s), table {m.hardware.prefill_table or m.hardware.table}" if m.hardware.prefill_replicas

@@ -123,8 +123,18 @@ _DEEPEP_BYTES = 128 * 7168 * 8 * 3.0  # the payload behind each figure, before t
 # an exchange across nodes costs however little it moves
 _DEEPEP_LL_FLOOR_US = {2: 48.5, 4: 55.6, 8: 59.5}
 NIC_GB_S = 50.0  # a 400 Gb/s NIC's line rate, one per GPU
-# host work an overlap scheduler hides (ms a step): SGLang's MTP post, 2 / 51.0 - 2 / 60.4 s per step per rank
+# host work an overlap scheduler hides (ms a step). Data-parallel attention over many ranks: SGLang's MTP post,
+# 2 / 51.0 - 2 / 60.4 s per step per rank (DeepSeek-V3, DP16). One tensor-parallel replica: sgl-project/sglang
+# PR #38131, one small model on one GPU at one request, 364.3 tok/s without the overlap scheduler and 498.5 with it
+# (1/364.3 - 1/498.5 s a step)
 SCHEDULER_MS = 6.1
+SCHEDULER_MS_TP = 0.74
+# SGLang's running-request cap under its EAGLE/MTP worker where the deployment sets none (server_args.py,
+# ``_handle_speculative_decoding``: max_running_requests = 48), and the CUDA-graph batch sizes it captures in that
+# mode (``cuda_graph_runner``/``_generate_cuda_graph_batch_sizes``: 1-8, every 2 to 32, every 4 to 64, every 8 to
+# 256, every 16 on), both as its sources state them from v0.4.x through v0.5.x
+SGLANG_SPEC_MAX_RUNNING = 48
+SGLANG_SPEC_VERSIONS = "0.4.x-0.5.x (spec v1: SGLANG_ENABLE_SPEC_V2 unset)"
 _BOOL_WORDS = {"true": True, "1": True, "on": True, "false": False, "0": False, "off": False}
 
 
@@ -133,7 +143,7 @@ class EngineCosts:
     engine: str = "vllm"
     step_fixed_ms: float = 0.3
     overlap_schedule: bool = True
-    scheduler_ms: float = SCHEDULER_MS
+    scheduler_ms: float | None = None  # None: by layout (``scheduler_ms_for``)
     graph_max_batch: int = 512
     capture_sizes: tuple[int, ...] | None = None  # None: the engine's default list up to graph_max_batch
     spec_tokens: int = 0  # draft tokens a vLLM deployment is started with (num_speculative_tokens); 0: none
@@ -148,6 +158,8 @@ class EngineCosts:
     nic_gb_s: float = NIC_GB_S
     two_batch_min_tokens: float | None = None  # None: two requests' worth (see the module docstring)
     request_ms: float = 10.0  # per request, outside the forwards (see the module docstring)
+    spec_overlap_schedule: bool | None = None  # None: the engine's own rule (``speculative_mode``)
+    spec_max_running: int | None = None  # None: the engine's own cap in speculative mode (SGLang 48, others none)
 
     def __post_init__(self):
         if self.capture_sizes is not None:  # a sidecar stores a list
@@ -175,7 +187,73 @@ class EngineCosts:
     @property
     def host_ms(self) -> float:
         """Host time a step of the target pays beside its kernels."""
-        return self.step_fixed_ms + (0.0 if self.overlap_schedule else self.scheduler_ms)
+        return self.step_fixed_ms + (0.0 if self.overlap_schedule else self.scheduler_or_default)
+
+    @property
+    def scheduler_or_default(self) -> float:
+        """``scheduler_ms`` where a layout has set it (``scheduler_ms_for``), else the data-parallel figure."""
+        return SCHEDULER_MS if self.scheduler_ms is None else float(self.scheduler_ms)
+
+
+def scheduler_ms_for(costs: EngineCosts, data_parallel: bool) -> EngineCosts:
+    """``costs`` with ``scheduler_ms`` set for the layout where it was left to the default: the host work an overlap
+    scheduler hides is the step's scheduling, input preparation and result processing, which data-parallel
+    attention over many ranks multiplies by a synchronisation of the ranks' batches (``SCHEDULER_MS``, measured
+    there) and one tensor-parallel replica does once (``SCHEDULER_MS_TP``)."""
+    if costs.scheduler_ms is not None:
+        return costs
+    return replace(costs, scheduler_ms=SCHEDULER_MS if data_parallel else SCHEDULER_MS_TP)
+
+
+def sglang_spec_capture_sizes(top: int) -> tuple[int, ...]:
+    """SGLang's CUDA-graph batch sizes while speculating (requests), up to ``top``."""
+    full = (*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, 1025, 16))
+    sizes = [s for s in full if s <= top]
+    return tuple([*sizes, top] if sizes[-1] != top else sizes)
+
+
+def speculative_mode(costs: EngineCosts, plain_graphs: dict, ranks: int = 1) -> dict:
+    """What the engine changes when it speculates, against the plain steps ``costs`` price (the sidecar's block
+    ``speculative_mode``, ``hw_profile.tables.sidecar.SpeculativeMode``), per engine as its sources state it:
+
+    - SGLang (v0.4.x-0.5.x, spec v1): its EAGLE/MTP worker turns the overlap scheduler off (server_args.py:
+      ``disable_overlap_schedule = True`` unless SGLANG_ENABLE_SPEC_V2), so a speculative step pays the host work
+      that scheduler hid (``scheduler_ms``) where the plain steps had it; it caps the running requests at 48 where
+      the deployment sets no ``--max-running-requests``, split over the ``ranks`` of data-parallel attention (its
+      model runner takes max_running_requests // dp_size a rank; a table row is one rank there); it captures other CUDA-graph batch sizes
+      (``sglang_spec_capture_sizes``, up to the plain list's largest; ``plain_graphs``, the table's
+      ``cuda_graphs`` block, gives that and the eager floor). ``--cost spec_overlap_schedule=true``: spec
+      v2 (topk 1), which keeps the overlap scheduler; ``--cost spec_max_running=N``: the deployment's own cap.
+    - vLLM: asynchronous scheduling stays on for EAGLE-family drafters (EAGLE, EAGLE-3, MTP: its config turns it
+      off only for other methods, such as n-gram or a separate draft model), no cap is added, and the captured
+      sizes are the table's (``spec_tokens`` already rounds them to the verify width). The parallel drafters
+      (DSpark, DFlash) are taken to keep it as EAGLE does (ASSUMED: no release we read names them).
+    - TensorRT-LLM: nothing recorded (its speculative mode is not read here); the block says so and changes
+      nothing.
+    """
+    engine = costs.engine
+    if engine == "sglang":
+        overlap = bool(costs.spec_overlap_schedule) if costs.spec_overlap_schedule is not None else False
+        cap = SGLANG_SPEC_MAX_RUNNING if costs.spec_max_running is None else int(costs.spec_max_running)
+        cap = max(cap // max(ranks, 1), 1) if cap else 0
+        return {"engine": "sglang", "version": SGLANG_SPEC_VERSIONS, "overlap_schedule": overlap,
+                "host_ms": costs.scheduler_or_default if (costs.overlap_schedule and not overlap) else 0.0,
+                "max_running": cap or None,
+                "cuda_graphs": {**plain_graphs, "sizes": list(sglang_spec_capture_sizes(plain_graphs["sizes"][-1])),
+                                "source": "SGLang's speculative capture list"},
+                "source": "sglang python/sglang/srt/server_args.py _handle_speculative_decoding and "
+                          "_generate_cuda_graph_batch_sizes"}
+    if engine == "vllm":
+        overlap = True if costs.spec_overlap_schedule is None else bool(costs.spec_overlap_schedule)
+        return {"engine": "vllm", "version": "0.12+ (asynchronous scheduling on by default)",
+                "overlap_schedule": overlap,
+                "host_ms": costs.scheduler_or_default if (costs.overlap_schedule and not overlap) else 0.0,
+                "max_running": costs.spec_max_running, "cuda_graphs": None,
+                "source": "vllm vllm/config/vllm.py: async scheduling disabled for speculative methods outside "
+                          "EagleModelTypes"}
+    return {"engine": engine, "version": "", "overlap_schedule": True, "host_ms": 0.0,
+            "max_running": costs.spec_max_running, "cuda_graphs": None,
+            "source": f"{engine}'s speculative mode is not recorded: steps priced as in plain mode"}
 
 
 DEFAULTS: dict[str, EngineCosts] = {
@@ -239,11 +317,11 @@ def with_overrides(costs: EngineCosts, items: list[str] | tuple[str, ...]) -> En
         try:
             if key == "overlap":
                 value: object = _OVERLAP_WORDS.get(text.lower(), text.lower())
-            elif key == "overlap_schedule":
+            elif key in ("overlap_schedule", "spec_overlap_schedule"):
                 value = _BOOL_WORDS[text.lower()]
             elif key == "moe_imbalance" and text == "auto":
                 value = "auto"
-            elif key in ("graph_max_batch", "spec_tokens"):
+            elif key in ("graph_max_batch", "spec_tokens", "spec_max_running"):
                 value = int(text)
             else:
                 value = float(text)

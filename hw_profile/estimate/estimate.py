@@ -61,6 +61,8 @@ from hw_profile.estimate.engine_costs import (
     imbalance_factor,
     launches_ms,
     sampling_ms,
+    scheduler_ms_for,
+    speculative_mode,
     two_batch_min_tokens,
 )
 from hw_profile.hardware.dtypes import kv_cache_bytes
@@ -103,7 +105,7 @@ from hw_profile.kernels.roofline import (
     stored_weight_bytes_per_gpu,
 )
 from hw_profile.tables.cuda_graphs import CudaGraphs
-from hw_profile.tables.sidecar import memory_fields
+from hw_profile.tables.sidecar import SPECULATIVE_MODE, memory_fields
 from hw_profile.tables.step_table import StepTable, VerifyAttention, table_meta
 from hw_profile.tables.table_set import DrafterTable, TableSet
 
@@ -145,6 +147,10 @@ class Deployment:
     engine: str = "vllm"
     costs: EngineCosts = field(default_factory=EngineCosts)
     roofline: RooflineParams = field(default_factory=RooflineParams)
+
+    def __post_init__(self):
+        # the host work an overlap scheduler hides depends on the layout (``engine_costs.scheduler_ms_for``)
+        object.__setattr__(self, "costs", scheduler_ms_for(self.costs, self.parallel == "dp"))
 
     @property
     def table_gpus(self) -> int:
@@ -772,7 +778,10 @@ def estimate_table(shape: ModelShape, dep: Deployment, name: str, kernels: str =
         prefill_cost=chunk_attention(shape, dep, measured_chunk_rate(shape, dep, kernels, sibling),
                                      measured_chunk_token(shape, dep, kernels, sibling)),
         verify_attention=verify_attention(shape, dep, used).to_meta(),
-        cuda_graphs=cuda_graphs(shape, dep, used).to_meta(),
+        cuda_graphs=(graphs := cuda_graphs(shape, dep, used).to_meta()),
+        # what the engine changes when it speculates: the target's steps only (a drafter's run inside them)
+        **({SPECULATIVE_MODE: speculative_mode(used, graphs, dep.gpus if dep.parallel == "dp" else 1)}
+           if costs is None else {}),
         # the weights and the cache this table priced, which the simulator sizes the KV pool with
         **memory_fields(shape, dep.dtype, head_split=dep.head_split, gpus=dep.table_gpus,
                         weight_bytes_per_gpu=weights_per_gpu, device_memory_gb=dep.gpu.device_memory_bytes / 1e9),

@@ -12,7 +12,8 @@ beside its CSV. On disk it stays a flat JSON object, so any tool can read it; in
   token, activation bytes per batch token, the sampler's bytes per running request, a request's recurrent state;
   the KV pool is sized from these alone (``MemoryFacts.kv_capacity``);
 - ``EngineFacts``: what the engine the table was estimated for does outside the forwards (overlap scheduling, the
-  per-request cost);
+  per-request cost), and what it changes when it speculates (``SpeculativeMode``: the sidecar's block
+  ``speculative_mode``, which a simulator applies to its speculative systems only);
 - ``DrafterFacts``: a drafter table's sequential head, attention window and the shares of its pass that the
   simulator's draft cost needs.
 
@@ -32,6 +33,7 @@ from hw_profile.errors import HwProfileError
 from hw_profile.hardware.dtypes import DTYPE_BYTES, kv_cache_dtype
 from hw_profile.hardware.gpus import GPU, named_gpu
 from hw_profile.hardware.shapes import ModelShape
+from hw_profile.tables.cuda_graphs import CudaGraphs
 
 SCHEMA_VERSION = 2
 
@@ -127,15 +129,91 @@ class MemoryFacts:
         return int(free / per_token) if free > 0 and per_token > 0 else None
 
 
+SPECULATIVE_MODE = "speculative_mode"  # the sidecar's block
+
+
+@dataclass(frozen=True)
+class SpeculativeMode:
+    """What the engine changes when speculation is on, against the table's plain steps: a speculative system runs
+    in this mode, a system without a drafter as the table prices it. The defaults change nothing (a measured
+    table, or an engine whose speculative mode is not recorded).
+
+    overlap_schedule: whether the engine still schedules each step while the one before runs (SGLang turns its
+    overlap scheduler off under its EAGLE/MTP worker unless spec v2 is on; vLLM keeps asynchronous scheduling for
+    EAGLE-family drafters). host_ms: host time a speculative step pays beyond the table's plain step (the
+    scheduler's work the overlap scheduler hid: 0 where the overlap stays, or where the plain steps were priced
+    without it). max_running: the running-request cap the engine sets in speculative mode where the deployment
+    sets none (SGLang: 48); None: none. cuda_graphs: the sizes captured in speculative mode (None: the table's).
+    version and source: the engine release these facts were read from, and where."""
+
+    engine: str = ""
+    version: str = ""
+    overlap_schedule: bool = True
+    host_ms: float = 0.0
+    max_running: int | None = None
+    cuda_graphs: CudaGraphs | None = None
+    source: str = ""
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.host_ms or self.max_running or self.cuda_graphs is not None or not self.overlap_schedule)
+
+    @property
+    def words(self) -> str:
+        """One line: what a speculative system runs differently, and from which engine release."""
+        if not self.changes:
+            return (f"{self.engine or 'the engine'} {self.version}".strip() + ": as plain decoding"
+                    + (f" ({self.source})" if self.source and not self.version else ""))
+        parts = []
+        if not self.overlap_schedule:
+            parts.append(f"no overlap scheduler (+{self.host_ms:g} ms a step)" if self.host_ms else
+                         "no overlap scheduler")
+        if self.max_running:
+            parts.append(f"at most {self.max_running} running requests unless the deployment sets its own")
+        if self.cuda_graphs is not None:
+            parts.append(f"CUDA graphs at {len(self.cuda_graphs.sizes)} sizes up to {self.cuda_graphs.largest} "
+                         f"{self.cuda_graphs.counts}")
+        return f"{self.engine} {self.version}: " + "; ".join(parts)
+
+    def to_meta(self) -> dict:
+        return {"engine": self.engine, "version": self.version, "overlap_schedule": self.overlap_schedule,
+                "host_ms": self.host_ms, "max_running": self.max_running,
+                "cuda_graphs": None if self.cuda_graphs is None else self.cuda_graphs.to_meta(),
+                "source": self.source}
+
+    @classmethod
+    def from_meta(cls, meta: dict, where: str) -> SpeculativeMode:
+        """The sidecar's block (``SPECULATIVE_MODE``), checked; the defaults without one."""
+        block = meta.get(SPECULATIVE_MODE)
+        if block is None:
+            return cls()
+        if not isinstance(block, dict):
+            raise HwProfileError(f"{where}: {SPECULATIVE_MODE} must be an object, got {block!r}")
+        host, cap, overlap = block.get("host_ms", 0.0), block.get("max_running"), block.get("overlap_schedule", True)
+        if isinstance(host, bool) or not isinstance(host, int | float) or not (math.isfinite(host) and host >= 0):
+            raise HwProfileError(f"{where}: {SPECULATIVE_MODE}.host_ms: expected a number of ms >= 0, got {host!r}")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise HwProfileError(f"{where}: {SPECULATIVE_MODE}.max_running: expected a whole number >= 1 or null, "
+                                 f"got {cap!r}")
+        if not isinstance(overlap, bool):
+            raise HwProfileError(f"{where}: {SPECULATIVE_MODE}.overlap_schedule: expected true or false, got "
+                                 f"{overlap!r}")
+        graphs = (CudaGraphs.from_meta({"cuda_graphs": block["cuda_graphs"]}, f"{where}: {SPECULATIVE_MODE}")
+                  if block.get("cuda_graphs") is not None else None)
+        return cls(str(block.get("engine") or ""), str(block.get("version") or ""), overlap, float(host), cap, graphs,
+                   str(block.get("source") or ""))
+
+
 @dataclass(frozen=True)
 class EngineFacts:
     """What the serving engine the table was estimated for does outside the forwards (nothing for a measured
-    table: it times forwards only)."""
+    table: it times forwards only), and what it changes when it speculates."""
 
     engine: str = ""
     overlap_schedule: bool = False  # schedules each step while the previous one runs
     request_ms: float = 0.0  # per request, outside the forwards
     costs: dict = field(default_factory=dict)  # every engine cost as recorded (hw_profile.estimate.engine_costs)
+    speculative: SpeculativeMode = field(default_factory=SpeculativeMode)
 
     @property
     def drafter_takes_in(self) -> str:
@@ -186,7 +264,7 @@ class Sidecar:
                                   str(meta.get("command") or ""), table_caveat(meta), expected_error(meta)),
             deployment=deployment,
             memory=_memory(meta, where),
-            engine=_engine(meta.get("engine_costs")),
+            engine=_engine(meta.get("engine_costs"), SpeculativeMode.from_meta(meta, where)),
             drafter=_drafter(meta, shape, where),
             shape=shape,
             target_shape=target_shape,
@@ -341,13 +419,13 @@ def _memory(meta: dict, where: str) -> MemoryFacts | None:
         raise HwProfileError(f"{where}: memory facts must be numbers ({exc})") from None
 
 
-def _engine(costs: object) -> EngineFacts:
+def _engine(costs: object, speculative: SpeculativeMode) -> EngineFacts:
     if not isinstance(costs, dict):
-        return EngineFacts()
+        return EngineFacts(speculative=speculative)
     request = costs.get("request_ms")
     ok = isinstance(request, int | float) and not isinstance(request, bool) and request >= 0
     return EngineFacts(str(costs.get("engine") or ""), bool(costs.get("overlap_schedule", False)),
-                       float(request) if ok else 0.0, dict(costs))
+                       float(request) if ok else 0.0, dict(costs), speculative)
 
 
 def _drafter(meta: dict, shape: ModelShape | None, where: str) -> DrafterFacts:

@@ -495,12 +495,14 @@ class StepPrices:
     """What a step costs, from the tables: ``clock`` gives the target's forward T(B, K) that advances the clock,
     ``policy_grid`` the copy a hardware-aware policy prices SPS(B) on (default: the clock's), ``draft`` the
     drafter's cost, and ``chunk_attention`` the prompt chunks' attention when the table's sidecar prices it apart
-    (``forward``: the chunks' part of the forward rule on the clock's table). ``step_cost`` builds each step's
-    ``StepCost``, which the clock reads and, on the same table, the policy too."""
+    (``forward``: the chunks' part of the forward rule on the clock's table), and ``host_ms`` host time every step
+    pays beyond the table's (an engine that drops its overlap scheduler while it speculates).
+    ``step_cost`` builds each step's ``StepCost``, which the clock reads and, on the same table, the policy too."""
 
     def __init__(self, clock: StepTimeGrid, *, draft: DraftCost | None = None, policy_grid: StepTimeGrid | None = None,
-                 chunk_attention: ChunkAttention | None = None):
+                 chunk_attention: ChunkAttention | None = None, host_ms: float = 0.0):
         self.clock = clock
+        self.host_ms = float(host_ms)
         self.policy_grid = clock if policy_grid is None else policy_grid
         self.draft = NO_DRAFT if draft is None else draft
         self.forward = ForwardPrice(clock, chunk_attention)
@@ -511,7 +513,8 @@ class StepPrices:
         """The step's ``StepCost`` on ``grid`` (the clock's by default): its K, prompt tokens, decoding rows and
         their KV, and the fixed costs beside the forward (draft, stall, the chunks' attention)."""
         return StepCost(self.clock if grid is None else grid, plan.kv, plan.prefill_tokens,
-                        plan.draft_ms + plan.stall_ms + plan.chunk_ms, plan.rows, plan.kv_decode, self.draft)
+                        plan.draft_ms + plan.stall_ms + plan.chunk_ms + self.host_ms, plan.rows, plan.kv_decode,
+                        self.draft)
 
     def policy_cost(self, plan: StepPlan) -> StepCost:
         """What the policy prices SPS(B) with: the clock's ``StepCost`` itself unless it reads its own table."""

@@ -137,6 +137,11 @@ class Engine(Strict):
         None, description="the engine schedules each step while the previous one runs (vLLM's asynchronous "
         "scheduling, SGLang's overlap scheduler), so a new request joins two steps later; default: the table's "
         "engine costs (an estimate's overlap_schedule), else false")
+    speculative_max_running: PositiveInt | None = Field(
+        None, description="max requests in the running batch of one replica while a system speculates (SGLang's "
+        "--max-running-requests under its EAGLE/MTP worker); default: the cap the engine sets itself in speculative "
+        "mode as the table's sidecar records it (SGLang: 48 over the data-parallel ranks; vLLM: none), never above "
+        "max_running")
     gpu_memory_utilization: float = Field(
         0.9, gt=0.0, le=1.0, description="vLLM's pool: share of each GPU's memory the engine may take (vLLM's "
         "--gpu-memory-utilization, default 0.9): KV tokens = (this x GPU memory - weights - activation peak - "

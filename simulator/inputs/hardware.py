@@ -4,16 +4,17 @@ contract with hw_profile) with the scenario's overrides applied."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 from hw_profile.tables.kv_pool import POOL_ENGINES, KvPool, kv_pool
+from hw_profile.tables.sidecar import SpeculativeMode
 from hw_profile.tables.step_table import ChunkAttention, StepTable, StepTimeGrid, TableError
 from hw_profile.tables.table_set import DrafterTable, TableSet, read_drafter
 from simulator.core.drafters import DRAFTER_KINDS, DraftCost
 from simulator.errors import UserError
-from simulator.inputs.config import LoadedScenario, longest_prompt, shortest_prompt
+from simulator.inputs.config import Engine, LoadedScenario, longest_prompt, shortest_prompt
 
 
 @dataclass
@@ -28,6 +29,25 @@ class Hardware:
     chunk_attention: ChunkAttention | None = None  # the target table's price of prompt chunks' attention, if any
     request_ms: float = 0.0  # per request, outside the forwards (engine.request_ms, else the table's engine cost)
     schedule_ahead: bool = False  # the engine schedules a step ahead (engine.schedule_ahead, else the table's)
+    speculative: SpeculativeMode = SpeculativeMode()  # what the engine changes when it speculates (the table's)
+
+    def speculating(self, engine: Engine, drafting: bool) -> tuple[StepTimeGrid, StepTimeGrid, int, bool, float]:
+        """(clock grid, policy grid, running-request cap, schedules ahead, host ms a step) of a system: as the
+        table prices plain steps, or, for a system that drafts, in the engine's speculative mode
+        (``SpeculativeMode``): its CUDA-graph sizes, its running-request cap unless the scenario sets
+        ``engine.speculative_max_running``, no step ahead and the host work that exposes where it drops its
+        overlap scheduler (a scenario's ``engine.schedule_ahead`` still decides the step ahead)."""
+        if not drafting:
+            return self.clock, self.policy, engine.max_running, self.schedule_ahead, 0.0
+        mode = self.speculative
+        clock, policy = self.clock, self.policy
+        if mode.cuda_graphs is not None:
+            clock = replace(clock, graphs=mode.cuda_graphs)
+            policy = clock if self.policy is self.clock else policy
+        cap = engine.speculative_max_running or mode.max_running or engine.max_running
+        ahead = self.schedule_ahead if engine.schedule_ahead is not None else (self.schedule_ahead
+                                                                              and mode.overlap_schedule)
+        return clock, policy, min(engine.max_running, cap), ahead, mode.host_ms
 
 
 def read_table_set(path: Path, field: str) -> TableSet:
@@ -95,7 +115,8 @@ def load_hardware(scn: LoadedScenario, drafters: set[str]) -> Hardware:
     return Hardware(clock=target.grid, policy=policy, draft=draft, kv_capacity=int(kv),
                     gpus_per_replica=hw.gpus_per_replica, replicas=hw.replicas, energy=target.energy_grid,
                     chunk_attention=tables.chunk_attention, request_ms=request_ms(tables, eng.request_ms),
-                    schedule_ahead=schedule_ahead(tables, eng.schedule_ahead))
+                    schedule_ahead=schedule_ahead(tables, eng.schedule_ahead),
+                    speculative=tables.engine.speculative)
 
 
 def kv_pool_of(scn: LoadedScenario, tables: TableSet, drafters: set[str]) -> KvPool:

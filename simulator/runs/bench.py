@@ -86,7 +86,7 @@ def run_bench(scn: LoadedScenario, stages: list[tuple[float, float]], seed: int,
         else:
             run_window(sim, scn, spec, hw, duration, 0.0, on_progress)
     requests, steps = sim.requests.frame(), sim.steps.frame()
-    table = bench_table(requests, steps, stages, sim.env.now, hw.replicas, m.engine.max_running)
+    table = bench_table(requests, steps, stages, sim.env.now, hw.replicas, sim.config.max_running)
     return BenchRun(table, requests, steps, sim.env.now)
 
 

@@ -270,17 +270,20 @@ def _build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, fl
     duration = m.run.quick_duration_s if spec.quick else m.run.duration_s
     warmup = m.run.quick_warmup_s if spec.quick else m.run.warmup_s
     source = make_source(scn, spec.system, _stream(spec.seed, spec.point.label, "acceptance", spec.system.name))
+    gamma = 0 if spec.system.drafter == "none" else spec.system.gamma
+    # a speculative system runs in the engine's speculative mode (the table's record), a plain one as priced
+    clock, policy_grid, max_running, ahead, host_ms = hw.speculating(m.engine, gamma > 0)
     config = EngineConfig(
-        max_running=m.engine.max_running, max_batch_tokens=m.engine.max_batch_tokens, kv_capacity=hw.kv_capacity,
-        gamma=0 if spec.system.drafter == "none" else spec.system.gamma, prefill_chunk=m.engine.prefill_chunk,
+        max_running=max_running, max_batch_tokens=m.engine.max_batch_tokens, kv_capacity=hw.kv_capacity,
+        gamma=gamma, prefill_chunk=m.engine.prefill_chunk,
         schedule=m.engine.schedule, stall_ms=m.engine.sched_stall_ms, replicas=hw.replicas, request_ms=hw.request_ms,
-        schedule_ahead=hw.schedule_ahead,
+        schedule_ahead=ahead,
         prefix_cache=m.engine.prefix_cache,
         **rules,
         **shared_prefix_config(scn),
         prefill=prefill_mode(scn, hw))
-    prices = StepPrices(hw.clock, draft=hw.draft[spec.system.drafter], policy_grid=hw.policy,
-                        chunk_attention=hw.chunk_attention)
+    prices = StepPrices(clock, draft=hw.draft[spec.system.drafter], policy_grid=policy_grid,
+                        chunk_attention=hw.chunk_attention, host_ms=host_ms)
     sim = Simulation(config, prices, source=source, label=spec.system.name,
                      policy=lambda: make_policy(spec.system.policy, spec.system.params, spec.system.name),
                      live_clock=check_live_clock(scn, source))
@@ -481,7 +484,7 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
         watch = None
         if spec.stop is not None and window_arrivals is not None and not isinstance(sim.source, RuntimeSource):
             watch = EarlyStop(sim, spec.stop, warmup, duration, window_arrivals, hw.replicas,
-                              scn.model.engine.max_running)
+                              sim.config.max_running)
         with in_run(scn, spec):
             if spec.point.requests is None:
                 warmup, steady, stop = run_window(sim, scn, spec, hw, duration, warmup, watch=watch)
@@ -520,7 +523,7 @@ def run_one(scn: LoadedScenario, spec: RunSpec, records_dir: Path | None = None,
     row.update({
         # open loop: the decode queue or a finite prefill pool's backlog still growing at the window's end
         "saturated": spec.point.concurrency is None and (
-            saturated(steps, duration, hw.replicas, m.engine.max_running)
+            saturated(steps, duration, hw.replicas, sim.config.max_running)
             or (sim.prefill_pool is not None and sim.prefill_pool.saturated(duration))),
         # share of steps beyond the step-time grid (their times are extrapolated): flagged in the headline
         "beyond_table": float(np.mean((steps["batch_tokens"] > hw.clock.b_axis[-1])

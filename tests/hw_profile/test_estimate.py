@@ -16,6 +16,8 @@ from hw_profile.calibrate.prior_fit import PriorFit, _basis, apply_fit, fit_on_p
 from hw_profile.cli import _prior_host_ms
 from hw_profile.errors import HwProfileError
 from hw_profile.estimate.engine_costs import (
+    SCHEDULER_MS,
+    SCHEDULER_MS_TP,
     EngineCosts,
     a2a_floor_us,
     a2a_latency_us,
@@ -24,6 +26,9 @@ from hw_profile.estimate.engine_costs import (
     imbalance_factor,
     launches_ms,
     sampling_ms,
+    scheduler_ms_for,
+    sglang_spec_capture_sizes,
+    speculative_mode,
     two_batch_min_tokens,
     with_overrides,
 )
@@ -48,6 +53,7 @@ from hw_profile.estimate.estimate import (
 )
 from hw_profile.hardware.gpus import get_gpu
 from hw_profile.hardware.shapes import drafter_shape, get_shape
+from hw_profile.tables.sidecar import SPECULATIVE_MODE, SpeculativeMode
 from hw_profile.tables.step_table import StepTable
 from tests.hw_profile.test_cli import run
 
@@ -432,9 +438,13 @@ def test_overrides_and_their_errors():
 
 def test_a_step_without_the_overlap_scheduler_pays_its_host_work():
     """SGLang's MTP post: 51.0 tok/s per rank without the overlap scheduler, 60.4 with it, 2 requests per rank."""
-    on = engine_defaults("sglang")
+    on = scheduler_ms_for(engine_defaults("sglang"), data_parallel=True)
     assert on.overlap_schedule and on.host_ms == on.step_fixed_ms == 0.8
     assert on.scheduler_ms == pytest.approx(2 / 51.0 * 1e3 - 2 / 60.4 * 1e3, abs=0.05)
+    # one tensor-parallel replica: sgl-project/sglang PR #38131's one-GPU figure (1/364.3 - 1/498.5 s)
+    tp = scheduler_ms_for(engine_defaults("sglang"), data_parallel=False)
+    assert tp.scheduler_ms == pytest.approx(1e3 / 364.3 - 1e3 / 498.5, abs=0.01)
+    assert scheduler_ms_for(with_overrides(on, ["scheduler_ms=2"]), data_parallel=False).scheduler_ms == 2
     off = with_overrides(on, ["overlap_schedule=false"])
     assert off.host_ms == pytest.approx(0.8 + on.scheduler_ms)
     assert with_overrides(off, ["overlap_schedule=on", "scheduler_ms=2"]).host_ms == 0.8
@@ -587,20 +597,64 @@ def test_estimate_cli_kv_dtype_reaches_the_target_and_its_drafters(tmp_path, cap
         assert fp8.grid.step_ms(1, 0) == pytest.approx(plain.grid.step_ms(1, 0))
 
 
-def test_estimate_cli_says_when_sglang_speculates_without_its_overlap_scheduler(tmp_path, capsys):
+def test_estimate_records_what_the_engine_changes_when_it_speculates(tmp_path, capsys):
+    """SGLang's EAGLE/MTP worker (server_args.py) turns the overlap scheduler off, caps running requests at 48 where
+    none are set and captures its speculative batch sizes; vLLM keeps asynchronous scheduling for EAGLE-family
+    drafters. The target's sidecar says so (the drafters' do not: they run inside its steps), and the terminal too."""
     base = ["estimate", "--model", "qwen3-8b", "--gpu", "H20", "--kernels", "roofline", "--max-batch-tokens", "64",
-            "--max-kv-tokens", "100000"]
-    said = {}
+            "--max-kv-tokens", "100000", "--drafters", "eagle3"]
+    said, modes = {}, {}
     for key, extra in (("sglang", ["--engine", "sglang"]), ("off", ["--engine", "sglang", "--cost",
                                                                      "overlap_schedule=false"]),
-                       ("plain", ["--engine", "sglang", "--drafters", ""]), ("vllm", ["--engine", "vllm"])):
+                       ("v2", ["--engine", "sglang", "--cost", "spec_overlap_schedule=true", "--cost",
+                               "spec_max_running=64"]),
+                       ("vllm", ["--engine", "vllm"])):
         code, _, err = run([*base, *extra, "--out", str(tmp_path / f"{key}.csv")], capsys)
         assert code == 0, err
-        said[key] = "overlap_schedule=false" in err
-    assert said == {"sglang": True, "off": False, "plain": False, "vllm": False}
+        said[key] = next(line for line in err.splitlines() if "speculative mode" in line)
+        table = StepTable.read(tmp_path / f"{key}.csv")
+        modes[key] = SpeculativeMode.from_meta(table.meta, key)
+        assert SPECULATIVE_MODE not in StepTable.read(tmp_path / f"{key}.drafter-eagle3.csv").meta
+    sg = modes["sglang"]
+    # one tensor-parallel replica: the scheduler's host work as one GPU's (SCHEDULER_MS_TP), hidden in plain steps
+    assert (sg.overlap_schedule, sg.host_ms, sg.max_running) == (False, SCHEDULER_MS_TP, 48)
+    assert sg.cuda_graphs.counts == "requests" and sg.cuda_graphs.sizes[:10] == (1, 2, 3, 4, 5, 6, 7, 8, 10, 12)
+    assert "no overlap scheduler (+0.74 ms a step)" in said["sglang"] and "at most 48" in said["sglang"]
+    # plain steps already without the overlap scheduler: speculation adds none of its host work
+    assert (modes["off"].overlap_schedule, modes["off"].host_ms) == (False, 0.0)
+    assert (modes["v2"].overlap_schedule, modes["v2"].host_ms, modes["v2"].max_running) == (True, 0.0, 64)
+    assert not modes["vllm"].changes and "as plain decoding" in said["vllm"]
     on, off = (StepTable.read(tmp_path / f"{key}.csv") for key in ("sglang", "off"))
-    assert off.grid.step_ms(1, 0) - on.grid.step_ms(1, 0) == pytest.approx(6.1)
+    assert off.grid.step_ms(1, 0) - on.grid.step_ms(1, 0) == pytest.approx(SCHEDULER_MS_TP)
     assert off.meta["engine_costs"]["overlap_schedule"] is False
+
+
+def test_sglang_caps_each_data_parallel_rank_at_its_share():
+    """With data-parallel attention SGLang's model runner takes max_running_requests // dp_size a rank (a table row is
+    one rank), and the scheduler's host work is the data-parallel figure (DeepSeek-V3 over 16 ranks)."""
+    graphs = {"sizes": [1, 2, 4, 8, 16, 256], "counts": "requests", "eager_floor_ms": 3.0}
+    dp = scheduler_ms_for(engine_defaults("sglang"), data_parallel=True)
+    block = speculative_mode(dp, graphs, ranks=16)
+    assert (block["max_running"], block["host_ms"]) == (3, SCHEDULER_MS)
+    assert speculative_mode(with_overrides(dp, ["spec_max_running=0"]), graphs, ranks=16)["max_running"] is None
+    assert block["cuda_graphs"]["sizes"][-3:] == [240, 248, 256] and block["cuda_graphs"]["eager_floor_ms"] == 3.0
+    assert sglang_spec_capture_sizes(48) == (*range(1, 9), *range(10, 33, 2), 40, 44, 48)
+    assert sglang_spec_capture_sizes(50)[-2:] == (48, 50)  # the engine's largest batch joins its list
+    trt = speculative_mode(engine_defaults("trtllm"), graphs)
+    assert "not recorded" in trt["source"] and not SpeculativeMode.from_meta({SPECULATIVE_MODE: trt}, "t").changes
+
+
+def test_a_speculative_mode_block_reads_back_and_refuses_bad_fields():
+    graphs = {"sizes": [1, 2, 4], "counts": "requests", "eager_floor_ms": 1.0}
+    block = speculative_mode(scheduler_ms_for(engine_defaults("sglang"), False), graphs)
+    mode = SpeculativeMode.from_meta({SPECULATIVE_MODE: block}, "t.json")
+    assert SpeculativeMode.from_meta({SPECULATIVE_MODE: mode.to_meta()}, "t.json") == mode
+    assert SpeculativeMode.from_meta({}, "t.json") == SpeculativeMode() and not SpeculativeMode().changes
+    for field, bad, words in (("host_ms", -1, "host_ms: expected a number of ms >= 0"),
+                              ("max_running", 0, "max_running: expected a whole number >= 1 or null"),
+                              ("overlap_schedule", "no", "overlap_schedule: expected true or false")):
+        with pytest.raises(HwProfileError, match=words):
+            SpeculativeMode.from_meta({SPECULATIVE_MODE: {**block, field: bad}}, "t.json")
 
 
 def test_each_kernel_family_pays_its_launches_fixed_latency():
