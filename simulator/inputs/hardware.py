@@ -4,6 +4,7 @@ contract with hw_profile) with the scenario's overrides applied."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -29,7 +30,8 @@ class Hardware:
     chunk_attention: ChunkAttention | None = None  # the target table's price of prompt chunks' attention, if any
     request_ms: float = 0.0  # per request, outside the forwards (engine.request_ms, else the table's engine cost)
     schedule_ahead: bool = False  # the engine schedules a step ahead (engine.schedule_ahead, else the table's)
-    speculative: SpeculativeMode = SpeculativeMode()  # what the engine changes when it speculates (the table's)
+    # what the engine changes when it speculates (the table's record)
+    speculative: SpeculativeMode = dataclasses.field(default_factory=SpeculativeMode)
 
     def speculating(self, engine: Engine, drafting: bool) -> tuple[StepTimeGrid, StepTimeGrid, int, bool, float]:
         """(clock grid, policy grid, running-request cap, schedules ahead, host ms a step) of a system: as the

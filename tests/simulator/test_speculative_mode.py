@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hw_profile.cli import main as hw_profile
 from hw_profile.estimate.engine_costs import SCHEDULER_MS_TP
 from simulator.core.engine import StepPlan, StepPrices
 from simulator.inputs.config import load_scenario
 from simulator.inputs.hardware import load_hardware
-from hw_profile.cli import main as hw_profile
 from tests.simulator.engine_helpers import simulate
 
 ESTIMATE = ["estimate", "--model", "qwen3-8b", "--gpu", "H100", "--kernels", "roofline", "--drafters", "eagle3",
@@ -77,8 +77,8 @@ def test_the_running_cap_binds_the_speculative_arm_only(tables, scenario_file):
     """64 users in a closed loop: plain decoding runs them all at once, SGLang's speculative arm at most 48 (the rest
     queue); a vLLM table adds no cap."""
     path = scenario(scenario_file, tables["sglang"])
-    plain, sim_plain = simulate(path, "ar", quick=True)
-    spec, sim_spec = simulate(path, "static-2", quick=True)
+    _, sim_plain = simulate(path, "ar", quick=True)
+    _, sim_spec = simulate(path, "static-2", quick=True)
     assert sim_plain.config.max_running == 64 and sim_spec.config.max_running == 48
     assert sim_plain.steps.frame()["running"].max() == 64
     assert sim_spec.steps.frame()["running"].max() == 48
