@@ -238,7 +238,7 @@ def estimate_args(run: dict, arm: dict) -> list[str]:
     opts = {**run["estimate"], **arm.get("estimate", {})}
     args = ["--model", run["model"], "--gpu", arm.get("gpu", run["gpu"]), "--engine", run["engine"],
             "--gpus", str(opts.get("gpus", 1))]
-    for key in ("ep", "parallel", "expert_dtype", "kv_dtype", "drafters", "kernels"):
+    for key in ("ep", "parallel", "dtype", "expert_dtype", "kv_dtype", "drafters", "kernels"):
         if key in opts:
             args += [f"--{key.replace('_', '-')}", str(opts[key])]
     for name, value in sorted(opts.get("costs", {}).items()):

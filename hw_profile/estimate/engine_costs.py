@@ -160,6 +160,7 @@ class EngineCosts:
     request_ms: float = 10.0  # per request, outside the forwards (see the module docstring)
     spec_overlap_schedule: bool | None = None  # None: the engine's own rule (``speculative_mode``)
     spec_max_running: int | None = None  # None: the engine's own cap in speculative mode (SGLang 48, others none)
+    spec_forward_host_ms: float = SCHEDULER_MS_TP  # host ms to prepare and launch each drafter forward, unhidden
 
     def __post_init__(self):
         if self.capture_sizes is not None:  # a sidecar stores a list
@@ -222,7 +223,11 @@ def speculative_mode(costs: EngineCosts, plain_graphs: dict, ranks: int = 1) -> 
       the deployment sets no ``--max-running-requests``, split over the ``ranks`` of data-parallel attention (its
       model runner takes max_running_requests // dp_size a rank; a table row is one rank there); it captures other CUDA-graph batch sizes
       (``sglang_spec_capture_sizes``, up to the plain list's largest; ``plain_graphs``, the table's
-      ``cuda_graphs`` block, gives that and the eager floor). ``--cost spec_overlap_schedule=true``: spec
+      ``cuda_graphs`` block, gives that and the eager floor). Its worker launches the drafter's passes (one captured
+      graph), the target's verify and the draft extend as separate forwards, each prepared on the host and, without
+      the overlap scheduler, not hidden: ``spec_forward_host_ms`` each beyond the target's one
+      (``SpeculativeMode.extra_forwards``; default the one-forward step of ``SCHEDULER_MS_TP``, ASSUMED: no
+      measurement of a drafter forward's host work alone was found). ``--cost spec_overlap_schedule=true``: spec
       v2 (topk 1), which keeps the overlap scheduler; ``--cost spec_max_running=N``: the deployment's own cap.
     - vLLM: asynchronous scheduling stays on for EAGLE-family drafters (EAGLE, EAGLE-3, MTP: its config turns it
       off only for other methods, such as n-gram or a separate draft model), no cap is added, and the captured
@@ -238,6 +243,7 @@ def speculative_mode(costs: EngineCosts, plain_graphs: dict, ranks: int = 1) -> 
         cap = max(cap // max(ranks, 1), 1) if cap else 0
         return {"engine": "sglang", "version": SGLANG_SPEC_VERSIONS, "overlap_schedule": overlap,
                 "host_ms": costs.scheduler_or_default if (costs.overlap_schedule and not overlap) else 0.0,
+                "forward_host_ms": 0.0 if overlap else float(costs.spec_forward_host_ms),
                 "max_running": cap or None,
                 "cuda_graphs": {**plain_graphs, "sizes": list(sglang_spec_capture_sizes(plain_graphs["sizes"][-1])),
                                 "source": "SGLang's speculative capture list"},

@@ -144,7 +144,9 @@ class SpeculativeMode:
     scheduler's work the overlap scheduler hid: 0 where the overlap stays, or where the plain steps were priced
     without it). max_running: the running-request cap the engine sets in speculative mode where the deployment
     sets none (SGLang: 48); None: none. cuda_graphs: the sizes captured in speculative mode (None: the table's).
-    version and source: the engine release these facts were read from, and where."""
+    forward_host_ms: host time to prepare and launch each forward a speculative step runs beyond the target's one
+    (``extra_forwards``), exposed where no overlap scheduler hides it. version and source: the engine release these
+    facts were read from, and where."""
 
     engine: str = ""
     version: str = ""
@@ -153,10 +155,26 @@ class SpeculativeMode:
     max_running: int | None = None
     cuda_graphs: CudaGraphs | None = None
     source: str = ""
+    forward_host_ms: float = 0.0
 
     @property
     def changes(self) -> bool:
-        return bool(self.host_ms or self.max_running or self.cuda_graphs is not None or not self.overlap_schedule)
+        return bool(self.host_ms or self.forward_host_ms or self.max_running or self.cuda_graphs is not None
+                    or not self.overlap_schedule)
+
+    @staticmethod
+    def extra_forwards(parallel: bool, gamma: int) -> int:
+        """Forwards a speculative step launches beside the target's verify, each prepared by the host apart (as
+        SGLang's EAGLE worker runs them): a parallel drafter's one pass; an autoregressive drafter's draft extend
+        over the accepted tokens, and from two drafts on one more launch that chains the rest of its passes (one
+        captured graph)."""
+        if gamma <= 0:
+            return 0
+        return 1 if parallel else (2 if gamma >= 2 else 1)
+
+    def step_host_ms(self, parallel: bool, gamma: int) -> float:
+        """Host ms a speculative step of ``gamma`` drafts pays beyond the table's plain step."""
+        return self.host_ms + self.forward_host_ms * self.extra_forwards(parallel, gamma)
 
     @property
     def words(self) -> str:
@@ -166,8 +184,9 @@ class SpeculativeMode:
                     + (f" ({self.source})" if self.source and not self.version else ""))
         parts = []
         if not self.overlap_schedule:
-            parts.append(f"no overlap scheduler (+{self.host_ms:g} ms a step)" if self.host_ms else
-                         "no overlap scheduler")
+            host = [f"+{self.host_ms:g} ms a step"] if self.host_ms else []
+            host += [f"+{self.forward_host_ms:g} ms a drafter forward"] if self.forward_host_ms else []
+            parts.append(f"no overlap scheduler ({', '.join(host)})" if host else "no overlap scheduler")
         if self.max_running:
             parts.append(f"at most {self.max_running} running requests unless the deployment sets its own")
         if self.cuda_graphs is not None:
@@ -179,7 +198,7 @@ class SpeculativeMode:
         return {"engine": self.engine, "version": self.version, "overlap_schedule": self.overlap_schedule,
                 "host_ms": self.host_ms, "max_running": self.max_running,
                 "cuda_graphs": None if self.cuda_graphs is None else self.cuda_graphs.to_meta(),
-                "source": self.source}
+                "source": self.source, "forward_host_ms": self.forward_host_ms}
 
     @classmethod
     def from_meta(cls, meta: dict, where: str) -> SpeculativeMode:
@@ -190,8 +209,10 @@ class SpeculativeMode:
         if not isinstance(block, dict):
             raise HwProfileError(f"{where}: {SPECULATIVE_MODE} must be an object, got {block!r}")
         host, cap, overlap = block.get("host_ms", 0.0), block.get("max_running"), block.get("overlap_schedule", True)
-        if isinstance(host, bool) or not isinstance(host, int | float) or not (math.isfinite(host) and host >= 0):
-            raise HwProfileError(f"{where}: {SPECULATIVE_MODE}.host_ms: expected a number of ms >= 0, got {host!r}")
+        for name in ("host_ms", "forward_host_ms"):
+            ms = block.get(name, 0.0)
+            if isinstance(ms, bool) or not isinstance(ms, int | float) or not (math.isfinite(ms) and ms >= 0):
+                raise HwProfileError(f"{where}: {SPECULATIVE_MODE}.{name}: expected a number of ms >= 0, got {ms!r}")
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise HwProfileError(f"{where}: {SPECULATIVE_MODE}.max_running: expected a whole number >= 1 or null, "
                                  f"got {cap!r}")
@@ -201,7 +222,7 @@ class SpeculativeMode:
         graphs = (CudaGraphs.from_meta({"cuda_graphs": block["cuda_graphs"]}, f"{where}: {SPECULATIVE_MODE}")
                   if block.get("cuda_graphs") is not None else None)
         return cls(str(block.get("engine") or ""), str(block.get("version") or ""), overlap, float(host), cap, graphs,
-                   str(block.get("source") or ""))
+                   str(block.get("source") or ""), float(block.get("forward_host_ms", 0.0)))
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,15 @@ class Hardware:
     # what the engine changes when it speculates (the table's record)
     speculative: SpeculativeMode = dataclasses.field(default_factory=SpeculativeMode)
 
-    def speculating(self, engine: Engine, drafting: bool) -> tuple[StepTimeGrid, StepTimeGrid, int, bool, float]:
-        """(clock grid, policy grid, running-request cap, schedules ahead, host ms a step) of a system: as the
-        table prices plain steps, or, for a system that drafts, in the engine's speculative mode
+    def speculating(self, engine: Engine, gamma: int, parallel: bool = False
+                    ) -> tuple[StepTimeGrid, StepTimeGrid, int, bool, float]:
+        """(clock grid, policy grid, running-request cap, schedules ahead, host ms a step) of a system drafting
+        ``gamma`` tokens a step (a ``parallel`` drafter or not): as the table prices plain steps for gamma 0, else
+        in the engine's speculative mode
         (``SpeculativeMode``): its CUDA-graph sizes, its running-request cap unless the scenario sets
         ``engine.speculative_max_running``, no step ahead and the host work that exposes where it drops its
         overlap scheduler (a scenario's ``engine.schedule_ahead`` still decides the step ahead)."""
-        if not drafting:
+        if gamma <= 0:
             return self.clock, self.policy, engine.max_running, self.schedule_ahead, 0.0
         mode = self.speculative
         clock, policy = self.clock, self.policy
@@ -49,7 +51,7 @@ class Hardware:
         cap = engine.speculative_max_running or mode.max_running or engine.max_running
         ahead = self.schedule_ahead if engine.schedule_ahead is not None else (self.schedule_ahead
                                                                               and mode.overlap_schedule)
-        return clock, policy, min(engine.max_running, cap), ahead, mode.host_ms
+        return clock, policy, min(engine.max_running, cap), ahead, mode.step_host_ms(parallel, gamma)
 
 
 def read_table_set(path: Path, field: str) -> TableSet:

@@ -272,7 +272,8 @@ def _build(scn: LoadedScenario, spec: RunSpec) -> tuple[Simulation, Hardware, fl
     source = make_source(scn, spec.system, _stream(spec.seed, spec.point.label, "acceptance", spec.system.name))
     gamma = 0 if spec.system.drafter == "none" else spec.system.gamma
     # a speculative system runs in the engine's speculative mode (the table's record), a plain one as priced
-    clock, policy_grid, max_running, ahead, host_ms = hw.speculating(m.engine, gamma > 0)
+    clock, policy_grid, max_running, ahead, host_ms = hw.speculating(
+        m.engine, gamma, hw.draft[spec.system.drafter].kind.parallel)
     config = EngineConfig(
         max_running=max_running, max_batch_tokens=m.engine.max_batch_tokens, kv_capacity=hw.kv_capacity,
         gamma=gamma, prefill_chunk=m.engine.prefill_chunk,

@@ -618,11 +618,15 @@ def test_estimate_records_what_the_engine_changes_when_it_speculates(tmp_path, c
     sg = modes["sglang"]
     # one tensor-parallel replica: the scheduler's host work as one GPU's (SCHEDULER_MS_TP), hidden in plain steps
     assert (sg.overlap_schedule, sg.host_ms, sg.max_running) == (False, SCHEDULER_MS_TP, 48)
+    assert sg.forward_host_ms == SCHEDULER_MS_TP and sg.step_host_ms(parallel=False, gamma=3) == 3 * SCHEDULER_MS_TP
     assert sg.cuda_graphs.counts == "requests" and sg.cuda_graphs.sizes[:10] == (1, 2, 3, 4, 5, 6, 7, 8, 10, 12)
-    assert "no overlap scheduler (+0.74 ms a step)" in said["sglang"] and "at most 48" in said["sglang"]
+    assert "no overlap scheduler (+0.74 ms a step, +0.74 ms a drafter forward)" in said["sglang"]
+    assert "at most 48" in said["sglang"]
     # plain steps already without the overlap scheduler: speculation adds none of its host work
-    assert (modes["off"].overlap_schedule, modes["off"].host_ms) == (False, 0.0)
-    assert (modes["v2"].overlap_schedule, modes["v2"].host_ms, modes["v2"].max_running) == (True, 0.0, 64)
+    # (the drafter's forwards are still launched apart, unhidden)
+    assert (modes["off"].overlap_schedule, modes["off"].host_ms, modes["off"].forward_host_ms) == (False, 0.0, 0.74)
+    v2 = modes["v2"]
+    assert (v2.overlap_schedule, v2.host_ms, v2.forward_host_ms, v2.max_running) == (True, 0.0, 0.0, 64)
     assert not modes["vllm"].changes and "as plain decoding" in said["vllm"]
     on, off = (StepTable.read(tmp_path / f"{key}.csv") for key in ("sglang", "off"))
     assert off.grid.step_ms(1, 0) - on.grid.step_ms(1, 0) == pytest.approx(SCHEDULER_MS_TP)
@@ -651,6 +655,7 @@ def test_a_speculative_mode_block_reads_back_and_refuses_bad_fields():
     assert SpeculativeMode.from_meta({SPECULATIVE_MODE: mode.to_meta()}, "t.json") == mode
     assert SpeculativeMode.from_meta({}, "t.json") == SpeculativeMode() and not SpeculativeMode().changes
     for field, bad, words in (("host_ms", -1, "host_ms: expected a number of ms >= 0"),
+                              ("forward_host_ms", "x", "forward_host_ms: expected a number of ms >= 0"),
                               ("max_running", 0, "max_running: expected a whole number >= 1 or null"),
                               ("overlap_schedule", "no", "overlap_schedule: expected true or false")):
         with pytest.raises(HwProfileError, match=words):
