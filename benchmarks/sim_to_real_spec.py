@@ -520,6 +520,42 @@ def _even_lines(even: list[dict]) -> list[str]:
     return [*lines, "", even_summary(even)]
 
 
+def speculation_call(ratio_lo: float, ratio_hi: float | None = None) -> str:
+    """What a planner is told at this load from the predicted spec-against-none ratio (or its range over the
+    published acceptance lengths): the plan's rule (``simulator.outputs.verdicts``: the fewest GPUs for the traffic,
+    here the most output per GPU at the arms' load) reads "turn speculation off" where no speculative arm beats no
+    speculation, with its margin."""
+    hi = ratio_lo if ratio_hi is None else ratio_hi
+    worst, best = min(ratio_lo, hi), max(ratio_lo, hi)
+    if best < 1.0:
+        return f"turn speculation off ({1.0 - best:.0%} more output per GPU without it)"
+    if worst >= 1.0:
+        return f"speculate ({worst - 1.0:+.0%} or more)"
+    return "speculate only at the higher acceptance lengths"
+
+
+def _call_lines(rows: list[dict], even: list[dict]) -> list[str]:
+    """Every spec-against-none comparison: what a plan at this load says, against which way the run went."""
+    lines = ["", "Should it speculate? Every spec-against-none comparison, what a plan at its load says from the "
+             "prediction, and which way the run went:", "",
+             "| run | arms | measured | plan says | agrees |", "|---|---|---|---|---|"]
+    found = 0
+    for r in [*rows, *even]:
+        c = r["comparison"]
+        if not c.kind.startswith("spec/none"):
+            continue
+        found += 1
+        call = speculation_call(*(r["ratios"] if "ratios" in r else (r["predicted"],)))
+        sign = c.measured_sign()
+        agrees = "-" if sign in (None, 0) else (
+            "yes" if call.startswith("turn") == (sign < 0) and not call.startswith("speculate only") else
+            "open" if call.startswith("speculate only") else "no")
+        went = "a loss" if sign == -1 else "a gain" if sign == 1 else "-"
+        lines.append(f"| {c.run['id']} | {c.arm(c.b)['label']} / {c.arm(c.a)['label']} | "
+                     f"{_ratio(c.measured(), sign)} ({went}) | {call} | {agrees} |")
+    return lines if found else []
+
+
 def report(rows: list[dict], gaps: list[tuple], markdown: bool = True, even: list[dict] = ()) -> str:
     lines = ["| run | arm A | arm B | measured ratio | predicted ratio | error | sign agrees |",
              "|---|---|---|---|---|---|---|"]
@@ -552,6 +588,7 @@ def report(rows: list[dict], gaps: list[tuple], markdown: bool = True, even: lis
                          f"{al} | {res.tau:.2f} |")
     if even:
         lines += _even_lines(even)
+    lines += _call_lines(rows, list(even))
     lines += ["", "Not predicted (what is missing):", ""]
     for c, lacks in gaps:
         lines.append(f"- {c.run['id']} ({c.kind}: {c.arm(c.b)['label']} / {c.arm(c.a)['label']}): "

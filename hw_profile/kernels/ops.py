@@ -52,6 +52,7 @@ import pandas as pd
 
 from hw_profile.errors import HwProfileError
 from hw_profile.hardware.gpus import get_gpu
+from hw_profile.hardware.moe import expected_distinct_experts
 from hw_profile.hardware.shapes import (
     BLOCK_SPARSE,
     COMPRESSED_SPARSE,
@@ -579,16 +580,42 @@ def _moe_at(ctx, shape, B, ep, wide_ep: bool, nearest: bool):
 
 
 def _moe_lookup(ctx, shape, rows, B, ep, moe_dtype):
-    """Every MoE layer's routed experts at B tokens from one kernel's rows, under balanced routing (the database
-    calls it ``balanced`` or ``uniform``; its power-law rows are skewed on purpose)."""
+    """Every MoE layer's routed experts at B tokens from one kernel's rows, measured under balanced routing (the
+    database calls it ``balanced`` or ``uniform``; its power-law rows are skewed on purpose), less the weights of the
+    experts a balanced batch reads that B tokens routed at random do not touch (``unbalanced_savings_ms``)."""
     have = set(rows["distribution"])
     dist = next((d for d in ("balanced", "uniform") if d in have), rows["distribution"].iloc[0])
     rows = densest(rows[rows["distribution"] == dist])
     measured_ep = int(rows["moe_ep_size"].iloc[0]) if "moe_ep_size" in rows.columns else ep
+    grid = Grid.from_frame(rows, ["num_tokens"])
+    v, ins = grid.lookup(B)
+    if dist in ("balanced", "uniform"):
+        v = v - unbalanced_savings_ms(grid, shape, B)
     ctx.note(f"Routed experts: the measured MoE kernel ({rows['kernel_source'].iloc[0]}, {moe_dtype}, "
-             f"tp {ctx.gpus // ep} x ep {measured_ep}) under {dist} routing, at B tokens.")
-    v, ins = Grid.from_frame(rows, ["num_tokens"]).lookup(B)
+             f"tp {ctx.gpus // ep} x ep {measured_ep}) under {dist} routing at B tokens, less the experts that "
+             "balanced routing reads and B tokens routed at random leave untouched.")
     return ctx.take("MoE", v, ins) * shape.moe_layers
+
+
+def unbalanced_savings_ms(grid: Grid, shape: ModelShape, tokens: np.ndarray) -> np.ndarray:
+    """What a balanced MoE measurement reads beyond B tokens routed at random, ms a layer.
+
+    A balanced batch spreads its B x k assignments over distinct experts until all E are covered, so it reads
+    min(B k, E) experts' weights; B tokens routed at random touch E (1 - (1 - k/E)^B) of them
+    (``hw_profile.hardware.moe.expected_distinct_experts``, the rule the roofline prices experts by), fewer while
+    the batch is small: 28.7 rather than 32 of gpt-oss's 128 at 8 tokens, 92 rather than all 128 at 40. A decode or
+    verify step is random in this sense: its requests route independently. Each expert left untouched saves what
+    the measured kernel pays per expert while it is bound by weights: its rise from one token to E/k tokens (the
+    first balanced batch to touch them all) over the E - k experts it adds. The tokens' arithmetic is unchanged."""
+    e, k = shape.experts, shape.experts_per_token
+    if e <= k:
+        return np.zeros_like(np.asarray(tokens, dtype=float))
+    first, full = grid.lookup(np.array([1.0, e / k]))[0]
+    per_expert = max(float(full - first), 0.0) / (e - k)
+    b = np.asarray(tokens, dtype=float)
+    balanced = np.minimum(b * k, e)
+    untouched = balanced - expected_distinct_experts(b, e, k)
+    return per_expert * np.maximum(untouched, 0.0)
 
 
 def _exchange_rows(ctx, shape, nodes: int) -> pd.DataFrame | None:

@@ -18,10 +18,12 @@ from hw_profile.hardware.gpus import gpu_names
 from hw_profile.hardware.shapes import SHAPES
 
 ROOT = Path(__file__).resolve().parents[2]
-# a public source: owner/repo with a PR or issue number, or a repository's post path
 # a path into the folders around a checkout (a parent folder, the sandbox's own) rather than a public source
 LOCAL_PATH = re.compile(r"(?:^|[\s(`'\"])(?:\.\./|/work/|/tmp/)")
-PUBLIC = re.compile(r"^[\w.-]+/[\w.-]+ ((PR|issue) #\d+|blog/\S+\.md)")
+# a public source: owner/repo with a PR or issue number, a repository's post path or a file at a commit, or a
+# Hugging Face data set with the file inside it
+PUBLIC = re.compile(r"^([\w.-]+/[\w.-]+ ((PR|issue) #\d+|blog/\S+\.md|\S+\.md @ [0-9a-f]{7,40})"
+                    r"|Hugging Face dataset [\w.-]+/[\w.-]+, \S+)")
 
 
 @pytest.fixture(scope="module")
@@ -295,3 +297,14 @@ def test_a_drafters_config_reaches_the_estimate_and_keys_its_table(spec, tmp_pat
     assert spec.table_key(["--drafter-config", "dspark=d.json"]) == before
     config.write_text('{"num_hidden_layers": 4}')
     assert spec.table_key(["--drafter-config", "dspark=d.json"]) != before
+
+
+def test_a_plan_at_the_arms_load_says_when_to_turn_speculation_off(spec):
+    """The plan's rule at one load: the most output per GPU wins, so a spec-against-none ratio under 1 at every
+    acceptance length reads "turn speculation off" with its margin, over 1 "speculate", and a range across 1 is
+    open."""
+    assert spec.speculation_call(0.8) == "turn speculation off (20% more output per GPU without it)"
+    assert spec.speculation_call(0.7, 0.95) == "turn speculation off (5% more output per GPU without it)"
+    assert spec.speculation_call(1.25) == "speculate (+25% or more)"
+    assert spec.speculation_call(1.5, 1.1) == "speculate (+10% or more)"
+    assert spec.speculation_call(0.73, 1.77) == "speculate only at the higher acceptance lengths"
