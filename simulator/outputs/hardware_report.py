@@ -202,8 +202,9 @@ def cost_figure(doc: dict) -> go.Figure:
             hovertemplate=(o["name"] + " %{x}: $%{customdata[3]:.3f} per M output tokens, %{customdata[0]} GPUs, "
                            "$%{customdata[1]:,.2f}/hour (%{customdata[2]})<extra></extra>")))
     fig.update_layout(title="Cost per million output tokens at the SLA, per (hardware, system) (#: rank; hatched: "
-                            "not met within the GPU limit" + ("; scaled to the met pairs" if top else "") + ")",
-                      barmode="group", xaxis_title="system", yaxis_title="USD per million output tokens",
+                            "not met within the GPU limit)",
+                      barmode="group", xaxis_title="system",
+                      yaxis_title="USD per million output tokens" + (" (scaled to the met pairs)" if top else ""),
                       height=460, legend_title="hardware (assumed price)")
     if top is not None:
         fig.update_yaxes(range=[0, top])
@@ -226,16 +227,17 @@ def spend_figure(doc: dict) -> go.Figure:
                              marker={"color": "#bbbbbb"}, customdata=[r["prefill_gpus"] for r in rows],
                              hovertemplate="%{x}: prefill $%{y:,.2f}/hour (%{customdata} GPUs)<extra></extra>"))
     top = met_scale(rows, lambda r: r["usd_per_hour"])
-    fig.update_layout(title="Spend per hour at the SLA, by pool (in rank order; hatched: not met"
-                            + ("; scaled to the met pairs" if top else "") + ")",
-                      barmode="stack", xaxis_title="hardware: system", yaxis_title="USD per hour", height=460,
+    fig.update_layout(title="Spend per hour at the SLA, by pool (in rank order; hatched: not met)",
+                      barmode="stack", xaxis_title="hardware: system",
+                      yaxis_title="USD per hour" + (" (scaled to the met pairs)" if top else ""), height=460,
                       legend_title="pool")
     if top is not None:
         fig.update_yaxes(range=[0, top])
         for label, r in zip(labels, rows, strict=True):
             if r["usd_per_hour"] > top:
                 fig.add_annotation(x=label, y=top, yanchor="top", showarrow=False, textangle=-90,
-                                   text=f"off scale: ${r['usd_per_hour']:,.2f}/h", font={"color": "#b00"})
+                                   text=f"off scale: ${r['usd_per_hour']:,.2f}/h", font={"color": "#b00"},
+                                   bgcolor="white")
     return fig
 
 

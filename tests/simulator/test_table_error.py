@@ -124,6 +124,7 @@ def test_charts_are_scaled_to_the_pairs_that_met_the_sla():
     spend = spend_figure(doc)
     assert tuple(spend.layout.yaxis.range) == pytest.approx((0, 20.0 * 1.25))
     assert [a.text for a in spend.layout.annotations] == ["off scale: $134.00/h"]
+    assert spend.layout.yaxis.title.text == "USD per hour (scaled to the met pairs)"
     cost = cost_figure(doc)
     met_costs = [r["cost_per_mtok"] for r in doc["pairs"][:2]]
     assert tuple(cost.layout.yaxis.range) == pytest.approx((0, max(met_costs) * 1.25))
