@@ -165,3 +165,24 @@ def test_bench_run_and_plan_name_the_table_kind_first(scenario_file, tmp_path):
     res = CliRunner().invoke(cli, ["plan", str(path), "--quick", "--out", str(tmp_path / "p"), "--replicates", "1",
                                    "--max-gpus", "1", "--set", "systems=[nosuch]"])
     assert res.stdout.splitlines()[0] == bound, res.output
+
+
+def test_the_plans_gpu_chart_is_scaled_to_the_systems_that_met():
+    """A plan whose mtp-1 never met at --max-gpus 64 beside systems met at 4 and 6 GPUs: the axis ends a quarter
+    above 6, mtp-1's label sits under the top and says it is off scale; without it the old scale (15% above the
+    largest) holds."""
+    from simulator.outputs.capacity_report import gpus_figure
+
+    def system(name, gpus, status="met"):
+        return {"system": name, "status": status, "gpus": gpus, "decode_gpus": gpus, "prefill_gpus": 0}
+
+    doc = {"systems": {"dspark": system("dspark", 4), "static-3": system("static-3", 6),
+                       "mtp-1": system("mtp-1", 64, UNMET)}, "baseline": "dspark"}
+    fig = gpus_figure(doc, {})
+    assert tuple(fig.layout.yaxis.range) == pytest.approx((0, 6 * 1.25))
+    labels = next(t for t in fig.data if t.type == "scatter")
+    assert list(labels.text) == ["4", "6", "64: unmet (off scale)"]
+    assert list(labels.y) == pytest.approx([4, 6, 7.5]) and labels.textposition[2] == "bottom center"
+    assert fig.layout.yaxis.title.text == "GPUs (scaled to the met systems)"
+    doc["systems"]["mtp-1"] = system("mtp-1", 6, UNMET)
+    assert tuple(gpus_figure(doc, {}).layout.yaxis.range) == pytest.approx((0, 6 * 1.15))
