@@ -190,7 +190,8 @@ def cli() -> None:
               help="transformers attention kernel (see docs/hw-profile.md)")
 @click.option("--name", default=None, help="label for the table (sidecar and views)")
 @click.option("--note", default=None, help="free text for the sidecar, e.g. about other load on the machine")
-@click.option("--quiet", is_flag=True, help="no progress bar")
+@click.option("--quiet", is_flag=True, help="no progress (points done of all and the time left: a bar on a "
+              "terminal, else a line every 10 s on stderr)")
 @click.pass_obj
 def sps(obj, model, device, dtype, requests_, tokens_per_request, context, out, layers, drafter_layers, markov_rank,
         warmup, repeats, passes, min_time_s, throttle_retries, memory_limit_gb, threads, no_cuda_graphs, attention,

@@ -110,6 +110,24 @@ def table_warnings(scn) -> list[str]:
     return scenario_table_warnings(scn, {s.drafter for s in resolve_systems(scn)})
 
 
+def table_lines(scn, path: str | None = None) -> list[str]:
+    """The step-time tables a run or a plan prices with, each with its kind and typical error: a command's first
+    lines, so that nobody reads a bound as a forecast (``path``: the table as the user named it, where that is
+    not the scenario's own spelling)."""
+    from simulator.inputs.hardware import load_table_set, read_table_set
+    from simulator.outputs.table_error import table_line
+
+    hw = scn.model.hardware
+    facts = load_table_set(scn).provenance
+    lines = [table_line(path or hw.table, facts.kind, facts.expected_error)]
+    if hw.prefill_table and scn.resolve(hw.prefill_table) != scn.resolve(hw.table):
+        pre = read_table_set(scn.resolve(hw.prefill_table), "hardware.prefill_table").provenance
+        lines.append("prefill " + table_line(hw.prefill_table, pre.kind, pre.expected_error))
+    if hw.clock == "live":
+        lines[0] += " (hardware.clock live: a live source's forwards time the steps it runs)"
+    return lines
+
+
 def make_backend(backend: str, address: str | None, jobs: int | None):
     from simulator.runs.backends import Backend
     from simulator.runs.sweep import default_jobs
@@ -147,6 +165,8 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
     from simulator.runs.sweep import Sweep
 
     scn = load_scenario(scenario, sets)
+    for line in table_lines(scn):
+        click.echo(line)
     runner = make_backend(backend, address, jobs)
     out = keep_outputs(output_dir(scenario, sets, out))
     sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh or check_invariants, check_invariants)
@@ -266,11 +286,13 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
         raise UserError("--hardware and --per-segment: a day plan runs on the scenario's hardware; expected one or "
                         "the other")
     if hardware:
-        from simulator.runs.hardware_choice import check_options, parse_options
+        from simulator.runs.hardware_choice import check_options, option_line, parse_options
 
         if gpu_hour_cost != 1.0:
             raise UserError("--gpu-hour-cost: each --hardware option names its own price; expected one or the other")
         choices, warnings = check_options(scn, parse_options(hardware))
+        for i, choice in enumerate(choices, 1):
+            click.echo(option_line(i, len(choices), choice))
         for line in warnings:
             click.echo(f"warning: {line}", err=True)
         out = keep_outputs(output_dir(scenario, sets, out, (*options, *(f"plan.hardware={h}" for h in hardware))))
@@ -278,6 +300,8 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
                                  bounds_apart=not rank_bounds_together)
     if rank_bounds_together:
         raise UserError("--rank-bounds-together ranks --hardware options; expected it with --hardware")
+    for line in table_lines(scn):
+        click.echo(line)
     out = keep_outputs(output_dir(scenario, sets, out, options))
     for line in table_warnings(scn):
         click.echo(f"warning: {line}", err=True)
@@ -383,7 +407,6 @@ def plan_hardware_cmd(scn, out: Path, target, runner, choices: list, quick: bool
     doc = run_plan(bar, out, lambda: plan_hardware(
         scn, out, target, runner, choices, quick, seed, replicates, check_invariants,
         on_stored=bar.stored, on_queued=bar.queued, on_plan=option_done, bounds_apart=bounds_apart,
-        log=lambda line: click.echo(line, err=True),
         on_start=lambda planners: bar.follow([(f"{name}/", p.outlook) for name, p in planners], replicates)))
     csv, js = write_hardware(out, doc)
     report = write_report(out / "report.html", shown_scenario(scn, choices), None, None, None,
@@ -600,6 +623,8 @@ def bench_cmd(profile: Path | None, inference_perf: Path | None, vllm_result: Pa
     out = keep_outputs(out if out is not None else Path("results") / profile.stem)
     scn = scenario_from_doc(doc, bench, out / "scenario.yaml")  # validated before anything is written
     check_table(scn, table)
+    for line in table_lines(scn, table):
+        click.echo(line)
     try:
         with bench_progress(scn.name, bench) as tick:
             result = run_bench(scn, bench.stages, seed, tick)

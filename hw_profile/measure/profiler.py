@@ -19,6 +19,7 @@ attend to a KV cache of c tokens each. Per point:
 
 A drafter (``drafter_layers``) with ``markov_rank`` > 0 is a DSpark drafter: after the grid its per-position
 Markov and confidence heads are timed too (``hw_profile.measure.head_timing``), into the sidecar's ``sequential_head``.
+While the grid runs, the points done of all and about how long is left go to stderr (``hw_profile.measure.progress``).
 
 The table (CSV + JSON sidecar, ``hw_profile.tables.step_table``) is rewritten atomically after every point, so Ctrl-C (or a
 crash) keeps every point measured so far; the sidecar then says ``interrupted``.
@@ -36,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -44,6 +46,7 @@ from hw_profile.hardware.gpus import named_gpu
 from hw_profile.hardware.shapes import ModelShape, drafter_shape, get_shape, read_config, with_layers
 from hw_profile.kernels.roofline import stored_weight_bytes_per_gpu
 from hw_profile.measure.load import LoadWatch, relative_spread
+from hw_profile.measure.progress import NoProgress, PointProgress
 from hw_profile.measure.telemetry import NvmlSampler, PointTelemetry
 from hw_profile.tables.sidecar import memory_fields
 from hw_profile.tables.step_table import StepTable, table_meta
@@ -171,9 +174,12 @@ def available_memory_bytes(device: str) -> float:
 
 
 def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Callable[[str], None] = print,
-            on_point: Callable[[dict], None] | None = None, nvml=None) -> ProfileResult:
+            on_point: Callable[[dict], None] | None = None, nvml=None, progress_stream: TextIO | None = None,
+            progress_every_s: float = 10.0) -> ProfileResult:
     """Measure the table and write it (CSV + sidecar) to ``out`` after every point. Returns the table; on Ctrl-C
-    returns what was measured with ``interrupted`` set (the files already hold it)."""
+    returns what was measured with ``interrupted`` set (the files already hold it). ``progress``: points done of
+    all and the time left on ``progress_stream`` (stderr unless told), a bar on a terminal, else a line at most
+    every ``progress_every_s`` seconds (hw_profile/measure/progress.py)."""
     cfg.validate()
     timed, target, base = resolve_shape(cfg)
     try:
@@ -225,7 +231,8 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
     records = {(c, r, t): _Record(requests=r, context=c, tokens=t) for c, r in plan for t in tprs}
     table = StepTable.from_points([], meta)
     interrupted = False
-    bar = _progress(len(records) * cfg.passes, progress, timed.name)
+    bar = (PointProgress(len(records) * cfg.passes, timed.name, progress_stream, progress_every_s,
+                         per_pass=len(records)) if progress else NoProgress())
     scope = contextlib.ExitStack()
     scope.enter_context(mb.force_sdpa_gqa(cfg.attention == "sdpa-gqa"))
     try:
@@ -233,7 +240,7 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
             for context, requests in plan:
                 todo = [t for t in tprs if records[(context, requests, t)].status == "ok"]
                 if not todo:
-                    bar.update(len(tprs))
+                    bar.update(len(tprs), timed=False)
                     continue
                 # the cache is sized for the largest t that fits; need grows with t, so what fits is a prefix
                 budget = _budget(cfg)
@@ -245,7 +252,7 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
                     elif not records[(context, requests, t)].times:  # a point measured in an earlier pass stays
                         records[(context, requests, t)].status = (
                             f"skipped: needs ~{need / GIB:.2f} GiB, {budget / GIB:.2f} GiB usable")
-                bar.update(len(tprs) - len(fits))
+                bar.update(len(tprs) - len(fits), timed=False)
                 if not fits:
                     table = _write(records, meta, out)
                     continue
@@ -258,7 +265,7 @@ def profile(cfg: ProfileConfig, out: str | Path, progress: bool = True, log: Cal
                     for t in fits:
                         if not records[(context, requests, t)].times:
                             records[(context, requests, t)].status = "skipped: out of memory allocating the KV cache"
-                    bar.update(len(fits))
+                    bar.update(len(fits), timed=False)
                     table = _write(records, meta, out)
                     continue
                 for t in fits:
@@ -572,27 +579,6 @@ def _metadata(cfg: ProfileConfig, timed: ModelShape, target: ModelShape, model, 
     if cfg.command:
         meta["command"] = cfg.command
     return meta
-
-
-def _progress(total: int, enabled: bool, label: str):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a base dependency
-        enabled = False
-    if not enabled:
-        return _NoBar()
-    return tqdm(total=total, desc=f"sps {label}", unit="pt", dynamic_ncols=True)
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def set_postfix_str(self, s: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _is_oom(torch, exc: BaseException) -> bool:

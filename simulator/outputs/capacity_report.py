@@ -158,8 +158,16 @@ def terminal_plan(doc: dict) -> str:
 
 
 def gpus_figure(doc: dict, col: dict[str, str]) -> go.Figure:
+    """GPUs per system, prefill and decode stacked. The axis is scaled to the systems that met the SLA: one that
+    never met shows the largest size tried (often --max-gpus, many times any met count), which would squash the
+    comparison; its bar stops at the top, labelled with its count "off scale"."""
     systems = list(doc["systems"])
     rows = [doc["systems"][s] for s in systems]
+    met = [r["gpus"] for r in rows if r["status"] == MET]
+    every = [r["gpus"] for r in rows] + [1]
+    top = max(every) * 1.15
+    if met and max(every) > max(met) * 1.15:
+        top = max(met) * 1.25  # room under the top for an off-scale bar's label
     fig = go.Figure()
     fig.add_trace(go.Bar(x=systems, y=[r["decode_gpus"] for r in rows], name="decode GPUs",
                          marker={"color": [col.get(s, "#1f77b4") for s in systems],
@@ -168,18 +176,21 @@ def gpus_figure(doc: dict, col: dict[str, str]) -> go.Figure:
     if any(r["prefill_gpus"] for r in rows):
         fig.add_trace(go.Bar(x=systems, y=[r["prefill_gpus"] for r in rows], name="prefill GPUs",
                              marker={"color": "#bbbbbb"}, hovertemplate="%{x}: %{y} prefill GPUs<extra></extra>"))
+    off = [r["gpus"] > top for r in rows]
     fig.add_trace(go.Scatter(
-        x=systems, y=[r["gpus"] for r in rows], mode="text", showlegend=False, textposition="top center",
-        text=[f"{r['gpus']}" if r["status"] == MET else f"{r['gpus']}: {r['status'].split('_')[0]}" for r in rows],
+        x=systems, y=[top if o else r["gpus"] for r, o in zip(rows, off, strict=True)], mode="text",
+        showlegend=False, textposition=["bottom center" if o else "top center" for o in off],
+        text=[(f"{r['gpus']}" if r["status"] == MET else f"{r['gpus']}: {r['status'].split('_')[0]}")
+              + (" (off scale)" if o else "") for r, o in zip(rows, off, strict=True)],
         hoverinfo="skip"))
     base = doc["systems"].get(doc.get("baseline") or "")
     if base is not None and base["status"] == MET:
         fig.add_hline(y=base["gpus"], line={"dash": "dash", "color": "#555"},
                       annotation_text=f"{html.escape(base['system'])}: {base['gpus']} GPUs",
                       annotation_position="top right")
-    top = max([r["gpus"] for r in rows] + [1])
     fig.update_layout(title="GPUs needed at the SLA (hatched: not met, or not resolved, at the largest size tried)",
-                      barmode="stack", xaxis_title="system", yaxis_title="GPUs", yaxis_range=[0, top * 1.15],
+                      barmode="stack", xaxis_title="system",
+                      yaxis_title="GPUs" + (" (scaled to the met systems)" if any(off) else ""), yaxis_range=[0, top],
                       height=440, legend_title="pool")
     return fig
 

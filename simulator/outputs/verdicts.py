@@ -6,7 +6,8 @@ day_plan.json, hardware.json), so that what a plan says follows from what it rec
   GPU counts rest on (a roofline bound, a table whose typical error exceeds the headroom);
 - ``day_verdict``: a day plan (``--per-segment``): the fewest GPU-hours per day and the saving;
 - ``hardware_verdict``: a hardware choice (``--hardware``): the cheapest (hardware, system) pair and the saving
-  over the best on other hardware and over the baseline;
+  over the best on other hardware (not told apart where the tables' typical step-time error exceeds it) and over
+  the baseline;
 - ``plan_engine`` and ``day_engine``: which policy the engine should run, per load segment (a plain plan is one
   segment), with its margin over the runner-up and over no speculation and whether that margin exceeds the
   run-to-run noise the plan's seeds measured.
@@ -21,6 +22,7 @@ import math
 
 from hw_profile.tables.sidecar import TABLE_KINDS
 from simulator.outputs.summary import headroom_text
+from simulator.outputs.table_error import apart, error_between, inside_phrase, not_told_apart
 
 # a system's status in a plan document (plan.json's systems[*].status): written by runs/plan.py, read here
 MET, UNMET, UNRESOLVED_STATUS = "met", "unmet_at_max_gpus", "unresolved"
@@ -236,12 +238,15 @@ def _pair(r: dict) -> str:
             f"${r['cost_per_mtok']:.3f} per million output tokens")
 
 
-def _versus(best: dict, other: dict, what: str) -> str:
+def _versus(best: dict, other: dict, what: str, error: float | None = None) -> str:
     """What ``best`` saves over ``other``: in spend per hour, which at the SLA buys the same traffic (the
-    measured cost per token at equal spend differs only by the measurement window's tokens)."""
+    measured cost per token at equal spend differs only by the measurement window's tokens); "not told apart"
+    where the saving is inside ``error``, the tables' typical step-time error (``table_error.error_between``)."""
     if other["usd_per_hour"] <= best["usd_per_hour"]:
         return f"{what} ({other['system']}: {_pair(other)}) costs as much, with {other['headroom']:+.0%} headroom"
-    less = 1 - best["usd_per_hour"] / other["usd_per_hour"]
+    less = apart(best["usd_per_hour"], other["usd_per_hour"])
+    if not_told_apart(less, error):
+        return f"{what} ({other['system']}: {_pair(other)}) is {inside_phrase(less, error)}"
     return (f"{less:.0%} less (${other['usd_per_hour'] - best['usd_per_hour']:,.2f}/hour for the same traffic) "
             f"than {what} ({other['system']}: {_pair(other)})")
 
@@ -286,7 +291,8 @@ def _bounds_caveat(options: list[dict], bounds_apart: bool = True) -> str:
 
 def hardware_verdict(doc: dict) -> str:
     """One sentence: the cheapest pair (pairs at the same spend and headroom named as a tie), what it saves over
-    the best pair on the next cheapest hardware and over the baseline system on its own hardware; then what a
+    the best pair on the next cheapest hardware (or that it is not told apart from it: a saving inside the two
+    tables' typical step-time error) and over the baseline system on its own hardware; then what a
     roofline option's figures are (``kinds_caveat``)."""
     return _cheapest(doc) + kinds_caveat(doc)
 
@@ -326,7 +332,9 @@ def _cheapest(doc: dict) -> str:
     met_other = [r for r in other_best if r is not None]
     if met_other:
         nxt = min(met_other, key=lambda r: r["rank"])
-        text += "; " + _versus(best, nxt, f"the best on {nxt['hardware']}")
+        options = {o["name"]: o for o in doc["options"]}
+        error = error_between(options.get(best["hardware"], {}), options.get(nxt["hardware"], {}))
+        text += "; " + _versus(best, nxt, f"the best on {nxt['hardware']}", error)
     missing = [h for h, r in zip(others, other_best, strict=True) if r is None]
     if missing:
         text += f"; on {', '.join(missing)} no system meets it within {t['max_gpus']} GPUs"

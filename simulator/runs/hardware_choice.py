@@ -36,6 +36,7 @@ import pandas as pd
 from simulator.errors import UserError
 from simulator.inputs.config import LoadedScenario
 from simulator.outputs.summary import write_table_and_json
+from simulator.outputs.table_error import apart, error_between, kind_phrase, not_told_apart, typical_error
 from simulator.outputs.verdicts import MET, UNRESOLVED_STATUS, hardware_verdict
 from simulator.runs.backends import Backend, Task
 from simulator.runs.plan import Planner, Target
@@ -46,7 +47,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a folder name under 
 HARDWARE_COLUMNS = ["rank", "hardware", "gpu", "usd_per_gpu_hour", "system", "status", "gpus", "prefill_gpus",
                     "decode_gpus", "prefill_usd_per_hour", "decode_usd_per_hour", "usd_per_hour",
                     "output_tokens_per_s", "cost_per_mtok", "headroom", "headroom_hi", "attainment", "ttft_p99",
-                    "why_unmet", "table_kind"]
+                    "why_unmet", "table_kind", "table_error", "apart_from_best", "told_apart_from_best"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class HardwareOption:
     table: Path            # as found from the working directory
     usd_per_gpu_hour: float
     gpu: str = ""          # the GPU the table was made for (its sidecar), for the report
+    kind: str = "unknown"  # what its step times are (the sidecar's provenance), for the first lines
+    expected_error: dict | None = None  # how far to trust them (the sidecar's)
 
 
 def parse_option(spec: str) -> HardwareOption:
@@ -122,7 +125,8 @@ def shown_scenario(scn: LoadedScenario, options: list[HardwareOption]) -> Loaded
 def check_options(scn: LoadedScenario, options: list[HardwareOption]) -> tuple[list[HardwareOption], list[str]]:
     """Every option's scenario loaded as a run would load it (its table, drafters' tables, KV capacity), before
     any run, so that a bad third option does not fail after the first two plans. Returns the options with
-    their GPU named, and warnings (the tables' own invariants among them: ``hw_profile.tables.checks``)."""
+    their GPU and table kind named, and warnings (the tables' own invariants among them:
+    ``hw_profile.tables.checks``)."""
     from simulator.inputs.hardware import load_hardware, load_table_set, scenario_table_warnings
     from simulator.inputs.systems import resolve_systems
 
@@ -140,10 +144,18 @@ def check_options(scn: LoadedScenario, options: list[HardwareOption]) -> tuple[l
             raise UserError(f"--hardware {o.name}: {exc}") from None
         # what each option's tables say against themselves (the table invariants), as check would
         warnings += [f"--hardware {o.name}: {line}" for line in scenario_table_warnings(variant, drafters)]
-        deployment = load_table_set(variant).deployment
+        tables = load_table_set(variant)
+        deployment = tables.deployment
         gpu = deployment.datasheet.name if deployment.datasheet else deployment.device
-        out.append(replace(o, gpu=str(gpu or o.name)))
+        out.append(replace(o, gpu=str(gpu or o.name), kind=tables.provenance.kind,
+                           expected_error=tables.provenance.expected_error))
     return out, warnings
+
+
+def option_line(i: int, n: int, o: HardwareOption) -> str:
+    """What option ``i`` of ``n`` is: its GPU, table and price, and what kind of step times it prices with."""
+    return (f"hardware {i}/{n}: {o.name} ({o.gpu}, {o.table}, ${o.usd_per_gpu_hour:.2f}/GPU-hour), "
+            f"{kind_phrase(o.kind, o.expected_error)}")
 
 
 # --- the plans ----------------------------------------------------------------------------------------------------
@@ -177,7 +189,7 @@ def plan_hardware(scn: LoadedScenario, out: Path, target: Target, backend: Backe
 
     planners: dict[str, tuple[HardwareOption, LoadedScenario, Planner]] = {}
     for i, o in enumerate(options, 1):
-        log(f"hardware {i}/{len(options)}: {o.name} ({o.gpu}, {o.table}, ${o.usd_per_gpu_hour:.2f}/GPU-hour)")
+        log(option_line(i, len(options), o))
         variant = option_scenario(scn, o)
         # one run store for every option (OUT/.runs): its keys hash the table's name and content, so the same
         # table at two prices shares its runs and different tables never mix
@@ -254,14 +266,41 @@ def rank(rows: list[dict], bounds_apart: bool = True) -> list[dict]:
     return [{"rank": i, **r} for i, r in enumerate(ranked, 1)]
 
 
+def versus_best(rows: list[dict], options: list[dict]) -> list[dict]:
+    """Each ranked pair with its option's typical step-time error (``table_error``) and, for a met pair, how far
+    its spend is from the first met pair's (``apart_from_best``, the share of it the best saves) and whether that
+    is beyond the two tables' error (``told_apart_from_best``: false inside it, and at equal spend, where the
+    headroom ranks them); both empty for the best itself and for pairs not met."""
+    by_name = {o["name"]: o for o in options}
+    best = next((r for r in rows if r["status"] == MET), None)
+    out = []
+    for r in rows:
+        option = by_name.get(r["hardware"], {})
+        extra = {"table_error": typical_error(option.get("table_expected_error")), "apart_from_best": None,
+                 "told_apart_from_best": None}
+        if best is not None and r["status"] == MET and r is not best:
+            gap = apart(best["usd_per_hour"], r["usd_per_hour"])
+            error = error_between(by_name.get(best["hardware"], {}), option)
+            extra.update(apart_from_best=gap, told_apart_from_best=gap > 0 and not not_told_apart(gap, error))
+        out.append({**r, **extra})
+    return out
+
+
 def compare(scn: LoadedScenario, options: list[HardwareOption], plans: dict[str, dict],
             bounds_apart: bool = True) -> dict:
     """hardware.json's document from every option's plan (plan.json's document): the options summarised, the
     ranked pairs (roofline bounds after the rest unless ``bounds_apart`` is false) and the verdict."""
     by_name = {o.name: o for o in options}
     kinds = {name: (doc.get("table") or {}).get("kind", "unknown") for name, doc in plans.items()}
-    rows = rank([{**pair_row(by_name[name], e), "table_kind": kinds[name]} for name, doc in plans.items()
-                 for e in doc["systems"].values()], bounds_apart)
+    shown = [{"name": o.name, "gpu": o.gpu, "table": str(o.table), "table_kind": kinds[o.name],
+              "table_expected_error": (plans[o.name].get("table") or {}).get("expected_error"),
+              "usd_per_gpu_hour": o.usd_per_gpu_hour,
+              "plan": f"hardware/{o.name}/plan.json", "prefill": plans[o.name].get("prefill") and {
+                  k: plans[o.name]["prefill"][k] for k in ("replicas", "gpus_per_replica", "met", "why_unmet")},
+              "verdict": plans[o.name]["verdict"], "wall_seconds": plans[o.name].get("wall_seconds")}
+             for o in options]
+    rows = versus_best(rank([{**pair_row(by_name[name], e), "table_kind": kinds[name]} for name, doc in plans.items()
+                             for e in doc["systems"].values()], bounds_apart), shown)
     first = next(iter(plans.values()))
     t = first["target"]
     doc = {
@@ -270,14 +309,7 @@ def compare(scn: LoadedScenario, options: list[HardwareOption], plans: dict[str,
         "traffic": first.get("traffic"), "arrival_rate": first.get("arrival_rate"),
         "baseline": first.get("baseline"), "quick": first.get("quick"), "seeds": first.get("seeds"),
         "overrides": list(scn.overrides),
-        "options": [{"name": o.name, "gpu": o.gpu, "table": str(o.table), "table_kind": kinds[o.name],
-                     "table_expected_error": (plans[o.name].get("table") or {}).get("expected_error"),
-                     "usd_per_gpu_hour": o.usd_per_gpu_hour,
-                     "plan": f"hardware/{o.name}/plan.json", "prefill": plans[o.name].get("prefill") and {
-                         k: plans[o.name]["prefill"][k] for k in ("replicas", "gpus_per_replica", "met",
-                                                                  "why_unmet")},
-                     "verdict": plans[o.name]["verdict"], "wall_seconds": plans[o.name].get("wall_seconds")}
-                    for o in options],
+        "options": shown,
         "pairs": rows, "bounds_apart": bounds_apart,
     }
     doc["verdict"] = hardware_verdict(doc)

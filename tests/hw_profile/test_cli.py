@@ -122,6 +122,21 @@ def test_sps_on_cpu(tiny_config, tmp_path, capsys):
     assert meta["command"].startswith("hw-profile sps --model ") and "--threads 1" in meta["command"]
 
 
+@pytest.mark.slow
+def test_sps_shows_its_progress_off_a_terminal(tiny_config, tmp_path, capsys):
+    """Without --quiet, stderr (here not a terminal) gets the points done of all; a run this short ends inside the
+    first 10 s, so the one line is the last: every point done, no time left."""
+    import re
+
+    pytest.importorskip("torch")
+    code, stdout, err = run(["sps", "--model", str(tiny_config), "--requests", "1,2", "--tokens-per-request", "1",
+                             "--context", "16", "--repeats", "2", "--warmup", "1", "--threads", "1",
+                             "--out", str(tmp_path / "t.csv")], capsys)
+    assert code == 0 and "2 points measured, 0 skipped" in stdout
+    progress = [line for line in err.splitlines() if line.startswith("sps ")]
+    assert len(progress) == 1 and re.fullmatch(r"sps tiny-qwen3: 2/2 points, \d+s elapsed", progress[0]), err
+
+
 def test_help_leads_with_estimate_and_lists_every_command(capsys):
     """`hw-profile --help` and the module docstring start from the command a newcomer needs first: estimate."""
     import hw_profile.cli as cli_module

@@ -207,3 +207,59 @@ def test_a_stop_keeps_the_points(tiny_config, tmp_path, signame, code, word):
     table = StepTable.read(out)
     assert len(table.ok) >= 2 and table.meta["interrupted"] is True
     assert table.meta["timer"].startswith("time.perf_counter") and table.meta["elapsed_s"] > 0
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_progress_says_points_done_of_all_and_the_time_left_at_the_timed_pace():
+    import io
+
+    from hw_profile.measure.progress import PointProgress, duration
+
+    assert [duration(s) for s in (45, 72, 168, 7500)] == ["45s", "1m12s", "2m48s", "2h05m"]
+    clock, out = Clock(), io.StringIO()
+    bar = PointProgress(120, "qwen3-8b", out, every_s=30.0, clock=clock)
+    for _ in range(36):  # 36 points timed at 2 s each
+        clock.t += 2.0
+        bar.update()
+    # a line at most every 30 s: at 30, 60 s; 84 points left at 2 s each = 168 s
+    assert out.getvalue().splitlines() == ["sps qwen3-8b: 15/120 points, 30s elapsed, about 3m30s left",
+                                           "sps qwen3-8b: 30/120 points, 1m00s elapsed, about 3m00s left"]
+    assert bar.line() == "sps qwen3-8b: 36/120 points, 1m12s elapsed, about 2m48s left"
+    # 24 points skipped (too big for the memory) take no time: done, but not in the pace (2 s a timed point)
+    bar.update(24, timed=False)
+    assert bar.line() == "sps qwen3-8b: 60/120 points, 1m12s elapsed, about 2m00s left"
+    clock.t += 50.0  # building the next point's cache, then timing it: charged to that point
+    bar.update()
+    assert bar.left_s() == pytest.approx(59 * 122 / 37)
+    bar.close()
+    assert out.getvalue().splitlines()[-1] == "sps qwen3-8b: 61/120 points, 2m02s elapsed, about 3m15s left"
+    # several passes: named; nothing timed yet: no time left said; all done: none either
+    passes = PointProgress(12, "tiny", io.StringIO(), clock=clock, per_pass=4)
+    assert passes.line() == "sps tiny: 0/12 points (3 passes of 4), 0s elapsed"
+    passes.update(12, timed=False)
+    assert passes.line() == "sps tiny: 12/12 points (3 passes of 4), 0s elapsed"
+
+
+def test_a_real_profile_reports_every_point_off_a_terminal(tiny_config, tmp_path):
+    """The profiler on the CPU, its progress to a stream that is not a terminal and every point's line let through:
+    one line per point, done counting up to all of them, the last without a time left."""
+    import io
+    import re
+
+    out = io.StringIO()
+    cfg = _cfg(tiny_config, requests=[1, 2], tokens_per_request=[1], contexts=[16], repeats=2, warmup=1, passes=2)
+    result = profile(cfg, tmp_path / "p.csv", log=lambda s: None, progress_stream=out, progress_every_s=0.0)
+    assert len(result.table.ok) == 2
+    lines = out.getvalue().splitlines()
+    done = [re.fullmatch(r"sps tiny-qwen3: (\d)/4 points \(2 passes of 2\), \d+s elapsed(, about \d+s left)?", line)
+            for line in lines]
+    assert all(done), lines
+    assert [int(m.group(1)) for m in done] == [1, 2, 3, 4, 4]  # the last again at the end
+    assert all(m.group(2) for m in done[:3]) and not done[3].group(2) and not done[4].group(2)

@@ -95,6 +95,11 @@ def test_a_real_comparison_ranks_by_price_shares_the_store_and_writes_its_report
                                    "--attainment", "0.9", "--max-gpus", "4", "--rate-tolerance", "0.5",
                                    "--hardware", f"h200={H200_TABLE}:3.5", "--hardware", f"h200-at-7={H200_TABLE}:7"])
     assert res.exit_code == 0, res.output
+    # the first lines name each option's table and what kind of step times it holds
+    assert res.stdout.splitlines()[:2] == [
+        f"hardware 1/2: h200 (H200, {H200_TABLE}, $3.50/GPU-hour), roofline: a roofline speed bound, not a forecast",
+        f"hardware 2/2: h200-at-7 (H200, {H200_TABLE}, $7.00/GPU-hour), roofline: a roofline speed bound, not a "
+        "forecast"]
     table = pd.read_csv(out / "hardware.csv")
     assert list(table["hardware"]) == ["h200", "h200-at-7"] and list(table["rank"]) == [1, 2]
     assert table["usd_per_hour"].tolist() == pytest.approx([3.5 * table["gpus"][0], 7 * table["gpus"][1]])
@@ -111,6 +116,11 @@ def test_a_real_comparison_ranks_by_price_shares_the_store_and_writes_its_report
     assert plans["h200"]["runs_executed"] > 0 and plans["h200-at-7"]["runs_executed"] == 0
     assert doc["runs_executed"] == plans["h200"]["runs_executed"]
     assert "the cheapest is mtp-1 on h200" in doc["verdict"] and "50% less ($" in doc["verdict"]
+    # one table at two prices: its error is shared, so the price tells them apart; a roofline states no error
+    told = table["told_apart_from_best"].tolist()
+    assert pd.isna(told[0]) and told[1] is True and table["apart_from_best"][1] == pytest.approx(0.5)
+    assert ("Tables' typical step-time error: h200 roofline (none stated), h200-at-7 roofline (none stated); no "
+            "table states one") in " ".join(res.stdout.split())
     # the bundled table is a roofline bound: said in hardware.csv, plan.csv and both verdicts
     assert set(table["table_kind"]) == {"roofline"}
     assert set(pd.read_csv(out / "hardware" / "h200" / "plan.csv")["table_kind"]) == {"roofline"}
