@@ -129,6 +129,12 @@ NIC_GB_S = 50.0  # a 400 Gb/s NIC's line rate, one per GPU
 # (1/364.3 - 1/498.5 s a step)
 SCHEDULER_MS = 6.1
 SCHEDULER_MS_TP = 0.74
+# What each forward a speculative step launches beyond the verify (``SpeculativeMode.extra_forwards``) costs the
+# host beyond the scheduler's work, unhidden without the overlap scheduler: sgl-project/sglang PR #18906 ran one
+# request of Qwen3.5-397B-A17B over TP8 with 3 chained drafts (acceptance length 3.368) at 298.19 tok/s on spec v1
+# (no overlap scheduler) and 323.72 on spec v2 (overlapped), 11.30 against 10.41 ms a step: 0.89 ms hidden, of
+# which SCHEDULER_MS_TP is the scheduler's; the rest over the step's two extra forwards
+SPEC_FORWARD_HOST_MS = round(((3.368 / 298.19 - 3.368 / 323.72) * 1e3 - SCHEDULER_MS_TP) / 2, 3)
 # vLLM: what its asynchronous scheduling hides, its step cost without it (1.5 ms) less with it (0.3 ms), as
 # ``step_fixed_ms`` documents them
 VLLM_SCHEDULER_MS = 1.2
@@ -163,7 +169,7 @@ class EngineCosts:
     request_ms: float = 10.0  # per request, outside the forwards (see the module docstring)
     spec_overlap_schedule: bool | None = None  # None: the engine's own rule (``speculative_mode``)
     spec_max_running: int | None = None  # None: the engine's own cap in speculative mode (SGLang 48, others none)
-    spec_forward_host_ms: float = SCHEDULER_MS_TP  # host ms to prepare and launch each drafter forward, unhidden
+    spec_forward_host_ms: float = SPEC_FORWARD_HOST_MS  # host ms of each extra forward while speculating, unhidden
 
     def __post_init__(self):
         if self.capture_sizes is not None:  # a sidecar stores a list
@@ -232,8 +238,8 @@ def speculative_mode(costs: EngineCosts, plain_graphs: dict, ranks: int = 1) -> 
       ``cuda_graphs`` block, gives that and the eager floor). Its worker launches the drafter's passes (one captured
       graph), the target's verify and the draft extend as separate forwards, each prepared on the host and, without
       the overlap scheduler, not hidden: ``spec_forward_host_ms`` each beyond the target's one
-      (``SpeculativeMode.extra_forwards``; default the one-forward step of ``SCHEDULER_MS_TP``, ASSUMED: no
-      measurement of a drafter forward's host work alone was found). ``--cost spec_overlap_schedule=true``: spec
+      (``SpeculativeMode.extra_forwards``; default ``SPEC_FORWARD_HOST_MS``, 0.07 ms: what one public spec v1
+      against spec v2 pair hides beyond the scheduler's work, over its two extra forwards). ``--cost spec_overlap_schedule=true``: spec
       v2 (topk 1), which keeps the overlap scheduler; ``--cost spec_max_running=N``: the deployment's own cap.
     - vLLM: asynchronous scheduling stays on for EAGLE-family drafters (EAGLE, EAGLE-3, MTP: its config turns it
       off only for other methods, such as n-gram or a separate draft model), no cap is added, and the captured

@@ -18,6 +18,7 @@ from hw_profile.errors import HwProfileError
 from hw_profile.estimate.engine_costs import (
     SCHEDULER_MS,
     SCHEDULER_MS_TP,
+    SPEC_FORWARD_HOST_MS,
     EngineCosts,
     a2a_floor_us,
     a2a_latency_us,
@@ -620,13 +621,17 @@ def test_estimate_records_what_the_engine_changes_when_it_speculates(tmp_path, c
     sg = modes["sglang"]
     # one tensor-parallel replica: the scheduler's host work as one GPU's (SCHEDULER_MS_TP), hidden in plain steps
     assert (sg.overlap_schedule, sg.host_ms, sg.max_running) == (False, SCHEDULER_MS_TP, 48)
-    assert sg.forward_host_ms == SCHEDULER_MS_TP and sg.step_host_ms(parallel=False, gamma=3) == 3 * SCHEDULER_MS_TP
+    # each extra forward: what sgl-project/sglang PR #18906's spec v1 step hides beyond that, over its two
+    assert sg.forward_host_ms == SPEC_FORWARD_HOST_MS == pytest.approx(
+        ((3.368 / 298.19 - 3.368 / 323.72) * 1e3 - SCHEDULER_MS_TP) / 2, abs=1e-3)
+    assert sg.step_host_ms(parallel=False, gamma=3) == pytest.approx(SCHEDULER_MS_TP + 2 * SPEC_FORWARD_HOST_MS)
     assert sg.cuda_graphs.counts == "requests" and sg.cuda_graphs.sizes[:10] == (1, 2, 3, 4, 5, 6, 7, 8, 10, 12)
-    assert "no overlap scheduler (+0.74 ms a step, +0.74 ms a drafter forward)" in said["sglang"]
+    assert "no overlap scheduler (+0.74 ms a step, +0.075 ms a drafter forward)" in said["sglang"]
     assert "at most 48" in said["sglang"]
     # plain steps already without the overlap scheduler: speculation adds none of its host work
     # (the drafter's forwards are still launched apart, unhidden)
-    assert (modes["off"].overlap_schedule, modes["off"].host_ms, modes["off"].forward_host_ms) == (False, 0.0, 0.74)
+    assert (modes["off"].overlap_schedule, modes["off"].host_ms, modes["off"].forward_host_ms) == \
+        (False, 0.0, SPEC_FORWARD_HOST_MS)
     v2 = modes["v2"]
     assert (v2.overlap_schedule, v2.host_ms, v2.forward_host_ms, v2.max_running) == (True, 0.0, 0.0, 64)
     assert not modes["vllm"].changes and "as plain decoding" in said["vllm"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hw_profile.cli import main as hw_profile
-from hw_profile.estimate.engine_costs import SCHEDULER_MS_TP
+from hw_profile.estimate.engine_costs import SCHEDULER_MS_TP, SPEC_FORWARD_HOST_MS
 from simulator.core.engine import StepPlan, StepPrices
 from simulator.inputs.config import load_scenario
 from simulator.inputs.hardware import load_hardware
@@ -48,9 +48,10 @@ def test_sglang_speculates_in_its_own_mode_and_plain_decoding_does_not(tables, s
     clock, policy, cap, ahead, host = hw.speculating(scn.model.engine, gamma=2)
     # the scheduler's work once, and each forward the worker launches beyond the verify (the drafter's chained
     # passes, the draft extend) prepared by the host
-    assert (cap, ahead) == (48, False) and host == pytest.approx(3 * SCHEDULER_MS_TP)
-    assert hw.speculating(scn.model.engine, gamma=1)[4] == pytest.approx(2 * SCHEDULER_MS_TP)
-    assert hw.speculating(scn.model.engine, gamma=5, parallel=True)[4] == pytest.approx(2 * SCHEDULER_MS_TP)
+    assert (cap, ahead) == (48, False) and host == pytest.approx(SCHEDULER_MS_TP + 2 * SPEC_FORWARD_HOST_MS)
+    assert hw.speculating(scn.model.engine, gamma=1)[4] == pytest.approx(SCHEDULER_MS_TP + SPEC_FORWARD_HOST_MS)
+    assert hw.speculating(scn.model.engine, gamma=5, parallel=True)[4] == pytest.approx(
+        SCHEDULER_MS_TP + SPEC_FORWARD_HOST_MS)
     assert clock.graphs.sizes[:9] == (1, 2, 3, 4, 5, 6, 7, 8, 10) and policy is clock
     assert clock.ms is hw.clock.ms  # the same step times, replayed at other captured sizes
     # 9 requests: SGLang's plain list pads them to 16, its speculative one to 10
