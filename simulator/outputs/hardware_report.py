@@ -133,9 +133,10 @@ def terminal_hardware(doc: dict) -> str:
 
 
 def report_pairs(doc: dict) -> pd.DataFrame:
-    """The ranked pairs as the report shows them, narrow enough for the page: with a prefill pool, GPUs and
-    spend as totals with their prefill + decode split beside them, one column each."""
-    full = format_pairs(doc)
+    """The ranked pairs as the report shows them, narrow enough for the page: each table's kind stays in the
+    options table above it (one per option, not one per pair); with a prefill pool, GPUs and spend as totals with
+    their prefill + decode split beside them, one column each."""
+    full = format_pairs(doc).drop(columns=[HEADERS["table_kind"]])
     if not hardware_table(doc)["prefill_gpus"].any():
         return full.drop(columns=["prefill GPUs", "decode GPUs", "prefill $/hour", "decode $/hour"])
     full["GPUs"] = [f"{t} ({p}+{d})" for t, p, d in zip(full["GPUs"], full["prefill GPUs"], full["decode GPUs"],
@@ -247,7 +248,7 @@ def hardware_html(doc: dict) -> str:
     options = pd.DataFrame([{
         "hardware": o["name"], "GPU": o["gpu"], "table": o["table"],
         "$/GPU-hour (assumed)": f"{o['usd_per_gpu_hour']:.2f}", "table kind": o.get("table_kind", "unknown"),
-        "typical step-time error": error_text(typical_error(o.get("table_expected_error"))),
+        "typical error": error_text(typical_error(o.get("table_expected_error"))),
         "prefill replicas": "-" if not o.get("prefill") else (
             f"{o['prefill']['replicas']}" + ("" if o["prefill"]["met"] else " (unmet)")),
         "plan": o["plan"]} for o in doc["options"]])
