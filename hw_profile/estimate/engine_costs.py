@@ -231,20 +231,22 @@ def speculative_mode(costs: EngineCosts, plain_graphs: dict, ranks: int = 1) -> 
 
     - SGLang (v0.4.x-0.5.x, spec v1): its EAGLE/MTP worker turns the overlap scheduler off (server_args.py:
       ``disable_overlap_schedule = True`` unless SGLANG_ENABLE_SPEC_V2), so a speculative step pays the host work
-      that scheduler hid (``scheduler_ms``) where the plain steps had it; it caps the running requests at 48 where
+      that scheduler hid (``scheduler_ms``) where the plain steps had it. It caps the running requests at 48 where
       the deployment sets no ``--max-running-requests``, split over the ``ranks`` of data-parallel attention (its
-      model runner takes max_running_requests // dp_size a rank; a table row is one rank there); it captures other CUDA-graph batch sizes
-      (``sglang_spec_capture_sizes``, up to the plain list's largest; ``plain_graphs``, the table's
-      ``cuda_graphs`` block, gives that and the eager floor). Its worker launches the drafter's passes (one captured
-      graph), the target's verify and the draft extend as separate forwards, each prepared on the host and, without
-      the overlap scheduler, not hidden: ``spec_forward_host_ms`` each beyond the target's one
-      (``SpeculativeMode.extra_forwards``; default ``SPEC_FORWARD_HOST_MS``, 0.07 ms: what one public spec v1
-      against spec v2 pair hides beyond the scheduler's work, over its two extra forwards). ``--cost spec_overlap_schedule=true``: spec
-      v2 (topk 1), which keeps the overlap scheduler; ``--cost spec_max_running=N``: the deployment's own cap.
-    - vLLM: asynchronous scheduling stays on for EAGLE-family drafters (EAGLE, EAGLE-3, MTP: its config turns it
-      off only for other methods, such as n-gram or a separate draft model), no cap is added, and the captured
-      sizes are the table's (``spec_tokens`` already rounds them to the verify width). The parallel drafters
-      (DSpark, DFlash) are taken to keep it as EAGLE does (ASSUMED: no release we read names them).
+      model runner takes max_running_requests // dp_size a rank; a table row is one rank there). It captures other
+      CUDA-graph batch sizes (``sglang_spec_capture_sizes``, up to the plain list's largest; ``plain_graphs``, the
+      table's ``cuda_graphs`` block, gives that and the eager floor). Its worker launches the drafter's passes (one
+      captured graph), the target's verify and the draft extend as separate forwards, each prepared on the host
+      and, without the overlap scheduler, not hidden: ``spec_forward_host_ms`` each beyond the target's one
+      (``SpeculativeMode.extra_forwards``; default ``SPEC_FORWARD_HOST_MS``, 0.075 ms: what one public spec v1
+      against spec v2 pair hides beyond the scheduler's work, over its two extra forwards).
+      ``--cost spec_overlap_schedule=true``: spec v2 (topk 1), which keeps the overlap scheduler;
+      ``--cost spec_max_running=N``: the deployment's own cap.
+    - vLLM: asynchronous scheduling stays on for the methods its config lists (``EagleModelTypes``: EAGLE,
+      EAGLE-3, MTP, DFlash; it turns it off for others, such as n-gram or a separate draft model), no cap is
+      added, and the captured sizes are the table's (``spec_tokens`` already rounds them to the verify width).
+      DSpark has a type of its own, which some releases leave out of that list: taken to keep it (ASSUMED; a
+      release that drops it says so at start-up, and ``--cost spec_overlap_schedule=false`` prices that).
     - TensorRT-LLM: nothing recorded (its speculative mode is not read here); the block says so and changes
       nothing.
     """
