@@ -110,6 +110,17 @@ def table_warnings(scn) -> list[str]:
     return scenario_table_warnings(scn, {s.drafter for s in resolve_systems(scn)})
 
 
+def echo_wrapped(line: str) -> None:
+    """A line of the terminal's, folded at its width (a table's path is never split: a checkout's own path can
+    make the line longer than any test of it assumed)."""
+    import textwrap
+
+    from simulator.outputs.summary import TERMINAL_WIDTH
+
+    click.echo(textwrap.fill(line, TERMINAL_WIDTH, subsequent_indent="  ", break_long_words=False,
+                             break_on_hyphens=False))
+
+
 def table_lines(scn, path: str | None = None) -> list[str]:
     """The step-time tables a run or a plan prices with, each with its kind and typical error: a command's first
     lines, so that nobody reads a bound as a forecast (``path``: the table as the user named it, where that is
@@ -166,7 +177,7 @@ def run_cmd(scenario: Path, out: Path | None, quick: bool, seed: int | None, rep
 
     scn = load_scenario(scenario, sets)
     for line in table_lines(scn):
-        click.echo(line)
+        echo_wrapped(line)
     runner = make_backend(backend, address, jobs)
     out = keep_outputs(output_dir(scenario, sets, out))
     sweep = Sweep.plan(scn, out, quick, seed, replicates, records, fresh or check_invariants, check_invariants)
@@ -292,7 +303,7 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
             raise UserError("--gpu-hour-cost: each --hardware option names its own price; expected one or the other")
         choices, warnings = check_options(scn, parse_options(hardware))
         for i, choice in enumerate(choices, 1):
-            click.echo(option_line(i, len(choices), choice))
+            echo_wrapped(option_line(i, len(choices), choice))
         for line in warnings:
             click.echo(f"warning: {line}", err=True)
         out = keep_outputs(output_dir(scenario, sets, out, (*options, *(f"plan.hardware={h}" for h in hardware))))
@@ -301,7 +312,7 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     if rank_bounds_together:
         raise UserError("--rank-bounds-together ranks --hardware options; expected it with --hardware")
     for line in table_lines(scn):
-        click.echo(line)
+        echo_wrapped(line)
     out = keep_outputs(output_dir(scenario, sets, out, options))
     for line in table_warnings(scn):
         click.echo(f"warning: {line}", err=True)
@@ -624,7 +635,7 @@ def bench_cmd(profile: Path | None, inference_perf: Path | None, vllm_result: Pa
     scn = scenario_from_doc(doc, bench, out / "scenario.yaml")  # validated before anything is written
     check_table(scn, table)
     for line in table_lines(scn, table):
-        click.echo(line)
+        echo_wrapped(line)
     try:
         with bench_progress(scn.name, bench) as tick:
             result = run_bench(scn, bench.stages, seed, tick)

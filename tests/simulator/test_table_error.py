@@ -150,21 +150,25 @@ def test_the_table_line_names_the_kind_and_the_error(scenario_file):
 def test_bench_run_and_plan_name_the_table_kind_first(scenario_file, tmp_path):
     from tests.simulator.test_bench import RANDOM, write
 
-    bound = f"step-time table: {H200_TABLE}, roofline: a roofline speed bound, not a forecast"
+    import textwrap
+
+    # folded at the terminal's 120 columns where the checkout's path makes it longer, the path never split
+    bound = textwrap.fill(f"step-time table: {H200_TABLE}, roofline: a roofline speed bound, not a forecast", 120,
+                          subsequent_indent="  ", break_long_words=False, break_on_hyphens=False) + "\n"
     profile = write(tmp_path, RANDOM)
     res = CliRunner().invoke(cli, ["bench", str(profile), "--table", str(H200_TABLE), "--drain-s", "20",
                                    "--out", str(tmp_path / "b")])
     assert res.exit_code == 0, res.output
-    assert res.stdout.splitlines()[0] == bound
+    assert res.stdout.startswith(bound)
     path = scenario_file(hardware={"table": str(H200_TABLE)})
     # a run and a plan that stop at their first check of the systems (an unknown policy): the table line came
     # first, on stdout, and the mistake is still one line on stderr
     res = CliRunner().invoke(cli, [str(path), "--quick", "--out", str(tmp_path / "r"), "--set", "systems=[nosuch]"])
-    assert res.exit_code != 0 and res.stdout.splitlines()[0] == bound, res.output
+    assert res.exit_code != 0 and res.stdout.startswith(bound), res.output
     assert "unknown policy 'nosuch'" in str(res.exception) and res.stderr == ""
     res = CliRunner().invoke(cli, ["plan", str(path), "--quick", "--out", str(tmp_path / "p"), "--replicates", "1",
                                    "--max-gpus", "1", "--set", "systems=[nosuch]"])
-    assert res.stdout.splitlines()[0] == bound, res.output
+    assert res.stdout.startswith(bound), res.output
 
 
 def test_the_plans_gpu_chart_is_scaled_to_the_systems_that_met():
