@@ -148,9 +148,9 @@ def test_the_table_line_names_the_kind_and_the_error(scenario_file):
 
 
 def test_bench_run_and_plan_name_the_table_kind_first(scenario_file, tmp_path):
-    from tests.simulator.test_bench import RANDOM, write
-
     import textwrap
+
+    from tests.simulator.test_bench import RANDOM, write
 
     # folded at the terminal's 120 columns where the checkout's path makes it longer, the path never split
     bound = textwrap.fill(f"step-time table: {H200_TABLE}, roofline: a roofline speed bound, not a forecast", 120,
