@@ -95,11 +95,16 @@ def test_a_real_comparison_ranks_by_price_shares_the_store_and_writes_its_report
                                    "--attainment", "0.9", "--max-gpus", "4", "--rate-tolerance", "0.5",
                                    "--hardware", f"h200={H200_TABLE}:3.5", "--hardware", f"h200-at-7={H200_TABLE}:7"])
     assert res.exit_code == 0, res.output
-    # the first lines name each option's table and what kind of step times it holds
-    assert res.stdout.splitlines()[:2] == [
-        f"hardware 1/2: h200 (H200, {H200_TABLE}, $3.50/GPU-hour), roofline: a roofline speed bound, not a forecast",
-        f"hardware 2/2: h200-at-7 (H200, {H200_TABLE}, $7.00/GPU-hour), roofline: a roofline speed bound, not a "
-        "forecast"]
+    # the first lines name each option's table and what kind of step times it holds, each folded at the terminal's
+    # 120 columns where the checkout's path makes it longer (the path never split)
+    import textwrap
+
+    first = [f"hardware 1/2: h200 (H200, {H200_TABLE}, $3.50/GPU-hour), roofline: a roofline speed bound, not a "
+             "forecast",
+             f"hardware 2/2: h200-at-7 (H200, {H200_TABLE}, $7.00/GPU-hour), roofline: a roofline speed bound, not a "
+             "forecast"]
+    assert res.stdout.startswith("".join(textwrap.fill(line, 120, subsequent_indent="  ", break_long_words=False,
+                                                       break_on_hyphens=False) + "\n" for line in first))
     table = pd.read_csv(out / "hardware.csv")
     assert list(table["hardware"]) == ["h200", "h200-at-7"] and list(table["rank"]) == [1, 2]
     assert table["usd_per_hour"].tolist() == pytest.approx([3.5 * table["gpus"][0], 7 * table["gpus"][1]])
