@@ -482,7 +482,10 @@ def speculative_line(mode, engine) -> str:
     if not mode.changes:
         return ("speculative mode: as plain decoding (the table records no change when the engine speculates"
                 + (f": {mode.engine} {mode.version})" if mode.engine else ")"))
-    return f"speculative mode (speculative systems only): {mode.words}"
+    words = mode.words
+    if engine.speculative_max_running is not None:  # the scenario's own cap, not the engine's default
+        words = words.replace("unless the deployment sets its own", "(engine.speculative_max_running)")
+    return f"speculative mode (speculative systems only): {words}"
 
 
 @cli.command("check")

@@ -90,3 +90,15 @@ def test_the_running_cap_binds_the_speculative_arm_only(tables, scenario_file):
     assert sim_spec.steps.frame()["running"].max() == 48
     _, sim_vllm = simulate(scenario(scenario_file, tables["vllm"]), "static-2", quick=True)
     assert sim_vllm.config.max_running == 64 and sim_vllm.steps.frame()["running"].max() == 64
+
+
+def test_check_names_whose_cap_a_speculative_system_runs_under(tables, scenario_file):
+    """`simulate check`'s line: the engine's own cap while speculating, or the scenario's where it sets one."""
+    from simulator.cli import speculative_line
+
+    for own, words in ((None, "at most 48 running requests unless the deployment sets its own"),
+                       (60, "at most 60 running requests (engine.speculative_max_running)")):
+        extra = {} if own is None else {"speculative_max_running": own}
+        scn = load_scenario(scenario(scenario_file, tables["sglang"], **extra))
+        line = speculative_line(load_hardware(scn, {"eagle3"}).speculative, scn.model.engine)
+        assert line.startswith("speculative mode (speculative systems only): sglang") and words in line
