@@ -148,7 +148,7 @@ def test_the_lease_script_dry_run_measures_every_table_and_archives_after_each_s
     assert "./logs/steps.tsv" in names and "./tables/eager-launches.json" in names
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the real run would start on a GPU")
 def test_the_lease_script_goes_on_past_a_failing_step(tmp_path):
     env = {**os.environ, "HIL_PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "DSPARK_DATA": str(tmp_path)}

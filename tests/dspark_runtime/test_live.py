@@ -153,7 +153,7 @@ def exact_marginals(target, prompt: list[int], vocab: int) -> tuple[np.ndarray, 
     return joint12.sum(0).numpy(), p3.numpy()
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_temperature_one_tokens_follow_the_target(smoke_world, smoke_models, tmp_path):
     paths, _, _ = smoke_world
     target, _, _ = smoke_models
@@ -218,7 +218,7 @@ def _finished(sim) -> pd.DataFrame:
     return req[req["finish"].notna()]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_with_eos_the_trace_records_where_requests_ended_and_replays_end_them_there(smoke_world, tmp_path):
     """EOS on: the trace's ``output``/``eos`` are the live request log's; a replay of the same scenario and seed
     ends every recorded request exactly where live ended it; trace and fitted-profile replays agree with live."""

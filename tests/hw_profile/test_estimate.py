@@ -1105,7 +1105,7 @@ def test_estimate_from_a_transformers_config(tiny_config, tmp_path, capsys):
     assert "h20.drafter-mtp.csv" in out
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.skipif(__import__("importlib").util.find_spec("aiconfigurator_core") is None,
                     reason="the kernel database (dspark-sim[kernels]) is not installed")
 def test_the_accuracy_claimed_in_sidecars_and_docs_is_what_sim_to_real_measures(tmp_path, monkeypatch, capsys):

@@ -62,6 +62,7 @@ def test_sglang_sizes_its_fraction_of_the_startup_free_memory_less_weights():
         kv_pool(m, "trtllm")
 
 
+@pytest.mark.slow
 def test_check_names_the_pools_rule_and_refuses_prompts_no_pool_holds():
     from tests.conftest import ROOT
     from tests.simulator.test_config import run_cli

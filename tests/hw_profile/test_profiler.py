@@ -175,7 +175,7 @@ def test_moe_mla_and_sliding_window_models_profile(config, moe, tmp_path):
     assert ("experts_implementation" in drafter.table.meta["implementation"]) == moe
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("signame, code, word", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
 def test_a_stop_keeps_the_points(tiny_config, tmp_path, signame, code, word):
     """A real Ctrl-C (SIGINT) or a scheduler's SIGTERM (what `timeout` sends) to the CLI mid-run: exit code 130 or

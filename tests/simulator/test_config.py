@@ -81,6 +81,24 @@ def run_cli(*args, cwd=ROOT):
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
 
+def run_main(capsys, *args) -> subprocess.CompletedProcess:
+    """``simulate ARGS`` through the console script's own ``main`` (its error handling and exit codes) in this
+    process: what run_cli checks, without a fresh interpreter's seconds of imports, for the fast tier."""
+    from simulator.cli import main
+
+    capsys.readouterr()
+    argv, sys.argv = sys.argv, ["simulate", *args]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = argv
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["simulate", *args], code, out, err)
+
+
 @pytest.mark.slow
 def test_cli_errors_are_one_line_exit_2(scenario_file, tmp_path):
     path = scenario_file(systems=["dspark", "nonsense-policy"])

@@ -182,6 +182,7 @@ def test_a_small_day_plan_sizes_each_segment_and_sums_gpu_hours(day):
     assert "fewest GPU-hours" in doc["verdict"]
 
 
+@pytest.mark.slow
 def test_a_higher_rate_segment_never_gets_fewer_gpus(day):
     rows = pd.DataFrame(day[2]["rows"])
     for _, g in rows.groupby("system"):
@@ -190,6 +191,7 @@ def test_a_higher_rate_segment_never_gets_fewer_gpus(day):
         assert by_rate.iloc[-1] > by_rate.iloc[0]  # the tide needs a bigger fleet at its peak than at night
 
 
+@pytest.mark.slow
 def test_the_day_plan_resumes_from_the_store_and_the_cli_writes_its_outputs(day):
     from click.testing import CliRunner
 

@@ -13,7 +13,7 @@ from simulator.core.acceptance.profile import ProfileSource, load_profile
 from simulator.inputs.config import load_scenario
 from simulator.inputs.systems import resolve_systems
 from tests.simulator.engine_helpers import simulate
-from tests.simulator.test_config import run_cli
+from tests.simulator.test_config import run_main
 from tests.simulator.test_engine import constant_profile
 
 SMALL = dict(workload={"prompt": 64, "output": 48}, frontier={"concurrency": [6]})
@@ -123,17 +123,17 @@ def test_mtp_k_positions_past_the_profiles_one_repeat_its_acceptance(tmp_path, s
     ({"drafter": {"name": "eagle3", "gamma": 3}, "systems": ["static-4"]},
      "systems[0]: static-4 verifies 4 drafts a step, but drafter 'eagle3' drafts 3 (drafter.gamma)"),
 ])
-def test_a_system_that_would_draft_or_verify_fewer_than_asked_is_refused(scenario_file, fields, line):
+def test_a_system_that_would_draft_or_verify_fewer_than_asked_is_refused(scenario_file, capsys, fields, line):
     path = scenario_file(**fields)
-    res = run_cli("check", str(path))
+    res = run_main(capsys, "check", str(path))
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
     assert res.stderr.startswith(f"error: {path}: {line}")
 
 
-def test_simulate_check_takes_mtp_with_gamma_k(scenario_file):
+def test_simulate_check_takes_mtp_with_gamma_k(scenario_file, capsys):
     path = scenario_file(drafter={"name": "mtp", "gamma": 2}, systems=["ar", "mtp-1", "static-2", "vllm-adaptive",
                                                                      "sglang-compact"])
-    res = run_cli("check", str(path))
+    res = run_main(capsys, "check", str(path))
     assert res.returncode == 0, res.stderr
     assert ("systems (5): ar [none, gamma 0, ar], mtp-1 [mtp, gamma 1, static-1], static-2 [mtp, gamma 2, static-2], "
             "vllm-adaptive [mtp, gamma 2, vllm-adaptive], sglang-compact [mtp, gamma 2, sglang-compact]") in res.stdout

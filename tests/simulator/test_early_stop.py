@@ -71,6 +71,7 @@ def runs_at(draw):
 @settings(max_examples=250, deadline=None)
 @given(case=runs_at(), tps=st.floats(1.0, 60.0), attainment=st.sampled_from([0.5, 0.9, 0.99]),
        ttft=st.floats(0.1, 5.0))
+@pytest.mark.slow
 def test_a_certain_failure_fails_however_the_run_goes_on(case, tps, attainment, ttft):
     """Brute force over the rest of the run: whatever ``certain_failure`` calls failed at ``now`` fails in every
     continuation drawn, by the very metrics the full run is judged by."""
@@ -144,6 +145,7 @@ def comparable(doc: dict) -> dict:
             "verdict": doc["verdict"], "engine": doc["engine"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("disaggregated", [False, True])
 def test_the_early_stopping_plan_decides_as_the_exhaustive_one(scenario_file, tmp_path, disaggregated):
     """Three seeds, systems that fail at one replica and meet at more, a headroom search: the plan with early

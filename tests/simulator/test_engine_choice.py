@@ -203,6 +203,7 @@ def test_a_day_plan_picks_a_policy_per_segment_from_that_segments_gpu_counts(day
     assert lines[1].startswith("  00:00, 02:00 (20.0 requests/s): ")
 
 
+@pytest.mark.slow
 def test_a_day_segments_fewest_gpus_not_ruled_out_follow_its_seeds(day_with_ar, tmp_path):
     path = day_with_ar[0]
     day = DayPlanner(load_scenario(path), tmp_path / "o", TARGET, Backend("local", 1), quick=True, replicates=3)

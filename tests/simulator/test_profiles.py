@@ -105,7 +105,7 @@ def test_runs_csv_tau_reproduces_table_1(scenario_file, cell):
     assert engine_tau(scenario_file, *cell) == pytest.approx(paper(*cell), rel=0.02)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("target", TARGETS)
 def test_runs_csv_tau_reproduces_table_1_in_every_cell(scenario_file, target):
     """All 27 cells of a target through the engine: each within 2%, the mean signed error within 0.5%."""

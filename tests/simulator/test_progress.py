@@ -143,6 +143,7 @@ def test_a_followed_plan_states_its_searches_bounds_and_the_time_they_leave(scen
     assert stream.getvalue().splitlines()[-1] == "scn: plan: 2/2 searches decided; 10 runs done, 50 s"
 
 
+@pytest.mark.slow
 def test_a_real_plans_line_never_promises_fewer_runs_than_remain(scenario_file, tmp_path):
     path = small_plan_scenario(scenario_file, engine={"max_running": 32, "max_batch_tokens": 4096,
                                                       "prefill": "disaggregated"},

@@ -117,6 +117,7 @@ def cli(*args: str) -> None:
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.heavy
 def test_every_section_fits_1400_px_and_draws_without_script_errors(scenario_file, tmp_path):
     from tests.conftest import H200_TABLE
 
