@@ -6,10 +6,10 @@ inference-perf; provenance in that folder's README) is rebuilt as a scenario, as
 benchmark's engine limits (max_num_seqs 128 -> ``max_running``, max_num_batched_tokens 2048 ->
 ``max_batch_tokens``, no per-request chunk cap as vLLM V1 runs), its traffic (constant-rate Poisson stages that
 stop sending at their end) and its workload (fixed prompt and output lengths, shared system prompts). Nothing is
-fitted to these runs. Per run and stage it prints the simulator's E2E, TTFT and TPOT (mean; E2E and TTFT p90)
-against the measured ones with signed errors, BLIS's trained model beside ours where its records have the run, the
-MAPE per metric over the runs vLLM served, and whether each run came out overloaded (vLLM's four reasoning runs
-timed most of their requests out).
+fitted to these runs. Per run and stage it prints the simulator's E2E, TTFT and TPOT (mean; E2E and TTFT p90 and
+p99) against the measured ones with signed errors, BLIS's trained model beside ours where its records have the run,
+the MAPE per metric over the runs and over the stages vLLM served, and whether each run came out overloaded (vLLM's
+four reasoning runs timed most of their requests out).
 
 Each run goes through the path a planner takes, `simulate bench PROFILE --table TABLE`: the run's inference-perf
 profile (rebuilt from its recorded settings) is read by ``simulator.inputs.inference_perf``, replayed by
@@ -125,7 +125,7 @@ def predict(measured: pd.DataFrame, work: Path, calibrated: bool = True) -> pd.D
                 got = {"sim_requests": int(row["requests"]), "sim_unfinished": int(row["unfinished"]),
                        "sim_bench_overloaded": bool(row["overloaded"]),
                        **{f"sim_{k}_{q}_ms": row[f"{k}_{q}_s"] * 1e3 for k in ("e2e", "ttft", "tpot")
-                          for q in ("mean", "p90")}}
+                          for q in ("mean", "p90", "p99")}}
                 if fitted is not None:
                     got.update({f"cal_{k}_mean_ms": fitted.loc[i, f"{k}_mean_s"] * 1e3 for k in ("e2e", "ttft", "tpot")})
                     got.update(cal_overloaded=bool(fitted.loc[i, "overloaded"]), cal_on=cal[2], cal_request_ms=cal[1])
@@ -136,7 +136,7 @@ def predict(measured: pd.DataFrame, work: Path, calibrated: bool = True) -> pd.D
     out["overloaded"] = ((out["failures"] > 0.05 * (out["successes"] + out["failures"]))
                          | (out["ttft_p90_ms"] > OVERLOAD_TTFT_MS))
     out["sim_overloaded"] = out["sim_bench_overloaded"] | (out["sim_ttft_p90_ms"] > OVERLOAD_TTFT_MS)
-    for k in ("e2e_mean", "e2e_p90", "ttft_mean", "ttft_p90", "tpot_mean"):
+    for k in ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "tpot_mean"):
         out[f"err_{k}"] = out[f"sim_{k}_ms"] / out[f"{k}_ms"] - 1.0
     if "cal_e2e_mean_ms" in out:
         for k in ("e2e_mean", "ttft_mean", "tpot_mean"):
@@ -153,10 +153,10 @@ def pct(x: float) -> str:
 
 
 def report(out: pd.DataFrame) -> None:
-    cols = ["e2e_mean", "e2e_p90", "ttft_mean", "ttft_p90", "tpot_mean"]
+    cols = ["e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "tpot_mean"]
     cal = "cal_err_e2e_mean" in out
-    print("| run | stage | vLLM E2E ms | sim | err | E2E p90 err | vLLM TTFT ms | sim | err | TTFT p90 err | "
-          "vLLM TPOT ms | sim | err | BLIS E2E / TTFT / TPOT err | overloaded: vLLM / sim |"
+    print("| run | stage | vLLM E2E ms | sim | err | E2E p90 / p99 err | vLLM TTFT ms | sim | err | "
+          "TTFT p90 / p99 err | vLLM TPOT ms | sim | err | BLIS E2E / TTFT / TPOT err | overloaded: vLLM / sim |"
           + (" calibrated E2E / TTFT / TPOT err |" if cal else ""))
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if cal else ""))
     for _, r in out.iterrows():
@@ -164,8 +164,9 @@ def report(out: pd.DataFrame) -> None:
         blis = " / ".join(pct(r[f"blis_err_{k}"]) for k in ("e2e_mean", "ttft_mean", "tpot_mean"))
         fitted = " / ".join(pct(r[f"cal_err_{k}"]) for k in ("e2e_mean", "ttft_mean", "tpot_mean")) if cal else ""
         print(f"| {r['run'][16:]} | {stage} | {r['e2e_mean_ms']:,.0f} | {r['sim_e2e_mean_ms']:,.0f} | "
-              f"{pct(r['err_e2e_mean'])} | {pct(r['err_e2e_p90'])} | {r['ttft_mean_ms']:,.1f} | "
-              f"{r['sim_ttft_mean_ms']:,.1f} | {pct(r['err_ttft_mean'])} | {pct(r['err_ttft_p90'])} | "
+              f"{pct(r['err_e2e_mean'])} | {pct(r['err_e2e_p90'])} / {pct(r['err_e2e_p99'])} | "
+              f"{r['ttft_mean_ms']:,.1f} | {r['sim_ttft_mean_ms']:,.1f} | {pct(r['err_ttft_mean'])} | "
+              f"{pct(r['err_ttft_p90'])} / {pct(r['err_ttft_p99'])} | "
               f"{r['tpot_mean_ms']:.2f} | {r['sim_tpot_mean_ms']:.2f} | {pct(r['err_tpot_mean'])} | {blis} | "
               f"{'yes' if r['overloaded'] else 'no'} / {'yes' if r['sim_overloaded'] else 'no'} |"
               + (f" {fitted} |" if cal else ""))
@@ -174,6 +175,9 @@ def report(out: pd.DataFrame) -> None:
     print()
     print(f"Whole runs vLLM served ({len(served)}), uncalibrated: MAPE " + ", ".join(
         f"{k} {served[f'err_{k}'].abs().mean():.1%}" for k in cols))
+    stages = out[(out["stage"] >= 0) & ~out["overloaded"]]
+    print(f"Stages vLLM served ({len(stages)}), uncalibrated: MAPE " + ", ".join(
+        f"{k} {stages[f'err_{k}'].abs().mean():.1%}" for k in cols))
     blis = served.dropna(subset=["blis_err_e2e_mean"])
     if len(blis):
         print(f"  the {len(blis)} of them in BLIS's records: ours E2E {blis['err_e2e_mean'].abs().mean():.1%}, "
