@@ -547,6 +547,10 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     click.echo(f"  {staircase_line(tables.cuda_graphs)}")
     if any(s.drafter != "none" and s.gamma for s in systems):  # what the speculative systems run differently
         click.echo(f"  {speculative_line(hw.speculative, m.engine)}")
+        if all(s.drafter != "none" and s.gamma for s in systems):
+            # speculation can lose (an MoE verify, a capped running batch): a plan can only say so against `ar`
+            click.echo("  no system without speculation: whether speculating pays here is not compared (add one: "
+                       "--set 'systems+=ar')")
     if m.engine.prefill == "disaggregated":
         pool = (f"{m.hardware.prefill_replicas} replica(s) x {m.hardware.prefill_gpus_per_replica or m.hardware.gpus_per_replica}"
                 f" GPU(s), table {m.hardware.prefill_table or m.hardware.table}" if m.hardware.prefill_replicas

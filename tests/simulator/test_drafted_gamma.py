@@ -137,3 +137,14 @@ def test_simulate_check_takes_mtp_with_gamma_k(scenario_file, capsys):
     assert res.returncode == 0, res.stderr
     assert ("systems (5): ar [none, gamma 0, ar], mtp-1 [mtp, gamma 1, static-1], static-2 [mtp, gamma 2, static-2], "
             "vllm-adaptive [mtp, gamma 2, vllm-adaptive], sglang-compact [mtp, gamma 2, sglang-compact]") in res.stdout
+
+
+def test_simulate_check_says_when_no_system_runs_without_speculation(scenario_file, capsys):
+    """Speculation can lose: check names the missing comparison where every system speculates, and only there."""
+    line = "no system without speculation: whether speculating pays here is not compared (add one: --set 'systems+=ar')"
+    every = run_main(capsys, "check", str(scenario_file(systems=["dspark", "static-3"])))
+    assert every.returncode == 0, every.stderr
+    assert line in every.stdout
+    with_ar = run_main(capsys, "check", str(scenario_file(systems=["dspark", "static-3"])), "--set", "systems+=ar")
+    assert with_ar.returncode == 0, with_ar.stderr
+    assert "ar [none, gamma 0, ar]" in with_ar.stdout and line not in with_ar.stdout
