@@ -273,7 +273,7 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     """The fewest GPUs per system at which the scenario's open-loop traffic meets the SLA."""
 
     from simulator.inputs.config import load_scenario
-    from simulator.outputs.capacity_report import terminal_plan, unmet_lines
+    from simulator.outputs.capacity_report import binds_line, terminal_plan, unmet_lines
     from simulator.runs.plan import Planner, Target, check_plausible, write_plan
 
     check_plausible(sla_tps, ttft_p99, force)
@@ -333,7 +333,7 @@ def plan_cmd(scenario: Path, sla_tps: float | None, attainment: float, ttft_p99:
     doc = run_plan(bar, out, planner.run)
     csv, js = writer(out, doc)
     report = write_plan_report(out, scn, doc, quick, seed)
-    lines = [terminal_plan(doc), *unmet_lines(doc)]
+    lines = [terminal_plan(doc), *unmet_lines(doc), *binds_line(doc)]
     if "fleet" in doc:
         lines.append("\nfull-size confirmations:\n" + "\n".join(fleet_lines(doc)))
     echo_plan_end(doc, lines, quick, planner.runs, runner, f"plan: {csv}\n      {js}\nreport: {report}")

@@ -43,6 +43,16 @@ def unmet_lines(doc: dict) -> list[str]:
     return lines + range_lines(doc)
 
 
+def binds_line(doc: dict) -> list[str]:
+    """What limits each met system first as its traffic grows past the plan's (the knee its size is set by:
+    per-user speed, TTFT p99, throughput, the KV pool), one line for all ([] when no met system has it)."""
+    named = [f"{name} {e['binds']}" for name, e in doc["systems"].items() if e["status"] == MET and e.get("binds")]
+    if not named:
+        return []
+    return textwrap.wrap(f"first limit as traffic grows (plan.csv binds, binds_why): {'; '.join(named)}", 120,
+                         subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+
+
 def range_lines(doc: dict) -> list[str]:
     """One line for the met systems whose GPU count the seeds cannot pin down (a range in the table), each with
     its range ('' when none): one cause, one line."""
@@ -85,8 +95,9 @@ def notes_html(doc: dict) -> str:
 def format_plan(doc: dict) -> pd.DataFrame:
     """The plan table as text: plan.csv's columns, with the headroom and the attainment as their intervals and
     the GPUs as a range where the seeds leave one open (the columns those come from are in plan.csv)."""
-    # why_unmet: a sentence, printed under the table (unmet_lines); engine_pick: the engine line names it
-    df = plan_table(doc).drop(columns=["why_unmet", "engine_pick"])
+    # why_unmet: a sentence, printed under the table (unmet_lines); engine_pick: the engine line names it; binds:
+    # under the table too (binds_line)
+    df = plan_table(doc).drop(columns=["why_unmet", "engine_pick", "binds", "binds_why"])
     if doc.get("prefill") is None:
         df = df.drop(columns=["decode_gpus", "prefill_gpus", "prefill_replicas"])
     tol = doc["target"].get("rate_tolerance", 0.05)

@@ -56,7 +56,7 @@ from simulator.runs.sweep import Sweep
 PLAN_COLUMNS = ["system", "status", "gpus", "decode_gpus", "prefill_gpus", "replicas", "prefill_replicas",
                 "max_rate_per_replica", "headroom", "attainment", "ttft_p99", "tps_per_user_p10",
                 "throughput_per_gpu", "throughput_per_deployed_gpu", "cost_per_mtok", "why_unmet", "seeds", "attainment_lo", "attainment_hi",
-                "headroom_lo", "headroom_hi", "gpus_lo"]
+                "headroom_lo", "headroom_hi", "gpus_lo", "binds", "binds_why"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,23 @@ def stopped_why(row: dict) -> str | None:
         return (f"attainment at most {s['attainment_at_most']:.1%} ({s['slow']} requests too slow by "
                 f"{s['at_s']:.0f} s; stopped there)")
     return f"TTFT p99 over the limit ({s['ttft_over']} requests over it by {s['at_s']:.0f} s; stopped there)"
+
+
+def constraint(trial: Trial) -> str:
+    """Which SLA constraint a failing run broke, in a planner's words (per-user speed, TTFT p99, the prefill pool
+    or the decode pool's throughput), with the KV pool named where the run preempted requests (it was full)."""
+    why = trial.why_not or ""
+    if why.startswith("attainment"):
+        kind = "per-user speed"
+    elif why.startswith("TTFT"):
+        kind = "TTFT p99"
+    elif why.startswith("saturated (prefill pool)"):
+        kind = "the prefill pool's throughput"
+    else:  # saturated, overloaded, no finished requests: the queue grows
+        kind = "throughput"
+    rows = trial.row.get("replicate_rows") or [trial.row]
+    preempted = sum(int(r.get("preemptions") or 0) for r in rows)
+    return f"{kind}, the KV pool full ({preempted:,} preemptions)" if preempted else kind
 
 
 def prefill_bound(why: str | None) -> bool:
@@ -662,7 +679,24 @@ class Planner:
             "headroom_hi": self.headroom_hi(plan, prefill),
             # the fewest GPUs the data cannot rule out: below it every count probed clearly failed
             "gpus_lo": (lowest if lowest is not None else plan.replicas) * self.gpr + prefill_gpus,
+            **dict(zip(("binds", "binds_why"), self.binds(plan, prefill) if met else (None, None), strict=True)),
         }
+
+    def binds(self, plan: SystemPlan, prefill: int | None) -> tuple[str | None, str | None]:
+        """The constraint a met system's size is set by, and the failing run's words: what fails first as its
+        traffic grows (the least traffic multiplier its headroom search saw fail at the chosen size), else what
+        failed one decode replica fewer at the scenario's traffic. (None, None) where neither was run."""
+        grown = [t for t in plan.trials if t.replicas == plan.replicas and t.scale > 1.0 and t.why_not is not None
+                 and t.phase in ("headroom", "with-prefill") and t.prefill_replicas == prefill
+                 and not unresolved(t.why_not)]
+        if grown:
+            first = min(grown, key=lambda t: t.scale)
+            return f"{constraint(first)} at {first.scale - 1:+.0%} traffic", first.why_not
+        fewer = [t for t in plan.trials if t.replicas == plan.replicas - 1 and t.scale == 1.0
+                 and t.why_not is not None and not unresolved(t.why_not)]
+        if fewer:
+            return f"{constraint(fewer[-1])} at {(plan.replicas - 1) * self.gpr} decode GPUs", fewer[-1].why_not
+        return None, None
 
     def lowest_possible(self, plan: SystemPlan) -> int | None:
         """The fewest decode replicas not clearly failing: one above the largest count that clearly failed at

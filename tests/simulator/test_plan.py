@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hw_profile.tables.step_table import StepTimeGrid
 from simulator.core.prefill import PrefillPool
 from simulator.inputs.config import load_scenario
-from simulator.outputs.capacity_report import format_plan, unmet_lines
+from simulator.outputs.capacity_report import binds_line, format_plan, unmet_lines
 from simulator.outputs.verdicts import verdict
 from simulator.runs.backends import Backend
 from simulator.runs.plan import (
@@ -31,6 +31,7 @@ from simulator.runs.plan import (
     fewest,
     most_traffic,
     prefill_bound,
+    write_plan,
 )
 from tests.conftest import ROOT
 
@@ -387,3 +388,23 @@ def test_systems_level_on_gpus_and_headroom_tie_instead_of_a_noise_picked_winner
     assert "$0.040-$0.041" in text
     assert "1 other system needs as many, with less headroom" in text  # threshold-0.7, +0%
     assert "1 GPU (20%) fewer than mtp-1's 5" in text
+
+
+def test_a_met_system_names_what_limits_it_first_as_its_traffic_grows(scenario_file, tmp_path):
+    """The knee: at the size a plan chose, the least traffic multiplier that failed names the constraint that
+    binds (per-user speed here: a TTFT limit no run nears), in plan.json, plan.csv's binds and one terminal line."""
+    path = small_plan_scenario(scenario_file, systems=["mtp-1"])
+    target = Target(tps=100.0, attainment=0.9, ttft_p99=30.0, max_gpus=16, rate_tolerance=0.2)
+    doc = Planner(load_scenario(path), tmp_path / "o", target, Backend("local", 1), quick=True).run()
+    e = doc["systems"]["mtp-1"]
+    assert e["status"] == MET
+    fails = [t for t in e["search"] if t["phase"] == "headroom" and t["replicas"] == e["replicas"] and not t["met"]]
+    first = min(fails, key=lambda t: t["traffic_scale"])
+    assert e["binds"].startswith(("per-user speed", "throughput"))
+    assert e["binds"].split(" at ")[-1] == f"{first['traffic_scale'] - 1:+.0%} traffic"
+    assert e["binds_why"] == first["why_not"] and "TTFT" not in e["binds_why"]
+    assert first["traffic_scale"] - 1 > e["headroom"]  # beyond the headroom the plan reports
+    (line,) = binds_line(doc)
+    assert line == f"first limit as traffic grows (plan.csv binds, binds_why): mtp-1 {e['binds']}"
+    csv, _ = write_plan(tmp_path / "o", doc)
+    assert pd.read_csv(csv).loc[0, ["binds", "binds_why"]].tolist() == [e["binds"], e["binds_why"]]
