@@ -79,7 +79,8 @@ def why_unmet_html(lines: list[str], statuses: list[str] | None = None) -> str:
 
 def notes_html(doc: dict) -> str:
     """The report's notes on a plan's rows: why each unmet or unresolved system is (red, under a heading that
-    names only those rows' statuses), then the met systems whose count is a range (not red: they meet)."""
+    names only those rows' statuses), then the met systems whose count is a range (not red: they meet), then what
+    limits each met system first as its traffic grows."""
     ranges = range_lines(doc)
     short = [u for u in unmet_lines(doc) if u not in ranges]
     statuses = [e["status"] for e in doc["systems"].values() if e["status"] != MET]
@@ -89,6 +90,11 @@ def notes_html(doc: dict) -> str:
     if ranges:
         out += ("<p class='meta'>Met, at a count the seeds cannot pin down:</p><ul class='meta'>"
                 + "".join(f"<li>{html.escape(u[2:])}</li>" for u in ranges) + "</ul>")
+    binds = [(name, e) for name, e in doc["systems"].items() if e["status"] == MET and e.get("binds")]
+    if binds:
+        out += ("<p class='meta'>What limits each met system first as its traffic grows:</p><ul class='meta'>"
+                + "".join(f"<li>{html.escape(name)}: {html.escape(e['binds'])} ({html.escape(e['binds_why'] or '')})"
+                          "</li>" for name, e in binds) + "</ul>")
     return out
 
 

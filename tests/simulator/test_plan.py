@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hw_profile.tables.step_table import StepTimeGrid
 from simulator.core.prefill import PrefillPool
 from simulator.inputs.config import load_scenario
-from simulator.outputs.capacity_report import binds_line, format_plan, unmet_lines
+from simulator.outputs.capacity_report import binds_line, format_plan, notes_html, unmet_lines
 from simulator.outputs.verdicts import verdict
 from simulator.runs.backends import Backend
 from simulator.runs.plan import (
@@ -408,3 +408,4 @@ def test_a_met_system_names_what_limits_it_first_as_its_traffic_grows(scenario_f
     assert line == f"first limit as traffic grows (plan.csv binds, binds_why): mtp-1 {e['binds']}"
     csv, _ = write_plan(tmp_path / "o", doc)
     assert pd.read_csv(csv).loc[0, ["binds", "binds_why"]].tolist() == [e["binds"], e["binds_why"]]
+    assert f"<li>mtp-1: {html.escape(e['binds'])} ({html.escape(e['binds_why'])})</li>" in notes_html(doc)
