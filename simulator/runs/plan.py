@@ -663,6 +663,7 @@ class Planner:
         lowest = self.lowest_possible(plan)
         status = MET if met else (UNRESOLVED_STATUS if lowest is not None and not plan.met else UNMET)
         headroom = plan.max_scale - 1.0 if plan.max_scale else float("nan")  # nan: no traffic met (unmet)
+        binds, binds_why = self.binds(plan, prefill) if met else (None, None)
         return {
             "system": plan.system.name, "status": status, "gpus": gpus, "decode_gpus": decode_gpus,
             "prefill_gpus": prefill_gpus, "replicas": plan.replicas, "prefill_replicas": prefill,
@@ -679,7 +680,7 @@ class Planner:
             "headroom_hi": self.headroom_hi(plan, prefill),
             # the fewest GPUs the data cannot rule out: below it every count probed clearly failed
             "gpus_lo": (lowest if lowest is not None else plan.replicas) * self.gpr + prefill_gpus,
-            **dict(zip(("binds", "binds_why"), self.binds(plan, prefill) if met else (None, None), strict=True)),
+            "binds": binds, "binds_why": binds_why,
         }
 
     def binds(self, plan: SystemPlan, prefill: int | None) -> tuple[str | None, str | None]:
