@@ -88,4 +88,3 @@ def crashy(tmp_path, monkeypatch):
     (folder / "crashy_policy.py").write_text(CRASHY)
     monkeypatch.syspath_prepend(str(folder))
     return "crashy_policy:Crashy"
-
