@@ -647,16 +647,11 @@ def upgrade(tables) -> None:
     from atomic_files import atomic_write_text
     from hw_profile.tables.sidecar import SCHEMA_VERSION
     from hw_profile.tables.sidecar import upgrade as upgraded
-    from hw_profile.tables.step_table import sidecar_path
+    from hw_profile.tables.step_table import read_sidecar_json, sidecar_path
 
     for table in tables:
         side = sidecar_path(table)
-        try:
-            meta = json.loads(side.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise HwProfileError(f"{side}: not a readable sidecar ({exc})") from None
-        if not isinstance(meta, dict):
-            raise HwProfileError(f"{side}: a sidecar must be a JSON object")
+        meta = read_sidecar_json(side)
         if meta.get("schema_version") == SCHEMA_VERSION:
             click.echo(f"{side}: at schema {SCHEMA_VERSION} already")
             continue

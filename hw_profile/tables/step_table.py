@@ -99,6 +99,18 @@ def sidecar_path(csv_path: str | Path) -> Path:
     return p.with_suffix(".json")
 
 
+def read_sidecar_json(side: Path) -> dict:
+    """A sidecar's JSON object as it is on disk (not upgraded); a file that is not one is a ``TableError`` naming
+    it."""
+    try:
+        meta = json.loads(side.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TableError(f"{side}: not a readable sidecar (a JSON object): {exc}") from None
+    if not isinstance(meta, dict):
+        raise TableError(f"{side}: a sidecar must be a JSON object")
+    return meta
+
+
 def _number_block(meta: dict, name: str, least: dict[str, float], where: str,
                   optional: tuple[str, ...] = ()) -> tuple | None:
     """A sidecar block ``name`` of numbers (each at least its ``least``; those named in ``optional`` may be absent,
@@ -289,12 +301,7 @@ class StepTable:
         meta = {}
         side = sidecar_path(path)
         if side.is_file():
-            try:
-                meta = json.loads(side.read_text())
-            except json.JSONDecodeError as exc:
-                raise TableError(f"{side}: sidecar is not valid JSON ({exc})") from None
-            if not isinstance(meta, dict):
-                raise TableError(f"{side}: a sidecar must be a JSON object")
+            meta = read_sidecar_json(side)
             try:
                 meta = upgrade(meta)  # a sidecar from before the typed contract, as its writer priced it
             except HwProfileError as exc:

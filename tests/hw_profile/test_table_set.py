@@ -144,6 +144,23 @@ def test_a_sidecar_from_a_newer_schema_is_refused_in_one_line(tmp_path):
         StepTable.read(tmp_path / "t.csv")
 
 
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_a_sidecar_that_is_not_a_json_object_is_refused_alike_by_the_reader_and_the_upgrade(tmp_path, text):
+    """One reader of a sidecar's JSON for the table and for `hw-profile upgrade`: the same one line, the file
+    named."""
+    from click.testing import CliRunner
+
+    from hw_profile.cli import cli
+
+    src = ROOT / "scenarios" / "hardware" / "cpu-qwen3-0.6b.csv"
+    (tmp_path / "t.csv").write_bytes(src.read_bytes())
+    (tmp_path / "t.json").write_text(text)
+    with pytest.raises(TableError, match=r"t\.json: (not a readable sidecar|a sidecar must be a JSON object)") as read:
+        StepTable.read(tmp_path / "t.csv")
+    res = CliRunner().invoke(cli, ["upgrade", str(tmp_path / "t.csv")])
+    assert isinstance(res.exception, TableError) and str(res.exception) == str(read.value)
+
+
 def test_a_writer_that_leaves_out_its_memory_facts_is_refused(tmp_path):
     table = StepTable.read(ROOT / "scenarios" / "hardware" / "h200-qwen3-8b-bf16.csv")
     table.meta.pop("kv_bytes_per_token_per_gpu")
