@@ -78,13 +78,12 @@ bytes per token, reads and FLOPs per context and per query token, ``latent_kv``,
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
 
-from hw_profile.errors import HwProfileError
+from hw_profile.errors import HwProfileError, read_json_object
 
 # Attention kinds (``ModelShape.attention_kind``)
 MHA = "mha"
@@ -727,13 +726,7 @@ def get_shape(name_or_path: str | Path) -> ModelShape:
 
 def read_config(path: str | Path) -> dict:
     """A transformers config.json as a dict (the text config of a multimodal one)."""
-    path = Path(path)
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise HwProfileError(f"{path}: not a readable config.json ({exc})") from None
-    if not isinstance(cfg, dict):
-        raise HwProfileError(f"{path}: a config.json must hold a JSON object")
+    cfg = read_json_object(Path(path), "config.json")
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]
     return cfg

@@ -45,7 +45,7 @@ import pandas as pd
 from numba import boolean, float64, njit
 
 from atomic_files import atomic_write, atomic_write_text
-from hw_profile.errors import HwProfileError
+from hw_profile.errors import HwProfileError, read_json_object
 from hw_profile.tables.cuda_graphs import NO_GRAPHS, CudaGraphs
 from hw_profile.tables.sidecar import (
     MEMORY_KEYS,
@@ -102,13 +102,7 @@ def sidecar_path(csv_path: str | Path) -> Path:
 def read_sidecar_json(side: Path) -> dict:
     """A sidecar's JSON object as it is on disk (not upgraded); a file that is not one is a ``TableError`` naming
     it."""
-    try:
-        meta = json.loads(side.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TableError(f"{side}: not a readable sidecar (a JSON object): {exc}") from None
-    if not isinstance(meta, dict):
-        raise TableError(f"{side}: a sidecar must be a JSON object")
-    return meta
+    return read_json_object(side, "sidecar", TableError)
 
 
 def _number_block(meta: dict, name: str, least: dict[str, float], where: str,

@@ -155,7 +155,7 @@ def test_a_sidecar_that_is_not_a_json_object_is_refused_alike_by_the_reader_and_
     src = ROOT / "scenarios" / "hardware" / "cpu-qwen3-0.6b.csv"
     (tmp_path / "t.csv").write_bytes(src.read_bytes())
     (tmp_path / "t.json").write_text(text)
-    with pytest.raises(TableError, match=r"t\.json: (not a readable sidecar|a sidecar must be a JSON object)") as read:
+    with pytest.raises(TableError, match=r"t\.json: (not a readable sidecar|a sidecar must hold a JSON object)") as read:
         StepTable.read(tmp_path / "t.csv")
     res = CliRunner().invoke(cli, ["upgrade", str(tmp_path / "t.csv")])
     assert isinstance(res.exception, TableError) and str(res.exception) == str(read.value)
