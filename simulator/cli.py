@@ -113,12 +113,9 @@ def table_warnings(scn) -> list[str]:
 def echo_wrapped(line: str) -> None:
     """A line of the terminal's, folded at its width (a table's path is never split: a checkout's own path can
     make the line longer than any test of it assumed)."""
-    import textwrap
+    from simulator.outputs.summary import fold
 
-    from simulator.outputs.summary import TERMINAL_WIDTH
-
-    click.echo(textwrap.fill(line, TERMINAL_WIDTH, subsequent_indent="  ", break_long_words=False,
-                             break_on_hyphens=False))
+    click.echo("\n".join(fold(line)))
 
 
 def table_lines(scn, path: str | None = None) -> list[str]:
@@ -482,10 +479,8 @@ def speculative_line(mode, engine) -> str:
     if not mode.changes:
         return ("speculative mode: as plain decoding (the table records no change when the engine speculates"
                 + (f": {mode.engine} {mode.version})" if mode.engine else ")"))
-    words = mode.words
-    if engine.speculative_max_running is not None:  # the scenario's own cap, not the engine's default
-        words = words.replace("unless the deployment sets its own", "(engine.speculative_max_running)")
-    return f"speculative mode (speculative systems only): {words}"
+    own_cap = engine.speculative_max_running is not None  # the scenario's own cap, not the engine's default
+    return f"speculative mode (speculative systems only): {mode.describe('engine.speculative_max_running' if own_cap else None)}"
 
 
 @cli.command("check")
@@ -505,7 +500,7 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
         scenario_grid_warnings,
         scenario_table_warnings,
     )
-    from simulator.inputs.systems import resolve_systems
+    from simulator.inputs.systems import resolve_systems, speculates
     from simulator.runs.run import (
         check_engine_limits,
         check_live_clock,
@@ -545,9 +540,10 @@ def check_cmd(scenario: Path, sets: tuple[str, ...]) -> None:
     if caveat is not None:  # an analytic table's step times are a speed bound: say so where the table is named
         click.echo(f"  hardware table is {caveat['kind']}: {caveat['text']}")
     click.echo(f"  {staircase_line(tables.cuda_graphs)}")
-    if any(s.drafter != "none" and s.gamma for s in systems):  # what the speculative systems run differently
+    speculating = [speculates(s) for s in systems]
+    if any(speculating):  # what the speculative systems run differently
         click.echo(f"  {speculative_line(hw.speculative, m.engine)}")
-        if all(s.drafter != "none" and s.gamma for s in systems):
+        if all(speculating):
             # speculation can lose (an MoE verify, a capped running batch): a plan can only say so against `ar`
             click.echo("  no system without speculation: whether speculating pays here is not compared (add one: "
                        "--set 'systems+=ar')")

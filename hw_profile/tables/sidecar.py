@@ -179,6 +179,11 @@ class SpeculativeMode:
     @property
     def words(self) -> str:
         """One line: what a speculative system runs differently, and from which engine release."""
+        return self.describe()
+
+    def describe(self, cap_set_by: str | None = None) -> str:
+        """``words``, with the running-request cap named as set by ``cap_set_by`` (a deployment's own setting)
+        instead of as the engine's default."""
         if not self.changes:
             return (f"{self.engine or 'the engine'} {self.version}".strip() + ": as plain decoding"
                     + (f" ({self.source})" if self.source and not self.version else ""))
@@ -188,7 +193,8 @@ class SpeculativeMode:
             host += [f"+{self.forward_host_ms:g} ms a drafter forward"] if self.forward_host_ms else []
             parts.append(f"no overlap scheduler ({', '.join(host)})" if host else "no overlap scheduler")
         if self.max_running:
-            parts.append(f"at most {self.max_running} running requests unless the deployment sets its own")
+            parts.append(f"at most {self.max_running} running requests "
+                         + (f"({cap_set_by})" if cap_set_by else "unless the deployment sets its own"))
         if self.cuda_graphs is not None:
             parts.append(f"CUDA graphs at {len(self.cuda_graphs.sizes)} sizes up to {self.cuda_graphs.largest} "
                          f"{self.cuda_graphs.counts}")

@@ -96,3 +96,10 @@ def system_gamma(entry: System, drafter: str, default: str, default_gamma: int) 
     if drafter != default and kind.default_gamma is not None:
         return kind.default_gamma, "kind"
     return default_gamma, "scenario"
+
+
+def speculates(s: SystemSpec) -> bool:
+    """Whether a system verifies draft tokens at all: not without a drafter, nor with policy ``ar`` or
+    ``static-0`` (the no-speculation arm a plan's engine choice is measured against)."""
+    cls, implied = resolve(s.policy)
+    return not (s.drafter == "none" or cls.name == "ar" or (cls.name == "static" and {**implied, **s.params}.get("k") == 0))

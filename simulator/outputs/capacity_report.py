@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from simulator.outputs.html_table import table_html
-from simulator.outputs.summary import HEADROOM_RULE, TERMINAL_WIDTH, fit_width, headroom_text
+from simulator.outputs.summary import HEADROOM_RULE, TERMINAL_WIDTH, fit_width, fold, headroom_text
 from simulator.outputs.verdicts import MET, UNRESOLVED_STATUS, engine_lines
 from simulator.runs.plan import plan_table
 
@@ -49,8 +49,7 @@ def binds_line(doc: dict) -> list[str]:
     named = [f"{name} {e['binds']}" for name, e in doc["systems"].items() if e["status"] == MET and e.get("binds")]
     if not named:
         return []
-    return textwrap.wrap(f"first limit as traffic grows (plan.csv binds, binds_why): {'; '.join(named)}", 120,
-                         subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+    return fold(f"first limit as traffic grows (plan.csv binds, binds_why): {'; '.join(named)}")
 
 
 def range_lines(doc: dict) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -267,6 +268,12 @@ HEADROOM_RULE = ("headroom: the traffic beyond the scenario's that the chosen si
 
 
 TERMINAL_WIDTH = 120
+
+
+def fold(line: str) -> list[str]:
+    """A terminal line folded at ``TERMINAL_WIDTH``, later lines indented; a word (a path) is never split."""
+    return textwrap.wrap(line, TERMINAL_WIDTH, subsequent_indent="  ", break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def fit_width(df: pd.DataFrame, width: int = TERMINAL_WIDTH) -> tuple[str, list[str]]:

@@ -38,11 +38,10 @@ from pathlib import Path
 import pandas as pd
 
 from hw_profile.tables.sidecar import Provenance
-from simulator.core.policies import resolve
 from simulator.errors import UserError
 from simulator.inputs.config import MAX_TTFT_S, MIN_TPS_PER_USER, LoadedScenario
 from simulator.inputs.hardware import load_table_set
-from simulator.inputs.systems import SystemSpec, resolve_systems
+from simulator.inputs.systems import SystemSpec, resolve_systems, speculates
 from simulator.outputs.frontier import default_baseline
 from simulator.outputs.metrics import overloaded
 from simulator.outputs.summary import write_table_and_json
@@ -757,13 +756,6 @@ class Planner:
         doc["verdict"] = verdict(doc)
         doc["engine"] = [plan_engine(doc)]
         return doc
-
-
-def speculates(s: SystemSpec) -> bool:
-    """Whether a system verifies draft tokens at all: not without a drafter, nor with policy ``ar`` or
-    ``static-0`` (the no-speculation arm a plan's engine choice is measured against)."""
-    cls, implied = resolve(s.policy)
-    return not (s.drafter == "none" or cls.name == "ar" or (cls.name == "static" and {**implied, **s.params}.get("k") == 0))
 
 
 def fewest_left(cap: int, seen: list[tuple[int, bool]]) -> int:
